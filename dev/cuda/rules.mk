@@ -1,0 +1,1 @@
+# rules for dev/cuda (included by the top-level Makefile)

@@ -1,0 +1,1 @@
+# rules for dev/data (included by the top-level Makefile)

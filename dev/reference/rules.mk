@@ -1,0 +1,1 @@
+# rules for dev/reference (included by the top-level Makefile)
