@@ -8,15 +8,26 @@ CC      ?= gcc
 CXX     ?= g++
 NVCC    ?= nvcc
 OPT     ?= -O3 -march=native
-CFLAGS  ?= $(OPT) -std=gnu11 -Wall -Wextra -fopenmp -I.
+# -fno-math-errno: sqrtf/expf set no errno, so loops with them vectorize
+CFLAGS  ?= $(OPT) -std=gnu11 -Wall -Wextra -fno-math-errno -fopenmp -I.
 CXXFLAGS ?= $(OPT) -std=c++17 -Wall -Wextra -I.
+# BLAS: prefer the OpenMP build of OpenBLAS (one thread pool with our OpenMP loops; the pthread
+# build's pool and OpenMP's spin against each other on few cores); else any OpenBLAS.
+MULTIARCH := $(shell gcc -print-multiarch 2>/dev/null)
+BLAS_OMP_DIR := /usr/lib/$(MULTIARCH)/openblas-openmp
+ifneq ($(wildcard $(BLAS_OMP_DIR)/libopenblas.so.0),)
+LDLIBS_BLAS := $(BLAS_OMP_DIR)/libopenblas.so.0
+BLAS_INC := /usr/include/$(MULTIARCH)/openblas-openmp
+else
 LDLIBS_BLAS := -lopenblas
-BLAS_INC := $(firstword $(wildcard /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/openblas /usr/include/aarch64-linux-gnu/openblas-pthread))
+BLAS_INC := $(firstword $(wildcard /usr/include/$(MULTIARCH)/openblas-pthread /usr/include/openblas))
+endif
 ifneq ($(BLAS_INC),)
 CFLAGS += -I$(BLAS_INC)
 endif
 LDLIBS_TOK := -lpcre2-8 -lcjson
 LDLIBS  ?= -lm
+LLMC_HEADERS := $(wildcard llmc/*.h)
 
 # Sanitizer build of the C programs: `make SAN=1 ...` writes into build/san/.
 ifeq ($(SAN),1)
@@ -39,15 +50,77 @@ TORCH_PYTHON ?= /usr/bin/python3
 # Where `make data` takes its inputs from when there is no network: a mirror directory.
 LEANSTEP_DATA_MIRROR ?=
 
-.PHONY: all test help clean
+.PHONY: all test test-san test-main test-units test-cli help clean train bench
 all: train_gpt2 test_gpt2
 
 TEST_TARGETS :=
-TEST_CMDS :=
+TEST_PHONY :=
+TEST_SAN_PHONY :=
 
 include dev/data/rules.mk
 include dev/reference/rules.mk
 include dev/cuda/rules.mk
+
+# ----------------------------------------------------------------------------
+# the CPU trainer and its tests
+
+train_gpt2: train_gpt2.c $(LLMC_HEADERS)
+	@echo "  CC    $@"
+	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_BLAS) $(LDLIBS_TOK) $(LDLIBS)
+
+test_gpt2: test_gpt2.c train_gpt2.c $(LLMC_HEADERS)
+	@echo "  CC    $@"
+	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_BLAS) $(LDLIBS_TOK) $(LDLIBS)
+
+$(BUILD)/train_gpt2 $(BUILD)/test_gpt2: $(BUILD)/%: %.c train_gpt2.c $(LLMC_HEADERS)
+	@mkdir -p $(BUILD)
+	@echo "  CC    $@"
+	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_BLAS) $(LDLIBS_TOK) $(LDLIBS)
+
+# The model check: the PyTorch reference writes a random model and its debug state, and
+# test_gpt2 compares init, logits, loss, all gradients and 10 AdamW steps. REF_DESC picks the
+# config (CI: a small one, seconds); `make test-d12` runs it on GPT-2 124M.
+REF_DESC ?= L2C64H4T64
+REF_ARGS ?= --layers 2 --channels 64 --heads 4 --max-seq 64 --vocab 50257
+REF_B ?= 4
+REF_T ?= 32
+REF_DIR := build/ref
+$(REF_DIR)/$(REF_DESC)_model.bin: dev/reference/gpt2_ref.py
+	@mkdir -p $(REF_DIR)
+	@echo "  REF   $@"
+	$(Q)$(TORCH_PYTHON) dev/reference/gpt2_ref.py init $(REF_ARGS) --seed 42 --out $@ >/dev/null
+$(REF_DIR)/$(REF_DESC)_state.bin: $(REF_DIR)/$(REF_DESC)_model.bin
+	@echo "  REF   $@"
+	$(Q)$(TORCH_PYTHON) dev/reference/gpt2_ref.py state --model $< --batch $(REF_B) --seq $(REF_T) --seed 1 \
+		--steps 10 --lr 1e-4 --beta1 0.9 --beta2 0.95 --eps 1e-8 --weight-decay 0.1 --grad-clip 1.0 --out $@ >/dev/null
+
+test-main: $(BUILD)/test_gpt2 $(REF_DIR)/$(REF_DESC)_state.bin
+	$(BUILD)/test_gpt2 --units
+	$(BUILD)/test_gpt2 --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin \
+		--descriptor $(REF_DESC) --init-seed 42
+
+test-d12:
+	$(MAKE) --no-print-directory test-main REF_DESC=d12 REF_ARGS="--layers 12 --channels 768 --heads 12 --max-seq 1024 --vocab 50257" REF_T=64
+
+test-cli: $(BUILD)/train_gpt2
+	$(PYTHON) dev/test/test_cli.py --bin $(BUILD)/train_gpt2
+
+TEST_PHONY += test-main test-cli
+TEST_SAN_PHONY += test-main test-cli
+
+# The README's test command: everything, then the C tests again under ASan+UBSan.
+test: $(TEST_PHONY)
+	$(MAKE) --no-print-directory test-san
+	@echo "all tests passed"
+
+test-san:
+	$(MAKE) --no-print-directory SAN=1 $(TEST_SAN_PHONY)
+
+train: train_gpt2 data
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} ./train_gpt2 -e L4C256H4 -b 4 -t 64 -x 200 -v 50 -s 100 -l 1e-3 -u 20 -c 0.1 -k cosine -q 0.1
+
+deps:
+	bash dev/install_deps.sh
 
 help:
 	@echo "make                 build train_gpt2 and test_gpt2 (CPU)"

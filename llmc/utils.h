@@ -124,4 +124,43 @@ static inline int file_exists(const char* path) {
     return 0;
 }
 
+// ----------------------------------------------------------------------------
+// atomic file writes: write to "<path>.tmp.<pid>", fflush + fsync, rename over path, fsync the
+// directory. A crash at any point leaves either the old file or the complete new one.
+
+#include <fcntl.h>
+#include <unistd.h>
+
+typedef struct {
+    FILE* fp;
+    char final_path[1024];
+    char tmp_path[1100];
+} AtomicFile;
+
+static inline void atomic_file_open(AtomicFile* af, const char* path) {
+    if (strlen(path) >= sizeof(af->final_path)) { ls_fatal("path too long: %s", path); }
+    snprintf(af->final_path, sizeof(af->final_path), "%s", path);
+    snprintf(af->tmp_path, sizeof(af->tmp_path), "%s.tmp.%d", path, (int)getpid());
+    af->fp = fopen(af->tmp_path, "wb");
+    if (af->fp == NULL) { ls_fatal("cannot create '%s': %s", af->tmp_path, strerror(errno)); }
+}
+
+static inline void atomic_file_commit(AtomicFile* af) {
+    if (fflush(af->fp) != 0 || fsync(fileno(af->fp)) != 0) {
+        ls_fatal("cannot flush '%s': %s", af->tmp_path, strerror(errno));
+    }
+    if (fclose(af->fp) != 0) { ls_fatal("cannot close '%s': %s", af->tmp_path, strerror(errno)); }
+    af->fp = NULL;
+    if (rename(af->tmp_path, af->final_path) != 0) {
+        ls_fatal("cannot rename '%s' to '%s': %s", af->tmp_path, af->final_path, strerror(errno));
+    }
+    // make the rename itself durable
+    char dir[1024];
+    snprintf(dir, sizeof(dir), "%s", af->final_path);
+    char* slash = strrchr(dir, '/');
+    if (slash == dir) { slash[1] = '\0'; } else if (slash) { *slash = '\0'; } else { snprintf(dir, sizeof(dir), "."); }
+    int fd = open(dir, O_RDONLY);
+    if (fd >= 0) { fsync(fd); close(fd); }
+}
+
 #endif // LLMC_UTILS_H

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# install_deps.sh: installs what leanstep needs on Debian/Ubuntu (as root, or with sudo).
+# Required: a C compiler, OpenBLAS, PCRE2, cJSON, libcurl, OpenSSL (sha256), Boost.Context (the CUDA
+# CPU harness). For the tests: Debian's PyTorch (python3-torch) and tiktoken from PyPI.
+# Optional, not installed here: the CUDA toolkit (nvcc) for the GPU builds.
+set -euo pipefail
+packages=(build-essential libopenblas-openmp-dev libopenblas-dev libpcre2-dev libcjson-dev
+          libcurl4-openssl-dev libssl-dev libboost-context-dev python3-torch)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO=sudo
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+PY=${PYTHON:-python3}
+if ! "$PY" -c "import tiktoken" >/dev/null 2>&1; then
+  echo "installing: tiktoken (pip)"
+  "$PY" -m pip install -q tiktoken
+fi
+echo "dependencies: ok"

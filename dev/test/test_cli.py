@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""test_cli.py: the trainer's command line, end to end.
+
+  --help lists flags, and every listed flag parses with a valid value (--dry-run);
+  bad values, unknown flags and out-of-range configs fail with exit 2 and a one-line message
+  naming the flag; a missing or corrupt model file or missing data fails with exit 1 naming
+  the file; a tiny training run with a checkpoint resumes bit-exactly (-y 1).
+Usage: test_cli.py --bin build/train_gpt2. Exit status 1 if any check failed.
+"""
+import argparse
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+
+failures = []
+SMALL = "L2C32H2T64V512"
+
+
+def run(binary, args, cwd=None):
+    return subprocess.run([binary] + args, capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def parse_help(text):
+    """Rows '  -x, --long KIND help (default D, range [a, b])' -> list of dicts."""
+    flags = []
+    for line in text.splitlines():
+        m = re.match(r"^\s+(?:-(\w+), )?\s*--([\w-]+)\s+(INT|FLOAT|STR|WORD|0\|1)?\s", line)
+        if not m or m.group(2) == "help":
+            continue
+        f = {"short": m.group(1), "long": m.group(2), "kind": m.group(3)}
+        r = re.search(r"range \[([-\d.e+]+), ([-\d.e+]+)\]", line)
+        if r:
+            f["min"], f["max"] = float(r.group(1)), float(r.group(2))
+        c = re.search(r"one of ([\w ]+)\)", line)
+        if c:
+            f["choices"] = c.group(1).split()
+        flags.append(f)
+    return flags
+
+
+def valid_value(f):
+    if f["long"] == "model":
+        return SMALL
+    kind = f["kind"]
+    if kind == "INT":
+        return str(int(f["min"]))
+    if kind == "FLOAT":
+        return repr(f["min"])
+    if kind == "WORD":
+        return f["choices"][-1]
+    if kind == "0|1":
+        return "1" if f["long"] == "dry-run" else "0"
+    return "some_value"
+
+
+def write_shard(path, tokens):
+    with open(path, "wb") as fh:
+        header = [20240520, 1, len(tokens)] + [0] * 253
+        fh.write(struct.pack("<256i", *header))
+        fh.write(struct.pack("<%dH" % len(tokens), *tokens))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    binary = os.path.abspath(ap.parse_args().bin)
+
+    # --help and every flag it lists
+    r = run(binary, ["--help"])
+    check(r.returncode == 0, "--help exits 0")
+    flags = parse_help(r.stdout)
+    check(len(flags) >= 25, "--help lists the flags (found %d)" % len(flags))
+    for f in flags:
+        for name in (["-" + f["short"]] if f["short"] else []) + ["--" + f["long"]]:
+            args = ["--dry-run", "1", "-e", SMALL, name, valid_value(f)]
+            if f["long"] == "model":
+                args = ["--dry-run", "1", name, SMALL]
+            rr = run(binary, args)
+            check(rr.returncode == 0, "flag %s %s parses (exit %d: %s)" % (name, valid_value(f), rr.returncode, rr.stderr.strip()))
+        name = "-" + f["short"] if f["short"] else "--" + f["long"]
+        bad = []
+        if f["kind"] in ("INT", "FLOAT"):
+            bad = ["abc", "1x", str(f["max"] * 10 + 10), str(f["min"] - 10)]
+        elif f["kind"] == "0|1":
+            bad = ["2", "yes"]
+        elif f["kind"] == "WORD":
+            bad = ["bogus"]
+        for value in bad:
+            rr = run(binary, ["--dry-run", "1", "-e", SMALL, name, value])
+            ok = rr.returncode == 2 and name in rr.stderr and len(rr.stderr.strip().splitlines()) == 1
+            check(ok, "bad value %s %s fails with exit 2 and a one-line message naming the flag (exit %d: %r)" % (name, value, rr.returncode, rr.stderr))
+    # config errors that need the model
+    for args, flag in ((["-t", "65"], "-t"), (["-g", "100"], "-g"), (["-b", "0"], "-b"), (["-d", "100"], "-d")):
+        rr = run(binary, ["--dry-run", "1", "-e", SMALL] + args)
+        check(rr.returncode == 2 and flag in rr.stderr, "%s fails naming %s (exit %d: %s)" % (args, flag, rr.returncode, rr.stderr.strip()))
+    for args in (["-zz", "1"], ["--nope", "1"], ["-b"]):
+        rr = run(binary, args)
+        check(rr.returncode == 2 and args[0] in rr.stderr, "%s fails with exit 2 (exit %d)" % (args, rr.returncode))
+    rr = run(binary, ["--dry-run", "1", "-e", "L2C30H4"])
+    check(rr.returncode != 0 and "heads" in rr.stderr, "a bad descriptor fails naming the problem: %s" % rr.stderr.strip())
+
+    with tempfile.TemporaryDirectory() as tmp:
+        # missing / corrupt model file
+        rr = run(binary, ["--dry-run", "1", "-e", os.path.join(tmp, "nope.bin")])
+        check(rr.returncode == 1 and "nope.bin" in rr.stderr, "missing model file names the file")
+        junk = os.path.join(tmp, "junk.bin")
+        with open(junk, "wb") as fh:
+            fh.write(b"\0" * 2000)
+        rr = run(binary, ["--dry-run", "1", "-e", junk])
+        check(rr.returncode == 1 and "junk.bin" in rr.stderr and "magic" in rr.stderr, "corrupt model file: %s" % rr.stderr.strip())
+        # missing data
+        rr = run(binary, ["-e", SMALL, "-i", os.path.join(tmp, "none_*.bin"), "-x", "1"])
+        check(rr.returncode == 1 and "make data" in rr.stderr, "missing data says how to get it: %s" % rr.stderr.strip())
+
+        # training, checkpoints and a bit-exact resume
+        import random
+        rng = random.Random(0)
+        # a learnable stream: a fixed random cycle of 37 tokens
+        cycle = [rng.randrange(512) for _ in range(37)]
+        write_shard(os.path.join(tmp, "train.bin"), [cycle[i % 37] for i in range(4000)])
+        write_shard(os.path.join(tmp, "val.bin"), [rng.randrange(512) for _ in range(1000)])
+        common = ["-e", SMALL, "-i", os.path.join(tmp, "train.bin"), "-j", os.path.join(tmp, "val.bin"),
+                  "-b", "2", "-t", "16", "-x", "6", "-n", "3", "-v", "3", "-s", "0", "-l", "1e-3", "--threads", "1"]
+        a, b = os.path.join(tmp, "a"), os.path.join(tmp, "b")
+        ra = run(binary, common + ["-o", a])
+        check(ra.returncode == 0, "training run exits 0: %s" % ra.stderr.strip())
+        losses_a = re.findall(r"step\s+(\d+)/6 \| loss ([\d.]+)", ra.stdout)
+        check(len(losses_a) == 6, "six step lines (got %d)" % len(losses_a))
+        check(all(os.path.exists(os.path.join(a, f)) for f in ("model_00000003.bin", "state_00000003_00000.bin", "DONE_00000003", "model_00000006.bin", "main.log")),
+              "checkpoints and main.log written: %s" % (os.listdir(a) if os.path.isdir(a) else "no dir"))
+        os.makedirs(b)
+        for f in ("model_00000003.bin", "state_00000003_00000.bin", "DONE_00000003"):
+            with open(os.path.join(a, f), "rb") as src, open(os.path.join(b, f), "wb") as dst:
+                dst.write(src.read())
+        rb = run(binary, common + ["-o", b, "-y", "1"])
+        check(rb.returncode == 0 and "resumed from step 3" in rb.stdout, "resume exits 0: %s" % rb.stderr.strip())
+        losses_b = re.findall(r"step\s+(\d+)/6 \| loss ([\d.]+)", rb.stdout)
+        check(losses_b == losses_a[3:], "resumed losses equal the uninterrupted run: %s vs %s" % (losses_b, losses_a[3:]))
+        with open(os.path.join(a, "model_00000006.bin"), "rb") as fa, open(os.path.join(b, "model_00000006.bin"), "rb") as fb:
+            check(fa.read() == fb.read(), "the resumed run's final model is bit-identical")
+        losses = [float(x[1]) for x in losses_a]
+        check(losses[-1] < losses[0], "loss decreases over 6 steps: %s" % losses)
+        rr = run(binary, common + ["-o", os.path.join(tmp, "empty"), "-y", "1"])
+        check(rr.returncode == 1 and "no complete checkpoint" in rr.stderr, "-y 1 without checkpoints fails clearly")
+
+    print("test_cli: %d flags; %s" % (len(flags), "%d failed" % len(failures) if failures else "all checks passed"))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+/*
+ checkpoint.h: llm.c-compatible model files and leanstep's optimizer/run state files.
+
+ Model file (llm.c): 256 x int32 header, then the 16 tensors in params.h order.
+   header[0] = 20240326 magic, [1] = version (3: fp32, 5: bf16), [2] = max_seq_len,
+   [3] = vocab_size, [4] = num_layers, [5] = num_heads, [6] = channels, [7] = padded_vocab_size.
+ State file (leanstep, written beside a model file): 256 x int32 header, then m and v (fp32,
+   the same flat layout as the parameters).
+   header[0] = 20240527 magic, [1] = 1 version, [2] = num_processes, [3] = process_rank,
+   [4] = step, [5] = has_m_v, [6..7] = parameter count (uint64), [8..9] = dataloader epoch,
+   [10..11] = dataloader sample index, [12..13] = sampler rng state (uint64).
+ Every read validates magic, version, shape and exact file size, and names the file on error.
+ Every write is atomic (utils.h): a crash leaves the old file or the whole new one.
+*/
+#ifndef LLMC_CHECKPOINT_H
+#define LLMC_CHECKPOINT_H
+
+#include <stdint.h>
+#include "llmc/config.h"
+#include "llmc/params.h"
+#include "llmc/utils.h"
+
+#define MODEL_MAGIC 20240326
+#define MODEL_VERSION_FP32 3
+#define MODEL_VERSION_BF16 5
+#define STATE_MAGIC 20240527
+#define STATE_VERSION 1
+#define HEADER_INTS 256
+
+// bf16 <-> fp32 on the host, round to nearest even (NaN kept quiet)
+static inline uint16_t f32_to_bf16_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) { return (uint16_t)((u >> 16) | 0x40); }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static inline float bf16_bits_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+// Reads and validates a model file's header (and its size). Returns the version (3 or 5).
+static inline int model_file_read_header(const char* path, GPT2Config* c) {
+    FILE* fp = fopen(path, "rb");
+    if (fp == NULL) {
+        ls_fatal("model file '%s': cannot open: %s (expected an llm.c model file, or a descriptor such as d12 or L4C256H4)",
+                 path, strerror(errno));
+    }
+    int header[HEADER_INTS];
+    if (fread(header, sizeof(int), HEADER_INTS, fp) != HEADER_INTS) {
+        ls_fatal("model file '%s': truncated header (expected %d bytes)", path, HEADER_INTS * 4);
+    }
+    if (header[0] != MODEL_MAGIC) {
+        ls_fatal("model file '%s': bad magic %d (expected %d, an llm.c model file)", path, header[0], MODEL_MAGIC);
+    }
+    int version = header[1];
+    if (version != MODEL_VERSION_FP32 && version != MODEL_VERSION_BF16) {
+        ls_fatal("model file '%s': version %d (expected %d fp32 or %d bf16)", path, version,
+                 MODEL_VERSION_FP32, MODEL_VERSION_BF16);
+    }
+    c->max_seq_len = header[2];
+    c->vocab_size = header[3];
+    c->num_layers = header[4];
+    c->num_heads = header[5];
+    c->channels = header[6];
+    c->padded_vocab_size = header[7];
+    char err[200];
+    if (!gpt2_config_valid(c, err, sizeof(err))) { ls_fatal("model file '%s': bad header: %s", path, err); }
+    long long expected = (long long)HEADER_INTS * 4 +
+                         (long long)gpt2_num_parameters(c) * (version == MODEL_VERSION_FP32 ? 4 : 2);
+    long long size = file_size_of(fp);
+    fclose(fp);
+    if (size != expected) {
+        ls_fatal("model file '%s': size %lld bytes, expected %lld for its header (L=%d C=%d V=%d) - truncated or corrupt",
+                 path, size, expected, c->num_layers, c->channels, c->vocab_size);
+    }
+    return version;
+}
+
+// Reads all parameters as fp32 (a bf16 file is widened). `params` holds gpt2_num_parameters.
+static inline void model_file_read_params(const char* path, const GPT2Config* c, float* params) {
+    GPT2Config fc;
+    int version = model_file_read_header(path, &fc);
+    if (memcmp(&fc, c, sizeof(fc)) != 0) { ls_fatal("model file '%s': changed while reading", path); }
+    size_t n = gpt2_num_parameters(c);
+    FILE* fp = fopenCheck(path, "rb");
+    fseek(fp, HEADER_INTS * 4, SEEK_SET);
+    if (version == MODEL_VERSION_FP32) {
+        freadCheck(params, sizeof(float), n, fp, path);
+    } else {
+        const size_t chunk = 1 << 20;
+        uint16_t* buf = (uint16_t*)mallocCheck(chunk * sizeof(uint16_t));
+        for (size_t i = 0; i < n; i += chunk) {
+            size_t k = n - i < chunk ? n - i : chunk;
+            freadCheck(buf, sizeof(uint16_t), k, fp, path);
+            for (size_t j = 0; j < k; j++) { params[i + j] = bf16_bits_to_f32(buf[j]); }
+        }
+        free(buf);
+    }
+    fclose(fp);
+}
+
+static inline void model_header_fill(int* header, const GPT2Config* c, int version) {
+    memset(header, 0, HEADER_INTS * sizeof(int));
+    header[0] = MODEL_MAGIC;
+    header[1] = version;
+    header[2] = c->max_seq_len;
+    header[3] = c->vocab_size;
+    header[4] = c->num_layers;
+    header[5] = c->num_heads;
+    header[6] = c->channels;
+    header[7] = c->padded_vocab_size;
+}
+
+// Writes fp32 parameters as a version 3 (fp32) or 5 (bf16, rounded to nearest even) model file.
+static inline void model_file_write(const char* path, const GPT2Config* c, const float* params, int version) {
+    int header[HEADER_INTS];
+    model_header_fill(header, c, version);
+    size_t n = gpt2_num_parameters(c);
+    AtomicFile af;
+    atomic_file_open(&af, path);
+    fwriteCheck(header, sizeof(int), HEADER_INTS, af.fp, path);
+    if (version == MODEL_VERSION_FP32) {
+        fwriteCheck(params, sizeof(float), n, af.fp, path);
+    } else {
+        const size_t chunk = 1 << 20;
+        uint16_t* buf = (uint16_t*)mallocCheck(chunk * sizeof(uint16_t));
+        for (size_t i = 0; i < n; i += chunk) {
+            size_t k = n - i < chunk ? n - i : chunk;
+            for (size_t j = 0; j < k; j++) { buf[j] = f32_to_bf16_bits(params[i + j]); }
+            fwriteCheck(buf, sizeof(uint16_t), k, af.fp, path);
+        }
+        free(buf);
+    }
+    atomic_file_commit(&af);
+}
+
+// ----------------------------------------------------------------------------
+// optimizer / run state
+
+typedef struct {
+    int num_processes;
+    int process_rank;
+    int step;              // steps completed
+    int has_m_v;           // 0 before the first update
+    uint64_t num_params;
+    uint64_t data_epoch;   // dataloader position
+    uint64_t data_sample;
+    uint64_t sampler_rng;  // state of the text sampler's generator
+} RunState;
+
+static inline void state_file_write(const char* path, const RunState* s, const float* m, const float* v) {
+    int header[HEADER_INTS];
+    memset(header, 0, sizeof(header));
+    header[0] = STATE_MAGIC;
+    header[1] = STATE_VERSION;
+    header[2] = s->num_processes;
+    header[3] = s->process_rank;
+    header[4] = s->step;
+    header[5] = s->has_m_v;
+    memcpy(&header[6], &s->num_params, 8);
+    memcpy(&header[8], &s->data_epoch, 8);
+    memcpy(&header[10], &s->data_sample, 8);
+    memcpy(&header[12], &s->sampler_rng, 8);
+    AtomicFile af;
+    atomic_file_open(&af, path);
+    fwriteCheck(header, sizeof(int), HEADER_INTS, af.fp, path);
+    fwriteCheck(m, sizeof(float), s->num_params, af.fp, path);
+    fwriteCheck(v, sizeof(float), s->num_params, af.fp, path);
+    atomic_file_commit(&af);
+}
+
+// Reads a state file for a model of num_params parameters; m and v receive the moments.
+static inline void state_file_read(const char* path, size_t num_params, RunState* s, float* m, float* v) {
+    FILE* fp = fopen(path, "rb");
+    if (fp == NULL) { ls_fatal("state file '%s': cannot open: %s", path, strerror(errno)); }
+    int header[HEADER_INTS];
+    if (fread(header, sizeof(int), HEADER_INTS, fp) != HEADER_INTS) {
+        ls_fatal("state file '%s': truncated header (expected %d bytes)", path, HEADER_INTS * 4);
+    }
+    if (header[0] != STATE_MAGIC) { ls_fatal("state file '%s': bad magic %d (expected %d)", path, header[0], STATE_MAGIC); }
+    if (header[1] != STATE_VERSION) { ls_fatal("state file '%s': version %d (expected %d)", path, header[1], STATE_VERSION); }
+    s->num_processes = header[2];
+    s->process_rank = header[3];
+    s->step = header[4];
+    s->has_m_v = header[5];
+    memcpy(&s->num_params, &header[6], 8);
+    memcpy(&s->data_epoch, &header[8], 8);
+    memcpy(&s->data_sample, &header[10], 8);
+    memcpy(&s->sampler_rng, &header[12], 8);
+    if (s->num_params != num_params) {
+        ls_fatal("state file '%s': holds %llu parameters, the model has %zu", path,
+                 (unsigned long long)s->num_params, num_params);
+    }
+    long long expected = (long long)HEADER_INTS * 4 + 2LL * (long long)num_params * 4;
+    long long size = file_size_of(fp);
+    if (size != expected) { ls_fatal("state file '%s': size %lld bytes, expected %lld", path, size, expected); }
+    fseek(fp, HEADER_INTS * 4, SEEK_SET);
+    freadCheck(m, sizeof(float), num_params, fp, path);
+    freadCheck(v, sizeof(float), num_params, fp, path);
+    fclose(fp);
+}
+
+#endif // LLMC_CHECKPOINT_H

@@ -1,0 +1,162 @@
+/*
+ cli.h: a table-driven command-line parser. One table of flags drives parsing, range checks
+ and --help, so the help text cannot drift from what is parsed.
+
+ Flags take llm.c's form `-x value` (short names may have two letters, like -nk), or the long
+ form `--name value` / `--name=value`. Every value is checked: integers and floats must parse
+ completely and lie in [min, max]; a choice must be one of its listed words. A bad flag prints
+ one line naming the flag and what was expected, and the program exits with status 2.
+ To add a flag: add a field to the options struct and a row to the table (train_options.h).
+*/
+#ifndef LLMC_CLI_H
+#define LLMC_CLI_H
+
+#include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { CLI_INT = 0, CLI_FLOAT, CLI_STRING, CLI_CHOICE, CLI_SWITCH } CliType;
+
+typedef struct {
+    const char* short_name;  // without '-', e.g. "b", "nk"; NULL if only long
+    const char* long_name;   // without "--", e.g. "batch-size"
+    CliType type;
+    size_t offset;           // offsetof(Options, field): int, float, const char*, or int (choice index)
+    double min, max;         // range for CLI_INT / CLI_FLOAT
+    const char* const* choices;  // CLI_CHOICE: NULL-terminated words; the field gets the index
+    const char* help;
+} CliFlag;
+
+static void cli_usage_error(const char* prog, const char* fmt, const char* flag, const char* detail) {
+    fflush(stdout);
+    fprintf(stderr, "%s: error: ", prog);
+    fprintf(stderr, fmt, flag, detail);
+    fprintf(stderr, " (see --help)\n");
+    exit(2);
+}
+
+static inline void cli_print_value(const CliFlag* f, const void* opts, char* buf, size_t len) {
+    const char* base = (const char*)opts + f->offset;
+    switch (f->type) {
+        case CLI_INT: case CLI_SWITCH: snprintf(buf, len, "%d", *(const int*)base); break;
+        case CLI_FLOAT: snprintf(buf, len, "%g", (double)*(const float*)base); break;
+        case CLI_STRING: snprintf(buf, len, "%s", *(const char* const*)base ? *(const char* const*)base : "(none)"); break;
+        case CLI_CHOICE: snprintf(buf, len, "%s", f->choices[*(const int*)base]); break;
+    }
+}
+
+// Prints the help text, with the current values of opts as defaults.
+static inline void cli_print_help(FILE* out, const char* prog, const char* summary, const CliFlag* flags, int n,
+                                  const void* opts) {
+    fprintf(out, "usage: %s [flags]\n%s\n\nflags:\n", prog, summary);
+    for (int i = 0; i < n; i++) {
+        const CliFlag* f = &flags[i];
+        char names[64], def[256], range[160] = "";
+        if (f->short_name) {
+            snprintf(names, sizeof(names), "-%s, --%s", f->short_name, f->long_name);
+        } else {
+            snprintf(names, sizeof(names), "    --%s", f->long_name);
+        }
+        cli_print_value(f, opts, def, sizeof(def));
+        const char* kind = "";
+        switch (f->type) {
+            case CLI_INT: kind = "INT"; snprintf(range, sizeof(range), ", range [%.0f, %.0f]", f->min, f->max); break;
+            case CLI_FLOAT: kind = "FLOAT"; snprintf(range, sizeof(range), ", range [%g, %g]", f->min, f->max); break;
+            case CLI_STRING: kind = "STR"; break;
+            case CLI_SWITCH: kind = "0|1"; break;
+            case CLI_CHOICE: {
+                kind = "WORD";
+                size_t used = (size_t)snprintf(range, sizeof(range), ", one of");
+                for (int k = 0; f->choices[k]; k++) {
+                    used += (size_t)snprintf(range + used, sizeof(range) - used, " %s", f->choices[k]);
+                }
+                break;
+            }
+        }
+        fprintf(out, "  %-26s %-5s %s (default %s%s)\n", names, kind, f->help, def, range);
+    }
+    fprintf(out, "  %-26s %-5s %s\n", "-h, --help", "", "print this help and exit");
+}
+
+static inline void cli_set(const char* prog, const CliFlag* f, const char* flagname, const char* value, void* opts) {
+    char* base = (char*)opts + f->offset;
+    char* end = NULL;
+    switch (f->type) {
+        case CLI_INT: case CLI_SWITCH: {
+            errno = 0;
+            long long v = strtoll(value, &end, 10);
+            double lo = f->type == CLI_SWITCH ? 0 : f->min, hi = f->type == CLI_SWITCH ? 1 : f->max;
+            if (end == value || *end != '\0' || errno != 0) { cli_usage_error(prog, "flag %s expects an integer, got '%s'", flagname, value); }
+            if ((double)v < lo || (double)v > hi) {
+                char detail[200];
+                snprintf(detail, sizeof(detail), "%lld is outside [%.0f, %.0f]", v, lo, hi);
+                cli_usage_error(prog, "flag %s: %s", flagname, detail);
+            }
+            *(int*)base = (int)v;
+            break;
+        }
+        case CLI_FLOAT: {
+            errno = 0;
+            double v = strtod(value, &end);
+            if (end == value || *end != '\0' || errno != 0 || !isfinite(v)) { cli_usage_error(prog, "flag %s expects a number, got '%s'", flagname, value); }
+            if (v < f->min || v > f->max) {
+                char detail[200];
+                snprintf(detail, sizeof(detail), "%g is outside [%g, %g]", v, f->min, f->max);
+                cli_usage_error(prog, "flag %s: %s", flagname, detail);
+            }
+            *(float*)base = (float)v;
+            break;
+        }
+        case CLI_STRING:
+            if (value[0] == '\0') { cli_usage_error(prog, "flag %s expects a non-empty value%s", flagname, ""); }
+            *(const char**)base = value;
+            break;
+        case CLI_CHOICE: {
+            for (int k = 0; f->choices[k]; k++) {
+                if (strcmp(value, f->choices[k]) == 0) { *(int*)base = k; return; }
+            }
+            char detail[300];
+            size_t used = (size_t)snprintf(detail, sizeof(detail), "'%s' is not one of", value);
+            for (int k = 0; f->choices[k]; k++) { used += (size_t)snprintf(detail + used, sizeof(detail) - used, " %s", f->choices[k]); }
+            cli_usage_error(prog, "flag %s: %s", flagname, detail);
+        }
+    }
+}
+
+// Parses argv into opts (which holds the defaults). Returns 1 if --help was asked for.
+static inline int cli_parse(int argc, char** argv, const CliFlag* flags, int n, void* opts) {
+    const char* prog = argv[0];
+    for (int i = 1; i < argc; i++) {
+        const char* arg = argv[i];
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) { return 1; }
+        const CliFlag* f = NULL;
+        const char* value = NULL;
+        if (arg[0] == '-' && arg[1] == '-') {
+            const char* name = arg + 2;
+            const char* eq = strchr(name, '=');
+            size_t len = eq ? (size_t)(eq - name) : strlen(name);
+            for (int k = 0; k < n; k++) {
+                if (strlen(flags[k].long_name) == len && strncmp(flags[k].long_name, name, len) == 0) { f = &flags[k]; }
+            }
+            if (eq) { value = eq + 1; }
+        } else if (arg[0] == '-' && arg[1] != '\0') {
+            for (int k = 0; k < n; k++) {
+                if (flags[k].short_name && strcmp(flags[k].short_name, arg + 1) == 0) { f = &flags[k]; }
+            }
+        }
+        if (f == NULL) { cli_usage_error(prog, "unknown flag '%s'%s", arg, ""); }
+        if (value == NULL) {
+            if (i + 1 >= argc) { cli_usage_error(prog, "flag %s needs a value%s", arg, ""); }
+            value = argv[++i];
+        }
+        cli_set(prog, f, arg, value, opts);
+    }
+    return 0;
+}
+
+#endif // LLMC_CLI_H

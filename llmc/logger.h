@@ -1,0 +1,77 @@
+/*
+ logger.h: the per-step line, ETA, and llm.c's main.log in the output directory.
+
+ main.log lines (llm.c): "s:<step> trl:<train loss>" and "s:<step> tel:<val loss>", appended, so
+ a resumed run continues the same file.
+*/
+#ifndef LLMC_LOGGER_H
+#define LLMC_LOGGER_H
+
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+#include "llmc/utils.h"
+
+typedef struct {
+    FILE* main_log;  // NULL without an output directory
+} Logger;
+
+static inline double wall_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// Creates dir if needed (one level).
+static inline void ensure_dir(const char* dir) {
+    struct stat st;
+    if (stat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) { ls_fatal("output directory '%s' exists and is not a directory", dir); }
+        return;
+    }
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) { ls_fatal("cannot create output directory '%s': %s", dir, strerror(errno)); }
+}
+
+static inline void logger_init(Logger* lg, const char* dir, int append) {
+    lg->main_log = NULL;
+    if (dir == NULL) { return; }
+    ensure_dir(dir);
+    char path[1100];
+    snprintf(path, sizeof(path), "%s/main.log", dir);
+    lg->main_log = fopenCheck(path, append ? "a" : "w");
+}
+
+static inline void logger_train(Logger* lg, int step, float loss) {
+    if (lg->main_log) { fprintf(lg->main_log, "s:%d trl:%f\n", step, loss); fflush(lg->main_log); }
+}
+
+static inline void logger_val(Logger* lg, int step, float loss) {
+    if (lg->main_log) { fprintf(lg->main_log, "s:%d tel:%f\n", step, loss); fflush(lg->main_log); }
+}
+
+static inline void logger_free(Logger* lg) {
+    if (lg->main_log) { fclose(lg->main_log); lg->main_log = NULL; }
+}
+
+// "1h02m", "3m07s" or "12s"
+static inline void format_duration(double seconds, char* buf, size_t len) {
+    if (seconds < 0) { seconds = 0; }
+    long s = (long)(seconds + 0.5);
+    if (s >= 3600) { snprintf(buf, len, "%ldh%02ldm", s / 3600, (s % 3600) / 60); }
+    else if (s >= 60) { snprintf(buf, len, "%ldm%02lds", s / 60, s % 60); }
+    else { snprintf(buf, len, "%lds", s); }
+}
+
+// The per-step line, in llm.c's CUDA format plus elapsed time and ETA.
+static inline void print_step_line(int step, int total, float loss, float norm, float lr, double ms, double tok_per_s,
+                                   double elapsed_s, double eta_s) {
+    char el[32], eta[32];
+    format_duration(elapsed_s, el, sizeof(el));
+    format_duration(eta_s, eta, sizeof(eta));
+    printf("step %4d/%d | loss %f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s | elapsed %s | eta %s\n", step, total,
+           loss, norm, lr, ms, tok_per_s, el, eta);
+    fflush(stdout);
+}
+
+#endif // LLMC_LOGGER_H

@@ -1,0 +1,132 @@
+/*
+ train_options.h: the trainers' options and their one flag table (llm.c's train_gpt2cu flags
+ with the same meaning, plus long options for the rest). Both trainers parse with this table;
+ a trainer sets its own defaults before parsing (the CPU trainer defaults to T = 64).
+*/
+#ifndef LLMC_TRAIN_OPTIONS_H
+#define LLMC_TRAIN_OPTIONS_H
+
+#include <stddef.h>
+#include "llmc/cli.h"
+#include "llmc/config.h"
+#include "llmc/schedulers.h"
+
+typedef struct {
+    const char* train_data;   // -i glob of train shards
+    const char* val_data;     // -j glob of val shards
+    const char* model;        // -e model file or descriptor
+    const char* output_dir;   // -o directory for logs and checkpoints
+    const char* tokenizer;    // --tokenizer decoder file for printing samples
+    int checkpoint_every;     // -n
+    int resume;               // -y
+    int B;                    // -b batch size per process
+    int T;                    // -t sequence length
+    int total_batch;          // -d total batch size in tokens (-1: B*T*processes, no accumulation)
+    float lr;                 // -l
+    float final_lr_frac;      // -q
+    int warmup;               // -u
+    float weight_decay;       // -c
+    int lr_schedule;          // -k (index into lr_schedule_names)
+    int val_every;            // -v
+    int val_max_steps;        // -m
+    int sample_every;         // -s
+    int gen_T;                // -g
+    int overfit;              // -a
+    int max_steps;            // -x (-1: one epoch)
+    float beta1, beta2, eps;  // AdamW
+    float grad_clip;          // global-norm clip (0: off)
+    int seed;                 // init, data order and sampling
+    int threads;              // OpenMP threads (0: all cores)
+    int dry_run;              // parse, build the model, print the memory table, exit
+} TrainOptions;
+
+static const char* const lr_schedule_choices[] = {"cosine", "linear", "constant", "wsd", NULL};
+
+#define OPT(field) offsetof(TrainOptions, field)
+static const CliFlag train_flags[] = {
+    {"i", "train-data", CLI_STRING, OPT(train_data), 0, 0, NULL, "glob of training token shards"},
+    {"j", "val-data", CLI_STRING, OPT(val_data), 0, 0, NULL, "glob of validation token shards"},
+    {"e", "model", CLI_STRING, OPT(model), 0, 0, NULL, "model file (llm.c format) or descriptor: d6|d12|d24|d36|d48 or e.g. L4C256H4[T1024][V50257]"},
+    {"o", "output-dir", CLI_STRING, OPT(output_dir), 0, 0, NULL, "directory for main.log and checkpoints"},
+    {NULL, "tokenizer", CLI_STRING, OPT(tokenizer), 0, 0, NULL, "llm.c tokenizer file used to print samples"},
+    {"n", "checkpoint-every", CLI_INT, OPT(checkpoint_every), 0, 1e9, NULL, "write a checkpoint every N steps (0: never; needs -o)"},
+    {"y", "resume", CLI_SWITCH, OPT(resume), 0, 1, NULL, "resume from the latest checkpoint in -o"},
+    {"b", "batch-size", CLI_INT, OPT(B), 1, 65536, NULL, "batch size B per process"},
+    {"t", "seq-len", CLI_INT, OPT(T), 1, 1048576, NULL, "sequence length T (at most the model's max)"},
+    {"d", "total-batch", CLI_INT, OPT(total_batch), -1, 1e9, NULL, "total batch in tokens, a multiple of B*T*processes (-1: B*T*processes)"},
+    {"l", "lr", CLI_FLOAT, OPT(lr), 0, 10, NULL, "peak learning rate"},
+    {"q", "final-lr-frac", CLI_FLOAT, OPT(final_lr_frac), 0, 1, NULL, "final learning rate as a fraction of the peak"},
+    {"u", "warmup", CLI_INT, OPT(warmup), 0, 1e9, NULL, "learning-rate warmup steps"},
+    {"c", "weight-decay", CLI_FLOAT, OPT(weight_decay), 0, 10, NULL, "decoupled weight decay (2-D weights only)"},
+    {"k", "lr-schedule", CLI_CHOICE, OPT(lr_schedule), 0, 0, lr_schedule_choices, "learning-rate schedule"},
+    {"v", "val-every", CLI_INT, OPT(val_every), 0, 1e9, NULL, "val loss every N steps (0: never)"},
+    {"m", "val-max-steps", CLI_INT, OPT(val_max_steps), -1, 1e9, NULL, "batches per val loss (-1: all)"},
+    {"s", "sample-every", CLI_INT, OPT(sample_every), 0, 1e9, NULL, "print generated text every N steps (0: never)"},
+    {"g", "gen-len", CLI_INT, OPT(gen_T), 1, 1048576, NULL, "tokens to generate per sample"},
+    {"a", "overfit", CLI_SWITCH, OPT(overfit), 0, 1, NULL, "train on the first batch only (overfit it)"},
+    {"x", "max-steps", CLI_INT, OPT(max_steps), -1, 1e9, NULL, "number of steps (-1: one epoch of the train data)"},
+    {NULL, "beta1", CLI_FLOAT, OPT(beta1), 0, 0.99999, NULL, "AdamW beta1"},
+    {NULL, "beta2", CLI_FLOAT, OPT(beta2), 0, 0.99999, NULL, "AdamW beta2"},
+    {NULL, "eps", CLI_FLOAT, OPT(eps), 1e-30, 1, NULL, "AdamW epsilon"},
+    {NULL, "grad-clip", CLI_FLOAT, OPT(grad_clip), 0, 1e9, NULL, "clip the global gradient norm to this (0: off)"},
+    {NULL, "seed", CLI_INT, OPT(seed), 0, 2147483647, NULL, "seed of init, data order and sampling"},
+    {NULL, "threads", CLI_INT, OPT(threads), 0, 4096, NULL, "CPU threads (0: all cores)"},
+    {NULL, "dry-run", CLI_SWITCH, OPT(dry_run), 0, 1, NULL, "check flags, build the model, print the memory table and exit"},
+};
+#undef OPT
+#define TRAIN_FLAG_COUNT ((int)(sizeof(train_flags) / sizeof(train_flags[0])))
+
+static inline void train_options_defaults(TrainOptions* o) {
+    memset(o, 0, sizeof(*o));
+    o->train_data = "data/tinyshakespeare/tiny_shakespeare_train.bin";
+    o->val_data = "data/tinyshakespeare/tiny_shakespeare_val.bin";
+    o->model = "d12";
+    o->output_dir = NULL;
+    o->tokenizer = "data/gpt2_tokenizer.bin";
+    o->checkpoint_every = 0;
+    o->B = 4;
+    o->T = 1024;
+    o->total_batch = -1;
+    o->lr = 3e-4f;
+    o->final_lr_frac = 1.0f;
+    o->warmup = 0;
+    o->weight_decay = 0.0f;
+    o->lr_schedule = LR_COSINE;
+    o->val_every = 20;
+    o->val_max_steps = 20;
+    o->sample_every = 20;
+    o->gen_T = 64;
+    o->overfit = 0;
+    o->max_steps = -1;
+    o->beta1 = 0.9f;
+    o->beta2 = 0.95f;
+    o->eps = 1e-8f;
+    o->grad_clip = 1.0f;
+    o->seed = 42;
+    o->threads = 0;
+}
+
+// Checks that need the model: T against max_seq_len, the total batch. Exits 2 naming the flag.
+static inline int train_options_accum_steps(const char* prog, const TrainOptions* o, const GPT2Config* c,
+                                            int num_processes) {
+    if (o->T > c->max_seq_len) {
+        fprintf(stderr, "%s: error: flag -t: %d is above the model's max sequence length %d (see --help)\n", prog, o->T,
+                c->max_seq_len);
+        exit(2);
+    }
+    if (o->gen_T > c->max_seq_len) {
+        fprintf(stderr, "%s: error: flag -g: %d is above the model's max sequence length %d (see --help)\n", prog,
+                o->gen_T, c->max_seq_len);
+        exit(2);
+    }
+    long long per_step = (long long)o->B * o->T * num_processes;
+    if (o->total_batch == -1) { return 1; }
+    if (o->total_batch <= 0 || o->total_batch % per_step != 0) {
+        fprintf(stderr, "%s: error: flag -d: %d is not a positive multiple of B*T*processes = %lld (see --help)\n", prog,
+                o->total_batch, per_step);
+        exit(2);
+    }
+    return (int)(o->total_batch / per_step);
+}
+
+#endif // LLMC_TRAIN_OPTIONS_H

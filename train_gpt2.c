@@ -1,0 +1,764 @@
+/*
+ train_gpt2.c: GPT-2 training on the CPU in fp32 — the reference for the CUDA trainer, and a
+ real trainer: OpenMP across cores, matmuls through BLAS (cblas_sgemm), the fused AdamW of
+ llmc/optim.h.
+
+ Reads top to bottom: the layers (forward and backward of each op), the model (parameters,
+ activations, forward, backward, update), sampling, checkpoints, and the training loop.
+ Everything both trainers share lives in llmc/: configuration, parameter table, model and state
+ files, dataloader, tokenizer, schedulers, flags, memory model, logging.
+
+ Shapes are in PyTorch order: B batch, T time, C channels, NH heads, hs = C/NH head size,
+ L layers, V vocab, Vp padded vocab. Linear weights are (out, in).
+*/
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <cblas.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include "llmc/utils.h"
+#include "llmc/config.h"
+#include "llmc/params.h"
+#include "llmc/checkpoint.h"
+#include "llmc/dataloader.h"
+#include "llmc/tokenizer.h"
+#include "llmc/schedulers.h"
+#include "llmc/train_options.h"
+#include "llmc/optim.h"
+#include "llmc/memory.h"
+#include "llmc/logger.h"
+
+// ----------------------------------------------------------------------------
+// layers: forward and backward of each op. Backward ops accumulate (+=) into parameter
+// gradients; into activation gradients as their comment says.
+
+// out (B,T,C) = wte[inp] + wpe[t]
+static void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C) {
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            float* o = out + ((size_t)b * T + t) * C;
+            const float* we = wte + (size_t)inp[b * T + t] * C;
+            const float* pe = wpe + (size_t)t * C;
+            for (int i = 0; i < C; i++) { o[i] = we[i] + pe[i]; }
+        }
+    }
+}
+
+// dwte (Vp,C) += scatter of dout (B,T,C) by token; dwpe (maxT,C) += sum over b of dout
+static void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C) {
+    // position gradients: parallel over t, no conflicts
+    #pragma omp parallel for
+    for (int t = 0; t < T; t++) {
+        float* dp = dwpe + (size_t)t * C;
+        for (int b = 0; b < B; b++) {
+            const float* d = dout + ((size_t)b * T + t) * C;
+            for (int i = 0; i < C; i++) { dp[i] += d[i]; }
+        }
+    }
+    // token gradients: a token may repeat, so each thread owns a slice of the channels
+    #pragma omp parallel
+    {
+        int nth = 1, tid = 0;
+#ifdef _OPENMP
+        nth = omp_get_num_threads();
+        tid = omp_get_thread_num();
+#endif
+        int c0 = (int)((long)C * tid / nth), c1 = (int)((long)C * (tid + 1) / nth);
+        for (int bt = 0; bt < B * T; bt++) {
+            float* dw = dwte + (size_t)inp[bt] * C;
+            const float* d = dout + (size_t)bt * C;
+            for (int i = c0; i < c1; i++) { dw[i] += d[i]; }
+        }
+    }
+}
+
+// out (N,C) = (inp - mean) * rstd * weight + bias; mean, rstd (N)
+static void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                              const float* bias, int N, int C) {
+    const float eps = 1e-5f;
+    #pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float* x = inp + (size_t)n * C;
+        float sum = 0.0f;
+        #pragma omp simd reduction(+:sum)
+        for (int i = 0; i < C; i++) { sum += x[i]; }
+        float m = sum / (float)C;
+        float var = 0.0f;
+        #pragma omp simd reduction(+:var)
+        for (int i = 0; i < C; i++) { float d = x[i] - m; var += d * d; }
+        float s = 1.0f / sqrtf(var / (float)C + eps);
+        float* o = out + (size_t)n * C;
+        #pragma omp simd
+        for (int i = 0; i < C; i++) { o[i] = (x[i] - m) * s * weight[i] + bias[i]; }
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+// dinp (N,C) += ...; dweight, dbias (C) += ...
+static void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* weight, const float* mean, const float* rstd, int N, int C) {
+    #pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float* d = dout + (size_t)n * C;
+        const float* x = inp + (size_t)n * C;
+        float* dx = dinp + (size_t)n * C;
+        float m = mean[n], s = rstd[n];
+        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+        #pragma omp simd reduction(+:dnorm_mean, dnorm_norm_mean)
+        for (int i = 0; i < C; i++) {
+            float norm = (x[i] - m) * s;
+            float dnorm = weight[i] * d[i];
+            dnorm_mean += dnorm;
+            dnorm_norm_mean += dnorm * norm;
+        }
+        dnorm_mean /= (float)C;
+        dnorm_norm_mean /= (float)C;
+        #pragma omp simd
+        for (int i = 0; i < C; i++) {
+            float norm = (x[i] - m) * s;
+            float dnorm = weight[i] * d[i];
+            dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+        }
+    }
+    // parameter gradients: parallel over channels, rows in order (deterministic)
+    #pragma omp parallel for
+    for (int i = 0; i < C; i++) {
+        float dw = 0.0f, db = 0.0f;
+        for (int n = 0; n < N; n++) {
+            float norm = (inp[(size_t)n * C + i] - mean[n]) * rstd[n];
+            dw += norm * dout[(size_t)n * C + i];
+            db += dout[(size_t)n * C + i];
+        }
+        dweight[i] += dw;
+        dbias[i] += db;
+    }
+}
+
+// out (N,OC) = inp (N,IC) @ weight (OC,IC)^T + bias (OC); bias may be NULL
+static void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
+                           int OC) {
+    if (bias != NULL) {
+        #pragma omp parallel for
+        for (int n = 0; n < N; n++) { memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float)); }
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, weight, IC,
+                bias != NULL ? 1.0f : 0.0f, out, OC);
+}
+
+// dinp (N,IC) = dout @ weight (overwritten); dweight (OC,IC) += dout^T @ inp; dbias (OC) += colsum
+static void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                            const float* weight, int N, int IC, int OC) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, weight, IC, 0.0f, dinp, IC);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
+    if (dbias != NULL) {
+        #pragma omp parallel for
+        for (int o = 0; o < OC; o++) {
+            float sum = 0.0f;
+            for (int n = 0; n < N; n++) { sum += dout[(size_t)n * OC + o]; }
+            dbias[o] += sum;
+        }
+    }
+}
+
+// Causal self-attention. qkv (B,T,3C) holds q, k, v; out (B,T,C); att (B,NH,T,T) the softmax
+// probabilities (zero above the diagonal), kept for the backward pass.
+static void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    size_t C3 = 3 * (size_t)C;
+    float scale = 1.0f / sqrtf((float)hs);
+    #pragma omp parallel for collapse(3)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) {
+                const float* q = qkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
+                float* a = att + (((size_t)b * NH + h) * T + t) * T;
+                float maxval = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* k = qkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
+                    float dot = 0.0f;
+                    #pragma omp simd reduction(+:dot)
+                    for (int i = 0; i < hs; i++) { dot += q[i] * k[i]; }
+                    dot *= scale;
+                    a[t2] = dot;
+                    if (dot > maxval) { maxval = dot; }
+                }
+                float sum = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) { a[t2] = expf(a[t2] - maxval); sum += a[t2]; }
+                float inv = 1.0f / sum;
+                for (int t2 = 0; t2 <= t; t2++) { a[t2] *= inv; }
+                for (int t2 = t + 1; t2 < T; t2++) { a[t2] = 0.0f; }
+                float* o = out + ((size_t)b * T + t) * C + (size_t)h * hs;
+                for (int i = 0; i < hs; i++) { o[i] = 0.0f; }
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* v = qkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
+                    float w = a[t2];
+                    #pragma omp simd
+                    for (int i = 0; i < hs; i++) { o[i] += w * v[i]; }
+                }
+            }
+        }
+    }
+}
+
+// dqkv (B,T,3C) = gradient (overwritten); datt (B,NH,T,T) scratch; dout (B,T,C)
+static void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
+                               int B, int T, int C, int NH) {
+    int hs = C / NH;
+    size_t C3 = 3 * (size_t)C;
+    float scale = 1.0f / sqrtf((float)hs);
+    // each (b, h) owns its slice of dqkv: no two threads write the same element
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) {
+                float* dq = dqkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
+                float* dk = dq + C;
+                float* dv = dq + 2 * (size_t)C;
+                for (int i = 0; i < hs; i++) { dq[i] = 0.0f; dk[i] = 0.0f; dv[i] = 0.0f; }
+            }
+            for (int t = 0; t < T; t++) {
+                const float* a = att + (((size_t)b * NH + h) * T + t) * T;
+                float* da = datt + (((size_t)b * NH + h) * T + t) * T;
+                const float* d = dout + ((size_t)b * T + t) * C + (size_t)h * hs;
+                // through out = att @ v
+                float dsum = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* v = qkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
+                    float* dv = dqkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
+                    float dot = 0.0f;
+                    float w = a[t2];
+                    #pragma omp simd reduction(+:dot)
+                    for (int i = 0; i < hs; i++) { dot += d[i] * v[i]; dv[i] += w * d[i]; }
+                    da[t2] = dot;
+                    dsum += w * dot;
+                }
+                // through the softmax: dpre = att * (datt - sum(att * datt))
+                for (int t2 = 0; t2 <= t; t2++) { da[t2] = a[t2] * (da[t2] - dsum) * scale; }
+                // through pre = q . k * scale
+                const float* q = qkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
+                float* dq = dqkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* k = qkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
+                    float* dk = dqkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
+                    float g = da[t2];
+                    #pragma omp simd
+                    for (int i = 0; i < hs; i++) { dq[i] += g * k[i]; dk[i] += g * q[i]; }
+                }
+            }
+        }
+    }
+}
+
+#define GELU_SCALE 0.7978845608028654f  // sqrt(2 / pi)
+
+// out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise over N
+static void gelu_forward(float* out, const float* inp, size_t N) {
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < N; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+    }
+}
+
+// dinout (N): on entry d out, on exit d inp
+static void gelu_backward_inplace(float* dinout, const float* inp, size_t N) {
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < N; i++) {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+        float th = tanhf(u);
+        float sech2 = 1.0f - th * th;
+        float local = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        dinout[i] *= local;
+    }
+}
+
+// out += inp, elementwise over N
+static void residual_add_inplace(float* out, const float* inp, size_t N) {
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < N; i++) { out[i] += inp[i]; }
+}
+
+// losses (B*T) = -log softmax(logits)[target], softmax over the first V of Vp columns
+static void crossentropy_forward(float* losses, const float* logits, const int* targets, int BT, int V, int Vp) {
+    #pragma omp parallel for
+    for (int i = 0; i < BT; i++) {
+        const float* row = logits + (size_t)i * Vp;
+        float maxval = -INFINITY;
+        for (int j = 0; j < V; j++) { if (row[j] > maxval) { maxval = row[j]; } }
+        float sum = 0.0f;
+        for (int j = 0; j < V; j++) { sum += expf(row[j] - maxval); }
+        losses[i] = logf(sum) + maxval - row[targets[i]];
+    }
+}
+
+// logits (B*T, Vp) become dlogits in place: (softmax - onehot(target)) * dloss; padding 0
+static void crossentropy_softmax_backward_inplace(float* logits, const int* targets, int BT, int V, int Vp,
+                                                  float dloss) {
+    #pragma omp parallel for
+    for (int i = 0; i < BT; i++) {
+        float* row = logits + (size_t)i * Vp;
+        float maxval = -INFINITY;
+        for (int j = 0; j < V; j++) { if (row[j] > maxval) { maxval = row[j]; } }
+        float sum = 0.0f;
+        for (int j = 0; j < V; j++) { row[j] = expf(row[j] - maxval); sum += row[j]; }
+        float scale = dloss / sum;
+        for (int j = 0; j < V; j++) { row[j] *= scale; }
+        row[targets[i]] -= dloss;
+        for (int j = V; j < Vp; j++) { row[j] = 0.0f; }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the model
+
+typedef union {
+    struct {
+        float* encoded;    // (B,T,C)
+        float* ln1;        // (L,B,T,C)
+        float* ln1_mean;   // (L,B,T)
+        float* ln1_rstd;   // (L,B,T)
+        float* qkv;        // (L,B,T,3C)
+        float* atty;       // (L,B,T,C)
+        float* att;        // (L,B,NH,T,T)
+        float* residual2;  // (L,B,T,C)
+        float* ln2;        // (L,B,T,C)
+        float* ln2_mean;   // (L,B,T)
+        float* ln2_rstd;   // (L,B,T)
+        float* fch;        // (L,B,T,4C)
+        float* fch_gelu;   // (L,B,T,4C)
+        float* residual3;  // (L,B,T,C)
+        float* lnf;        // (B,T,C)
+        float* lnf_mean;   // (B,T)
+        float* lnf_rstd;   // (B,T)
+        float* logits;     // (B,T,Vp), dlogits after the backward pass
+        float* losses;     // (B,T)
+    };
+    float* t[CPU_NUM_ACTIVATIONS];
+} ActivationTensors;
+
+typedef union {
+    struct {
+        float* dresidual;  // (B,T,C) gradient flowing down the residual stream
+        float* dbuf1;      // (B,T,C)
+        float* dbuf2;      // (B,T,C)
+        float* dqkv;       // (B,T,3C)
+        float* dfch;       // (B,T,4C)
+        float* datt;       // (B,NH,T,T)
+    };
+    float* t[CPU_NUM_SCRATCH];
+} ScratchTensors;
+
+typedef struct {
+    GPT2Config config;
+    ParamTable table;
+    size_t num_parameters;
+    float* params_memory;
+    ParameterTensors params;
+    float* grads_memory;
+    ParameterTensors grads;
+    float* m_memory;       // AdamW first moment (allocated at build: the memory table shows it)
+    float* v_memory;       // AdamW second moment
+    OptSegment segments[NUM_PARAMETER_TENSORS];
+    int num_segments;
+    int B, T;              // the largest batch the activations hold
+    float* acts_memory;
+    ActivationTensors acts;
+    float* scratch_memory;
+    ScratchTensors scratch;
+    MemCounter mem;        // what was really allocated, per category
+    float mean_loss;       // of the last forward with targets
+} GPT2;
+
+// Builds the model from a model file or a descriptor (random init from seed), and allocates
+// parameters, gradients, AdamW state and activations for batches up to (B, T).
+static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t seed, int B, int T) {
+    memset(model, 0, sizeof(*model));
+    int from_descriptor = gpt2_config_from_descriptor(model_or_descriptor, &model->config);
+    if (from_descriptor) {
+        char err[200];
+        if (!gpt2_config_valid(&model->config, err, sizeof(err))) {
+            ls_fatal("flag -e: descriptor '%s': %s", model_or_descriptor, err);
+        }
+    } else {
+        model_file_read_header(model_or_descriptor, &model->config);
+    }
+    GPT2Config* c = &model->config;
+    param_table_build(&model->table, c);
+    model->num_parameters = model->table.total;
+    size_t n = model->num_parameters;
+    MemCounter* mc = &model->mem;
+    model->params_memory = (float*)memAlloc(mc, MEM_PARAMS, n * sizeof(float));
+    model->grads_memory = (float*)memAlloc(mc, MEM_GRADS, n * sizeof(float));
+    model->m_memory = (float*)memAlloc(mc, MEM_ADAM_M, n * sizeof(float));
+    model->v_memory = (float*)memAlloc(mc, MEM_ADAM_V, n * sizeof(float));
+    memset(model->grads_memory, 0, n * sizeof(float));
+    memset(model->m_memory, 0, n * sizeof(float));
+    memset(model->v_memory, 0, n * sizeof(float));
+    param_pointers(&model->table, model->params_memory, &model->params);
+    param_pointers(&model->table, model->grads_memory, &model->grads);
+    if (from_descriptor) {
+        params_init_random(&model->table, model->params_memory, seed);
+    } else {
+        model_file_read_params(model_or_descriptor, c, model->params_memory);
+    }
+    // activations, carved from one buffer in the memory model's layout
+    model->B = B;
+    model->T = T;
+    size_t act_sizes[CPU_NUM_ACTIVATIONS], scratch_sizes[CPU_NUM_SCRATCH];
+    cpu_activation_sizes(c, B, T, act_sizes);
+    cpu_scratch_sizes(c, B, T, scratch_sizes);
+    model->acts_memory = (float*)memAlloc(mc, MEM_ACTS, sum_sizes(act_sizes, CPU_NUM_ACTIVATIONS) * sizeof(float));
+    model->scratch_memory = (float*)memAlloc(mc, MEM_SCRATCH, sum_sizes(scratch_sizes, CPU_NUM_SCRATCH) * sizeof(float));
+    float* p = model->acts_memory;
+    for (int i = 0; i < CPU_NUM_ACTIVATIONS; i++) { model->acts.t[i] = p; p += act_sizes[i]; }
+    p = model->scratch_memory;
+    for (int i = 0; i < CPU_NUM_SCRATCH; i++) { model->scratch.t[i] = p; p += scratch_sizes[i]; }
+    model->num_segments = 0;
+}
+
+static void gpt2_free(GPT2* model) {
+    free(model->scratch_memory);
+    free(model->acts_memory);
+    free(model->v_memory);
+    free(model->m_memory);
+    free(model->grads_memory);
+    free(model->params_memory);
+    memset(model, 0, sizeof(*model));
+}
+
+// Forward pass on inputs (B,T), B <= model->B, T <= model->T. With targets (B,T), fills
+// acts.losses and returns the mean loss; without, returns -1 and leaves acts.logits.
+static float gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T) {
+    if (B > model->B || T > model->T) { ls_fatal("forward: batch (%d, %d) exceeds the allocated (%d, %d)", B, T, model->B, model->T); }
+    const GPT2Config* c = &model->config;
+    int L = c->num_layers, C = c->channels, NH = c->num_heads, V = c->vocab_size, Vp = c->padded_vocab_size;
+    int BT = B * T;
+    ParameterTensors* w = &model->params;
+    ActivationTensors* a = &model->acts;
+    for (int i = 0; i < BT; i++) {
+        if (inputs[i] < 0 || inputs[i] >= V) { ls_fatal("forward: input token %d at %d is outside [0, %d)", inputs[i], i, V); }
+        if (targets && (targets[i] < 0 || targets[i] >= V)) { ls_fatal("forward: target token %d at %d is outside [0, %d)", targets[i], i, V); }
+    }
+    encoder_forward(a->encoded, inputs, w->wte, w->wpe, B, T, C);
+    for (int l = 0; l < L; l++) {
+        size_t lC = (size_t)l * C, lBTC = (size_t)l * BT * C, lBT = (size_t)l * BT;
+        const float* residual = l == 0 ? a->encoded : a->residual3 + lBTC - (size_t)BT * C;
+        float* ln1 = a->ln1 + lBTC;
+        float* qkv = a->qkv + 3 * lBTC;
+        float* atty = a->atty + lBTC;
+        float* att = a->att + (size_t)l * B * NH * T * T;
+        float* residual2 = a->residual2 + lBTC;
+        float* ln2 = a->ln2 + lBTC;
+        float* fch = a->fch + 4 * lBTC;
+        float* fch_gelu = a->fch_gelu + 4 * lBTC;
+        float* residual3 = a->residual3 + lBTC;
+        layernorm_forward(ln1, a->ln1_mean + lBT, a->ln1_rstd + lBT, residual, w->ln1w + lC, w->ln1b + lC, BT, C);
+        matmul_forward(qkv, ln1, w->qkvw + 3 * lC * C, w->qkvb + 3 * lC, BT, C, 3 * C);
+        attention_forward(atty, att, qkv, B, T, C, NH);
+        matmul_forward(residual2, atty, w->attprojw + lC * C, w->attprojb + lC, BT, C, C);
+        residual_add_inplace(residual2, residual, (size_t)BT * C);
+        layernorm_forward(ln2, a->ln2_mean + lBT, a->ln2_rstd + lBT, residual2, w->ln2w + lC, w->ln2b + lC, BT, C);
+        matmul_forward(fch, ln2, w->fcw + 4 * lC * C, w->fcb + 4 * lC, BT, C, 4 * C);
+        gelu_forward(fch_gelu, fch, (size_t)BT * 4 * C);
+        matmul_forward(residual3, fch_gelu, w->fcprojw + 4 * lC * C, w->fcprojb + lC, BT, 4 * C, C);
+        residual_add_inplace(residual3, residual2, (size_t)BT * C);
+    }
+    const float* last = a->residual3 + (size_t)(L - 1) * BT * C;
+    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, w->lnfw, w->lnfb, BT, C);
+    matmul_forward(a->logits, a->lnf, w->wte, NULL, BT, C, Vp);
+    if (targets == NULL) { model->mean_loss = -1.0f; return -1.0f; }
+    crossentropy_forward(a->losses, a->logits, targets, BT, V, Vp);
+    double sum = 0.0;
+    for (int i = 0; i < BT; i++) { sum += a->losses[i]; }
+    model->mean_loss = (float)(sum / BT);
+    return model->mean_loss;
+}
+
+static void gpt2_zero_grad(GPT2* model) { memset(model->grads_memory, 0, model->num_parameters * sizeof(float)); }
+
+// Backward pass after gpt2_forward with targets; adds the gradient of (mean loss * loss_scale)
+// to the parameter gradients (loss_scale = 1 / gradient-accumulation steps).
+static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, int B, int T, float loss_scale) {
+    const GPT2Config* c = &model->config;
+    int L = c->num_layers, C = c->channels, NH = c->num_heads, V = c->vocab_size, Vp = c->padded_vocab_size;
+    int BT = B * T;
+    ParameterTensors* w = &model->params;
+    ParameterTensors* g = &model->grads;
+    ActivationTensors* a = &model->acts;
+    ScratchTensors* s = &model->scratch;
+    size_t BTC = (size_t)BT * C;
+    crossentropy_softmax_backward_inplace(a->logits, targets, BT, V, Vp, loss_scale / (float)BT);
+    const float* dlogits = a->logits;
+    memset(s->dresidual, 0, BTC * sizeof(float));
+    matmul_backward(s->dbuf1, g->wte, NULL, dlogits, a->lnf, w->wte, BT, C, Vp);
+    const float* last = a->residual3 + (size_t)(L - 1) * BTC;
+    layernorm_backward(s->dresidual, g->lnfw, g->lnfb, s->dbuf1, last, w->lnfw, a->lnf_mean, a->lnf_rstd, BT, C);
+    for (int l = L - 1; l >= 0; l--) {
+        size_t lC = (size_t)l * C, lBTC = (size_t)l * BTC, lBT = (size_t)l * BT;
+        const float* residual = l == 0 ? a->encoded : a->residual3 + lBTC - BTC;
+        // dresidual holds d residual3[l]; the MLP block
+        matmul_backward(s->dfch, g->fcprojw + 4 * lC * C, g->fcprojb + lC, s->dresidual, a->fch_gelu + 4 * lBTC,
+                        w->fcprojw + 4 * lC * C, BT, 4 * C, C);
+        gelu_backward_inplace(s->dfch, a->fch + 4 * lBTC, 4 * BTC);
+        matmul_backward(s->dbuf1, g->fcw + 4 * lC * C, g->fcb + 4 * lC, s->dfch, a->ln2 + lBTC, w->fcw + 4 * lC * C,
+                        BT, C, 4 * C);
+        layernorm_backward(s->dresidual, g->ln2w + lC, g->ln2b + lC, s->dbuf1, a->residual2 + lBTC, w->ln2w + lC,
+                           a->ln2_mean + lBT, a->ln2_rstd + lBT, BT, C);
+        // dresidual holds d residual2[l]; the attention block
+        matmul_backward(s->dbuf2, g->attprojw + lC * C, g->attprojb + lC, s->dresidual, a->atty + lBTC,
+                        w->attprojw + lC * C, BT, C, C);
+        attention_backward(s->dqkv, s->datt, s->dbuf2, a->qkv + 3 * lBTC, a->att + (size_t)l * B * NH * T * T, B, T,
+                           C, NH);
+        matmul_backward(s->dbuf1, g->qkvw + 3 * lC * C, g->qkvb + 3 * lC, s->dqkv, a->ln1 + lBTC,
+                        w->qkvw + 3 * lC * C, BT, C, 3 * C);
+        layernorm_backward(s->dresidual, g->ln1w + lC, g->ln1b + lC, s->dbuf1, residual, w->ln1w + lC,
+                           a->ln1_mean + lBT, a->ln1_rstd + lBT, BT, C);
+    }
+    encoder_backward(g->wte, g->wpe, s->dresidual, inputs, B, T, C);
+}
+
+// Clips and applies AdamW to all parameters; `step` counts from 1. Returns the gradient norm
+// before clipping.
+static float gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
+    if (model->num_segments == 0) {
+        model->num_segments = optim_segments_build(&model->table, h->weight_decay, model->segments);
+    }
+    float norm = global_norm_cpu(model->grads_memory, model->num_parameters);
+    float scale = clip_scale_of(norm, h->grad_clip);
+    adamw_update_cpu(model->params_memory, model->grads_memory, model->m_memory, model->v_memory, model->segments,
+                     model->num_segments, h, step, scale);
+    return norm;
+}
+
+// ----------------------------------------------------------------------------
+// sampling
+
+// Draws a token from softmax(logits[0..V)) with a uniform coin in [0, 1).
+static int sample_softmax(const float* logits, int V, float coin) {
+    float maxval = -INFINITY;
+    for (int i = 0; i < V; i++) { if (logits[i] > maxval) { maxval = logits[i]; } }
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) { sum += exp((double)(logits[i] - maxval)); }
+    double target = (double)coin * sum, cdf = 0.0;
+    for (int i = 0; i < V; i++) {
+        cdf += exp((double)(logits[i] - maxval));
+        if (cdf > target) { return i; }
+    }
+    return V - 1;
+}
+
+// Generates gen_T tokens after <|endoftext|> and prints them decoded (or as ids without a
+// tokenizer).
+static LS_UNUSED void gpt2_sample(GPT2* model, const Tokenizer* tok, int gen_T, uint64_t* rng) {
+    int T = gen_T < model->T ? gen_T : model->T;
+    int* tokens = (int*)mallocCheck((size_t)T * sizeof(int));
+    tokens[0] = GPT2_EOT < model->config.vocab_size ? GPT2_EOT : 0;
+    printf("generating:\n---\n");
+    for (int t = 1; t < T; t++) {
+        gpt2_forward(model, tokens, NULL, 1, t);
+        const float* logits = model->acts.logits + (size_t)(t - 1) * model->config.padded_vocab_size;
+        int next = sample_softmax(logits, model->config.vocab_size, xorshift_f32(rng));
+        tokens[t] = next;
+    }
+    if (tok) {
+        size_t cap = (size_t)T * 64 + 1;
+        char* text = (char*)mallocCheck(cap);
+        tokenizer_decode_to_buf(tok, tokens + 1, (size_t)(T - 1), text, cap);
+        printf("%s", text);
+        free(text);
+    } else {
+        for (int t = 1; t < T; t++) { printf("%d ", tokens[t]); }
+    }
+    printf("\n---\n");
+    free(tokens);
+}
+
+// ----------------------------------------------------------------------------
+// checkpoints: <dir>/model_<step>.bin, <dir>/state_<step>_<rank>.bin, then <dir>/DONE_<step>
+
+static LS_UNUSED void checkpoint_save(const GPT2* model, const char* dir, const RunState* rs) {
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, rs->step);
+    model_file_write(path, &model->config, model->params_memory, MODEL_VERSION_FP32);
+    snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, rs->step, rs->process_rank);
+    state_file_write(path, rs, model->m_memory, model->v_memory);
+    snprintf(path, sizeof(path), "%s/DONE_%08d", dir, rs->step);
+    AtomicFile af;
+    atomic_file_open(&af, path);
+    atomic_file_commit(&af);
+    printf("checkpoint: wrote %s/model_%08d.bin and its state\n", dir, rs->step);
+}
+
+// Returns the step of the newest complete checkpoint in dir (its DONE file exists), or -1.
+static LS_UNUSED int checkpoint_latest(const char* dir) {
+    DIR* d = opendir(dir);
+    if (d == NULL) { return -1; }
+    int best = -1;
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        int step;
+        char tail;
+        if (sscanf(e->d_name, "DONE_%8d%c", &step, &tail) == 1 && step > best) { best = step; }
+    }
+    closedir(d);
+    return best;
+}
+
+// ----------------------------------------------------------------------------
+// training
+
+#ifndef TESTING
+
+static float evaluate_val_loss(GPT2* model, DataLoader* val, int max_steps) {
+    dataloader_reset(val);
+    size_t steps = dataloader_steps_per_epoch(val);
+    if (max_steps >= 0 && (size_t)max_steps < steps) { steps = (size_t)max_steps; }
+    double sum = 0.0;
+    for (size_t i = 0; i < steps; i++) {
+        dataloader_next_batch(val);
+        sum += gpt2_forward(model, val->inputs, val->targets, val->B, val->T);
+    }
+    return steps ? (float)(sum / (double)steps) : NAN;
+}
+
+int main(int argc, char** argv) {
+    TrainOptions o;
+    train_options_defaults(&o);
+    o.T = 64;  // the CPU trainer's default sequence length (llm.c's train_gpt2.c)
+    const char* summary = "Train GPT-2 on the CPU (fp32, OpenMP + BLAS). Flags follow llm.c's train_gpt2cu.";
+    if (cli_parse(argc, argv, train_flags, TRAIN_FLAG_COUNT, &o)) {
+        cli_print_help(stdout, argv[0], summary, train_flags, TRAIN_FLAG_COUNT, &o);
+        return 0;
+    }
+#ifdef _OPENMP
+    if (o.threads > 0) { omp_set_num_threads(o.threads); }
+#endif
+    if (o.checkpoint_every > 0 && o.output_dir == NULL) { fprintf(stderr, "%s: error: flag -n needs -o (where to write checkpoints) (see --help)\n", argv[0]); return 2; }
+    if (o.resume && o.output_dir == NULL) { fprintf(stderr, "%s: error: flag -y needs -o (where the checkpoints are) (see --help)\n", argv[0]); return 2; }
+
+    // the model, from a checkpoint when resuming
+    int start_step = 0;
+    char resume_model[1200] = "";
+    if (o.resume) {
+        start_step = checkpoint_latest(o.output_dir);
+        if (start_step < 0) { ls_fatal("-y 1: no complete checkpoint (DONE_* file) in '%s'", o.output_dir); }
+        snprintf(resume_model, sizeof(resume_model), "%s/model_%08d.bin", o.output_dir, start_step);
+    }
+    GPT2 model;
+    GPT2Config probe;  // validate T against the model before allocating
+    if (!gpt2_config_from_descriptor(o.resume ? resume_model : o.model, &probe)) {
+        model_file_read_header(o.resume ? resume_model : o.model, &probe);
+    }
+    int accum = train_options_accum_steps(argv[0], &o, &probe, 1);
+    gpt2_build(&model, o.resume ? resume_model : o.model, (uint64_t)o.seed, o.B, o.T);
+    const GPT2Config* c = &model.config;
+    printf("leanstep train_gpt2 (CPU, fp32)\n");
+    printf("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %zu parameters, from %s\n", c->num_layers, c->channels,
+           c->num_heads, c->vocab_size, c->padded_vocab_size, c->max_seq_len, model.num_parameters,
+           o.resume ? resume_model : o.model);
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    printf("batch: B=%d T=%d, gradient accumulation %d, %d tokens per step, %d threads\n", o.B, o.T, accum,
+           o.B * o.T * accum, threads);
+    MemoryReport predicted = memory_model_cpu(c, o.B, o.T);
+    memory_report_print(stdout, &predicted, model.num_parameters);
+    if (o.dry_run) { gpt2_free(&model); return 0; }
+
+    DataLoader train, val;
+    dataloader_init(&train, o.train_data, o.B, o.T, 0, 1, !o.overfit, (uint64_t)o.seed, c->vocab_size);
+    int do_val = o.val_every > 0;
+    if (do_val) { dataloader_init(&val, o.val_data, o.B, o.T, 0, 1, 0, (uint64_t)o.seed, c->vocab_size); }
+    int total_steps = o.max_steps >= 0 ? o.max_steps : (int)(dataloader_steps_per_epoch(&train) / (size_t)accum);
+    if (total_steps < 1 && o.max_steps != 0) { total_steps = 1; }
+    printf("train: %zu batches per epoch in %d shard(s); %d steps\n", dataloader_steps_per_epoch(&train),
+           train.num_shards, total_steps);
+
+    Tokenizer tokenizer;
+    int have_tokenizer = 0;
+    if (o.sample_every > 0) {
+        if (file_exists(o.tokenizer)) {
+            tokenizer_init_from_file(&tokenizer, o.tokenizer);
+            have_tokenizer = 1;
+        } else {
+            printf("note: tokenizer file %s not found (run `make data`); samples print token ids\n", o.tokenizer);
+        }
+    }
+    LrSchedule sched = {(LrScheduleType)o.lr_schedule, o.lr, o.final_lr_frac, o.warmup, total_steps};
+    AdamWHyper hyper = {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.grad_clip};
+    uint64_t sample_rng = 1337 + (uint64_t)o.seed;
+    Logger logger;
+    logger_init(&logger, o.output_dir, o.resume);
+
+    if (o.resume) {
+        char path[1200];
+        snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", o.output_dir, start_step, 0);
+        RunState rs;
+        state_file_read(path, model.num_parameters, &rs, model.m_memory, model.v_memory);
+        if (rs.step != start_step) { ls_fatal("state file '%s': step %d, expected %d", path, rs.step, start_step); }
+        dataloader_seek(&train, rs.data_epoch, (size_t)rs.data_sample);
+        sample_rng = rs.sampler_rng;
+        printf("resumed from step %d\n", start_step);
+    }
+    if (o.overfit) { dataloader_next_batch(&train); }
+
+    double t_start = wall_seconds(), train_seconds = 0.0;
+    int timed_steps = 0;
+    for (int step = start_step; step <= total_steps; step++) {
+        int last_step = step == total_steps;
+        if (do_val && (step % o.val_every == 0 || last_step)) {
+            float val_loss = evaluate_val_loss(&model, &val, o.val_max_steps);
+            printf("val loss %f\n", val_loss);
+            logger_val(&logger, step, val_loss);
+        }
+        if (o.sample_every > 0 && ((step > 0 && step % o.sample_every == 0) || last_step)) {
+            gpt2_sample(&model, have_tokenizer ? &tokenizer : NULL, o.gen_T, &sample_rng);
+        }
+        if (o.output_dir && step > start_step &&
+            ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || (last_step && o.checkpoint_every > 0))) {
+            RunState rs = {1, 0, step, 1, model.num_parameters, train.epoch, train.step_in_epoch, sample_rng};
+            checkpoint_save(&model, o.output_dir, &rs);
+        }
+        if (last_step) { break; }
+
+        double t0 = wall_seconds();
+        gpt2_zero_grad(&model);
+        double loss = 0.0;
+        for (int micro = 0; micro < accum; micro++) {
+            if (!o.overfit) { dataloader_next_batch(&train); }
+            loss += gpt2_forward(&model, train.inputs, train.targets, o.B, o.T);
+            gpt2_backward(&model, train.inputs, train.targets, o.B, o.T, 1.0f / (float)accum);
+        }
+        loss /= accum;
+        hyper.lr = lr_schedule_get(&sched, step);
+        float norm = gpt2_update(&model, &hyper, step + 1);
+        double t1 = wall_seconds();
+        double ms = 1000.0 * (t1 - t0);
+        if (step > start_step) { train_seconds += t1 - t0; timed_steps++; }  // the first step warms up
+        double avg = timed_steps ? train_seconds / timed_steps : (t1 - t0);
+        double tok_s = (double)o.B * o.T * accum / (t1 - t0);
+        print_step_line(step + 1, total_steps, (float)loss, norm, hyper.lr, ms, tok_s, t1 - t_start,
+                        avg * (total_steps - step - 1));
+        logger_train(&logger, step + 1, (float)loss);
+    }
+    if (timed_steps > 0) {
+        printf("average step: %.2f ms, %.0f tok/s over %d steps\n", 1000.0 * train_seconds / timed_steps,
+               (double)o.B * o.T * accum * timed_steps / train_seconds, timed_steps);
+    }
+    logger_free(&logger);
+    if (have_tokenizer) { tokenizer_free(&tokenizer); }
+    if (do_val) { dataloader_free(&val); }
+    dataloader_free(&train);
+    gpt2_free(&model);
+    return 0;
+}
+#endif
