@@ -133,3 +133,20 @@ help:
 
 clean:
 	rm -rf build train_gpt2 test_gpt2 $(CLEAN_EXTRA)
+
+# ----------------------------------------------------------------------------
+# benchmarks (programs that print tables; not tests)
+
+$(BUILD)/bench_train: dev/cpu/bench_train.c train_gpt2.c $(LLMC_HEADERS)
+	@mkdir -p $(BUILD)
+	@echo "  CC    $@"
+	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_BLAS) $(LDLIBS_TOK) $(LDLIBS)
+
+$(BUILD)/adamw_bench: dev/cpu/adamw_bench.c $(LLMC_HEADERS)
+	@mkdir -p $(BUILD)
+	@echo "  CC    $@"
+	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
+
+bench: $(BUILD)/bench_train $(BUILD)/adamw_bench
+	$(BUILD)/bench_train
+	$(BUILD)/adamw_bench --torch-python $(TORCH_PYTHON)

@@ -13,9 +13,9 @@
 
  Tolerances (fp32 on both sides; the only differences are summation order, BLAS blocking and
  libm ulps):
-   init        |ours - torch| <= 4e-6 * std   (the random stream is identical; sin/cos/log of a
-                                               vectorised torch build differ by a few ulps of
-                                               values that reach ~5 std: measured 2.2e-6 std)
+   init        bit-exact: the random stream is identical, and the reference forces PyTorch's
+               scalar CPU kernels (libm log/sin/cos, as here); torch's vectorised kernels use
+               SLEEF and differ by a few ulps, so the reference refuses to run with them
    logits      max|diff| <= 1e-4 * max|ref|
    loss        |diff| <= 1e-5 * |ref|         (a mean over B*T terms, errors average out)
    gradients   per tensor max|diff| <= 1e-3 * max|ref| (sums over B*T rows of products of
@@ -102,12 +102,13 @@ static void check_init(const char* model_path, const char* descriptor, int seed)
             const ParamTensor* t = &pt.t[i];
             double md, mr;
             max_diff(ours + t->offset, ref + t->offset, t->count, &md, &mr);
-            double tol = t->init_std > 0 ? 4e-6 * t->init_std : 0.0;
-            CHECK(md <= tol, "init: tensor %s differs from torch by %.3g (tolerance %.3g)", t->name, md, tol);
-            for (size_t k = 0; k < t->count; k++) { exact += ours[t->offset + k] == ref[t->offset + k]; }
+            size_t same = 0;
+            for (size_t k = 0; k < t->count; k++) { same += memcmp(&ours[t->offset + k], &ref[t->offset + k], 4) == 0; }
+            CHECK(same == t->count, "init: tensor %s: %zu of %zu values differ from torch (max diff %.3g)", t->name,
+                  t->count - same, t->count, md);
+            exact += same;
         }
-        printf("init: %zu parameters equal torch's generator within 4e-6 std, %.1f%% bit-exact\n", pt.total,
-               100.0 * (double)exact / (double)pt.total);
+        printf("init: %zu of %zu parameters bit-identical to torch's generator\n", exact, pt.total);
     }
     free(ours);
     free(ref);

@@ -133,14 +133,16 @@ static inline int file_exists(const char* path) {
 
 typedef struct {
     FILE* fp;
-    char final_path[1024];
-    char tmp_path[1100];
+    char* final_path;  // owned copies, freed by atomic_file_commit
+    char* tmp_path;    // "<final_path>.tmp.<pid>"
 } AtomicFile;
 
 static inline void atomic_file_open(AtomicFile* af, const char* path) {
-    if (strlen(path) >= sizeof(af->final_path)) { ls_fatal("path too long: %s", path); }
-    snprintf(af->final_path, sizeof(af->final_path), "%s", path);
-    snprintf(af->tmp_path, sizeof(af->tmp_path), "%s.tmp.%d", path, (int)getpid());
+    size_t n = strlen(path);
+    af->final_path = (char*)mallocCheck(n + 1);
+    memcpy(af->final_path, path, n + 1);
+    af->tmp_path = (char*)mallocCheck(n + 32);
+    snprintf(af->tmp_path, n + 32, "%s.tmp.%d", path, (int)getpid());
     af->fp = fopen(af->tmp_path, "wb");
     if (af->fp == NULL) { ls_fatal("cannot create '%s': %s", af->tmp_path, strerror(errno)); }
 }
@@ -154,13 +156,16 @@ static inline void atomic_file_commit(AtomicFile* af) {
     if (rename(af->tmp_path, af->final_path) != 0) {
         ls_fatal("cannot rename '%s' to '%s': %s", af->tmp_path, af->final_path, strerror(errno));
     }
-    // make the rename itself durable
-    char dir[1024];
-    snprintf(dir, sizeof(dir), "%s", af->final_path);
+    // make the rename itself durable: fsync the directory
+    char* dir = af->tmp_path;  // reuse the buffer
+    strcpy(dir, af->final_path);
     char* slash = strrchr(dir, '/');
-    if (slash == dir) { slash[1] = '\0'; } else if (slash) { *slash = '\0'; } else { snprintf(dir, sizeof(dir), "."); }
+    if (slash == dir) { slash[1] = '\0'; } else if (slash) { *slash = '\0'; } else { strcpy(dir, "."); }
     int fd = open(dir, O_RDONLY);
     if (fd >= 0) { fsync(fd); close(fd); }
+    free(af->tmp_path);
+    free(af->final_path);
+    af->tmp_path = af->final_path = NULL;
 }
 
 #endif // LLMC_UTILS_H

@@ -1,1 +1,35 @@
 # rules for dev/data (included by the top-level Makefile)
+#
+# The data step and the tokenizer's tests:
+#   make data             build prepare_data and run it: fetch + verify TinyShakespeare and GPT-2's
+#                         encoder.json/vocab.bpe into data/ (from LEANSTEP_DATA_MIRROR if set, else
+#                         the network), tokenize them into data/tinyshakespeare/*.bin and write
+#                         data/gpt2_tokenizer.bin. A no-op when everything is up to date.
+#   make test-tokenizer   C unit tests, then id-for-id comparison with tiktoken (python3)
+# `make test` runs test-tokenizer (TEST_PHONY), `make test-san` again under ASan+UBSan (TEST_SAN_PHONY).
+
+TOKENIZER_DEPS := llmc/tokenizer.h llmc/shard.h llmc/utils.h
+
+# prepare_data: the data step (libcurl downloads, OpenSSL sha256)
+$(BUILD)/prepare_data: dev/data/prepare_data.c $(TOKENIZER_DEPS)
+	@mkdir -p $(@D)
+	@echo "  CC    $@"
+	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_TOK) -lcurl -lcrypto $(LDLIBS)
+
+# test_tokenizer: unit tests of llmc/tokenizer.h + the CLI used by tokenizer_check.py
+$(BUILD)/test_tokenizer: dev/test/test_tokenizer.c $(TOKENIZER_DEPS)
+	@mkdir -p $(@D)
+	@echo "  CC    $@"
+	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_TOK) $(LDLIBS)
+
+.PHONY: data test-tokenizer
+data: $(BUILD)/prepare_data
+	$(Q)LEANSTEP_DATA_MIRROR="$(LEANSTEP_DATA_MIRROR)" $(BUILD)/prepare_data
+
+test-tokenizer: $(BUILD)/test_tokenizer $(BUILD)/prepare_data data
+	$(Q)$(BUILD)/test_tokenizer
+	$(Q)$(PYTHON) dev/test/tokenizer_check.py --bin $(BUILD)/test_tokenizer --prepare $(BUILD)/prepare_data
+
+TEST_TARGETS += $(BUILD)/test_tokenizer $(BUILD)/prepare_data
+TEST_PHONY += test-tokenizer
+TEST_SAN_PHONY += test-tokenizer

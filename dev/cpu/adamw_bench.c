@@ -1,0 +1,107 @@
+/*
+ adamw_bench.c: the CPU AdamW of llmc/optim.h (the one train_gpt2.c uses) against
+   (a) a bandwidth probe with exactly AdamW's access pattern: read p, g, m, v; write p, m, v in
+       place, with one FMA per stream and no math (the memory ceiling for this update), and
+   (b) PyTorch's CPU torch.optim.AdamW (Debian python3-torch) on the same 124M parameters, run by
+       dev/cpu/adamw_torch.py in the same invocation when a torch interpreter is found.
+ Sizes: GPT-2 124M's 16 tensors from the parameter table (or --desc). Median of repeats.
+
+   adamw_bench [--desc d12] [--repeats 7] [--torch-python /usr/bin/python3|none]
+*/
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include "llmc/utils.h"
+#include "llmc/config.h"
+#include "llmc/params.h"
+#include "llmc/optim.h"
+#include "llmc/logger.h"
+
+static int cmp_d(const void* a, const void* b) { double x = *(const double*)a, y = *(const double*)b; return (x > y) - (x < y); }
+static double median_of(double* v, int n) { qsort(v, (size_t)n, sizeof(double), cmp_d); return v[n / 2]; }
+
+// The probe: AdamW's streams, minimal arithmetic.
+static void probe_adamw_pattern(float* p, const float* g, float* m, float* v, size_t n, float a) {
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i];
+        m[i] = m[i] * a + gi;
+        v[i] = v[i] * a + gi;
+        p[i] = p[i] * a + gi;
+    }
+}
+
+int main(int argc, char** argv) {
+    const char* desc = "d12";
+    const char* torch_python = "/usr/bin/python3";
+    int repeats = 7;
+    for (int i = 1; i < argc; i++) {
+        if (i + 1 >= argc) { fprintf(stderr, "adamw_bench: flag %s needs a value\n", argv[i]); return 2; }
+        if (strcmp(argv[i], "--desc") == 0) { desc = argv[++i]; }
+        else if (strcmp(argv[i], "--repeats") == 0) { repeats = atoi(argv[++i]); }
+        else if (strcmp(argv[i], "--torch-python") == 0) { torch_python = argv[++i]; }
+        else { fprintf(stderr, "adamw_bench: unknown flag %s (--desc D --repeats N --torch-python PATH|none)\n", argv[i]); return 2; }
+    }
+    if (repeats < 1 || repeats > 1000) { fprintf(stderr, "adamw_bench: --repeats must be in [1, 1000]\n"); return 2; }
+    GPT2Config c;
+    if (!gpt2_config_from_descriptor(desc, &c)) { fprintf(stderr, "adamw_bench: --desc '%s' is not a descriptor\n", desc); return 2; }
+    ParamTable pt;
+    param_table_build(&pt, &c);
+    size_t n = pt.total;
+    float* p = (float*)mallocCheck(n * sizeof(float));
+    float* g = (float*)mallocCheck(n * sizeof(float));
+    float* m = (float*)mallocCheck(n * sizeof(float));
+    float* v = (float*)mallocCheck(n * sizeof(float));
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {  // first touch by the threads that will use the pages
+        p[i] = 0.01f * (float)(i % 101); g[i] = 0.001f * (float)(i % 37) - 0.018f; m[i] = 0.0f; v[i] = 0.0f;
+    }
+    OptSegment segs[NUM_PARAMETER_TENSORS];
+    int nseg = optim_segments_build(&pt, 0.1f, segs);
+    AdamWHyper h = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    double* t_adamw = (double*)mallocCheck((size_t)repeats * sizeof(double));
+    double* t_probe = (double*)mallocCheck((size_t)repeats * sizeof(double));
+    for (int r = -1; r < repeats; r++) {
+        double t0 = wall_seconds();
+        probe_adamw_pattern(p, g, m, v, n, 0.999f);
+        double t1 = wall_seconds();
+        adamw_update_cpu(p, g, m, v, segs, nseg, &h, r + 2, 1.0f);
+        double t2 = wall_seconds();
+        if (r >= 0) { t_probe[r] = t1 - t0; t_adamw[r] = t2 - t1; }
+    }
+    double bytes = 28.0 * (double)n;  // read p g m v, write p m v
+    double tp = median_of(t_probe, repeats), ta = median_of(t_adamw, repeats);
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    printf("adamw_bench: %s, %zu parameters in %d tensors, %d threads, median of %d\n\n", desc, n, nseg, threads, repeats);
+    printf("| kernel | ms | GB/s (28 B/param) | %% of probe | vs PyTorch |\n|---|---|---|---|---|\n");
+    double t_torch = 0.0;
+    if (strcmp(torch_python, "none") != 0 && file_exists(torch_python)) {
+        char cmd[512];
+        snprintf(cmd, sizeof(cmd), "%s dev/cpu/adamw_torch.py --desc %s --repeats %d --threads %d", torch_python, desc, repeats, threads);
+        FILE* fp = popen(cmd, "r");
+        char line[256];
+        while (fp && fgets(line, sizeof(line), fp)) {
+            double ms;
+            if (sscanf(line, "torch_adamw_ms %lf", &ms) == 1) { t_torch = ms / 1e3; }
+        }
+        if (fp) { pclose(fp); }
+    }
+    printf("| probe (AdamW access pattern) | %.1f | %.1f | 100%% | |\n", 1e3 * tp, bytes / tp / 1e9);
+    char vs[64] = "-";
+    if (t_torch > 0) { snprintf(vs, sizeof(vs), "%.2fx faster", t_torch / ta); }
+    printf("| leanstep adamw_update_cpu | %.1f | %.1f | %.0f%% | %s |\n", 1e3 * ta, bytes / ta / 1e9, 100.0 * tp / ta, vs);
+    if (t_torch > 0) {
+        printf("| torch.optim.AdamW (CPU) | %.1f | %.1f | %.0f%% | 1.00x |\n", 1e3 * t_torch, bytes / t_torch / 1e9, 100.0 * tp / t_torch);
+    } else {
+        printf("| torch.optim.AdamW (CPU) | not measured: no torch interpreter at %s | | | |\n", torch_python);
+    }
+    free(p); free(g); free(m); free(v); free(t_adamw); free(t_probe);
+    return 0;
+}

@@ -1,0 +1,115 @@
+/*
+ bench_train.c: CPU training throughput of train_gpt2.c, as tokens/s and CPU MFU.
+
+ MFU = achieved FLOP/s / measured sgemm peak, with FLOPs per token = 6N + 6*L*C*T (config.h).
+ The peak is measured here, in the same run, as the best of several large cblas_sgemm calls
+ (the same BLAS and thread count the trainer uses), so the ratio says how close the whole step
+ gets to what BLAS alone can do on this machine. Each configuration: warm-up steps, then the
+ median of timed steps (forward + backward + AdamW on a fixed batch).
+
+   bench_train [--steps N] [--configs d12,L4C256H4] [--B 4] [--T 64]
+ The peers (llm.c's CPU train_gpt2.c, 2 threads on this machine) are the figures given in the
+ issue that set the target: ~55 tok/s for 124M and ~380 tok/s for L4/C256; pass --peer to
+ override them as "desc=tok/s,...".
+*/
+#define TESTING
+#include "train_gpt2.c"
+
+static int cmp_double(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double* v, int n) {
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Best sgemm GFLOP/s over a few shapes (square and the trainer's tall-skinny ones).
+static double measure_sgemm_peak(void) {
+    int shapes[][3] = {{1024, 1024, 1024}, {2048, 2048, 2048}, {256, 3072, 768}, {256, 50304, 768}};
+    double best = 0.0;
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        float* A = (float*)mallocCheck((size_t)M * K * sizeof(float));
+        float* B = (float*)mallocCheck((size_t)N * K * sizeof(float));
+        float* C = (float*)mallocCheck((size_t)M * N * sizeof(float));
+        for (size_t i = 0; i < (size_t)M * K; i++) { A[i] = 0.001f * (float)(i % 13); }
+        for (size_t i = 0; i < (size_t)N * K; i++) { B[i] = 0.002f * (float)(i % 7); }
+        double times[5];
+        for (int r = 0; r < 6; r++) {
+            double t0 = wall_seconds();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N);
+            double t = wall_seconds() - t0;
+            if (r > 0) { times[r - 1] = t; }  // the first call warms up
+        }
+        double gflops = 2.0 * M * N * K / median(times, 5) / 1e9;
+        printf("  sgemm %5d x %5d x %5d: %7.1f GFLOP/s (median of 5)\n", M, N, K, gflops);
+        if (gflops > best) { best = gflops; }
+        free(A); free(B); free(C);
+    }
+    return best;
+}
+
+static double peer_tok_s(const char* peers, const char* desc) {
+    const char* p = strstr(peers, desc);
+    if (p == NULL || p[strlen(desc)] != '=') { return 0.0; }
+    return atof(p + strlen(desc) + 1);
+}
+
+int main(int argc, char** argv) {
+    int steps = 5, B = 4, T = 64;
+    const char* configs = "d12,L4C256H4";
+    const char* peers = "d12=55,L4C256H4=380";
+    for (int i = 1; i < argc; i++) {
+        if (i + 1 >= argc) { fprintf(stderr, "bench_train: flag %s needs a value\n", argv[i]); return 2; }
+        if (strcmp(argv[i], "--steps") == 0) { steps = atoi(argv[++i]); }
+        else if (strcmp(argv[i], "--configs") == 0) { configs = argv[++i]; }
+        else if (strcmp(argv[i], "--peer") == 0) { peers = argv[++i]; }
+        else if (strcmp(argv[i], "--B") == 0) { B = atoi(argv[++i]); }
+        else if (strcmp(argv[i], "--T") == 0) { T = atoi(argv[++i]); }
+        else { fprintf(stderr, "bench_train: unknown flag %s (--steps N --configs a,b --B n --T n --peer d=tok/s,...)\n", argv[i]); return 2; }
+    }
+    if (steps < 1 || steps > 1000 || B < 1 || T < 1) { fprintf(stderr, "bench_train: --steps in [1,1000], --B and --T >= 1\n"); return 2; }
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    printf("bench_train: %d threads, B=%d T=%d, %d timed steps per config\n", threads, B, T, steps);
+    double peak = measure_sgemm_peak();
+    printf("measured sgemm peak: %.1f GFLOP/s\n\n", peak);
+    printf("| config | params | step ms (median) | tok/s | GFLOP/s | CPU MFU | peer tok/s | ratio |\n");
+    printf("|---|---|---|---|---|---|---|---|\n");
+    char list[256];
+    snprintf(list, sizeof(list), "%s", configs);
+    for (char* desc = strtok(list, ","); desc; desc = strtok(NULL, ",")) {
+        GPT2 model;
+        gpt2_build(&model, desc, 42, B, T);
+        int V = model.config.vocab_size;
+        int* in = (int*)mallocCheck((size_t)B * T * sizeof(int));
+        int* tg = (int*)mallocCheck((size_t)B * T * sizeof(int));
+        for (int i = 0; i < B * T; i++) { in[i] = (i * 131 + 7) % V; tg[i] = (i * 71 + 3) % V; }
+        AdamWHyper h = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+        double* times = (double*)mallocCheck((size_t)steps * sizeof(double));
+        for (int s = -2; s < steps; s++) {  // two warm-up steps
+            double t0 = wall_seconds();
+            gpt2_forward(&model, in, tg, B, T);
+            gpt2_zero_grad(&model);
+            gpt2_backward(&model, in, tg, B, T, 1.0f);
+            gpt2_update(&model, &h, s + 3);
+            if (s >= 0) { times[s] = wall_seconds() - t0; }
+        }
+        double t = median(times, steps);
+        double tok_s = (double)B * T / t;
+        double gflops = tok_s * gpt2_flops_per_token(&model.config, T) / 1e9;
+        double peer = peer_tok_s(peers, desc);
+        char peer_s[32] = "-", ratio_s[32] = "-";
+        if (peer > 0) { snprintf(peer_s, sizeof(peer_s), "%.0f", peer); snprintf(ratio_s, sizeof(ratio_s), "%.2fx", tok_s / peer); }
+        printf("| %s | %.1fM | %.1f | %.0f | %.1f | %.1f%% | %s | %s |\n", desc, (double)model.num_parameters / 1e6,
+               1e3 * t, tok_s, gflops, 100.0 * gflops / peak, peer_s, ratio_s);
+        fflush(stdout);
+        free(times); free(in); free(tg);
+        gpt2_free(&model);
+    }
+    return 0;
+}
