@@ -515,6 +515,21 @@ static void test_finite_differences(void) {
     gpt2_free(&model);
 }
 
+static void test_vector_math(void) {
+    double worst_exp = 0.0, worst_tanh = 0.0;
+    for (int i = 0; i <= 2000000; i++) {
+        float x = -87.0f + 175.0f * (float)i / 2000000.0f;
+        double e = fabs((double)vexpf(x) - exp((double)x)) / exp((double)x);
+        if (e > worst_exp) { worst_exp = e; }
+        float u = -10.0f + 20.0f * (float)i / 2000000.0f;
+        double t = fabs((double)vtanhf(u) - tanh((double)u));
+        if (t > worst_tanh) { worst_tanh = t; }
+    }
+    CHECK(worst_exp < 3e-7, "vexpf: worst relative error %.3g over [-87, 88]", worst_exp);
+    CHECK(worst_tanh < 3e-7, "vtanhf: worst absolute error %.3g over [-10, 10]", worst_tanh);
+    printf("vector math: vexpf max rel err %.2g, vtanhf max abs err %.2g\n", worst_exp, worst_tanh);
+}
+
 static void run_unit_tests(void) {
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/leanstep_test_XXXXXX");
     if (mkdtemp(tmpdir) == NULL) { ls_fatal("mkdtemp failed"); }
@@ -523,6 +538,7 @@ static void run_unit_tests(void) {
     test_schedulers();
     test_adamw_and_memory();
     test_finite_differences();
+    test_vector_math();
     char cmd[400];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) { printf("warning: could not remove %s\n", tmpdir); }
