@@ -99,8 +99,8 @@ test-main: $(BUILD)/test_gpt2 $(REF_DIR)/$(REF_DESC)_state.bin
 	$(BUILD)/test_gpt2 --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin \
 		--descriptor $(REF_DESC) --init-seed 42
 
-test-d12:
-	$(MAKE) --no-print-directory test-main REF_DESC=d12 REF_ARGS="--layers 12 --channels 768 --heads 12 --max-seq 1024 --vocab 50257" REF_T=64
+test-d12: $(BUILD)/test_gpt2
+	TORCH_PYTHON=$(TORCH_PYTHON) $(BUILD)/test_gpt2 --d12
 
 test-cli: $(BUILD)/train_gpt2
 	$(PYTHON) dev/test/test_cli.py --bin $(BUILD)/train_gpt2

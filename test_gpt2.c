@@ -4,6 +4,7 @@
 
    test_gpt2 --model M.bin --state S.bin [--init-seed S --descriptor D]   model checks
    test_gpt2 --units                                                      unit tests
+   test_gpt2 --d12        the model checks at GPT-2 124M (makes the reference files in build/ref)
 
  Model checks: the debug-state file holds the reference's inputs, targets, logits, loss, every
  parameter gradient, and the losses of 10 AdamW steps on the same batch. With --descriptor, the
@@ -544,20 +545,46 @@ static void run_unit_tests(void) {
     if (system(cmd) != 0) { printf("warning: could not remove %s\n", tmpdir); }
 }
 
+// --d12: makes the reference files for GPT-2 124M (B=4, T=64) with the PyTorch reference (the
+// interpreter from $TORCH_PYTHON, default /usr/bin/python3) unless they exist, then checks them.
+static void make_d12_reference(const char* model_path, const char* state_path) {
+    const char* py = getenv("TORCH_PYTHON") ? getenv("TORCH_PYTHON") : "/usr/bin/python3";
+    char cmd[1024];
+    if (system("mkdir -p build/ref") != 0) { ls_fatal("--d12: cannot create build/ref"); }
+    if (!file_exists(model_path)) {
+        snprintf(cmd, sizeof(cmd), "%s dev/reference/gpt2_ref.py init --layers 12 --channels 768 --heads 12 "
+                 "--max-seq 1024 --vocab 50257 --seed 42 --out %s", py, model_path);
+        if (system(cmd) != 0) { ls_fatal("--d12: the reference failed: %s", cmd); }
+    }
+    if (!file_exists(state_path)) {
+        snprintf(cmd, sizeof(cmd), "%s dev/reference/gpt2_ref.py state --model %s --batch 4 --seq 64 --seed 1 "
+                 "--steps 10 --lr 1e-4 --beta1 0.9 --beta2 0.95 --eps 1e-8 --weight-decay 0.1 --grad-clip 1.0 --out %s",
+                 py, model_path, state_path);
+        if (system(cmd) != 0) { ls_fatal("--d12: the reference failed: %s", cmd); }
+    }
+}
+
 int main(int argc, char** argv) {
     const char *model_path = NULL, *state_path = NULL, *descriptor = NULL;
     int seed = 42, units = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--units") == 0) { units = 1; continue; }
+        if (strcmp(argv[i], "--d12") == 0) {
+            model_path = "build/ref/d12_model.bin";
+            state_path = "build/ref/d12_state.bin";
+            descriptor = "d12";
+            make_d12_reference(model_path, state_path);
+            continue;
+        }
         if (i + 1 >= argc) { fprintf(stderr, "test_gpt2: flag %s needs a value\n", argv[i]); return 2; }
         if (strcmp(argv[i], "--model") == 0) { model_path = argv[++i]; }
         else if (strcmp(argv[i], "--state") == 0) { state_path = argv[++i]; }
         else if (strcmp(argv[i], "--descriptor") == 0) { descriptor = argv[++i]; }
         else if (strcmp(argv[i], "--init-seed") == 0) { seed = atoi(argv[++i]); }
-        else { fprintf(stderr, "test_gpt2: unknown flag %s (use --units, or --model M --state S [--descriptor D --init-seed S])\n", argv[i]); return 2; }
+        else { fprintf(stderr, "test_gpt2: unknown flag %s (use --units, --d12, or --model M --state S [--descriptor D --init-seed S])\n", argv[i]); return 2; }
     }
     if (!units && (model_path == NULL || state_path == NULL)) {
-        fprintf(stderr, "usage: test_gpt2 --units | --model M.bin --state S.bin [--descriptor D --init-seed S]\n");
+        fprintf(stderr, "usage: test_gpt2 --units | --d12 | --model M.bin --state S.bin [--descriptor D --init-seed S]\n");
         return 2;
     }
     if (units) { run_unit_tests(); }
