@@ -72,16 +72,17 @@ static inline void adamw_update_cpu(float* params, const float* grads, float* m,
         float* ms = m + segs[s].offset;
         float* vs = v + segs[s].offset;
         const size_t n = segs[s].count;
+        // the same operations, in the same order, as the GPU kernel (llmc/adamw.cuh), so the two
+        // give the same bits: explicit fmaf where the kernel fuses, nothing left for the compiler
         #pragma omp for simd schedule(static) nowait
         for (size_t i = 0; i < n; i++) {
             float gi = g[i] * grad_scale;
-            float mi = beta1 * ms[i] + one_minus_beta1 * gi;
-            float vi = beta2 * vs[i] + one_minus_beta2 * gi * gi;
+            float mi = fmaf(beta1, ms[i], one_minus_beta1 * gi);
+            float vi = fmaf(beta2, vs[i], (one_minus_beta2 * gi) * gi);
             ms[i] = mi;
             vs[i] = vi;
-            float mhat = mi * bc1;
-            float vhat = vi * bc2;
-            p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+            float upd = (mi * bc1) / (sqrtf(vi * bc2) + eps);
+            p[i] = fmaf(-lr, fmaf(wd, p[i], upd), p[i]);
         }
     }
 }
