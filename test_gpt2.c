@@ -123,7 +123,7 @@ static void check_model(const char* model_path, const char* state_path) {
     param_table_build(&pt, &c);
     ref_state_read(state_path, &c, pt.total, &s);
     GPT2 model;
-    gpt2_build(&model, model_path, 0, s.B, s.T);
+    gpt2_build(&model, model_path, 0, s.B, s.T, NULL);
     int B = s.B, T = s.T, V = c.vocab_size, Vp = c.padded_vocab_size;
 
     // forward: logits and loss
@@ -156,7 +156,7 @@ static void check_model(const char* model_path, const char* state_path) {
     // training: the losses of n AdamW steps on the same batch
     AdamWHyper h = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     gpt2_free(&model);
-    gpt2_build(&model, model_path, 0, B, T);
+    gpt2_build(&model, model_path, 0, B, T, NULL);
     for (int step = 0; step < s.n_steps; step++) {
         float l = gpt2_forward(&model, s.inputs, s.targets, B, T);
         gpt2_zero_grad(&model);
@@ -446,7 +446,7 @@ static void test_adamw_and_memory(void) {
     params_init_random(&pt, params, 1);
     model_file_write(path, &c, params, MODEL_VERSION_FP32);
     free(params);
-    gpt2_build(&model, path, 0, 3, 32);
+    gpt2_build(&model, path, 0, 3, 32, NULL);
     MemoryReport r = memory_model_cpu(&c, 3, 32);
     for (int i = 0; i < MEM_COUNT; i++) {
         CHECK(r.bytes[i] == model.mem.bytes[i], "memory %s: predicted %zu, allocated %zu", mem_category_names[i], r.bytes[i], model.mem.bytes[i]);
@@ -481,7 +481,7 @@ static void test_finite_differences(void) {
     model_file_write(path, &c, params, MODEL_VERSION_FP32);
     free(params);
     GPT2 model;
-    gpt2_build(&model, path, 0, 2, 8);
+    gpt2_build(&model, path, 0, 2, 8, NULL);
     int inputs[16], targets[16];
     for (int i = 0; i < 16; i++) { inputs[i] = (i * 13 + 5) % 64; targets[i] = (i * 29 + 3) % 64; }
     gpt2_forward(&model, inputs, targets, 2, 8);

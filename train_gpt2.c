@@ -412,7 +412,9 @@ typedef struct {
 
 // Builds the model from a model file or a descriptor (random init from seed), and allocates
 // parameters, gradients, AdamW state and activations for batches up to (B, T).
-static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t seed, int B, int T) {
+static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t seed, int B, int T,
+                       const TrainOptions* opts) {
+    (void)opts;  // nothing in the CPU model depends on run options
     memset(model, 0, sizeof(*model));
     int from_descriptor = gpt2_config_from_descriptor(model_or_descriptor, &model->config);
     if (from_descriptor) {
@@ -572,226 +574,49 @@ static float gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
 }
 
 // ----------------------------------------------------------------------------
-// sampling
+// what the shared training loop (llmc/train_loop.h) needs from this trainer
 
-// Draws a token from softmax(logits[0..V)) with a uniform coin in [0, 1).
-static int sample_softmax(const float* logits, int V, float coin) {
-    float maxval = -INFINITY;
-    for (int i = 0; i < V; i++) { if (logits[i] > maxval) { maxval = logits[i]; } }
-    double sum = 0.0;
-    for (int i = 0; i < V; i++) { sum += exp((double)(logits[i] - maxval)); }
-    double target = (double)coin * sum, cdf = 0.0;
-    for (int i = 0; i < V; i++) {
-        cdf += exp((double)(logits[i] - maxval));
-        if (cdf > target) { return i; }
-    }
-    return V - 1;
+// Host fp32 logits of position t of batch row 0 after gpt2_forward.
+static LS_UNUSED const float* gpt2_logits_row(GPT2* model, int t) {
+    return model->acts.logits + (size_t)t * model->config.padded_vocab_size;
 }
 
-// Generates gen_T tokens after <|endoftext|> and prints them decoded (or as ids without a
-// tokenizer).
-static LS_UNUSED void gpt2_sample(GPT2* model, const Tokenizer* tok, int gen_T, uint64_t* rng) {
-    int T = gen_T < model->T ? gen_T : model->T;
-    int* tokens = (int*)mallocCheck((size_t)T * sizeof(int));
-    tokens[0] = GPT2_EOT < model->config.vocab_size ? GPT2_EOT : 0;
-    printf("generating:\n---\n");
-    for (int t = 1; t < T; t++) {
-        gpt2_forward(model, tokens, NULL, 1, t);
-        const float* logits = model->acts.logits + (size_t)(t - 1) * model->config.padded_vocab_size;
-        int next = sample_softmax(logits, model->config.vocab_size, xorshift_f32(rng));
-        tokens[t] = next;
-    }
-    if (tok) {
-        size_t cap = (size_t)T * 64 + 1;
-        char* text = (char*)mallocCheck(cap);
-        tokenizer_decode_to_buf(tok, tokens + 1, (size_t)(T - 1), text, cap);
-        printf("%s", text);
-        free(text);
-    } else {
-        for (int t = 1; t < T; t++) { printf("%d ", tokens[t]); }
-    }
-    printf("\n---\n");
-    free(tokens);
+static LS_UNUSED void gpt2_checkpoint_write(GPT2* model, const char* model_path, const char* state_path, const RunState* rs) {
+    model_file_write(model_path, &model->config, model->params_memory, MODEL_VERSION_FP32);
+    state_file_write(state_path, rs, model->m_memory, model->v_memory);
 }
 
-// ----------------------------------------------------------------------------
-// checkpoints: <dir>/model_<step>.bin, <dir>/state_<step>_<rank>.bin, then <dir>/DONE_<step>
-
-static LS_UNUSED void checkpoint_save(const GPT2* model, const char* dir, const RunState* rs) {
-    char path[1200];
-    snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, rs->step);
-    model_file_write(path, &model->config, model->params_memory, MODEL_VERSION_FP32);
-    snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, rs->step, rs->process_rank);
-    state_file_write(path, rs, model->m_memory, model->v_memory);
-    snprintf(path, sizeof(path), "%s/DONE_%08d", dir, rs->step);
-    AtomicFile af;
-    atomic_file_open(&af, path);
-    atomic_file_commit(&af);
-    printf("checkpoint: wrote %s/model_%08d.bin and its state\n", dir, rs->step);
+static LS_UNUSED void gpt2_state_read(GPT2* model, const char* state_path, RunState* rs) {
+    state_file_read(state_path, model->num_parameters, rs, model->m_memory, model->v_memory);
 }
 
-// Returns the step of the newest complete checkpoint in dir (its DONE file exists), or -1.
-static LS_UNUSED int checkpoint_latest(const char* dir) {
-    DIR* d = opendir(dir);
-    if (d == NULL) { return -1; }
-    int best = -1;
-    struct dirent* e;
-    while ((e = readdir(d)) != NULL) {
-        int step;
-        char tail;
-        if (sscanf(e->d_name, "DONE_%8d%c", &step, &tail) == 1 && step > best) { best = step; }
-    }
-    closedir(d);
-    return best;
-}
+#define TRAINER_FLAGS CLI_CPU
+#define TRAINER_SUMMARY "Train GPT-2 on the CPU (fp32, OpenMP + BLAS). Flags follow llm.c's train_gpt2cu."
 
-// ----------------------------------------------------------------------------
-// training
+static LS_UNUSED void trainer_defaults(TrainOptions* o) { o->T = 64; }  // llm.c's train_gpt2.c
 
-#ifndef TESTING
-
-static float evaluate_val_loss(GPT2* model, DataLoader* val, int max_steps) {
-    dataloader_reset(val);
-    size_t steps = dataloader_steps_per_epoch(val);
-    if (max_steps >= 0 && (size_t)max_steps < steps) { steps = (size_t)max_steps; }
-    double sum = 0.0;
-    for (size_t i = 0; i < steps; i++) {
-        dataloader_next_batch(val);
-        sum += gpt2_forward(model, val->inputs, val->targets, val->B, val->T);
-    }
-    return steps ? (float)(sum / (double)steps) : NAN;
-}
-
-int main(int argc, char** argv) {
-    TrainOptions o;
-    train_options_defaults(&o);
-    o.T = 64;  // the CPU trainer's default sequence length (llm.c's train_gpt2.c)
-    const char* summary = "Train GPT-2 on the CPU (fp32, OpenMP + BLAS). Flags follow llm.c's train_gpt2cu.";
-    if (cli_parse(argc, argv, train_flags, TRAIN_FLAG_COUNT, &o)) {
-        cli_print_help(stdout, argv[0], summary, train_flags, TRAIN_FLAG_COUNT, &o);
-        return 0;
-    }
+static LS_UNUSED void trainer_init(const TrainOptions* o) {
 #ifdef _OPENMP
-    if (o.threads > 0) { omp_set_num_threads(o.threads); }
+    if (o->threads > 0) { omp_set_num_threads(o->threads); }
+#else
+    (void)o;
 #endif
-    if (o.checkpoint_every > 0 && o.output_dir == NULL) { fprintf(stderr, "%s: error: flag -n needs -o (where to write checkpoints) (see --help)\n", argv[0]); return 2; }
-    if (o.resume && o.output_dir == NULL) { fprintf(stderr, "%s: error: flag -y needs -o (where the checkpoints are) (see --help)\n", argv[0]); return 2; }
+}
 
-    // the model, from a checkpoint when resuming
-    int start_step = 0;
-    char resume_model[1200] = "";
-    if (o.resume) {
-        start_step = checkpoint_latest(o.output_dir);
-        if (start_step < 0) { ls_fatal("-y 1: no complete checkpoint (DONE_* file) in '%s'", o.output_dir); }
-        snprintf(resume_model, sizeof(resume_model), "%s/model_%08d.bin", o.output_dir, start_step);
-    }
-    GPT2 model;
-    GPT2Config probe;  // validate T against the model before allocating
-    if (!gpt2_config_from_descriptor(o.resume ? resume_model : o.model, &probe)) {
-        model_file_read_header(o.resume ? resume_model : o.model, &probe);
-    }
-    int accum = train_options_accum_steps(argv[0], &o, &probe, 1);
-    gpt2_build(&model, o.resume ? resume_model : o.model, (uint64_t)o.seed, o.B, o.T);
-    const GPT2Config* c = &model.config;
-    printf("leanstep train_gpt2 (CPU, fp32)\n");
-    printf("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %zu parameters, from %s\n", c->num_layers, c->channels,
-           c->num_heads, c->vocab_size, c->padded_vocab_size, c->max_seq_len, model.num_parameters,
-           o.resume ? resume_model : o.model);
+// Start-up banner and memory table.
+static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o, int accum) {
     int threads = 1;
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
-    printf("batch: B=%d T=%d, gradient accumulation %d, %d tokens per step, %d threads\n", o.B, o.T, accum,
-           o.B * o.T * accum, threads);
-    MemoryReport predicted = memory_model_cpu(c, o.B, o.T);
-    memory_report_print(stdout, &predicted, model.num_parameters);
-    if (o.dry_run) { gpt2_free(&model); return 0; }
-
-    DataLoader train, val;
-    dataloader_init(&train, o.train_data, o.B, o.T, 0, 1, !o.overfit, (uint64_t)o.seed, c->vocab_size);
-    int do_val = o.val_every > 0;
-    if (do_val) { dataloader_init(&val, o.val_data, o.B, o.T, 0, 1, 0, (uint64_t)o.seed, c->vocab_size); }
-    int total_steps = o.max_steps >= 0 ? o.max_steps : (int)(dataloader_steps_per_epoch(&train) / (size_t)accum);
-    if (total_steps < 1 && o.max_steps != 0) { total_steps = 1; }
-    printf("train: %zu batches per epoch in %d shard(s); %d steps\n", dataloader_steps_per_epoch(&train),
-           train.num_shards, total_steps);
-
-    Tokenizer tokenizer;
-    int have_tokenizer = 0;
-    if (o.sample_every > 0) {
-        if (file_exists(o.tokenizer)) {
-            tokenizer_init_from_file(&tokenizer, o.tokenizer);
-            have_tokenizer = 1;
-        } else {
-            printf("note: tokenizer file %s not found (run `make data`); samples print token ids\n", o.tokenizer);
-        }
-    }
-    LrSchedule sched = {(LrScheduleType)o.lr_schedule, o.lr, o.final_lr_frac, o.warmup, total_steps};
-    AdamWHyper hyper = {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.grad_clip};
-    uint64_t sample_rng = 1337 + (uint64_t)o.seed;
-    Logger logger;
-    logger_init(&logger, o.output_dir, o.resume);
-
-    if (o.resume) {
-        char path[1200];
-        snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", o.output_dir, start_step, 0);
-        RunState rs;
-        state_file_read(path, model.num_parameters, &rs, model.m_memory, model.v_memory);
-        if (rs.step != start_step) { ls_fatal("state file '%s': step %d, expected %d", path, rs.step, start_step); }
-        dataloader_seek(&train, rs.data_epoch, (size_t)rs.data_sample);
-        sample_rng = rs.sampler_rng;
-        printf("resumed from step %d\n", start_step);
-    }
-    if (o.overfit) { dataloader_next_batch(&train); }
-
-    double t_start = wall_seconds(), train_seconds = 0.0;
-    int timed_steps = 0;
-    for (int step = start_step; step <= total_steps; step++) {
-        int last_step = step == total_steps;
-        if (do_val && (step % o.val_every == 0 || last_step)) {
-            float val_loss = evaluate_val_loss(&model, &val, o.val_max_steps);
-            printf("val loss %f\n", val_loss);
-            logger_val(&logger, step, val_loss);
-        }
-        if (o.sample_every > 0 && ((step > 0 && step % o.sample_every == 0) || last_step)) {
-            gpt2_sample(&model, have_tokenizer ? &tokenizer : NULL, o.gen_T, &sample_rng);
-        }
-        if (o.output_dir && step > start_step &&
-            ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || (last_step && o.checkpoint_every > 0))) {
-            RunState rs = {1, 0, step, 1, model.num_parameters, train.epoch, train.step_in_epoch, sample_rng};
-            checkpoint_save(&model, o.output_dir, &rs);
-        }
-        if (last_step) { break; }
-
-        double t0 = wall_seconds();
-        gpt2_zero_grad(&model);
-        double loss = 0.0;
-        for (int micro = 0; micro < accum; micro++) {
-            if (!o.overfit) { dataloader_next_batch(&train); }
-            loss += gpt2_forward(&model, train.inputs, train.targets, o.B, o.T);
-            gpt2_backward(&model, train.inputs, train.targets, o.B, o.T, 1.0f / (float)accum);
-        }
-        loss /= accum;
-        hyper.lr = lr_schedule_get(&sched, step);
-        float norm = gpt2_update(&model, &hyper, step + 1);
-        double t1 = wall_seconds();
-        double ms = 1000.0 * (t1 - t0);
-        if (step > start_step) { train_seconds += t1 - t0; timed_steps++; }  // the first step warms up
-        double avg = timed_steps ? train_seconds / timed_steps : (t1 - t0);
-        double tok_s = (double)o.B * o.T * accum / (t1 - t0);
-        print_step_line(step + 1, total_steps, (float)loss, norm, hyper.lr, ms, tok_s, t1 - t_start,
-                        avg * (total_steps - step - 1));
-        logger_train(&logger, step + 1, (float)loss);
-    }
-    if (timed_steps > 0) {
-        printf("average step: %.2f ms, %.0f tok/s over %d steps\n", 1000.0 * train_seconds / timed_steps,
-               (double)o.B * o.T * accum * timed_steps / train_seconds, timed_steps);
-    }
-    logger_free(&logger);
-    if (have_tokenizer) { tokenizer_free(&tokenizer); }
-    if (do_val) { dataloader_free(&val); }
-    dataloader_free(&train);
-    gpt2_free(&model);
-    return 0;
+    printf("leanstep train_gpt2 (CPU, fp32), %d threads\n", threads);
+    gpt2_describe(&model->config, model->num_parameters, o, accum);
+    MemoryReport predicted = memory_model_cpu(&model->config, o->B, o->T);
+    memory_report_print(stdout, &predicted, model->num_parameters);
 }
+
+#include "llmc/train_loop.h"
+
+#ifndef TESTING
+int main(int argc, char** argv) { return train_main(argc, argv); }
 #endif

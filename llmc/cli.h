@@ -22,6 +22,10 @@
 
 typedef enum { CLI_INT = 0, CLI_FLOAT, CLI_STRING, CLI_CHOICE, CLI_SWITCH } CliType;
 
+// Which trainers take a flag: a trainer parses and lists only its own flags, and names the
+// other trainer when given one of its flags.
+enum { CLI_CPU = 1, CLI_GPU = 2, CLI_BOTH = 3 };
+
 typedef struct {
     const char* short_name;  // without '-', e.g. "b", "nk"; NULL if only long
     const char* long_name;   // without "--", e.g. "batch-size"
@@ -29,6 +33,7 @@ typedef struct {
     size_t offset;           // offsetof(Options, field): int, float, const char*, or int (choice index)
     double min, max;         // range for CLI_INT / CLI_FLOAT
     const char* const* choices;  // CLI_CHOICE: NULL-terminated words; the field gets the index
+    unsigned trainers;       // CLI_CPU | CLI_GPU
     const char* help;
 } CliFlag;
 
@@ -52,10 +57,11 @@ static inline void cli_print_value(const CliFlag* f, const void* opts, char* buf
 
 // Prints the help text, with the current values of opts as defaults.
 static inline void cli_print_help(FILE* out, const char* prog, const char* summary, const CliFlag* flags, int n,
-                                  const void* opts) {
+                                  unsigned trainer, const void* opts) {
     fprintf(out, "usage: %s [flags]\n%s\n\nflags:\n", prog, summary);
     for (int i = 0; i < n; i++) {
         const CliFlag* f = &flags[i];
+        if (!(f->trainers & trainer)) { continue; }
         char names[64], def[256], range[160] = "";
         if (f->short_name) {
             snprintf(names, sizeof(names), "-%s, --%s", f->short_name, f->long_name);
@@ -128,8 +134,9 @@ static inline void cli_set(const char* prog, const CliFlag* f, const char* flagn
     }
 }
 
-// Parses argv into opts (which holds the defaults). Returns 1 if --help was asked for.
-static inline int cli_parse(int argc, char** argv, const CliFlag* flags, int n, void* opts) {
+// Parses argv into opts (which holds the defaults) for `trainer` (CLI_CPU or CLI_GPU). Returns 1
+// if --help was asked for.
+static inline int cli_parse(int argc, char** argv, const CliFlag* flags, int n, unsigned trainer, void* opts) {
     const char* prog = argv[0];
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
@@ -150,6 +157,10 @@ static inline int cli_parse(int argc, char** argv, const CliFlag* flags, int n, 
             }
         }
         if (f == NULL) { cli_usage_error(prog, "unknown flag '%s'%s", arg, ""); }
+        if (!(f->trainers & trainer)) {
+            cli_usage_error(prog, "flag %s %s", arg, trainer == CLI_CPU ? "applies to the GPU trainer (train_gpt2cu) only"
+                                                                       : "applies to the CPU trainer (train_gpt2) only");
+        }
         if (value == NULL) {
             if (i + 1 >= argc) { cli_usage_error(prog, "flag %s needs a value%s", arg, ""); }
             value = argv[++i];

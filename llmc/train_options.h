@@ -7,6 +7,7 @@
 #define LLMC_TRAIN_OPTIONS_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include "llmc/cli.h"
 #include "llmc/config.h"
 #include "llmc/schedulers.h"
@@ -44,34 +45,34 @@ static const char* const lr_schedule_choices[] = {"cosine", "linear", "constant"
 
 #define OPT(field) offsetof(TrainOptions, field)
 static const CliFlag train_flags[] = {
-    {"i", "train-data", CLI_STRING, OPT(train_data), 0, 0, NULL, "glob of training token shards"},
-    {"j", "val-data", CLI_STRING, OPT(val_data), 0, 0, NULL, "glob of validation token shards"},
-    {"e", "model", CLI_STRING, OPT(model), 0, 0, NULL, "model file (llm.c format) or descriptor: d6|d12|d24|d36|d48 or e.g. L4C256H4[T1024][V50257]"},
-    {"o", "output-dir", CLI_STRING, OPT(output_dir), 0, 0, NULL, "directory for main.log and checkpoints"},
-    {NULL, "tokenizer", CLI_STRING, OPT(tokenizer), 0, 0, NULL, "llm.c tokenizer file used to print samples"},
-    {"n", "checkpoint-every", CLI_INT, OPT(checkpoint_every), 0, 1e9, NULL, "write a checkpoint every N steps (0: never; needs -o)"},
-    {"y", "resume", CLI_SWITCH, OPT(resume), 0, 1, NULL, "resume from the latest checkpoint in -o"},
-    {"b", "batch-size", CLI_INT, OPT(B), 1, 65536, NULL, "batch size B per process"},
-    {"t", "seq-len", CLI_INT, OPT(T), 1, 1048576, NULL, "sequence length T (at most the model's max)"},
-    {"d", "total-batch", CLI_INT, OPT(total_batch), -1, 1e9, NULL, "total batch in tokens, a multiple of B*T*processes (-1: B*T*processes)"},
-    {"l", "lr", CLI_FLOAT, OPT(lr), 0, 10, NULL, "peak learning rate"},
-    {"q", "final-lr-frac", CLI_FLOAT, OPT(final_lr_frac), 0, 1, NULL, "final learning rate as a fraction of the peak"},
-    {"u", "warmup", CLI_INT, OPT(warmup), 0, 1e9, NULL, "learning-rate warmup steps"},
-    {"c", "weight-decay", CLI_FLOAT, OPT(weight_decay), 0, 10, NULL, "decoupled weight decay (2-D weights only)"},
-    {"k", "lr-schedule", CLI_CHOICE, OPT(lr_schedule), 0, 0, lr_schedule_choices, "learning-rate schedule"},
-    {"v", "val-every", CLI_INT, OPT(val_every), 0, 1e9, NULL, "val loss every N steps (0: never)"},
-    {"m", "val-max-steps", CLI_INT, OPT(val_max_steps), -1, 1e9, NULL, "batches per val loss (-1: all)"},
-    {"s", "sample-every", CLI_INT, OPT(sample_every), 0, 1e9, NULL, "print generated text every N steps (0: never)"},
-    {"g", "gen-len", CLI_INT, OPT(gen_T), 1, 1048576, NULL, "tokens to generate per sample"},
-    {"a", "overfit", CLI_SWITCH, OPT(overfit), 0, 1, NULL, "train on the first batch only (overfit it)"},
-    {"x", "max-steps", CLI_INT, OPT(max_steps), -1, 1e9, NULL, "number of steps (-1: one epoch of the train data)"},
-    {NULL, "beta1", CLI_FLOAT, OPT(beta1), 0, 0.99999, NULL, "AdamW beta1"},
-    {NULL, "beta2", CLI_FLOAT, OPT(beta2), 0, 0.99999, NULL, "AdamW beta2"},
-    {NULL, "eps", CLI_FLOAT, OPT(eps), 1e-30, 1, NULL, "AdamW epsilon"},
-    {NULL, "grad-clip", CLI_FLOAT, OPT(grad_clip), 0, 1e9, NULL, "clip the global gradient norm to this (0: off)"},
-    {NULL, "seed", CLI_INT, OPT(seed), 0, 2147483647, NULL, "seed of init, data order and sampling"},
-    {NULL, "threads", CLI_INT, OPT(threads), 0, 4096, NULL, "CPU threads (0: all cores)"},
-    {NULL, "dry-run", CLI_SWITCH, OPT(dry_run), 0, 1, NULL, "check flags, build the model, print the memory table and exit"},
+    {"i", "train-data", CLI_STRING, OPT(train_data), 0, 0, NULL, CLI_BOTH, "glob of training token shards"},
+    {"j", "val-data", CLI_STRING, OPT(val_data), 0, 0, NULL, CLI_BOTH, "glob of validation token shards"},
+    {"e", "model", CLI_STRING, OPT(model), 0, 0, NULL, CLI_BOTH, "model file (llm.c format) or descriptor: d6|d12|d24|d36|d48 or e.g. L4C256H4[T1024][V50257]"},
+    {"o", "output-dir", CLI_STRING, OPT(output_dir), 0, 0, NULL, CLI_BOTH, "directory for main.log and checkpoints"},
+    {NULL, "tokenizer", CLI_STRING, OPT(tokenizer), 0, 0, NULL, CLI_BOTH, "llm.c tokenizer file used to print samples"},
+    {"n", "checkpoint-every", CLI_INT, OPT(checkpoint_every), 0, 1e9, NULL, CLI_BOTH, "write a checkpoint every N steps (0: never; needs -o)"},
+    {"y", "resume", CLI_SWITCH, OPT(resume), 0, 1, NULL, CLI_BOTH, "resume from the latest checkpoint in -o"},
+    {"b", "batch-size", CLI_INT, OPT(B), 1, 65536, NULL, CLI_BOTH, "batch size B per process"},
+    {"t", "seq-len", CLI_INT, OPT(T), 1, 1048576, NULL, CLI_BOTH, "sequence length T (at most the model's max)"},
+    {"d", "total-batch", CLI_INT, OPT(total_batch), -1, 1e9, NULL, CLI_BOTH, "total batch in tokens, a multiple of B*T*processes (-1: B*T*processes)"},
+    {"l", "lr", CLI_FLOAT, OPT(lr), 0, 10, NULL, CLI_BOTH, "peak learning rate"},
+    {"q", "final-lr-frac", CLI_FLOAT, OPT(final_lr_frac), 0, 1, NULL, CLI_BOTH, "final learning rate as a fraction of the peak"},
+    {"u", "warmup", CLI_INT, OPT(warmup), 0, 1e9, NULL, CLI_BOTH, "learning-rate warmup steps"},
+    {"c", "weight-decay", CLI_FLOAT, OPT(weight_decay), 0, 10, NULL, CLI_BOTH, "decoupled weight decay (2-D weights only)"},
+    {"k", "lr-schedule", CLI_CHOICE, OPT(lr_schedule), 0, 0, lr_schedule_choices, CLI_BOTH, "learning-rate schedule"},
+    {"v", "val-every", CLI_INT, OPT(val_every), 0, 1e9, NULL, CLI_BOTH, "val loss every N steps (0: never)"},
+    {"m", "val-max-steps", CLI_INT, OPT(val_max_steps), -1, 1e9, NULL, CLI_BOTH, "batches per val loss (-1: all)"},
+    {"s", "sample-every", CLI_INT, OPT(sample_every), 0, 1e9, NULL, CLI_BOTH, "print generated text every N steps (0: never)"},
+    {"g", "gen-len", CLI_INT, OPT(gen_T), 1, 1048576, NULL, CLI_BOTH, "tokens to generate per sample"},
+    {"a", "overfit", CLI_SWITCH, OPT(overfit), 0, 1, NULL, CLI_BOTH, "train on the first batch only (overfit it)"},
+    {"x", "max-steps", CLI_INT, OPT(max_steps), -1, 1e9, NULL, CLI_BOTH, "number of steps (-1: one epoch of the train data)"},
+    {NULL, "beta1", CLI_FLOAT, OPT(beta1), 0, 0.99999, NULL, CLI_BOTH, "AdamW beta1"},
+    {NULL, "beta2", CLI_FLOAT, OPT(beta2), 0, 0.99999, NULL, CLI_BOTH, "AdamW beta2"},
+    {NULL, "eps", CLI_FLOAT, OPT(eps), 1e-30, 1, NULL, CLI_BOTH, "AdamW epsilon"},
+    {NULL, "grad-clip", CLI_FLOAT, OPT(grad_clip), 0, 1e9, NULL, CLI_BOTH, "clip the global gradient norm to this (0: off)"},
+    {NULL, "seed", CLI_INT, OPT(seed), 0, 2147483647, NULL, CLI_BOTH, "seed of init, data order and sampling"},
+    {NULL, "threads", CLI_INT, OPT(threads), 0, 4096, NULL, CLI_BOTH, "CPU threads (0: all cores)"},
+    {NULL, "dry-run", CLI_SWITCH, OPT(dry_run), 0, 1, NULL, CLI_BOTH, "check flags, build the model, print the memory table and exit"},
 };
 #undef OPT
 #define TRAIN_FLAG_COUNT ((int)(sizeof(train_flags) / sizeof(train_flags[0])))
@@ -127,6 +128,13 @@ static inline int train_options_accum_steps(const char* prog, const TrainOptions
         exit(2);
     }
     return (int)(o->total_batch / per_step);
+}
+
+// The model lines of the start-up banner (the trainer adds its device line and memory table).
+static inline void gpt2_describe(const GPT2Config* c, size_t num_parameters, const TrainOptions* o, int accum) {
+    printf("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %zu parameters\n", c->num_layers, c->channels,
+           c->num_heads, c->vocab_size, c->padded_vocab_size, c->max_seq_len, num_parameters);
+    printf("batch: B=%d T=%d, gradient accumulation %d, %d tokens per step\n", o->B, o->T, accum, o->B * o->T * accum);
 }
 
 #endif // LLMC_TRAIN_OPTIONS_H

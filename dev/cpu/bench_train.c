@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
     snprintf(list, sizeof(list), "%s", configs);
     for (char* desc = strtok(list, ","); desc; desc = strtok(NULL, ",")) {
         GPT2 model;
-        gpt2_build(&model, desc, 42, B, T);
+        gpt2_build(&model, desc, 42, B, T, NULL);
         int V = model.config.vocab_size;
         int* in = (int*)mallocCheck((size_t)B * T * sizeof(int));
         int* tg = (int*)mallocCheck((size_t)B * T * sizeof(int));

@@ -1,0 +1,248 @@
+/*
+ train_loop.h: the training loop both trainers share: flags, start-up, val loss, sampling,
+ checkpoints and resume, the step loop and its log lines. Only where the arithmetic runs differs.
+
+ Contract: the including trainer first defines
+   GPT2                         a struct with .config (GPT2Config), .num_parameters, .B, .T
+   gpt2_build(GPT2*, const char* model_or_descriptor, uint64_t seed, int B, int T, const TrainOptions*)
+   gpt2_free(GPT2*)
+   float gpt2_forward(GPT2*, const int* inputs, const int* targets, int B, int T)   host token arrays;
+                                targets may be NULL; returns the mean loss (or -1 without targets)
+   gpt2_zero_grad(GPT2*)
+   gpt2_backward(GPT2*, const int* inputs, const int* targets, int B, int T, float loss_scale)
+   float gpt2_update(GPT2*, const AdamWHyper*, int step)        clip + AdamW, returns the grad norm
+   const float* gpt2_logits_row(GPT2*, int t)                    host fp32 logits of (b=0, t)
+   gpt2_checkpoint_write(GPT2*, const char* model_path, const char* state_path, const RunState*)
+   gpt2_state_read(GPT2*, const char* state_path, RunState*)
+   TRAINER_FLAGS (CLI_CPU or CLI_GPU), TRAINER_SUMMARY, trainer_defaults(TrainOptions*),
+   trainer_init(const TrainOptions*), trainer_describe(const GPT2*, const TrainOptions*, int accum)
+ and then calls train_main(argc, argv) from main.
+*/
+#ifndef LLMC_TRAIN_LOOP_H
+#define LLMC_TRAIN_LOOP_H
+
+#include <dirent.h>
+#include <math.h>
+#include "llmc/checkpoint.h"
+#include "llmc/dataloader.h"
+#include "llmc/logger.h"
+#include "llmc/optim.h"
+#include "llmc/schedulers.h"
+#include "llmc/tokenizer.h"
+#include "llmc/train_options.h"
+
+// ----------------------------------------------------------------------------
+// sampling
+
+// Draws a token from softmax(logits[0..V)) with a uniform coin in [0, 1).
+static LS_UNUSED int sample_softmax(const float* logits, int V, float coin) {
+    float maxval = -INFINITY;
+    for (int i = 0; i < V; i++) { if (logits[i] > maxval) { maxval = logits[i]; } }
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) { sum += exp((double)(logits[i] - maxval)); }
+    double target = (double)coin * sum, cdf = 0.0;
+    for (int i = 0; i < V; i++) {
+        cdf += exp((double)(logits[i] - maxval));
+        if (cdf > target) { return i; }
+    }
+    return V - 1;
+}
+
+// Generates gen_T tokens after <|endoftext|> and prints them decoded (or as ids without a
+// tokenizer).
+static LS_UNUSED void gpt2_sample(GPT2* model, const Tokenizer* tok, int gen_T, uint64_t* rng) {
+    int T = gen_T < model->T ? gen_T : model->T;
+    int* tokens = (int*)mallocCheck((size_t)T * sizeof(int));
+    tokens[0] = GPT2_EOT < model->config.vocab_size ? GPT2_EOT : 0;
+    printf("generating:\n---\n");
+    for (int t = 1; t < T; t++) {
+        gpt2_forward(model, tokens, NULL, 1, t);
+        const float* logits = gpt2_logits_row(model, t - 1);
+        tokens[t] = sample_softmax(logits, model->config.vocab_size, xorshift_f32(rng));
+    }
+    if (tok) {
+        size_t cap = (size_t)T * 800 + 1;  // a token decodes to at most ~765 printable bytes
+        char* text = (char*)mallocCheck(cap);
+        tokenizer_decode_to_buf(tok, tokens + 1, (size_t)(T - 1), text, cap);
+        printf("%s", text);
+        free(text);
+    } else {
+        for (int t = 1; t < T; t++) { printf("%d ", tokens[t]); }
+    }
+    printf("\n---\n");
+    free(tokens);
+}
+
+// ----------------------------------------------------------------------------
+// checkpoints: <dir>/model_<step>.bin, <dir>/state_<step>_<rank>.bin, then <dir>/DONE_<step>
+
+static LS_UNUSED void checkpoint_paths(const char* dir, int step, int rank, char* model_path, char* state_path, char* done_path,
+                             size_t len) {
+    snprintf(model_path, len, "%s/model_%08d.bin", dir, step);
+    snprintf(state_path, len, "%s/state_%08d_%05d.bin", dir, step, rank);
+    snprintf(done_path, len, "%s/DONE_%08d", dir, step);
+}
+
+static LS_UNUSED void checkpoint_save(GPT2* model, const char* dir, const RunState* rs) {
+    char model_path[1200], state_path[1200], done_path[1200];
+    checkpoint_paths(dir, rs->step, rs->process_rank, model_path, state_path, done_path, sizeof(model_path));
+    gpt2_checkpoint_write(model, model_path, state_path, rs);
+    AtomicFile af;  // the DONE marker last: a checkpoint without it is incomplete
+    atomic_file_open(&af, done_path);
+    atomic_file_commit(&af);
+    printf("checkpoint: wrote %s and its state\n", model_path);
+}
+
+// Returns the step of the newest complete checkpoint in dir (its DONE file exists), or -1.
+static LS_UNUSED int checkpoint_latest(const char* dir) {
+    DIR* d = opendir(dir);
+    if (d == NULL) { return -1; }
+    int best = -1;
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        int step;
+        char tail;
+        if (sscanf(e->d_name, "DONE_%8d%c", &step, &tail) == 1 && step > best) { best = step; }
+    }
+    closedir(d);
+    return best;
+}
+
+// ----------------------------------------------------------------------------
+// training
+
+static LS_UNUSED float evaluate_val_loss(GPT2* model, DataLoader* val, int max_steps) {
+    dataloader_reset(val);
+    size_t steps = dataloader_steps_per_epoch(val);
+    if (max_steps >= 0 && (size_t)max_steps < steps) { steps = (size_t)max_steps; }
+    double sum = 0.0;
+    for (size_t i = 0; i < steps; i++) {
+        dataloader_next_batch(val);
+        sum += gpt2_forward(model, val->inputs, val->targets, val->B, val->T);
+    }
+    return steps ? (float)(sum / (double)steps) : NAN;
+}
+
+static LS_UNUSED void usage_error(const char* prog, const char* msg) {
+    fprintf(stderr, "%s: error: %s (see --help)\n", prog, msg);
+    exit(2);
+}
+
+static LS_UNUSED int train_main(int argc, char** argv) {
+    TrainOptions o;
+    train_options_defaults(&o);
+    trainer_defaults(&o);
+    if (cli_parse(argc, argv, train_flags, TRAIN_FLAG_COUNT, TRAINER_FLAGS, &o)) {
+        cli_print_help(stdout, argv[0], TRAINER_SUMMARY, train_flags, TRAIN_FLAG_COUNT, TRAINER_FLAGS, &o);
+        return 0;
+    }
+    if (o.checkpoint_every > 0 && o.output_dir == NULL) { usage_error(argv[0], "flag -n needs -o (where to write checkpoints)"); }
+    if (o.resume && o.output_dir == NULL) { usage_error(argv[0], "flag -y needs -o (where the checkpoints are)"); }
+    trainer_init(&o);
+
+    // the model, from the newest checkpoint when resuming
+    int start_step = 0;
+    char model_path[1200], state_path[1200], done_path[1200];
+    const char* model_source = o.model;
+    if (o.resume) {
+        start_step = checkpoint_latest(o.output_dir);
+        if (start_step < 0) { ls_fatal("-y 1: no complete checkpoint (DONE_* file) in '%s'", o.output_dir); }
+        checkpoint_paths(o.output_dir, start_step, 0, model_path, state_path, done_path, sizeof(model_path));
+        model_source = model_path;
+    }
+    GPT2Config probe;  // check T and the batch against the model before allocating
+    if (!gpt2_config_from_descriptor(model_source, &probe)) { model_file_read_header(model_source, &probe); }
+    int accum = train_options_accum_steps(argv[0], &o, &probe, 1);
+    GPT2 model;
+    gpt2_build(&model, model_source, (uint64_t)o.seed, o.B, o.T, &o);
+    const GPT2Config* c = &model.config;
+    printf("model source: %s\n", model_source);
+    trainer_describe(&model, &o, accum);
+    if (o.dry_run) { gpt2_free(&model); return 0; }
+
+    DataLoader train, val;
+    dataloader_init(&train, o.train_data, o.B, o.T, 0, 1, !o.overfit, (uint64_t)o.seed, c->vocab_size);
+    int do_val = o.val_every > 0;
+    if (do_val) { dataloader_init(&val, o.val_data, o.B, o.T, 0, 1, 0, (uint64_t)o.seed, c->vocab_size); }
+    int total_steps = o.max_steps >= 0 ? o.max_steps : (int)(dataloader_steps_per_epoch(&train) / (size_t)accum);
+    if (total_steps < 1 && o.max_steps != 0) { total_steps = 1; }
+    printf("train: %zu batches per epoch in %d shard(s); %d steps\n", dataloader_steps_per_epoch(&train),
+           train.num_shards, total_steps);
+
+    Tokenizer tokenizer;
+    int have_tokenizer = 0;
+    if (o.sample_every > 0) {
+        if (file_exists(o.tokenizer)) {
+            tokenizer_init_from_file(&tokenizer, o.tokenizer);
+            have_tokenizer = 1;
+        } else {
+            printf("note: tokenizer file %s not found (run `make data`); samples print token ids\n", o.tokenizer);
+        }
+    }
+    LrSchedule sched = {(LrScheduleType)o.lr_schedule, o.lr, o.final_lr_frac, o.warmup, total_steps};
+    AdamWHyper hyper = {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.grad_clip};
+    uint64_t sample_rng = 1337 + (uint64_t)o.seed;
+    Logger logger;
+    logger_init(&logger, o.output_dir, o.resume);
+
+    if (o.resume) {
+        RunState rs;
+        gpt2_state_read(&model, state_path, &rs);
+        if (rs.step != start_step) { ls_fatal("state file '%s': step %d, expected %d", state_path, rs.step, start_step); }
+        dataloader_seek(&train, rs.data_epoch, (size_t)rs.data_sample);
+        sample_rng = rs.sampler_rng;
+        printf("resumed from step %d\n", start_step);
+    }
+    if (o.overfit) { dataloader_next_batch(&train); }
+
+    double t_start = wall_seconds(), train_seconds = 0.0;
+    int timed_steps = 0;
+    for (int step = start_step; step <= total_steps; step++) {
+        int last_step = step == total_steps;
+        if (do_val && (step % o.val_every == 0 || last_step)) {
+            float val_loss = evaluate_val_loss(&model, &val, o.val_max_steps);
+            printf("val loss %f\n", val_loss);
+            logger_val(&logger, step, val_loss);
+        }
+        if (o.sample_every > 0 && ((step > 0 && step % o.sample_every == 0) || last_step)) {
+            gpt2_sample(&model, have_tokenizer ? &tokenizer : NULL, o.gen_T, &sample_rng);
+        }
+        if (o.output_dir && o.checkpoint_every > 0 && step > start_step &&
+            (step % o.checkpoint_every == 0 || last_step)) {
+            RunState rs = {1, 0, step, 1, model.num_parameters, train.epoch, train.step_in_epoch, sample_rng};
+            checkpoint_save(&model, o.output_dir, &rs);
+        }
+        if (last_step) { break; }
+
+        double t0 = wall_seconds();
+        gpt2_zero_grad(&model);
+        double loss = 0.0;
+        for (int micro = 0; micro < accum; micro++) {
+            if (!o.overfit) { dataloader_next_batch(&train); }
+            loss += gpt2_forward(&model, train.inputs, train.targets, o.B, o.T);
+            gpt2_backward(&model, train.inputs, train.targets, o.B, o.T, 1.0f / (float)accum);
+        }
+        loss /= accum;
+        hyper.lr = lr_schedule_get(&sched, step);
+        float norm = gpt2_update(&model, &hyper, step + 1);
+        double t1 = wall_seconds();
+        if (step > start_step) { train_seconds += t1 - t0; timed_steps++; }  // the first step warms up
+        double avg = timed_steps ? train_seconds / timed_steps : (t1 - t0);
+        double tok_s = (double)o.B * o.T * accum / (t1 - t0);
+        print_step_line(step + 1, total_steps, (float)loss, norm, hyper.lr, 1000.0 * (t1 - t0), tok_s, t1 - t_start,
+                        avg * (total_steps - step - 1));
+        logger_train(&logger, step + 1, (float)loss);
+    }
+    if (timed_steps > 0) {
+        printf("average step: %.2f ms, %.0f tok/s over %d steps\n", 1000.0 * train_seconds / timed_steps,
+               (double)o.B * o.T * accum * timed_steps / train_seconds, timed_steps);
+    }
+    logger_free(&logger);
+    if (have_tokenizer) { tokenizer_free(&tokenizer); }
+    if (do_val) { dataloader_free(&val); }
+    dataloader_free(&train);
+    gpt2_free(&model);
+    return 0;
+}
+
+#endif // LLMC_TRAIN_LOOP_H
