@@ -365,10 +365,10 @@ static void test_model_files(void) {
     // state file round trip
     RunState rs = {1, 0, 17, 1, pt.total, 3, 5, 99}, rs2;
     snprintf(path, sizeof(path), "%s/state.bin", tmpdir);
-    state_file_write(path, &rs, p, q);
+    state_file_write(path, &rs, p, q, NULL);
     float* m2 = (float*)mallocCheck(pt.total * sizeof(float));
     float* v2 = (float*)mallocCheck(pt.total * sizeof(float));
-    state_file_read(path, pt.total, &rs2, m2, v2);
+    state_file_read(path, pt.total, &rs2, m2, v2, NULL);
     CHECK(rs2.step == 17 && rs2.data_epoch == 3 && rs2.data_sample == 5 && rs2.sampler_rng == 99, "state header round trip");
     CHECK(memcmp(m2, p, pt.total * 4) == 0 && memcmp(v2, q, pt.total * 4) == 0, "state m/v round trip");
     free(m2); free(v2); free(p); free(q);

@@ -5,10 +5,10 @@
    header[0] = 20240326 magic, [1] = version (3: fp32, 5: bf16), [2] = max_seq_len,
    [3] = vocab_size, [4] = num_layers, [5] = num_heads, [6] = channels, [7] = padded_vocab_size.
  State file (leanstep, written beside a model file): 256 x int32 header, then m and v (fp32,
-   the same flat layout as the parameters).
+   the same flat layout as the parameters), then the fp32 master weights if the run keeps them.
    header[0] = 20240527 magic, [1] = 1 version, [2] = num_processes, [3] = process_rank,
    [4] = step, [5] = has_m_v, [6..7] = parameter count (uint64), [8..9] = dataloader epoch,
-   [10..11] = dataloader sample index, [12..13] = sampler rng state (uint64).
+   [10..11] = dataloader sample index, [12..13] = sampler rng state (uint64), [14] = has_master.
  Every read validates magic, version, shape and exact file size, and names the file on error.
  Every write is atomic (utils.h): a crash leaves the old file or the whole new one.
 */
@@ -152,7 +152,9 @@ typedef struct {
     uint64_t sampler_rng;  // state of the text sampler's generator
 } RunState;
 
-static inline void state_file_write(const char* path, const RunState* s, const float* m, const float* v) {
+// master may be NULL (no master weights).
+static inline void state_file_write(const char* path, const RunState* s, const float* m, const float* v,
+                                    const float* master) {
     int header[HEADER_INTS];
     memset(header, 0, sizeof(header));
     header[0] = STATE_MAGIC;
@@ -165,16 +167,19 @@ static inline void state_file_write(const char* path, const RunState* s, const f
     memcpy(&header[8], &s->data_epoch, 8);
     memcpy(&header[10], &s->data_sample, 8);
     memcpy(&header[12], &s->sampler_rng, 8);
+    header[14] = master != NULL;
     AtomicFile af;
     atomic_file_open(&af, path);
     fwriteCheck(header, sizeof(int), HEADER_INTS, af.fp, path);
     fwriteCheck(m, sizeof(float), s->num_params, af.fp, path);
     fwriteCheck(v, sizeof(float), s->num_params, af.fp, path);
+    if (master) { fwriteCheck(master, sizeof(float), s->num_params, af.fp, path); }
     atomic_file_commit(&af);
 }
 
-// Reads a state file for a model of num_params parameters; m and v receive the moments.
-static inline void state_file_read(const char* path, size_t num_params, RunState* s, float* m, float* v) {
+// Reads a state file for a model of num_params parameters; m and v receive the moments, master
+// the master weights (NULL when the run keeps none: the file must agree).
+static inline void state_file_read(const char* path, size_t num_params, RunState* s, float* m, float* v, float* master) {
     FILE* fp = fopen(path, "rb");
     if (fp == NULL) { ls_fatal("state file '%s': cannot open: %s", path, strerror(errno)); }
     int header[HEADER_INTS];
@@ -195,12 +200,18 @@ static inline void state_file_read(const char* path, size_t num_params, RunState
         ls_fatal("state file '%s': holds %llu parameters, the model has %zu", path,
                  (unsigned long long)s->num_params, num_params);
     }
-    long long expected = (long long)HEADER_INTS * 4 + 2LL * (long long)num_params * 4;
+    int has_master = header[14];
+    if (has_master != (master != NULL)) {
+        ls_fatal("state file '%s': %s master weights, this run %s (flag -w)", path, has_master ? "has" : "has no",
+                 master ? "keeps them" : "does not");
+    }
+    long long expected = (long long)HEADER_INTS * 4 + (2LL + has_master) * (long long)num_params * 4;
     long long size = file_size_of(fp);
     if (size != expected) { ls_fatal("state file '%s': size %lld bytes, expected %lld", path, size, expected); }
     fseek(fp, HEADER_INTS * 4, SEEK_SET);
     freadCheck(m, sizeof(float), num_params, fp, path);
     freadCheck(v, sizeof(float), num_params, fp, path);
+    if (master) { freadCheck(master, sizeof(float), num_params, fp, path); }
     fclose(fp);
 }
 

@@ -63,14 +63,15 @@ static inline void format_duration(double seconds, char* buf, size_t len) {
     else { snprintf(buf, len, "%lds", s); }
 }
 
-// The per-step line, in llm.c's CUDA format plus elapsed time and ETA.
-static inline void print_step_line(int step, int total, float loss, float norm, float lr, double ms, double tok_per_s,
-                                   double elapsed_s, double eta_s) {
+// The per-step line, in llm.c's CUDA format plus elapsed time and ETA; `extra` (e.g. MFU) goes
+// before the throughput.
+static inline void print_step_line(int step, int total, float loss, float norm, float lr, double ms, const char* extra,
+                                   double tok_per_s, double elapsed_s, double eta_s) {
     char el[32], eta[32];
     format_duration(elapsed_s, el, sizeof(el));
     format_duration(eta_s, eta, sizeof(eta));
-    printf("step %4d/%d | loss %f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s | elapsed %s | eta %s\n", step, total,
-           loss, norm, lr, ms, tok_per_s, el, eta);
+    printf("step %4d/%d | loss %f | norm %.4f | lr %.2e | %.2f ms |%s %.0f tok/s | elapsed %s | eta %s\n", step, total,
+           loss, norm, lr, ms, extra, tok_per_s, el, eta);
     fflush(stdout);
 }
 

@@ -23,16 +23,19 @@
 
 typedef enum {
     MEM_PARAMS = 0,
+    MEM_MASTER,
     MEM_GRADS,
     MEM_ADAM_M,
     MEM_ADAM_V,
     MEM_ACTS,
     MEM_SCRATCH,
+    MEM_WORKSPACE,
     MEM_COUNT
 } MemCategory;
 
 static const char* const mem_category_names[MEM_COUNT] = {
-    "parameters", "gradients", "AdamW m", "AdamW v", "activations", "backward scratch",
+    "parameters", "master weights", "gradients", "AdamW m", "AdamW v", "activations", "backward scratch",
+    "cuBLASLt workspace",
 };
 
 typedef struct {
@@ -103,6 +106,97 @@ static inline MemoryReport memory_model_cpu(const GPT2Config* c, int B, int T) {
     return r;
 }
 
+// ----------------------------------------------------------------------------
+// GPU trainer activation layout (train_gpt2.cu). Element counts and whether each tensor is fp32
+// (statistics, losses, token ids) or floatX (everything else). Recompute (-r) keeps one layer's
+// worth instead of L: 1 recomputes GELU outputs in the backward pass, 2 also the layernorm
+// outputs. `output` is the scratch that holds a matmul's output in the forward pass and the
+// logits / dlogits (B,T,Vp).
+//   inputs targets (B,T) int  encoded (B,T,C)  ln1 (L|1,B,T,C)  ln1_mean ln1_rstd (L,B,T) fp32
+//   atty (L,B,T,C)  att (L,B,NH,T,T)  residual2 (L,B,T,C)  ln2 (L|1,B,T,C)  ln2_mean ln2_rstd (L,B,T) fp32
+//   fch (L,B,T,4C) pre-GELU  fch_gelu (L|1,B,T,4C)  residual3 (L,B,T,C)  lnf (B,T,C)
+//   lnf_mean lnf_rstd losses (B,T) fp32  qkvr (L,B,T,3C)  output (B,T,max(3C,Vp))
+// Backward scratch (floatX): dresidual dbuf datty (B,T,C)  dfch (B,T,4C)  dqkv dqkvr (B,T,3C)
+//   datt (B,NH,T,T); plus the kernels' fp32 scratch, sized by the kernel headers.
+
+#define GPU_NUM_ACTIVATIONS 22
+#define GPU_NUM_SCRATCH 7
+
+static inline void gpu_activation_sizes(const GPT2Config* c, int B, int T, int recompute, size_t* n, int* is_fp32) {
+    size_t L = (size_t)c->num_layers, C = (size_t)c->channels, NH = (size_t)c->num_heads;
+    size_t BT = (size_t)B * (size_t)T, Vp = (size_t)c->padded_vocab_size;
+    size_t L_ln = recompute >= 2 ? 1 : L, L_gelu = recompute >= 1 ? 1 : L;
+    size_t out = 3 * C > Vp ? 3 * C : Vp;
+    size_t i = 0;
+#define ACT(count, fp32) do { n[i] = (count); is_fp32[i] = (fp32); i++; } while (0)
+    ACT(BT, 1);                      // inputs (int)
+    ACT(BT, 1);                      // targets (int)
+    ACT(BT * C, 0);                  // encoded
+    ACT(L_ln * BT * C, 0);           // ln1
+    ACT(L * BT, 1);                  // ln1_mean
+    ACT(L * BT, 1);                  // ln1_rstd
+    ACT(L * BT * C, 0);              // atty
+    ACT(L * (size_t)B * NH * (size_t)T * (size_t)T, 0);  // att
+    ACT(L * BT * C, 0);              // residual2
+    ACT(L_ln * BT * C, 0);           // ln2
+    ACT(L * BT, 1);                  // ln2_mean
+    ACT(L * BT, 1);                  // ln2_rstd
+    ACT(L * BT * 4 * C, 0);          // fch
+    ACT(L_gelu * BT * 4 * C, 0);     // fch_gelu
+    ACT(L * BT * C, 0);              // residual3
+    ACT(BT * C, 0);                  // lnf
+    ACT(BT, 1);                      // lnf_mean
+    ACT(BT, 1);                      // lnf_rstd
+    ACT(BT, 1);                      // losses
+    ACT(L * BT * 3 * C, 0);          // qkvr
+    ACT(BT * out, 0);                // output
+    ACT(0, 1);                       // (end)
+#undef ACT
+}
+
+static inline void gpu_scratch_sizes(const GPT2Config* c, int B, int T, size_t* n) {
+    size_t C = (size_t)c->channels, NH = (size_t)c->num_heads, BT = (size_t)B * (size_t)T;
+    n[0] = BT * C;      // dresidual
+    n[1] = BT * C;      // dbuf
+    n[2] = BT * C;      // datty
+    n[3] = BT * 4 * C;  // dfch
+    n[4] = BT * 3 * C;  // dqkv
+    n[5] = BT * 3 * C;  // dqkvr
+    n[6] = (size_t)B * NH * (size_t)T * (size_t)T;  // datt
+}
+
+// Bytes of an activation list, each tensor rounded up to 256 bytes (the trainer aligns every
+// tensor so that 128-bit loads stay aligned).
+static inline size_t gpu_tensor_bytes(size_t count, size_t elem) { return (count * elem + 255) / 256 * 256; }
+
+typedef struct {
+    int recompute;          // -r
+    int master_weights;     // -w (bf16 builds)
+    size_t floatx_bytes;    // 2 (bf16) or 4 (fp32)
+    size_t kernel_scratch;  // fp32 scratch of the backward kernels, bytes (from the kernel headers)
+    size_t workspace;       // cuBLASLt workspace, bytes
+} GpuMemoryOptions;
+
+static inline MemoryReport memory_model_gpu(const GPT2Config* c, int B, int T, const GpuMemoryOptions* g) {
+    MemoryReport r;
+    memset(&r, 0, sizeof(r));
+    size_t n = gpt2_num_parameters(c);
+    r.bytes[MEM_PARAMS] = gpu_tensor_bytes(n, g->floatx_bytes);
+    r.bytes[MEM_MASTER] = g->master_weights ? gpu_tensor_bytes(n, 4) : 0;
+    r.bytes[MEM_GRADS] = gpu_tensor_bytes(n, g->floatx_bytes);
+    r.bytes[MEM_ADAM_M] = gpu_tensor_bytes(n, 4);
+    r.bytes[MEM_ADAM_V] = gpu_tensor_bytes(n, 4);
+    size_t acts[GPU_NUM_ACTIVATIONS], scratch[GPU_NUM_SCRATCH];
+    int fp32[GPU_NUM_ACTIVATIONS];
+    gpu_activation_sizes(c, B, T, g->recompute, acts, fp32);
+    for (int i = 0; i < GPU_NUM_ACTIVATIONS; i++) { r.bytes[MEM_ACTS] += gpu_tensor_bytes(acts[i], fp32[i] ? 4 : g->floatx_bytes); }
+    gpu_scratch_sizes(c, B, T, scratch);
+    for (int i = 0; i < GPU_NUM_SCRATCH; i++) { r.bytes[MEM_SCRATCH] += gpu_tensor_bytes(scratch[i], g->floatx_bytes); }
+    r.bytes[MEM_SCRATCH] += gpu_tensor_bytes(g->kernel_scratch, 1);
+    r.bytes[MEM_WORKSPACE] = g->workspace;
+    return r;
+}
+
 static inline size_t memory_report_total(const MemoryReport* r) {
     size_t total = 0;
     for (int i = 0; i < MEM_COUNT; i++) { total += r->bytes[i]; }
@@ -114,14 +208,15 @@ static inline double mib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0
 // Prints the start-up table. num_params for the bytes-per-parameter column.
 static inline void memory_report_print(FILE* out, const MemoryReport* r, size_t num_params) {
     size_t total = memory_report_total(r);
-    size_t param_related = r->bytes[MEM_PARAMS] + r->bytes[MEM_GRADS] + r->bytes[MEM_ADAM_M] + r->bytes[MEM_ADAM_V];
+    size_t param_related = r->bytes[MEM_PARAMS] + r->bytes[MEM_MASTER] + r->bytes[MEM_GRADS] + r->bytes[MEM_ADAM_M] +
+                           r->bytes[MEM_ADAM_V];
     size_t optimizer_side = param_related - r->bytes[MEM_PARAMS];
     fprintf(out, "+-----------------------+------------+-------------+\n");
     fprintf(out, "| memory                |        MiB | bytes/param |\n");
     fprintf(out, "+-----------------------+------------+-------------+\n");
     for (int i = 0; i < MEM_COUNT; i++) {
         if (r->bytes[i] == 0) { continue; }
-        if (i == MEM_ACTS || i == MEM_SCRATCH) {
+        if (i == MEM_ACTS || i == MEM_SCRATCH || i == MEM_WORKSPACE) {
             fprintf(out, "| %-21s | %10.1f |             |\n", mem_category_names[i], mib(r->bytes[i]));
         } else {
             fprintf(out, "| %-21s | %10.1f | %11.2f |\n", mem_category_names[i], mib(r->bytes[i]),
@@ -131,7 +226,7 @@ static inline void memory_report_print(FILE* out, const MemoryReport* r, size_t 
     fprintf(out, "+-----------------------+------------+-------------+\n");
     fprintf(out, "| total                 | %10.1f |             |\n", mib(total));
     fprintf(out, "+-----------------------+------------+-------------+\n");
-    fprintf(out, "parameters: %zu; optimizer side (gradients + m + v): %.1f MiB = %.0f%% of parameter-related memory\n",
+    fprintf(out, "parameters: %zu; optimizer side (master + gradients + m + v): %.1f MiB = %.0f%% of parameter-related memory\n",
             num_params, mib(optimizer_side), 100.0 * (double)optimizer_side / (double)param_related);
 }
 

@@ -15,7 +15,9 @@
    gpt2_checkpoint_write(GPT2*, const char* model_path, const char* state_path, const RunState*)
    gpt2_state_read(GPT2*, const char* state_path, RunState*)
    TRAINER_FLAGS (CLI_CPU or CLI_GPU), TRAINER_SUMMARY, trainer_defaults(TrainOptions*),
-   trainer_init(const TrainOptions*), trainer_describe(const GPT2*, const TrainOptions*, int accum)
+   trainer_init(const TrainOptions*), trainer_describe(const GPT2*, const TrainOptions*, int accum),
+   trainer_step_extra(const GPT2*, const TrainOptions*, double tok_per_s, char* buf, size_t len)
+                                text for the step line before tok/s, e.g. " 45.1% bf16 MFU |" (or "")
  and then calls train_main(argc, argv) from main.
 */
 #ifndef LLMC_TRAIN_LOOP_H
@@ -229,8 +231,10 @@ static LS_UNUSED int train_main(int argc, char** argv) {
         if (step > start_step) { train_seconds += t1 - t0; timed_steps++; }  // the first step warms up
         double avg = timed_steps ? train_seconds / timed_steps : (t1 - t0);
         double tok_s = (double)o.B * o.T * accum / (t1 - t0);
-        print_step_line(step + 1, total_steps, (float)loss, norm, hyper.lr, 1000.0 * (t1 - t0), tok_s, t1 - t_start,
-                        avg * (total_steps - step - 1));
+        char extra[64];
+        trainer_step_extra(&model, &o, tok_s, extra, sizeof(extra));
+        print_step_line(step + 1, total_steps, (float)loss, norm, hyper.lr, 1000.0 * (t1 - t0), extra, tok_s,
+                        t1 - t_start, avg * (total_steps - step - 1));
         logger_train(&logger, step + 1, (float)loss);
     }
     if (timed_steps > 0) {

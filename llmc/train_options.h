@@ -39,6 +39,9 @@ typedef struct {
     int seed;                 // init, data order and sampling
     int threads;              // OpenMP threads (0: all cores)
     int dry_run;              // parse, build the model, print the memory table, exit
+    // GPU trainer only
+    int recompute;            // -r 0: keep all activations, 1: recompute GELU, 2: also layernorms
+    int master_weights;       // -w keep fp32 master weights of bf16 parameters
 } TrainOptions;
 
 static const char* const lr_schedule_choices[] = {"cosine", "linear", "constant", "wsd", NULL};
@@ -73,6 +76,8 @@ static const CliFlag train_flags[] = {
     {NULL, "seed", CLI_INT, OPT(seed), 0, 2147483647, NULL, CLI_BOTH, "seed of init, data order and sampling"},
     {NULL, "threads", CLI_INT, OPT(threads), 0, 4096, NULL, CLI_BOTH, "CPU threads (0: all cores)"},
     {NULL, "dry-run", CLI_SWITCH, OPT(dry_run), 0, 1, NULL, CLI_BOTH, "check flags, build the model, print the memory table and exit"},
+    {"r", "recompute", CLI_INT, OPT(recompute), 0, 2, NULL, CLI_GPU, "recompute in the backward pass: 0 none, 1 GELU, 2 GELU + layernorms"},
+    {"w", "master-weights", CLI_SWITCH, OPT(master_weights), 0, 1, NULL, CLI_GPU, "keep fp32 master weights (bf16 build)"},
 };
 #undef OPT
 #define TRAIN_FLAG_COUNT ((int)(sizeof(train_flags) / sizeof(train_flags[0])))
@@ -105,6 +110,8 @@ static inline void train_options_defaults(TrainOptions* o) {
     o->grad_clip = 1.0f;
     o->seed = 42;
     o->threads = 0;
+    o->recompute = 1;
+    o->master_weights = 1;
 }
 
 // Checks that need the model: T against max_seq_len, the total batch. Exits 2 naming the flag.

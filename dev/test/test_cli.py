@@ -105,6 +105,9 @@ def main():
     for args in (["-zz", "1"], ["--nope", "1"], ["-b"]):
         rr = run(binary, args)
         check(rr.returncode == 2 and args[0] in rr.stderr, "%s fails with exit 2 (exit %d)" % (args, rr.returncode))
+    if os.path.basename(binary).startswith("train_gpt2") and not os.path.basename(binary).startswith("train_gpt2cu"):
+        rr = run(binary, ["--dry-run", "1", "-e", SMALL, "-r", "1"])
+        check(rr.returncode == 2 and "GPU trainer" in rr.stderr, "a GPU-only flag names the GPU trainer: %s" % rr.stderr.strip())
     rr = run(binary, ["--dry-run", "1", "-e", "L2C30H4"])
     check(rr.returncode != 0 and "heads" in rr.stderr, "a bad descriptor fails naming the problem: %s" % rr.stderr.strip())
 
