@@ -40,8 +40,16 @@ static LS_NORETURN LS_PRINTF(1, 2) LS_UNUSED void ls_fatal(const char* fmt, ...)
 }
 
 // Like ls_fatal, with the source location first (for internal failures, not user errors).
-#define ls_fatal_at(file, line, ...) \
-    (fprintf(stderr, "leanstep: error: %s:%d: ", file, line), ls_fatal(__VA_ARGS__))
+static LS_NORETURN LS_PRINTF(3, 4) LS_UNUSED void ls_fatal_at(const char* file, int line, const char* fmt, ...) {
+    fflush(stdout);
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "leanstep: error: %s:%d: ", file, line);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
 
 // ----------------------------------------------------------------------------
 // checked libc calls

@@ -1,1 +1,96 @@
 # rules for dev/cuda (included by the top-level Makefile)
+#
+# The CUDA lab files built for the CPU execution harness (llmc/cuda_harness.h: every CUDA thread
+# is a Boost.Context fiber), so that CI runs every kernel without a GPU:
+#   make cuda-harness        g++ builds of dev/cuda/*.cu into $(BUILD)/cuda/
+#   make test-cuda           harness self-tests and every AdamW version (--check) in two thread
+#                            orders (forward, reverse), then cuda-compile-check
+#   make test-cuda-san       the same under ASan+UBSan (build/san/cuda/); also catches the planted
+#                            out-of-bounds writes
+#   make cuda-compile-check  nvcc, sm_80 and sm_90, warnings as errors (dev/cuda/Makefile)
+#   make cuda-gpu            nvcc builds for the local GPU (dev/cuda/Makefile, needs a GPU)
+# `make test` runs test-cuda (TEST_PHONY), `make test-san` runs test-cuda-san (TEST_SAN_PHONY).
+# A new lab file dev/cuda/foo.cu is picked up by every target; add its test command to
+# CUDA_TEST_CMDS.
+
+CUDA_HOME ?= /usr/local/cuda
+CUDA_SOURCES := $(wildcard dev/cuda/*.cu)
+CUDA_HARNESS_BINS := $(patsubst dev/cuda/%.cu,$(BUILD)/cuda/%,$(CUDA_SOURCES))
+# CUDA code type-puns through reinterpret_cast (float4, int4) and uses #pragma unroll: the host
+# compiler must not assume strict aliasing, and ignores the pragma. -g1: kernel names and source
+# lines in harness reports. Stack-clash protection: a kernel's large locals hit the fiber stack's
+# guard page instead of jumping over it.
+CUDA_HARNESS_FLAGS := -x c++ -I$(CUDA_HOME)/include -g1 -fno-strict-aliasing -Wno-unknown-pragmas \
+	-fstack-clash-protection -fopenmp
+CUDA_HARNESS_LIBS := -lboost_context
+
+# The thread orders CI runs every kernel test in.
+CUDA_ORDERS := forward reverse
+CUDA_TEST_CMDS := $(BUILD)/cuda/harness_selftest -q && $(BUILD)/cuda/adamw --check -q && \
+	$(BUILD)/cuda/adamw --bench -r 2 -n 20000 >/dev/null
+
+# Header dependencies come from the compiler (-MMD): only the headers a lab file includes.
+$(BUILD)/cuda/%: dev/cuda/%.cu
+	@mkdir -p $(@D)
+	@test -f $(CUDA_HOME)/include/cuda_runtime.h || { echo "error: CUDA headers not found in $(CUDA_HOME)/include (set CUDA_HOME)"; exit 1; }
+	@echo "  CXX   $@ (CPU harness)"
+	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) -MMD -MP -MF $@.d $< -o $@ $(CUDA_HARNESS_LIBS)
+-include $(wildcard $(BUILD)/cuda/*.d)
+# (a binary built before it had a .d file depends on every header once)
+$(foreach b,$(CUDA_HARNESS_BINS),$(if $(wildcard $(b).d),,$(eval $(b): $(wildcard llmc/*.h llmc/*.cuh))))
+
+.PHONY: cuda-harness test-cuda test-cuda-san cuda-compile-check cuda-gpu
+cuda-harness: $(CUDA_HARNESS_BINS)
+
+test-cuda: $(CUDA_HARNESS_BINS)
+	$(Q)for order in $(CUDA_ORDERS); do \
+		echo "  TEST  dev/cuda under the CPU harness, $$order order$(if $(filter 1,$(SAN)), (ASan+UBSan))"; \
+		export LEANSTEP_HARNESS_ORDER=$$order; { $(CUDA_TEST_CMDS); } || exit 1; \
+	done
+ifneq ($(SAN),1)
+	$(Q)$(MAKE) --no-print-directory cuda-compile-check
+endif
+
+# The ASan+UBSan run: the same tests on the sanitizer builds (build/san/cuda/).
+ifeq ($(SAN),1)
+test-cuda-san: test-cuda
+else
+test-cuda-san:
+	$(Q)$(MAKE) --no-print-directory SAN=1 test-cuda-san
+endif
+
+cuda-compile-check:
+	$(Q)$(MAKE) --no-print-directory -C dev/cuda compile-check NVCC=$(NVCC) Q=$(Q)
+
+cuda-gpu:
+	$(Q)$(MAKE) --no-print-directory -C dev/cuda gpu NVCC=$(NVCC) Q=$(Q)
+
+TEST_TARGETS += $(CUDA_HARNESS_BINS)
+TEST_PHONY += test-cuda
+TEST_SAN_PHONY += test-cuda-san
+
+# --- the labs built in both precisions: encoder, layernorm, gelu, fused_classifier -------------
+# $(BUILD)/cuda/<lab> (the rule above) is the default precision, BF16 (llmc/cuda_precision.h);
+# $(BUILD)/cuda/<lab>_fp32 is the PRECISION=FP32 build (-DENABLE_FP32). test-cuda runs --check of
+# both and a --bench smoke run (small shapes on the harness); cuda-compile-check also compiles the
+# FP32 builds with nvcc (same flags as dev/cuda/Makefile's compile-check).
+CUDA_PRECISION_LABS := encoder layernorm gelu fused_classifier
+CUDA_FP32_BINS := $(patsubst %,$(BUILD)/cuda/%_fp32,$(CUDA_PRECISION_LABS))
+$(BUILD)/cuda/%_fp32: dev/cuda/%.cu
+	@mkdir -p $(@D)
+	@echo "  CXX   $@ (CPU harness, fp32)"
+	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) -DENABLE_FP32 -MMD -MP -MF $@.d $< -o $@ $(CUDA_HARNESS_LIBS)
+cuda-harness test-cuda: $(CUDA_FP32_BINS)
+TEST_TARGETS += $(CUDA_FP32_BINS)
+CUDA_TEST_CMDS += $(foreach l,$(CUDA_PRECISION_LABS),&& $(BUILD)/cuda/$(l) --check -q && \
+	$(BUILD)/cuda/$(l)_fp32 --check -q && $(BUILD)/cuda/$(l) --bench -r 2 >/dev/null)
+
+CUDA_FP32_CHECK_OBJS := $(patsubst %,build/cuda-check/%_fp32.o,$(CUDA_PRECISION_LABS))
+build/cuda-check/%_fp32.o: dev/cuda/%.cu $(wildcard llmc/*.h llmc/*.cuh)
+	@mkdir -p $(@D)
+	@command -v $(NVCC) >/dev/null || { echo "error: $(NVCC) not found (CUDA toolkit needed for the compile check)"; exit 1; }
+	@echo "  NVCC  $< (fp32, sm_80, sm_90, warnings are errors)"
+	$(Q)$(NVCC) -std=c++17 -O3 -lineinfo -Xptxas=--warn-on-spills -Xcompiler -Wall,-Wextra,-fopenmp -I. \
+		-Werror all-warnings -Xcompiler -Werror -gencode arch=compute_80,code=sm_80 \
+		-gencode arch=compute_90,code=sm_90 -DENABLE_FP32 -c $< -o $@
+cuda-compile-check: $(CUDA_FP32_CHECK_OBJS)

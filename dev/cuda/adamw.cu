@@ -1,0 +1,996 @@
+/*
+ adamw.cu: the AdamW kernel lab. A ladder of versions of the fused AdamW update, one driver with
+ two modes: --check (against a float64 CPU reference) and --bench (device-event timing, GB/s,
+ share of the device-to-device copy bandwidth, ratio to torch.optim.AdamW(fused=True)).
+
+ Versions (-v):
+   1   naive: one thread per parameter, the textbook fused kernel (state read and written through
+       global memory, bias corrections recomputed with powf in every thread)
+   2   registers: each value loaded once, bias corrections from the host, FMA-based lerps
+   3   vectorized: 128-bit loads/stores, grid-stride loop, segment table in shared memory
+   4   mixed precision: bf16 params and grads, fp32 master weights, stochastic rounding to bf16
+   5   production: llmc/adamw.cuh (included, not copied), in its variants (fp32; bf16 + master +
+       stochastic rounding; bf16 without master; fp32 params with bf16 grads; AMSGrad)
+   6a  bf16 m and v with stochastic rounding (llmc/adamw_lowp.cuh)
+   6b  8-bit blockwise-quantized m and v, dynamic map + per-block absmax (llmc/adamw_lowp.cuh)
+ Every version takes per-tensor weight decay and lr multipliers from the same segment table and
+ the gradient scale from the deterministic global-norm clip (llmc/global_norm.cuh), which --check
+ also verifies (reproducible bits, agreement with float64). Version 5 fp32 is also compared bit
+ for bit with the CPU trainer's adamw_update_cpu (llmc/optim.h); reported, not a failure, since
+ equal bits depend on how the host compiler fuses the CPU loop.
+
+ usage: adamw [--check | --bench] [-v VERSION] [-n N | --gpt2] [-s STEPS] [-r REPEATS] [--torch]
+   --check (default) without -n/--gpt2 runs small problems with odd sizes and unaligned tensor
+   boundaries (under the CPU harness: a few milliseconds each); --gpt2 uses the 148 tensors of
+   GPT-2 124M (n = 124,475,904, padded vocabulary) for a GPU.
+ To add a version: write its kernel and a run_* launcher with the Case signature, add a row to
+ kCases with its bytes per parameter and tolerances.
+*/
+#include "llmc/cuda_common.h"
+#include "llmc/adamw.cuh"
+#include "llmc/adamw_lowp.cuh"
+#include "llmc/global_norm.cuh"
+#include "llmc/optim.h" // the CPU trainer's AdamW, compared bit for bit with version 5
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <algorithm>
+#include <string>
+#include <vector>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+// ----------------------------------------------------------------------------
+// version 1: naive
+
+static __global__ void adamw_v1_kernel(float* p, const float* g, float* m, float* v, size_t n,
+                                       const AdamWSegment* segs, int nseg, float lr, float beta1, float beta2,
+                                       float eps, int step, const float* clip_scale) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int lo = 0, hi = nseg - 1; // the element's tensor: binary search in global memory
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (segs[mid].offset + segs[mid].count > i) hi = mid; else lo = mid + 1;
+    }
+    float grad = g[i] * *clip_scale;
+    m[i] = beta1 * m[i] + (1.0f - beta1) * grad;
+    v[i] = beta2 * v[i] + (1.0f - beta2) * grad * grad;
+    float m_hat = m[i] / (1.0f - powf(beta1, (float)step));
+    float v_hat = v[i] / (1.0f - powf(beta2, (float)step));
+    p[i] -= lr * segs[lo].lr_mult * (m_hat / (sqrtf(v_hat) + eps) + segs[lo].weight_decay * p[i]);
+}
+
+// ----------------------------------------------------------------------------
+// version 2: registers, host bias corrections, FMA lerp
+
+// lerp(a, b, w) = a + w (b - a), as two FMAs: fma(w, b, fma(-w, a, a))
+static __device__ __forceinline__ float lerp_fma(float a, float b, float w) { return fmaf(w, b, fmaf(-w, a, a)); }
+
+static __global__ void adamw_v2_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
+                                       float* __restrict__ v, size_t n, const AdamWSegment* __restrict__ segs,
+                                       int nseg, AdamWStepArgs a, const float* __restrict__ clip_scale) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int lo = 0, hi = nseg - 1;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (segs[mid].offset + segs[mid].count > i) hi = mid; else lo = mid + 1;
+    }
+    const float wd = segs[lo].weight_decay, lr_eff = a.lr * segs[lo].lr_mult;
+    const float gi = g[i] * *clip_scale;
+    float pi = p[i];
+    float mi = lerp_fma(gi, m[i], a.beta1);
+    float vi = lerp_fma(gi * gi, v[i], a.beta2);
+    float upd = (mi * a.inv_bias_corr1) / (sqrtf(vi * a.inv_bias_corr2) + a.eps);
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = fmaf(-lr_eff, fmaf(wd, pi, upd), pi);
+}
+
+// ----------------------------------------------------------------------------
+// version 3: 128-bit vectorized, grid-stride, segment table in shared memory
+
+static __device__ __forceinline__ void v3_element(float& p, float g, float& m, float& v, float wd, float lr_eff,
+                                                  const AdamWStepArgs& a) {
+    m = lerp_fma(g, m, a.beta1);
+    v = lerp_fma(g * g, v, a.beta2);
+    float upd = (m * a.inv_bias_corr1) / (sqrtf(v * a.inv_bias_corr2) + a.eps);
+    p = fmaf(-lr_eff, fmaf(wd, p, upd), p);
+}
+
+static __global__ void adamw_v3_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
+                                       float* __restrict__ v, size_t n, const AdamWSegment* __restrict__ segs,
+                                       int nseg, AdamWStepArgs a, const float* __restrict__ clip_scale) {
+    DYNAMIC_SHARED(size_t, seg_end);
+    float2* seg_par = reinterpret_cast<float2*>(seg_end + nseg);
+    adamw_segments_to_smem(seg_end, seg_par, segs, nseg);
+    __syncthreads();
+    const float scale = *clip_scale;
+    const size_t n4 = n / 4, stride = (size_t)gridDim.x * blockDim.x;
+    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int s = 0;
+    for (size_t c = tid; c < n4; c += stride) {
+        const size_t i0 = c * 4;
+        while (seg_end[s] <= i0) s++;
+        if (i0 + 4 > seg_end[s]) { // tensor boundary inside: element by element
+            for (size_t i = i0; i < i0 + 4; i++) {
+                int sj = adamw_find_segment(seg_end, nseg, i);
+                v3_element(p[i], g[i] * scale, m[i], v[i], seg_par[sj].x, a.lr * seg_par[sj].y, a);
+            }
+            continue;
+        }
+        const float wd = seg_par[s].x, lr_eff = a.lr * seg_par[s].y;
+        float4 P = __ldcs(reinterpret_cast<const float4*>(p) + c), G = __ldcs(reinterpret_cast<const float4*>(g) + c);
+        float4 M = __ldcs(reinterpret_cast<const float4*>(m) + c), W = __ldcs(reinterpret_cast<const float4*>(v) + c);
+        v3_element(P.x, G.x * scale, M.x, W.x, wd, lr_eff, a);
+        v3_element(P.y, G.y * scale, M.y, W.y, wd, lr_eff, a);
+        v3_element(P.z, G.z * scale, M.z, W.z, wd, lr_eff, a);
+        v3_element(P.w, G.w * scale, M.w, W.w, wd, lr_eff, a);
+        __stcs(reinterpret_cast<float4*>(p) + c, P);
+        __stcs(reinterpret_cast<float4*>(m) + c, M);
+        __stcs(reinterpret_cast<float4*>(v) + c, W);
+    }
+    if (tid < n % 4) {
+        size_t i = n4 * 4 + tid;
+        int sj = adamw_find_segment(seg_end, nseg, i);
+        v3_element(p[i], g[i] * scale, m[i], v[i], seg_par[sj].x, a.lr * seg_par[sj].y, a);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// version 4: bf16 params and grads, fp32 master weights, stochastic rounding
+
+static __device__ __forceinline__ void v4_element(__nv_bfloat16* p, float* master, const __nv_bfloat16* g, float* m,
+                                                  float* v, size_t i, float wd, float lr_eff, float scale,
+                                                  const AdamWStepArgs& a) {
+    float x = master[i], mi = m[i], vi = v[i];
+    v3_element(x, (float)g[i] * scale, mi, vi, wd, lr_eff, a);
+    master[i] = x;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = bf16_round_stochastic(x, adamw_random_bits(a.rng_key, i, 0));
+}
+
+static __global__ void adamw_v4_kernel(__nv_bfloat16* __restrict__ p, float* __restrict__ master,
+                                       const __nv_bfloat16* __restrict__ g, float* __restrict__ m,
+                                       float* __restrict__ v, size_t n, const AdamWSegment* __restrict__ segs,
+                                       int nseg, AdamWStepArgs a, const float* __restrict__ clip_scale) {
+    DYNAMIC_SHARED(size_t, seg_end);
+    float2* seg_par = reinterpret_cast<float2*>(seg_end + nseg);
+    adamw_segments_to_smem(seg_end, seg_par, segs, nseg);
+    __syncthreads();
+    const float scale = *clip_scale;
+    const size_t n8 = n / 8, stride = (size_t)gridDim.x * blockDim.x;
+    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int s = 0;
+    for (size_t c = tid; c < n8; c += stride) {
+        const size_t i0 = c * 8;
+        while (seg_end[s] <= i0) s++;
+        if (i0 + 8 > seg_end[s]) {
+            for (size_t i = i0; i < i0 + 8; i++) {
+                int sj = adamw_find_segment(seg_end, nseg, i);
+                v4_element(p, master, g, m, v, i, seg_par[sj].x, a.lr * seg_par[sj].y, scale, a);
+            }
+            continue;
+        }
+        const float wd = seg_par[s].x, lr_eff = a.lr * seg_par[s].y;
+        Vec128<__nv_bfloat16> gv = load128cs(g + i0), out;
+#pragma unroll
+        for (int k = 0; k < 2; k++) { // two halves of 4: fewer live registers
+            Vec128<float> xs = load128cs(master + i0 + 4 * k), ms = load128cs(m + i0 + 4 * k),
+                          vs = load128cs(v + i0 + 4 * k);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                v3_element(xs[e], (float)gv[4 * k + e] * scale, ms[e], vs[e], wd, lr_eff, a);
+                out[4 * k + e] = bf16_round_stochastic(xs[e], adamw_random_bits(a.rng_key, i0 + 4 * k + e, 0));
+            }
+            store128cs(master + i0 + 4 * k, xs);
+            store128cs(m + i0 + 4 * k, ms);
+            store128cs(v + i0 + 4 * k, vs);
+        }
+        store128cs(p + i0, out);
+    }
+    if (tid < n % 8) {
+        size_t i = n8 * 8 + tid;
+        int sj = adamw_find_segment(seg_end, nseg, i);
+        v4_element(p, master, g, m, v, i, seg_par[sj].x, a.lr * seg_par[sj].y, scale, a);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the problem: sizes, segment table, deterministic data
+
+struct Problem {
+    std::string name;
+    size_t n = 0;
+    std::vector<AdamWSegment> segs;
+};
+
+static void add_seg(Problem& pb, size_t count, float wd, float lr_mult) {
+    pb.segs.push_back(AdamWSegment{pb.n, count, wd, lr_mult});
+    pb.n += count;
+}
+
+// GPT-2 in PyTorch's named_parameters order; weight decay on the 2-D tensors.
+static Problem gpt2_problem(const char* name, size_t V, size_t C, size_t L, size_t T) {
+    Problem pb;
+    pb.name = name;
+    add_seg(pb, V * C, 0.1f, 1.0f); // wte
+    add_seg(pb, T * C, 0.1f, 1.0f); // wpe
+    for (size_t l = 0; l < L; l++) {
+        add_seg(pb, C, 0.0f, 1.0f);          // ln_1.weight
+        add_seg(pb, C, 0.0f, 1.0f);          // ln_1.bias
+        add_seg(pb, 3 * C * C, 0.1f, 1.0f);  // attn.c_attn.weight
+        add_seg(pb, 3 * C, 0.0f, 1.0f);      // attn.c_attn.bias
+        add_seg(pb, C * C, 0.1f, 1.0f);      // attn.c_proj.weight
+        add_seg(pb, C, 0.0f, 1.0f);          // attn.c_proj.bias
+        add_seg(pb, C, 0.0f, 1.0f);          // ln_2.weight
+        add_seg(pb, C, 0.0f, 1.0f);          // ln_2.bias
+        add_seg(pb, 4 * C * C, 0.1f, 1.0f);  // mlp.c_fc.weight
+        add_seg(pb, 4 * C, 0.0f, 1.0f);      // mlp.c_fc.bias
+        add_seg(pb, 4 * C * C, 0.1f, 1.0f);  // mlp.c_proj.weight
+        add_seg(pb, C, 0.0f, 1.0f);          // mlp.c_proj.bias
+    }
+    add_seg(pb, C, 0.0f, 1.0f); // ln_f.weight
+    add_seg(pb, C, 0.0f, 1.0f); // ln_f.bias
+    return pb;
+}
+
+// Host loops use OpenMP threads only for large tensors: on small problems the threads would spin
+// while the CPU harness runs the kernels.
+#define OMP_MIN (1LL << 20)
+
+static bool g_quiet = false; // -q: print failures and the summary only
+
+static double unit(uint64_t seed, uint64_t i) { // uniform in [0, 1)
+    return (double)(adamw_mix64(seed * 0x9e3779b97f4a7c15ULL ^ (i + 1) * 0xd1b54a32d192ed03ULL) >> 11) * 0x1.0p-53;
+}
+
+// n elements split into tensors of random sizes (many tiny: boundaries inside 128-bit words).
+static Problem random_problem(size_t n, uint64_t seed) {
+    Problem pb;
+    char name[64];
+    snprintf(name, sizeof name, "random tensors, n=%zu", n);
+    pb.name = name;
+    const float wds[3] = {0.0f, 0.1f, 0.01f}, lrs[3] = {1.0f, 0.5f, 2.0f};
+    for (uint64_t k = 0; pb.n < n; k++) {
+        double u = unit(seed, 3 * k);
+        size_t c = u < 0.4 ? 1 + (size_t)(unit(seed, 3 * k + 1) * 9) : 1 + (size_t)(unit(seed, 3 * k + 1) * (n / 8 + 1));
+        if (c > n - pb.n) c = n - pb.n;
+        add_seg(pb, c, wds[(size_t)(unit(seed, 3 * k + 2) * 3)], lrs[k % 3]);
+    }
+    return pb;
+}
+
+static const AdamWSegment& seg_of(const Problem& pb, size_t i) {
+    size_t lo = 0, hi = pb.segs.size() - 1;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (pb.segs[mid].offset + pb.segs[mid].count > i) hi = mid; else lo = mid + 1;
+    }
+    return pb.segs[lo];
+}
+
+// Initial parameters: LayerNorm-like tensors (no decay, small) near 1, others N(0, 0.02)-like.
+static float init_param(const Problem& pb, size_t i) {
+    double z = (unit(11, 4 * i) + unit(11, 4 * i + 1) + unit(11, 4 * i + 2) + unit(11, 4 * i + 3) - 2.0) * 1.732;
+    const AdamWSegment& s = seg_of(pb, i);
+    return (float)(s.weight_decay == 0.0f && s.count < 4096 && (s.offset / 7) % 2 ? 1.0 + 0.1 * z : 0.02 * z);
+}
+
+// Gradients of step t: a per-tensor scale (1e-4 .. 1e-2) times a unit-variance variate.
+static void make_grads(const Problem& pb, int t, std::vector<float>& g) {
+    g.resize(pb.n);
+    for (const AdamWSegment& s : pb.segs) {
+        double sc = pow(10.0, -4.0 + 2.0 * unit(77, s.offset));
+#pragma omp parallel for schedule(static) if (s.count > OMP_MIN)
+        for (long long k = 0; k < (long long)s.count; k++) {
+            size_t i = s.offset + (size_t)k;
+            uint64_t key = (uint64_t)t * 0x100000000ULL + i;
+            double z = (unit(5, 4 * key) + unit(5, 4 * key + 1) + unit(5, 4 * key + 2) + unit(5, 4 * key + 3) - 2.0) * 1.732;
+            g[i] = (float)(sc * z);
+        }
+    }
+}
+
+static double sum_squares(const std::vector<float>& g) {
+    double ss = 0.0;
+    const long long n = (long long)g.size();
+#pragma omp parallel for reduction(+ : ss) schedule(static) if (n > OMP_MIN)
+    for (long long i = 0; i < n; i++) ss += (double)g[i] * g[i];
+    return ss;
+}
+
+static float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
+
+// ----------------------------------------------------------------------------
+// cases: a version with its types
+
+enum PType { P_F32, P_BF16 };
+enum SType { S_F32, S_BF16, S_Q8 };
+
+struct Case;
+struct Bufs;
+typedef void (*StepFn)(const Case&, Bufs&, const Problem&, const AdamWParams&, int step, cudaStream_t);
+
+struct Case {
+    const char* id;       // what -v selects
+    const char* name;
+    PType ptype;
+    bool bf16_grads, master, amsgrad, stochastic;
+    SType state;
+    StepFn step;
+    bool cpu_twin;        // also run the CPU trainer's adamw_update_cpu and compare bits
+};
+
+struct Bufs {
+    size_t n = 0;
+    void* p = nullptr;          // float or bf16
+    void* g = nullptr;          // float or bf16
+    float* master = nullptr;
+    void* m = nullptr;          // float, bf16 or codes
+    void* v = nullptr;
+    float* vmax = nullptr;
+    float* absm = nullptr;      // 8-bit state: per-block absmax
+    float* absv = nullptr;
+    float* maps = nullptr;
+    AdamWSegment* segs = nullptr;
+    int nseg = 0;
+    float* scale = nullptr;     // [0] clip scale, [1] norm, [2] sum of squares
+    float* scratch = nullptr;   // global-norm partials
+};
+
+static unsigned grid_for(size_t work, int block) {
+    size_t b = CEIL_DIV(work, (size_t)block), cap = (size_t)cuda_sm_count() * (2048 / block);
+    return (unsigned)std::max<size_t>(1, std::min(b, cap));
+}
+
+static void run_v1(const Case&, Bufs& b, const Problem&, const AdamWParams& hp, int step, cudaStream_t st) {
+    launch(adamw_v1_kernel, (unsigned)CEIL_DIV(b.n, (size_t)256), 256, 0, st, (float*)b.p, (const float*)b.g,
+           (float*)b.m, (float*)b.v, b.n, b.segs, b.nseg, hp.lr, hp.beta1, hp.beta2, hp.eps, step, b.scale);
+}
+static void run_v2(const Case&, Bufs& b, const Problem&, const AdamWParams& hp, int step, cudaStream_t st) {
+    launch(adamw_v2_kernel, (unsigned)CEIL_DIV(b.n, (size_t)256), 256, 0, st, (float*)b.p, (const float*)b.g,
+           (float*)b.m, (float*)b.v, b.n, b.segs, b.nseg, adamw_step_args(hp, step), b.scale);
+}
+static void run_v3(const Case&, Bufs& b, const Problem&, const AdamWParams& hp, int step, cudaStream_t st) {
+    launch(adamw_v3_kernel, grid_for(b.n / 4 + 1, 512), 512, adamw_segments_smem_bytes(b.nseg), st, (float*)b.p,
+           (const float*)b.g, (float*)b.m, (float*)b.v, b.n, b.segs, b.nseg, adamw_step_args(hp, step), b.scale);
+}
+static void run_v4(const Case&, Bufs& b, const Problem&, const AdamWParams& hp, int step, cudaStream_t st) {
+    launch(adamw_v4_kernel, grid_for(b.n / 8 + 1, 512), 512, adamw_segments_smem_bytes(b.nseg), st,
+           (__nv_bfloat16*)b.p, b.master, (const __nv_bfloat16*)b.g, (float*)b.m, (float*)b.v, b.n, b.segs, b.nseg,
+           adamw_step_args(hp, step), b.scale);
+}
+template <typename Tp, typename Tg>
+static void run_v5(const Case&, Bufs& b, const Problem&, const AdamWParams& hp, int step, cudaStream_t st) {
+    AdamWBuffers<Tp, Tg> buf = {(Tp*)b.p, (const Tg*)b.g, (float*)b.m, (float*)b.v, b.master, b.vmax};
+    adamw_update(buf, b.n, b.segs, b.nseg, hp, step, b.scale, st);
+}
+static void run_v6a(const Case&, Bufs& b, const Problem&, const AdamWParams& hp, int step, cudaStream_t st) {
+    adamw_update_bf16_state((float*)b.p, (const float*)b.g, (__nv_bfloat16*)b.m, (__nv_bfloat16*)b.v, nullptr, b.n,
+                            b.segs, b.nseg, hp, step, b.scale, st);
+}
+static void run_v6b(const Case&, Bufs& b, const Problem&, const AdamWParams& hp, int step, cudaStream_t st) {
+    adamw_update_8bit((float*)b.p, (const float*)b.g, (unsigned char*)b.m, (unsigned char*)b.v, b.absm, b.absv,
+                      b.maps, b.n, b.segs, b.nseg, hp, step, b.scale, st);
+}
+
+static const Case kCases[] = {
+    {"1", "1  naive", P_F32, false, false, false, false, S_F32, run_v1, false},
+    {"2", "2  registers+fma", P_F32, false, false, false, false, S_F32, run_v2, false},
+    {"3", "3  vectorized", P_F32, false, false, false, false, S_F32, run_v3, false},
+    {"4", "4  bf16+master+SR", P_BF16, true, true, false, true, S_F32, run_v4, false},
+    {"5", "5  prod fp32", P_F32, false, false, false, false, S_F32, run_v5<float, float>, true},
+    {"5", "5  prod bf16+master+SR", P_BF16, true, true, false, true, S_F32, run_v5<__nv_bfloat16, __nv_bfloat16>, false},
+    {"5", "5  prod bf16 SR", P_BF16, true, false, false, true, S_F32, run_v5<__nv_bfloat16, __nv_bfloat16>, false},
+    {"5", "5  prod fp32 p, bf16 g", P_F32, true, false, false, false, S_F32, run_v5<float, __nv_bfloat16>, false},
+    {"5", "5  prod fp32 AMSGrad", P_F32, false, false, true, false, S_F32, run_v5<float, float>, false},
+    {"6a", "6a bf16 m,v SR", P_F32, false, false, false, true, S_BF16, run_v6a, false},
+    {"6b", "6b 8-bit m,v", P_F32, false, false, false, false, S_Q8, run_v6b, false},
+};
+
+// Bytes each step moves per parameter (reads + writes).
+static int bytes_per_param(const Case& c) {
+    int p = c.ptype == P_F32 ? 4 : 2, g = c.bf16_grads ? 2 : 4;
+    int st = c.state == S_F32 ? 4 : c.state == S_BF16 ? 2 : 1;
+    int b = g + 2 * 2 * st;                       // grads read; m, v read and written
+    b += c.master ? 2 * 4 + p : 2 * p;            // master rw + params write, or params rw
+    if (c.amsgrad) b += 2 * 4;
+    return b;
+}
+
+static void alloc_case(const Case& c, const Problem& pb, Bufs& b) {
+    b.n = pb.n;
+    size_t pe = c.ptype == P_F32 ? 4 : 2, ge = c.bf16_grads ? 2 : 4;
+    size_t se = c.state == S_F32 ? 4 : c.state == S_BF16 ? 2 : 1;
+    cudaCheck(cudaMalloc(&b.p, pb.n * pe));
+    cudaCheck(cudaMalloc(&b.g, pb.n * ge));
+    cudaCheck(cudaMalloc(&b.m, pb.n * se));
+    cudaCheck(cudaMalloc(&b.v, pb.n * se));
+    if (c.master) cudaCheck(cudaMalloc((void**)&b.master, pb.n * 4));
+    if (c.amsgrad) cudaCheck(cudaMalloc((void**)&b.vmax, pb.n * 4));
+    if (c.state == S_Q8) {
+        size_t nq = CEIL_DIV(pb.n, (size_t)ADAMW8_QBLOCK);
+        cudaCheck(cudaMalloc((void**)&b.absm, nq * 4));
+        cudaCheck(cudaMalloc((void**)&b.absv, nq * 4));
+        cudaCheck(cudaMalloc((void**)&b.maps, 512 * 4));
+        std::vector<float> maps(512);
+        adamw8_codebooks(maps.data(), maps.data() + 256);
+        cudaCheck(cudaMemcpy(b.maps, maps.data(), 512 * 4, cudaMemcpyHostToDevice));
+    }
+    b.segs = adamw_segments_upload(pb.segs.data(), (int)pb.segs.size(), pb.n);
+    b.nseg = (int)pb.segs.size();
+    cudaCheck(cudaMalloc((void**)&b.scale, 3 * sizeof(float)));
+    cudaCheck(cudaMalloc((void**)&b.scratch, GLOBAL_NORM_MAX_BLOCKS * sizeof(float)));
+}
+
+static void free_case(Bufs& b) {
+    void* ps[] = {b.p, b.g, b.master, b.m, b.v, b.vmax, b.absm, b.absv, b.maps, b.segs, b.scale, b.scratch};
+    for (void* p : ps) cudaCheck(cudaFree(p));
+    b = Bufs();
+}
+
+// Initial state: params from init_param (rounded to bf16 for bf16 params; master = the same
+// values), m = v = 0. Returns the initial parameters as the device holds them.
+static std::vector<float> init_case(const Case& c, const Problem& pb, Bufs& b) {
+    std::vector<float> p0(pb.n);
+#pragma omp parallel for schedule(static) if (pb.n > OMP_MIN)
+    for (long long i = 0; i < (long long)pb.n; i++) {
+        float x = init_param(pb, (size_t)i);
+        p0[i] = c.ptype == P_BF16 ? bf16_round(x) : x;
+    }
+    if (c.ptype == P_F32) {
+        cudaCheck(cudaMemcpy(b.p, p0.data(), pb.n * 4, cudaMemcpyHostToDevice));
+    } else {
+        std::vector<__nv_bfloat16> h(pb.n);
+        for (size_t i = 0; i < pb.n; i++) h[i] = __float2bfloat16(p0[i]);
+        cudaCheck(cudaMemcpy(b.p, h.data(), pb.n * 2, cudaMemcpyHostToDevice));
+    }
+    if (c.master) cudaCheck(cudaMemcpy(b.master, p0.data(), pb.n * 4, cudaMemcpyHostToDevice));
+    size_t se = c.state == S_F32 ? 4 : c.state == S_BF16 ? 2 : 1;
+    cudaCheck(cudaMemset(b.m, c.state == S_Q8 ? ADAMW8_ZERO_M : 0, pb.n * se));
+    cudaCheck(cudaMemset(b.v, c.state == S_Q8 ? ADAMW8_ZERO_V : 0, pb.n * se));
+    if (c.amsgrad) cudaCheck(cudaMemset(b.vmax, 0, pb.n * 4));
+    if (c.state == S_Q8) {
+        size_t nq = CEIL_DIV(pb.n, (size_t)ADAMW8_QBLOCK);
+        cudaCheck(cudaMemset(b.absm, 0, nq * 4));
+        cudaCheck(cudaMemset(b.absv, 0, nq * 4));
+    }
+    return p0;
+}
+
+// Uploads step t's gradients (rounded to bf16 for bf16 grads; g is updated to what the device sees).
+static void upload_grads(const Case& c, Bufs& b, std::vector<float>& g) {
+    if (!c.bf16_grads) {
+        cudaCheck(cudaMemcpy(b.g, g.data(), b.n * 4, cudaMemcpyHostToDevice));
+        return;
+    }
+    std::vector<__nv_bfloat16> h(b.n);
+    for (size_t i = 0; i < b.n; i++) {
+        h[i] = __float2bfloat16(g[i]);
+        g[i] = __bfloat162float(h[i]);
+    }
+    cudaCheck(cudaMemcpy(b.g, h.data(), b.n * 2, cudaMemcpyHostToDevice));
+}
+
+// Global norm and clip scale on the device, into b.scale = {scale, norm, sumsq}.
+static void device_clip_scale(const Case& c, Bufs& b, float max_norm, cudaStream_t st) {
+    if (c.bf16_grads) global_norm_squared(b.scale + 2, (const __nv_bfloat16*)b.g, b.n, b.scratch, st);
+    else global_norm_squared(b.scale + 2, (const float*)b.g, b.n, b.scratch, st);
+    global_norm_clip_scale(b.scale, b.scale + 1, b.scale + 2, max_norm, st);
+}
+
+// ----------------------------------------------------------------------------
+// float64 reference
+
+struct Ref {
+    std::vector<double> p, m, v, vmax, p_absmax, m_absmax, v_max; // *_absmax/_max: over all steps so far
+};
+
+static void ref_init(Ref& r, const std::vector<float>& p0) {
+    size_t n = p0.size();
+    r.p.assign(p0.begin(), p0.end());
+    r.p_absmax.resize(n);
+    for (size_t i = 0; i < n; i++) r.p_absmax[i] = fabs(r.p[i]);
+    r.m.assign(n, 0.0);
+    r.v.assign(n, 0.0);
+    r.vmax.assign(n, 0.0);
+    r.m_absmax.assign(n, 0.0);
+    r.v_max.assign(n, 0.0);
+}
+
+static void ref_step(Ref& r, const Problem& pb, const std::vector<float>& g, double scale, const AdamWParams& hp,
+                     bool amsgrad, int t) {
+    const double b1 = hp.beta1, b2 = hp.beta2, eps = hp.eps;
+    const double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
+    for (const AdamWSegment& s : pb.segs) {
+        const double wd = s.weight_decay, lr = (double)hp.lr * s.lr_mult;
+#pragma omp parallel for schedule(static) if (s.count > OMP_MIN)
+        for (long long k = 0; k < (long long)s.count; k++) {
+            size_t i = s.offset + (size_t)k;
+            double gi = (double)g[i] * scale;
+            double m = b1 * r.m[i] + (1.0 - b1) * gi;
+            double v = b2 * r.v[i] + (1.0 - b2) * gi * gi;
+            double vv = v;
+            if (amsgrad) { r.vmax[i] = std::max(r.vmax[i], v); vv = r.vmax[i]; }
+            r.p[i] -= lr * ((m / bc1) / (sqrt(vv / bc2) + eps) + wd * r.p[i]);
+            r.m[i] = m;
+            r.v[i] = v;
+            r.p_absmax[i] = std::max(r.p_absmax[i], fabs(r.p[i]));
+            r.m_absmax[i] = std::max(r.m_absmax[i], fabs(m));
+            r.v_max[i] = std::max(r.v_max[i], v);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// comparison with stated tolerances
+
+struct Field {
+    const char* name;
+    std::vector<double> got;
+};
+
+// Counts elements with |got - want| > tol(i); prints the first 10. Returns the worst |err|/tol.
+template <typename TolFn>
+static double compare(const char* what, const Problem& pb, const std::vector<double>& got, const std::vector<double>& want,
+                      TolFn tol, size_t& bad) {
+    double worst = 0.0;
+    long long nbad = 0;
+    const long long n = (long long)got.size();
+#pragma omp parallel for reduction(max : worst) reduction(+ : nbad) schedule(static) if (n > OMP_MIN)
+    for (long long i = 0; i < n; i++) {
+        double ratio = fabs(got[i] - want[i]) / tol((size_t)i);
+        if (ratio != ratio) ratio = INFINITY; // NaN: a failure
+        if (ratio > 1.0) nbad++;
+        if (ratio > worst) worst = ratio;
+    }
+    if (nbad > 0) {
+        size_t shown = 0;
+        for (long long i = 0; i < n && shown < 10; i++) {
+            double err = fabs(got[i] - want[i]), t = tol((size_t)i);
+            if (err / t <= 1.0) continue;
+            size_t s = &seg_of(pb, (size_t)i) - pb.segs.data();
+            printf("      mismatch %s[%lld] (tensor %zu): got %.9g want %.9g |err| %.3g > tol %.3g\n", what, i, s,
+                   got[i], want[i], err, t);
+            shown++;
+        }
+        printf("      %s: %lld of %lld elements out of tolerance\n", what, nbad, n);
+    }
+    bad += (size_t)nbad;
+    return worst;
+}
+
+static std::vector<double> download(const void* d, size_t n, int kind) { // kind: 0 f32, 1 bf16
+    std::vector<double> out(n);
+    if (kind == 0) {
+        std::vector<float> h(n);
+        cudaCheck(cudaMemcpy(h.data(), d, n * 4, cudaMemcpyDeviceToHost));
+#pragma omp parallel for schedule(static) if ((long long)n > OMP_MIN)
+        for (long long i = 0; i < (long long)n; i++) out[i] = h[i];
+    } else {
+        std::vector<__nv_bfloat16> h(n);
+        cudaCheck(cudaMemcpy(h.data(), d, n * 2, cudaMemcpyDeviceToHost));
+#pragma omp parallel for schedule(static) if ((long long)n > OMP_MIN)
+        for (long long i = 0; i < (long long)n; i++) out[i] = __bfloat162float(h[i]);
+    }
+    return out;
+}
+
+static std::vector<double> download_q8(const void* codes, const float* absmax, const float* maps, size_t n, bool is_m) {
+    std::vector<unsigned char> c(n);
+    size_t nq = CEIL_DIV(n, (size_t)ADAMW8_QBLOCK);
+    std::vector<float> am(nq), map(512);
+    cudaCheck(cudaMemcpy(c.data(), codes, n, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(am.data(), absmax, nq * 4, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(map.data(), maps, 512 * 4, cudaMemcpyDeviceToHost));
+    std::vector<double> out(n);
+#pragma omp parallel for schedule(static) if ((long long)n > OMP_MIN)
+    for (long long i = 0; i < (long long)n; i++) out[i] = (double)map[(is_m ? 0 : 256) + c[i]] * am[i / ADAMW8_QBLOCK];
+    return out;
+}
+
+static double ulp_bf16(double x) { // spacing of bf16 numbers at |x| (normal range)
+    int e;
+    frexp(fabs(x) > 1e-38 ? x : 1e-38, &e);
+    return ldexp(1.0, e - 8);
+}
+
+// Tolerances (why):
+//  fp32 state: m, v differ from float64 by the rounding of a few fp32 operations per step, and
+//   the error of earlier steps decays with beta: rel 2e-6 * t (a handful of 2^-24 ulps per step),
+//   abs 1e-6 of the largest |m| (v) the element has had (cancellation in m).
+//  fp32 params: each step adds a rounding of p (2^-24 rel) and an update error of a few ulps of
+//   lr: rel 1e-6 * t, abs 1e-5 * lr * t. Version 1 recomputes beta^t with powf: same bounds.
+//  bf16 params, stochastic, no master: each step's rounding error is below one bf16 ulp of the
+//   value then: t * ulp_bf16(max(|p| over the steps, |p| on the device)) (plus the fp32 bound).
+//  bf16 params with master: |p - master| < 1 ulp (stochastic), and the mean of
+//   (p - master) / ulp over the tensor is within 0.02 of 0 (unbiased; checked when n >= 10,000,
+//   where its standard deviation is below 0.004).
+//  bf16 m, v (6a): each step adds < 1 ulp (2^-8 relative) and old errors decay by beta:
+//   |err| <= min(t, 1/(1-beta)) * 2^-7 * max_t |m| (v). The update then differs by a few % of
+//   lr: params abs 0.1 * lr * t.
+//  8-bit m, v (6b): one quantization is within half a code gap, at most 0.0071 of the block's
+//   absmax for m (0.9/64/2) and 0.0036 for v; errors decay by beta as above. Parameters: the update
+//   uses the fp32 values of this step, but m/v carry quantization errors that change m/sqrt(v)
+//   by up to tens of % for elements much smaller than their block's absmax: abs 0.5 * lr * t.
+static bool check_case(const Case& c, const Problem& pb, const Bufs& b, const Ref& r, const AdamWParams& hp, int t) {
+    size_t bad = 0;
+    const size_t n = pb.n;
+    std::vector<double> lr_eff(n);
+    for (const AdamWSegment& s : pb.segs)
+        for (size_t k = 0; k < s.count; k++) lr_eff[s.offset + k] = (double)hp.lr * s.lr_mult;
+    std::vector<double> mgot, vgot;
+    double eps_state = 2e-6 * t;
+    if (c.state == S_F32) {
+        mgot = download(b.m, n, 0);
+        vgot = download(b.v, n, 0);
+    } else if (c.state == S_BF16) {
+        mgot = download(b.m, n, 1);
+        vgot = download(b.v, n, 1);
+    } else {
+        mgot = download_q8(b.m, b.absm, b.maps, n, true);
+        vgot = download_q8(b.v, b.absv, b.maps, n, false);
+    }
+    double wm = 0, wv = 0, wp = 0, wx = 0;
+    if (c.state == S_F32) {
+        wm = compare("m", pb, mgot, r.m, [&](size_t i) { return eps_state * fabs(r.m[i]) + 1e-6 * r.m_absmax[i] + 1e-30; }, bad);
+        wv = compare("v", pb, vgot, r.v, [&](size_t i) { return eps_state * fabs(r.v[i]) + 1e-6 * r.v_max[i] + 1e-30; }, bad);
+    } else if (c.state == S_BF16) {
+        double km = std::min<double>(t, 1.0 / (1.0 - hp.beta1)), kv = std::min<double>(t, 1.0 / (1.0 - hp.beta2));
+        wm = compare("m", pb, mgot, r.m, [&](size_t i) { return km * 0x1p-7 * r.m_absmax[i] + 1e-30; }, bad);
+        wv = compare("v", pb, vgot, r.v, [&](size_t i) { return kv * 0x1p-7 * r.v_max[i] + 1e-30; }, bad);
+    } else {
+        std::vector<double> bm(CEIL_DIV(n, (size_t)ADAMW8_QBLOCK), 0.0), bv(bm.size(), 0.0);
+        for (size_t i = 0; i < n; i++) {
+            bm[i / ADAMW8_QBLOCK] = std::max(bm[i / ADAMW8_QBLOCK], r.m_absmax[i]);
+            bv[i / ADAMW8_QBLOCK] = std::max(bv[i / ADAMW8_QBLOCK], r.v_max[i]);
+        }
+        double km = std::min<double>(t, 1.0 / (1.0 - hp.beta1)), kv = std::min<double>(t, 1.0 / (1.0 - hp.beta2));
+        wm = compare("m", pb, mgot, r.m, [&](size_t i) { return km * 0.0072 * bm[i / ADAMW8_QBLOCK] + 1e-30; }, bad);
+        wv = compare("v", pb, vgot, r.v, [&](size_t i) { return kv * 0.0037 * bv[i / ADAMW8_QBLOCK] + 1e-30; }, bad);
+    }
+    // parameters: the fp32 ones (params or master) against float64
+    std::vector<double> pg = c.master ? download(b.master, n, 0) : download(b.p, n, c.ptype == P_F32 ? 0 : 1);
+    double p_abs = c.state == S_F32 ? 1e-5 : c.state == S_BF16 ? 0.1 : 0.5;
+    bool bf16_p = c.ptype == P_BF16 && !c.master;
+    wp = compare(c.master ? "master" : "p", pb, pg, r.p, [&](size_t i) {
+        double tol = 1e-6 * t * fabs(r.p[i]) + p_abs * lr_eff[i] * t + 1e-30;
+        if (bf16_p) tol += t * ulp_bf16(std::max(r.p_absmax[i], fabs(pg[i])));
+        return tol;
+    }, bad);
+    if (c.master) { // bf16 params are the rounded master weights
+        std::vector<double> pb16 = download(b.p, n, 1);
+        double mean = 0.0;
+        wx = compare("p(bf16)", pb, pb16, pg, [&](size_t i) { return (c.stochastic ? 1.0 : 0.5) * ulp_bf16(pg[i]); }, bad);
+#pragma omp parallel for reduction(+ : mean) schedule(static) if ((long long)n > OMP_MIN)
+        for (long long i = 0; i < (long long)n; i++) mean += (pb16[i] - pg[i]) / ulp_bf16(pg[i]);
+        mean /= (double)n;
+        if (c.stochastic && n >= 10000 && fabs(mean) > 0.02) {
+            printf("      stochastic rounding biased: mean (p - master)/ulp = %.4f\n", mean);
+            bad++;
+        }
+    }
+    if (c.amsgrad) {
+        std::vector<double> vm = download(b.vmax, n, 0);
+        compare("vmax", pb, vm, r.vmax, [&](size_t i) { return eps_state * fabs(r.vmax[i]) + 1e-6 * r.v_max[i] + 1e-30; }, bad);
+    }
+    if (!g_quiet || bad) {
+        printf("    %-24s step %2d: worst err/tol  p %.3f  m %.3f  v %.3f%s  %s\n", c.name, t, wp, wm, wv,
+               c.master ? (std::string("  p(bf16) ") + std::to_string(wx).substr(0, 5)).c_str() : "",
+               bad ? "FAIL" : "ok");
+    }
+    return bad == 0;
+}
+
+// Global norm: reproducible bits and agreement with float64.
+static bool check_global_norm(const Case& c, Bufs& b, const std::vector<float>& g, float max_norm) {
+    float h1[3], h2[3];
+    device_clip_scale(c, b, max_norm, 0);
+    cudaCheck(cudaMemcpy(h1, b.scale, sizeof h1, cudaMemcpyDeviceToHost));
+    device_clip_scale(c, b, max_norm, 0);
+    cudaCheck(cudaMemcpy(h2, b.scale, sizeof h2, cudaMemcpyDeviceToHost));
+    double norm = sqrt(sum_squares(g)), scale = norm > max_norm ? max_norm / norm : 1.0;
+    bool same = memcmp(h1, h2, sizeof h1) == 0;
+    bool close = fabs(h1[1] - norm) <= 1e-5 * norm && fabs(h1[0] - scale) <= 1e-5 * scale;
+    if (!same || !close) {
+        printf("    global norm: %.9g (float64 %.9g), scale %.9g (%.9g), two runs %s: FAIL\n", h1[1], norm, h1[0],
+               scale, same ? "identical" : "DIFFER");
+    }
+    return same && close;
+}
+
+// The CPU trainer's update (llmc/optim.h) on the same inputs and the device's clip scale. Equal bits
+// need the same operations (see the banner of llmc/adamw.cuh): reported, not a failure.
+struct CpuTwin {
+    std::vector<float> p, m, v;
+    std::vector<OptSegment> segs;
+};
+
+static void cpu_twin_step(CpuTwin& tw, const std::vector<float>& g, const AdamWParams& hp, int t, float scale) {
+    AdamWHyper h;
+    h.lr = hp.lr;
+    h.beta1 = hp.beta1;
+    h.beta2 = hp.beta2;
+    h.eps = hp.eps;
+    h.weight_decay = 0.0f; // per segment
+    h.grad_clip = 0.0f;    // the scale is given
+#ifdef _OPENMP
+    int threads = omp_get_max_threads();
+    if ((long long)tw.p.size() < OMP_MIN) omp_set_num_threads(1); // no spinning team next to the harness
+#endif
+    adamw_update_cpu(tw.p.data(), g.data(), tw.m.data(), tw.v.data(), tw.segs.data(), (int)tw.segs.size(), &h, t, scale);
+#ifdef _OPENMP
+    omp_set_num_threads(threads);
+#endif
+}
+
+static void cpu_twin_report(const CpuTwin& tw, const Bufs& b, int t) {
+    const std::vector<float>* host[3] = {&tw.p, &tw.m, &tw.v};
+    const void* dev[3] = {b.p, b.m, b.v};
+    const char* names[3] = {"p", "m", "v"};
+    std::string line;
+    for (int k = 0; k < 3; k++) {
+        std::vector<float> d(b.n);
+        cudaCheck(cudaMemcpy(d.data(), dev[k], b.n * 4, cudaMemcpyDeviceToHost));
+        size_t same = 0;
+        long long worst = 0;
+        for (size_t i = 0; i < b.n; i++) {
+            int32_t x, y;
+            memcpy(&x, &d[i], 4);
+            memcpy(&y, &(*host[k])[i], 4);
+            same += x == y;
+            worst = std::max(worst, llabs((long long)x - (long long)y)); // ulps, for equal signs
+        }
+        char buf[96];
+        snprintf(buf, sizeof buf, "  %s %.2f%% (max %lld ulp)", names[k], 100.0 * same / b.n, worst);
+        line += buf;
+    }
+    if (!g_quiet) printf("    %-24s step %2d: bit-identical to llmc/optim.h adamw_update_cpu:%s\n", "", t, line.c_str());
+}
+
+// Runs `steps` steps of one case; checks after steps 1, 2 and the last.
+static bool check_one(const Case& c, const Problem& pb, const AdamWParams& hp, int steps) {
+    Bufs b;
+    alloc_case(c, pb, b);
+    std::vector<float> p0 = init_case(c, pb, b);
+    Ref r;
+    ref_init(r, p0);
+    CpuTwin tw;
+    if (c.cpu_twin) {
+        tw.p = p0;
+        tw.m.assign(pb.n, 0.0f);
+        tw.v.assign(pb.n, 0.0f);
+        for (const AdamWSegment& s : pb.segs) tw.segs.push_back(OptSegment{s.offset, s.count, s.weight_decay, s.lr_mult});
+    }
+    std::vector<float> g;
+    bool ok = true;
+    for (int t = 1; t <= steps; t++) {
+        make_grads(pb, t, g);
+        upload_grads(c, b, g);
+        double norm = sqrt(sum_squares(g));
+        float max_norm = (float)(t % 2 ? 0.8 * norm : 2.0 * norm); // odd steps clip, even steps do not
+        if (t == 1) ok = check_global_norm(c, b, g, max_norm) && ok;
+        device_clip_scale(c, b, max_norm, 0);
+        c.step(c, b, pb, hp, t, 0);
+        cudaCheck(cudaDeviceSynchronize());
+        double scale = norm > (double)max_norm ? (double)max_norm / norm : 1.0;
+        ref_step(r, pb, g, scale, hp, c.amsgrad, t);
+        if (c.cpu_twin) {
+            float dscale;
+            cudaCheck(cudaMemcpy(&dscale, b.scale, sizeof dscale, cudaMemcpyDeviceToHost));
+            cpu_twin_step(tw, g, hp, t, dscale);
+        }
+        if (t == 1 || t == 2 || t == steps) {
+            ok = check_case(c, pb, b, r, hp, t) && ok;
+            if (c.cpu_twin) cpu_twin_report(tw, b, t);
+        }
+    }
+    free_case(b);
+    return ok;
+}
+
+// ----------------------------------------------------------------------------
+// bench
+
+static float median(std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0f : v[v.size() / 2];
+}
+
+// Median time of `body` over `repeats` runs, each after an L2 flush (a memset of twice the L2).
+template <typename F>
+static float time_median_ms(int repeats, void* flush, size_t flush_bytes, F body) {
+    cudaEvent_t a, e;
+    cudaCheck(cudaEventCreate(&a));
+    cudaCheck(cudaEventCreate(&e));
+    std::vector<float> ms;
+    for (int r = 0; r < repeats; r++) {
+        cudaCheck(cudaMemsetAsync(flush, r & 0xff, flush_bytes, 0));
+        cudaCheck(cudaEventRecord(a, 0));
+        body();
+        cudaCheck(cudaEventRecord(e, 0));
+        cudaCheck(cudaEventSynchronize(e));
+        float x;
+        cudaCheck(cudaEventElapsedTime(&x, a, e));
+        ms.push_back(x);
+    }
+    cudaCheck(cudaEventDestroy(a));
+    cudaCheck(cudaEventDestroy(e));
+    return median(ms);
+}
+
+// torch.optim.AdamW(fused=True) on the same tensor sizes, through dev/cuda/adamw_torch.py.
+static double torch_ms(const Problem& pb, bool gpt2, int repeats) {
+    const char* py = getenv("TORCH_PYTHON");
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s dev/cuda/adamw_torch.py %s -n %zu -r %d 2>&1", py && *py ? py : "python3",
+             gpt2 ? "--gpt2" : "", pb.n, repeats);
+    FILE* p = popen(cmd, "r");
+    if (p == nullptr) return -1.0;
+    char line[512];
+    double ms = -1.0;
+    while (fgets(line, sizeof line, p) != nullptr) {
+        if (sscanf(line, "torch_adamw_fused_ms %lf", &ms) == 1) continue;
+        if (ms < 0) printf("    torch: %s", line);
+    }
+    pclose(p);
+    return ms;
+}
+
+static int bench(const std::vector<const Case*>& cases, const Problem& pb, bool gpt2, const AdamWParams& hp,
+                 int repeats, bool with_torch) {
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    size_t flush_bytes = (size_t)std::max(prop.l2CacheSize, 1 << 20) * 2;
+    void* flush;
+    cudaCheck(cudaMalloc(&flush, flush_bytes));
+    // device-to-device copy bandwidth, on a buffer as large as one fp32 AdamW step moves
+    size_t cbytes = std::max<size_t>(pb.n * 14, 1 << 20);
+    void *src, *dst;
+    cudaCheck(cudaMalloc(&src, cbytes));
+    cudaCheck(cudaMalloc(&dst, cbytes));
+    cudaCheck(cudaMemset(src, 1, cbytes));
+    float copy_ms = time_median_ms(repeats, flush, flush_bytes,
+                                   [&] { cudaCheck(cudaMemcpyAsync(dst, src, cbytes, cudaMemcpyDeviceToDevice, 0)); });
+    double copy_gbs = 2.0 * cbytes / (copy_ms * 1e-3) / 1e9;
+    cudaCheck(cudaFree(src));
+    cudaCheck(cudaFree(dst));
+    printf("AdamW bench: %s (n = %zu, %zu tensors), device \"%s\"%s\n", pb.name.c_str(), pb.n, pb.segs.size(),
+           prop.name, LS_HARNESS ? " (CPU harness: times are host times, not GPU times)" : "");
+    printf("  device-to-device copy: %.1f GB/s (%.1f MB copied, median of %d)\n", copy_gbs, cbytes / 1e6, repeats);
+    double t_torch = with_torch ? torch_ms(pb, gpt2, repeats) : -1.0;
+    if (with_torch) {
+        if (t_torch > 0) printf("  torch.optim.AdamW(fused=True): %.4f ms per step\n", t_torch);
+        else printf("  torch.optim.AdamW(fused=True): not available\n");
+    }
+    printf("  %-26s %8s %11s %9s %8s %9s\n", "version", "B/param", "median ms", "GB/s", "% copy", "vs torch");
+    for (const Case* c : cases) {
+        AdamWParams h = hp;
+        h.amsgrad = c->amsgrad;
+        h.stochastic_rounding = c->stochastic;
+        Bufs b;
+        alloc_case(*c, pb, b);
+        init_case(*c, pb, b);
+        std::vector<float> g;
+        make_grads(pb, 1, g);
+        upload_grads(*c, b, g);
+        device_clip_scale(*c, b, INFINITY, 0);
+        int step = 0;
+        for (int w = 0; w < 3; w++) c->step(*c, b, pb, h, ++step, 0); // warm-up
+        float ms = time_median_ms(repeats, flush, flush_bytes, [&] { c->step(*c, b, pb, h, ++step, 0); });
+        cudaCheck(cudaDeviceSynchronize());
+        int bpp = bytes_per_param(*c);
+        double gbs = (double)bpp * pb.n / (ms * 1e-3) / 1e9;
+        char vs[32] = "-";
+        bool comparable = c->ptype == P_F32 && !c->bf16_grads && c->state == S_F32 && !c->amsgrad;
+        if (t_torch > 0 && comparable) snprintf(vs, sizeof vs, "%.2fx", t_torch / ms);
+        printf("  %-26s %8d %11.4f %9.1f %7.1f%% %9s\n", c->name, bpp, ms, gbs, 100.0 * gbs / copy_gbs, vs);
+        free_case(b);
+    }
+    cudaCheck(cudaFree(flush));
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+
+static void usage(const char* prog) {
+    fprintf(stderr,
+            "usage: %s [--check | --bench] [-v VERSION] [-n N | --gpt2] [-s STEPS] [-r REPEATS] [--torch] [-q]\n"
+            "  -v VERSION  1 2 3 4 5 6a 6b, or all (default)\n"
+            "  -n N        number of parameters, 1..2^33, split into random tensors\n"
+            "  --gpt2      the tensors of GPT-2 124M (n = 124475904)\n"
+            "  -s STEPS    optimizer steps, 1..1000 (default 5 for --check)\n"
+            "  -r REPEATS  timed repeats for --bench, 1..1000 (default 20)\n"
+            "  --torch     --bench also times torch.optim.AdamW(fused=True) (dev/cuda/adamw_torch.py)\n"
+            "  -q          --check prints failures and the summary only\n",
+            prog);
+    exit(2);
+}
+
+static long long parse_int(const char* prog, const char* flag, const char* s, long long lo, long long hi) {
+    char* end = nullptr;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
+        fprintf(stderr, "%s: %s '%s': expected an integer in [%lld, %lld]\n", prog, flag, s, lo, hi);
+        usage(prog);
+    }
+    return v;
+}
+
+int main(int argc, char** argv) {
+    bool do_bench = false, gpt2 = false, with_torch = false;
+    const char* version = "all";
+    long long n = 0, steps = 0, repeats = 20;
+    for (int i = 1; i < argc; i++) {
+        const char* a = argv[i];
+        auto need = [&](void) -> const char* {
+            if (i + 1 >= argc) { fprintf(stderr, "%s: %s needs a value\n", argv[0], a); usage(argv[0]); }
+            return argv[++i];
+        };
+        if (strcmp(a, "--check") == 0) do_bench = false;
+        else if (strcmp(a, "--bench") == 0) do_bench = true;
+        else if (strcmp(a, "--gpt2") == 0) gpt2 = true;
+        else if (strcmp(a, "--torch") == 0) with_torch = true;
+        else if (strcmp(a, "-q") == 0) g_quiet = true;
+        else if (strcmp(a, "-v") == 0) version = need();
+        else if (strcmp(a, "-n") == 0) n = parse_int(argv[0], "-n", need(), 1, 1LL << 33);
+        else if (strcmp(a, "-s") == 0) steps = parse_int(argv[0], "-s", need(), 1, 1000);
+        else if (strcmp(a, "-r") == 0) repeats = parse_int(argv[0], "-r", need(), 1, 1000);
+        else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) usage(argv[0]);
+        else { fprintf(stderr, "%s: unknown argument '%s'\n", argv[0], a); usage(argv[0]); }
+    }
+    if (gpt2 && n != 0) { fprintf(stderr, "%s: -n and --gpt2 exclude each other\n", argv[0]); usage(argv[0]); }
+    std::vector<const Case*> cases;
+    for (const Case& c : kCases)
+        if (strcmp(version, "all") == 0 || strcmp(version, c.id) == 0) cases.push_back(&c);
+    if (cases.empty()) { fprintf(stderr, "%s: -v '%s': expected 1 2 3 4 5 6a 6b or all\n", argv[0], version); usage(argv[0]); }
+
+    AdamWParams hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0, 1, 1234};
+    std::vector<Problem> problems;
+    if (gpt2) problems.push_back(gpt2_problem("GPT-2 124M", 50304, 768, 12, 1024));
+    else if (n > 0) problems.push_back(random_problem((size_t)n, 42));
+    else if (do_bench) problems.push_back(random_problem(LS_HARNESS ? 100000 : 124475904, 42));
+    else {
+        Problem one;
+        one.name = "one element";
+        add_seg(one, 1, 0.1f, 1.0f);
+        problems.push_back(one);
+        problems.push_back(random_problem(7, 1));
+        problems.push_back(random_problem(4099, 2));
+        problems.push_back(gpt2_problem("mini GPT-2 (V=101 C=20 L=2 T=16)", 101, 20, 2, 16));
+        problems.push_back(random_problem(50001, 3));
+    }
+    if (do_bench) return bench(cases, problems[0], gpt2, hp, (int)repeats, with_torch);
+
+    if (steps == 0) steps = 5;
+#if LS_HARNESS
+    if (!g_quiet) printf("adamw --check (CPU harness, order %s)\n", ls_harness::order_name(ls_harness::config().order));
+#else
+    if (!g_quiet) printf("adamw --check (GPU)\n");
+#endif
+    int failed = 0, total = 0;
+    for (const Problem& pb : problems) {
+        if (!g_quiet) printf("  problem: %s (n = %zu, %zu tensors), %lld steps\n", pb.name.c_str(), pb.n, pb.segs.size(), steps);
+        for (const Case* c : cases) {
+            total++;
+            AdamWParams h = hp;
+            h.amsgrad = c->amsgrad;
+            h.stochastic_rounding = c->stochastic;
+            if (!check_one(*c, pb, h, (int)steps)) {
+                failed++;
+                if (g_quiet) printf("  FAILED: %s on %s\n", c->name, pb.name.c_str());
+            }
+        }
+    }
+    printf("adamw --check: %d of %d cases passed (%zu problems x %zu versions, %lld steps)\n", total - failed, total,
+           problems.size(), cases.size(), steps);
+    return failed ? 1 : 0;
+}

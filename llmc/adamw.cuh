@@ -1,0 +1,383 @@
+/*
+ adamw.cuh: the fused AdamW update of leanstep. One launch updates every parameter of the model.
+
+ Layout: flat buffers of n elements (params, grads, m, v, and optionally fp32 master weights and
+ the AMSGrad max of v), 16-byte aligned. Per-tensor hyperparameters come from a segment table: a
+ sorted, contiguous list of AdamWSegment {offset, count, weight_decay, lr_mult} covering [0, n)
+ (tensor boundaries need not be aligned to anything; at most ADAMW_MAX_SEGMENTS). Each block
+ copies the table into shared memory; a thread finds the segment of its first chunk by binary
+ search and then walks forward (grid-stride chunks only move forward): no tensor index involved.
+
+ The update of one element, fp32, in exactly this order (the CPU trainer must use the same
+ operations to agree bit for bit; fmaf is one rounding):
+     g    = grad * clip_scale                     clip_scale = *d_clip_scale, or 1 when NULL
+     m    = fmaf(beta1, m, (1 - beta1) * g)       (1 - beta1) computed in float on the host
+     v    = fmaf(beta2, v, ((1 - beta2) * g) * g)
+     vmax = fmaxf(vmax, v); use vmax for v        (AMSGrad only)
+     upd  = (m * ibc1) / (sqrtf(v * ibc2) + eps)  ibc1 = 1.0f / (1.0f - powf(beta1, (float)t)),
+                                                  ibc2 likewise, on the host (as llmc/optim.h)
+     p    = fmaf(-(lr * lr_mult), fmaf(wd, p, upd), p)     i.e. p -= lr*lr_mult*(upd + wd*p)
+ Division and sqrtf are IEEE-rounded in both builds (nvcc's defaults), so a CPU loop written with
+ the same fmaf calls gives the same bits; plain `a*b + c` lets each compiler choose what to fuse.
+ p is read from the master weights when there are any (the bf16 params are then only written).
+ bf16 results are rounded stochastically (unbiased; random bits = hash(seed, step, element index),
+ so a run is reproducible) or to nearest even.
+
+ Memory traffic per parameter: fp32 params+grads 28 B; bf16 params+grads with master 28 B, without
+ master 22 B; AMSGrad +8 B. 128-bit loads/stores with streaming cache hints; a chunk that straddles
+ a tensor boundary (and the n % V tail) goes element by element.
+
+ Use:
+   AdamWSegment* d_seg = adamw_segments_upload(segments, nseg, n);   // once; cudaFree it at the end
+   AdamWBuffers<__nv_bfloat16, __nv_bfloat16> buf = {params, grads, m, v, master, NULL};
+   adamw_update(buf, n, d_seg, nseg, hyper, step, d_clip_scale, stream);  // step = 1, 2, ...
+ Reusable pieces for other optimizer kernels (llmc/adamw_lowp.cuh): adamw_step_args,
+ adamw_random_bits, bf16_round_stochastic, adamw_find_segment, adamw_load/adamw_store.
+*/
+#ifndef LLMC_ADAMW_CUH
+#define LLMC_ADAMW_CUH
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "cuda_common.h"
+#include "optim.h"
+
+// One tensor's slice of the flat buffers and its hyperparameters: the optimizer's segment table
+// (llmc/optim.h builds it from the parameter table, for the CPU and the GPU update alike).
+typedef OptSegment AdamWSegment;
+
+// Hyperparameters of a run (lr is this step's, after the schedule).
+typedef struct {
+    float lr;
+    float beta1, beta2;   // in [0, 1)
+    float eps;
+    int amsgrad;          // 1: keep the running max of v (buffer vmax) and divide by it
+    int stochastic_rounding; // bf16 outputs: 1 stochastic, 0 round to nearest even
+    unsigned long long seed; // for stochastic rounding
+} AdamWParams;
+
+// Per-step scalars, computed once on the host.
+struct AdamWStepArgs {
+    float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, eps;
+    float inv_bias_corr1, inv_bias_corr2; // 1 / (1 - beta^t)
+    unsigned long long rng_key;   // hash of (seed, step)
+};
+
+// Device buffers of one update, n elements each, 16-byte aligned.
+template <typename Tp, typename Tg>
+struct AdamWBuffers {
+    Tp* params;        // (n) written; read too unless master != NULL
+    const Tg* grads;   // (n)
+    float* m;          // (n) first moment
+    float* v;          // (n) second moment
+    float* master;     // (n) fp32 master weights, or NULL (bf16 params only)
+    float* vmax;       // (n) AMSGrad running max of v, or NULL (amsgrad off)
+};
+
+#define ADAMW_BLOCK 512
+#define ADAMW_MAX_SEGMENTS 2048 // 16 B each in shared memory: 32 KB
+
+// ----------------------------------------------------------------------------
+// shared device helpers
+
+__host__ __device__ __forceinline__ unsigned long long adamw_mix64(unsigned long long x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return x;
+}
+
+// 32 random bits for element i of stream `salt` (one stream per rounded quantity) of this step.
+__host__ __device__ __forceinline__ unsigned adamw_random_bits(unsigned long long key, size_t i, unsigned salt) {
+    unsigned long long x = key ^ ((unsigned long long)i * 0x9e3779b97f4a7c15ULL) ^ ((unsigned long long)salt << 58);
+    return (unsigned)(adamw_mix64(x) >> 32);
+}
+
+// Unbiased rounding of x to bf16: rounds up (in magnitude) with probability equal to the discarded
+// fraction. Infinities and NaNs convert as they are.
+__device__ __forceinline__ __nv_bfloat16 bf16_round_stochastic(float x, unsigned bits) {
+    unsigned u = __float_as_uint(x);
+    if ((u & 0x7f800000u) == 0x7f800000u) return __float2bfloat16_rn(x);
+    u += bits & 0xffffu;
+    return __ushort_as_bfloat16((unsigned short)(u >> 16));
+}
+
+// First segment whose end is past element i (seg_end sorted ascending, i < seg_end[nseg-1]).
+__device__ __forceinline__ int adamw_find_segment(const size_t* seg_end, int nseg, size_t i) {
+    int lo = 0, hi = nseg - 1;
+    while (lo < hi) {
+        int mid = (lo + hi) >> 1;
+        if (seg_end[mid] > i) hi = mid; else lo = mid + 1;
+    }
+    return lo;
+}
+
+// Copies the segment table into shared memory as seg_end[nseg] (one past the last element) and
+// seg_par[nseg] {weight_decay, lr_mult}; the caller synchronizes.
+__device__ __forceinline__ void adamw_segments_to_smem(size_t* seg_end, float2* seg_par,
+                                                       const AdamWSegment* segments, int nseg) {
+    for (int s = threadIdx.x; s < nseg; s += blockDim.x) {
+        AdamWSegment sg = segments[s];
+        seg_end[s] = sg.offset + sg.count;
+        seg_par[s] = make_float2(sg.weight_decay, sg.lr_mult);
+    }
+}
+static inline size_t adamw_segments_smem_bytes(int nseg) { return (size_t)nseg * (sizeof(size_t) + sizeof(float2)); }
+
+// Weight decay and lr*lr_mult of elements i0..i0+V-1 (all < n). s: segment of an element <= i0,
+// advanced in place (chunks of one thread only move forward).
+template <int V>
+__device__ __forceinline__ void adamw_chunk_hyper(const size_t* seg_end, const float2* seg_par, int& s, size_t i0,
+                                                  float lr, float (&wd)[V], float (&lr_eff)[V]) {
+    while (seg_end[s] <= i0) s++;
+    if (i0 + V <= seg_end[s]) {
+        float2 sp = seg_par[s];
+#pragma unroll
+        for (int j = 0; j < V; j++) { wd[j] = sp.x; lr_eff[j] = lr * sp.y; }
+    } else { // a tensor boundary inside the chunk
+        int sj = s;
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            while (seg_end[sj] <= i0 + j) sj++;
+            wd[j] = seg_par[sj].x;
+            lr_eff[j] = lr * seg_par[sj].y;
+        }
+    }
+}
+
+// V elements of T from p (16-byte aligned) as floats, in 128-bit streaming loads.
+template <int V, typename T>
+__device__ __forceinline__ void adamw_load(const T* p, float (&out)[V]) {
+    constexpr int E = Vec128<T>::size;
+    static_assert(V % E == 0, "a chunk is whole 128-bit words of every buffer");
+#pragma unroll
+    for (int k = 0; k < V / E; k++) {
+        Vec128<T> x = load128cs(p + k * E);
+#pragma unroll
+        for (int e = 0; e < E; e++) out[k * E + e] = (float)x[e];
+    }
+}
+template <int V>
+__device__ __forceinline__ void adamw_store(float* p, const float (&in)[V]) {
+#pragma unroll
+    for (int k = 0; k < V / 4; k++) {
+        Vec128<float> x;
+#pragma unroll
+        for (int e = 0; e < 4; e++) x[e] = in[k * 4 + e];
+        store128cs(p + k * 4, x);
+    }
+}
+
+// The update of one element (see the banner); m, v, vmax in place, returns the new parameter.
+template <bool kAmsgrad>
+__device__ __forceinline__ float adamw_element(float p, float g, float& m, float& v, float& vmax, float wd,
+                                               float lr_eff, const AdamWStepArgs& a) {
+    m = fmaf(a.beta1, m, a.one_minus_beta1 * g);
+    v = fmaf(a.beta2, v, a.one_minus_beta2 * g * g);
+    float vv = v;
+    if (kAmsgrad) {
+        vmax = fmaxf(vmax, v);
+        vv = vmax;
+    }
+    float upd = (m * a.inv_bias_corr1) / (sqrtf(vv * a.inv_bias_corr2) + a.eps);
+    return fmaf(-lr_eff, fmaf(wd, p, upd), p);
+}
+
+// ----------------------------------------------------------------------------
+// the kernel
+
+// One element through scalar loads and stores: tensor boundaries inside a chunk, and the tail.
+template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochastic>
+__device__ __forceinline__ void adamw_one(Tp* params, float* master, const Tg* grads, float* mom1, float* mom2,
+                                          float* vmax, size_t i, float wd, float lr_eff, float scale,
+                                          const AdamWStepArgs& a) {
+    float p = kMaster ? master[i] : (float)params[i];
+    float m = mom1[i], v = mom2[i], vm = kAmsgrad ? vmax[i] : 0.0f;
+    p = adamw_element<kAmsgrad>(p, (float)grads[i] * scale, m, v, vm, wd, lr_eff, a);
+    mom1[i] = m;
+    mom2[i] = v;
+    if (kAmsgrad) vmax[i] = vm;
+    if (kMaster) master[i] = p;
+    if constexpr (sizeof(Tp) == 2) {
+        reinterpret_cast<__nv_bfloat16*>(params)[i] =
+            kStochastic ? bf16_round_stochastic(p, adamw_random_bits(a.rng_key, i, 0)) : __float2bfloat16_rn(p);
+    } else {
+        reinterpret_cast<float*>(params)[i] = p;
+    }
+}
+
+// One chunk = V elements = whole 128-bit words of every buffer. Chunks inside one tensor (nearly
+// all) take the vector path with the tensor's hyperparameters in registers; a chunk that straddles
+// a tensor boundary, and the n % V tail, go element by element.
+template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochastic>
+__global__ void __launch_bounds__(ADAMW_BLOCK, kAmsgrad ? 1 : 2) // 2 blocks/SM: <= 64 registers
+adamw_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg* __restrict__ grads,
+             float* __restrict__ mom1, float* __restrict__ mom2, float* __restrict__ vmax, size_t n,
+             const AdamWSegment* __restrict__ segments, int nseg, AdamWStepArgs a,
+             const float* __restrict__ clip_scale) {
+    constexpr bool kBf16 = sizeof(Tp) == 2;
+    constexpr int V = 16 / (sizeof(Tp) < sizeof(Tg) ? sizeof(Tp) : sizeof(Tg));
+    DYNAMIC_SHARED(size_t, seg_end); // (nseg) then (nseg) float2 {weight_decay, lr_mult}
+    float2* seg_par = reinterpret_cast<float2*>(seg_end + nseg);
+    adamw_segments_to_smem(seg_end, seg_par, segments, nseg);
+    __syncthreads();
+
+    const float scale = clip_scale != nullptr ? *clip_scale : 1.0f;
+    const size_t nchunks = n / V;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int s = tid < nchunks ? adamw_find_segment(seg_end, nseg, tid * V) : 0;
+    for (size_t c = tid; c < nchunks; c += stride) {
+        const size_t i0 = c * V;
+        while (seg_end[s] <= i0) s++;
+        if (i0 + V > seg_end[s]) { // a tensor boundary inside the chunk
+            for (int j = 0; j < V; j++) {
+                int sj = adamw_find_segment(seg_end, nseg, i0 + j);
+                adamw_one<Tp, Tg, kMaster, kAmsgrad, kStochastic>(params, master, grads, mom1, mom2, vmax, i0 + j,
+                                                                  seg_par[sj].x, a.lr * seg_par[sj].y, scale, a);
+            }
+            continue;
+        }
+        const float wd = seg_par[s].x, lr_eff = a.lr * seg_par[s].y;
+        float p[V], g[V], m[V], v[V], vm[V] = {};
+        adamw_load<V>(grads + i0, g);
+        adamw_load<V>(mom1 + i0, m);
+        adamw_load<V>(mom2 + i0, v);
+        if (kAmsgrad) adamw_load<V>(vmax + i0, vm);
+        if (kMaster) adamw_load<V>(master + i0, p); else adamw_load<V>(params + i0, p);
+#pragma unroll
+        for (int j = 0; j < V; j++) p[j] = adamw_element<kAmsgrad>(p[j], g[j] * scale, m[j], v[j], vm[j], wd, lr_eff, a);
+        adamw_store<V>(mom1 + i0, m);
+        adamw_store<V>(mom2 + i0, v);
+        if (kAmsgrad) adamw_store<V>(vmax + i0, vm);
+        if (kMaster) adamw_store<V>(master + i0, p);
+        if constexpr (kBf16) {
+#pragma unroll
+            for (int k = 0; k < V / 8; k++) {
+                Vec128<__nv_bfloat16> out;
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    float x = p[k * 8 + e];
+                    out[e] = kStochastic ? bf16_round_stochastic(x, adamw_random_bits(a.rng_key, i0 + k * 8 + e, 0))
+                                         : __float2bfloat16_rn(x);
+                }
+                store128cs(reinterpret_cast<__nv_bfloat16*>(params) + i0 + k * 8, out);
+            }
+        } else {
+            adamw_store<V>(reinterpret_cast<float*>(params) + i0, p);
+        }
+    }
+
+    // tail: fewer than V elements, one per thread
+    if (tid < n - nchunks * V) {
+        const size_t i = nchunks * V + tid;
+        int sj = adamw_find_segment(seg_end, nseg, i);
+        adamw_one<Tp, Tg, kMaster, kAmsgrad, kStochastic>(params, master, grads, mom1, mom2, vmax, i, seg_par[sj].x,
+                                                          a.lr * seg_par[sj].y, scale, a);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// host side
+
+static inline AdamWStepArgs adamw_step_args(const AdamWParams& hp, int step) {
+    AdamWStepArgs a;
+    a.lr = hp.lr;
+    a.beta1 = hp.beta1;
+    a.beta2 = hp.beta2;
+    a.one_minus_beta1 = 1.0f - hp.beta1;
+    a.one_minus_beta2 = 1.0f - hp.beta2;
+    a.eps = hp.eps;
+    a.inv_bias_corr1 = 1.0f / (1.0f - powf(hp.beta1, (float)step)); // the CPU trainer's expression
+    a.inv_bias_corr2 = 1.0f / (1.0f - powf(hp.beta2, (float)step));
+    a.rng_key = adamw_mix64(hp.seed * 0x9e3779b97f4a7c15ULL + (unsigned long long)step);
+    return a;
+}
+
+// Validates a host segment table (sorted, contiguous, covering [0, n), sane hyperparameters) and
+// copies it to the device. The caller owns the returned pointer (cudaFree).
+static inline AdamWSegment* adamw_segments_upload(const AdamWSegment* segs, int nseg, size_t n) {
+    if (nseg < 1 || nseg > ADAMW_MAX_SEGMENTS) ls_fatal("adamw: %d segments (1..%d allowed)", nseg, ADAMW_MAX_SEGMENTS);
+    size_t next = 0;
+    for (int s = 0; s < nseg; s++) {
+        const AdamWSegment& g = segs[s];
+        if (g.offset != next || g.count == 0) {
+            ls_fatal("adamw: segment %d covers [%zu, %zu) but must start at %zu and be non-empty", s, g.offset,
+                     g.offset + g.count, next);
+        }
+        if (!(g.weight_decay >= 0.0f) || !isfinite(g.weight_decay) || !(g.lr_mult >= 0.0f) || !isfinite(g.lr_mult)) {
+            ls_fatal("adamw: segment %d has weight_decay %g, lr_mult %g (finite, >= 0 expected)", s,
+                     g.weight_decay, g.lr_mult);
+        }
+        next += g.count;
+    }
+    if (next != n) ls_fatal("adamw: the segments cover %zu elements, the buffers have %zu", next, n);
+    AdamWSegment* d = nullptr;
+    cudaCheck(cudaMalloc((void**)&d, (size_t)nseg * sizeof(AdamWSegment)));
+    cudaCheck(cudaMemcpy(d, segs, (size_t)nseg * sizeof(AdamWSegment), cudaMemcpyHostToDevice));
+    return d;
+}
+
+static inline void adamw_check_aligned(const void* p, const char* name) {
+    if (((uintptr_t)p & 15u) != 0) ls_fatal("adamw: buffer %s (%p) is not 16-byte aligned", name, p);
+}
+
+template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochastic>
+static void adamw_launch(const AdamWBuffers<Tp, Tg>& b, size_t n, const AdamWSegment* d_segments, int nseg,
+                         const AdamWStepArgs& a, const float* d_clip_scale, cudaStream_t stream) {
+    constexpr size_t V = 16 / (sizeof(Tp) < sizeof(Tg) ? sizeof(Tp) : sizeof(Tg));
+    size_t nchunks = n / V;
+    size_t want = CEIL_DIV(nchunks, (size_t)ADAMW_BLOCK);
+    size_t full = (size_t)cuda_sm_count() * (kAmsgrad ? 1 : 2); // one wave: the kernel's launch bounds
+    unsigned grid = (unsigned)(want < full ? (want > 0 ? want : 1) : full);
+    size_t smem = adamw_segments_smem_bytes(nseg);
+    launch(adamw_kernel<Tp, Tg, kMaster, kAmsgrad, kStochastic>, grid, ADAMW_BLOCK, smem, stream, b.params,
+           b.master, b.grads, b.m, b.v, b.vmax, n, d_segments, nseg, a, d_clip_scale);
+}
+
+// One AdamW step (step = 1, 2, ...) over n elements. d_segments from adamw_segments_upload();
+// d_clip_scale: device pointer to the gradient scale (global_norm_clip_scale), or NULL for 1.
+// Asynchronous on `stream`; no host synchronization.
+template <typename Tp, typename Tg>
+void adamw_update(const AdamWBuffers<Tp, Tg>& b, size_t n, const AdamWSegment* d_segments, int nseg,
+                  const AdamWParams& hp, int step, const float* d_clip_scale, cudaStream_t stream) {
+    constexpr bool kBf16 = sizeof(Tp) == 2;
+    static_assert(sizeof(Tp) == 2 || sizeof(Tp) == 4, "params are bf16 or fp32");
+    static_assert(sizeof(Tg) == 2 || sizeof(Tg) == 4, "grads are bf16 or fp32");
+    if (n == 0) return;
+    if (step < 1) ls_fatal("adamw: step %d (steps count from 1)", step);
+    if (nseg < 1 || nseg > ADAMW_MAX_SEGMENTS || d_segments == nullptr) ls_fatal("adamw: bad segment table (%d segments)", nseg);
+    if (!(hp.beta1 >= 0.0f && hp.beta1 < 1.0f && hp.beta2 >= 0.0f && hp.beta2 < 1.0f) || !(hp.eps > 0.0f) || !isfinite(hp.lr)) {
+        ls_fatal("adamw: lr %g beta1 %g beta2 %g eps %g out of range", hp.lr, hp.beta1, hp.beta2, hp.eps);
+    }
+    if (b.master != nullptr && !kBf16) ls_fatal("adamw: master weights are for bf16 params only");
+    if ((b.vmax != nullptr) != (hp.amsgrad != 0)) ls_fatal("adamw: AMSGrad needs the vmax buffer, and only then");
+    adamw_check_aligned(b.params, "params");
+    adamw_check_aligned(b.grads, "grads");
+    adamw_check_aligned(b.m, "m");
+    adamw_check_aligned(b.v, "v");
+    adamw_check_aligned(b.master, "master");
+    adamw_check_aligned(b.vmax, "vmax");
+    AdamWStepArgs a = adamw_step_args(hp, step);
+    const bool sr = kBf16 && hp.stochastic_rounding;
+    const bool ms = b.master != nullptr, am = hp.amsgrad != 0;
+    // runtime options -> template variants
+    if constexpr (kBf16) {
+        if (ms && am && sr) adamw_launch<Tp, Tg, true, true, true>(b, n, d_segments, nseg, a, d_clip_scale, stream);
+        else if (ms && am) adamw_launch<Tp, Tg, true, true, false>(b, n, d_segments, nseg, a, d_clip_scale, stream);
+        else if (ms && sr) adamw_launch<Tp, Tg, true, false, true>(b, n, d_segments, nseg, a, d_clip_scale, stream);
+        else if (ms) adamw_launch<Tp, Tg, true, false, false>(b, n, d_segments, nseg, a, d_clip_scale, stream);
+        else if (am && sr) adamw_launch<Tp, Tg, false, true, true>(b, n, d_segments, nseg, a, d_clip_scale, stream);
+        else if (am) adamw_launch<Tp, Tg, false, true, false>(b, n, d_segments, nseg, a, d_clip_scale, stream);
+        else if (sr) adamw_launch<Tp, Tg, false, false, true>(b, n, d_segments, nseg, a, d_clip_scale, stream);
+        else adamw_launch<Tp, Tg, false, false, false>(b, n, d_segments, nseg, a, d_clip_scale, stream);
+    } else {
+        if (am) adamw_launch<Tp, Tg, false, true, false>(b, n, d_segments, nseg, a, d_clip_scale, stream);
+        else adamw_launch<Tp, Tg, false, false, false>(b, n, d_segments, nseg, a, d_clip_scale, stream);
+    }
+}
+
+#endif // LLMC_ADAMW_CUH
