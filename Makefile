@@ -12,7 +12,7 @@ OPT     ?= -O3 -march=native
 # implicit fused multiply-adds, so explicit fmaf() decides rounding (AdamW agrees bit for bit with
 # the GPU kernel, llmc/adamw.cuh)
 CFLAGS  ?= $(OPT) -std=gnu11 -Wall -Wextra -fno-math-errno -ffp-contract=off -fopenmp -I.
-CXXFLAGS ?= $(OPT) -std=c++17 -Wall -Wextra -I.
+CXXFLAGS ?= $(OPT) -std=c++17 -Wall -Wextra -fno-math-errno -ffp-contract=off -I.
 # BLAS: prefer the OpenMP build of OpenBLAS (one thread pool with our OpenMP loops; the pthread
 # build's pool and OpenMP's spin against each other on few cores); else any OpenBLAS.
 MULTIARCH := $(shell gcc -print-multiarch 2>/dev/null)
@@ -70,11 +70,11 @@ train_gpt2: train_gpt2.c $(LLMC_HEADERS)
 	@echo "  CC    $@"
 	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_BLAS) $(LDLIBS_TOK) $(LDLIBS)
 
-test_gpt2: test_gpt2.c train_gpt2.c $(LLMC_HEADERS)
+test_gpt2: test_gpt2.c train_gpt2.c dev/test/test_common.h $(LLMC_HEADERS)
 	@echo "  CC    $@"
 	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_BLAS) $(LDLIBS_TOK) $(LDLIBS)
 
-$(BUILD)/train_gpt2 $(BUILD)/test_gpt2: $(BUILD)/%: %.c train_gpt2.c $(LLMC_HEADERS)
+$(BUILD)/train_gpt2 $(BUILD)/test_gpt2: $(BUILD)/%: %.c train_gpt2.c dev/test/test_common.h $(LLMC_HEADERS)
 	@mkdir -p $(BUILD)
 	@echo "  CC    $@"
 	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_BLAS) $(LDLIBS_TOK) $(LDLIBS)
@@ -109,6 +109,61 @@ test-cli: $(BUILD)/train_gpt2
 
 TEST_PHONY += test-main test-cli
 TEST_SAN_PHONY += test-main test-cli
+
+# ----------------------------------------------------------------------------
+# the GPU trainer: nvcc builds (need a GPU to run), and the CPU-harness builds that CI runs.
+# PRECISION=BF16 (default) or FP32, as llm.c; the output names carry no precision for the nvcc
+# builds (like llm.c) and a suffix for the harness builds, so both precisions can coexist.
+
+PRECISION ?= BF16
+ifeq ($(PRECISION),FP32)
+PFLAGS := -DENABLE_FP32
+else ifeq ($(PRECISION),BF16)
+PFLAGS := -DENABLE_BF16
+else
+$(error PRECISION must be BF16 or FP32, got '$(PRECISION)')
+endif
+PREC_LC := $(shell echo $(PRECISION) | tr A-Z a-z)
+GPU_ARCH ?= native
+NVCC_TRAIN_FLAGS := -std=c++17 -O3 -lineinfo -Xptxas=--warn-on-spills -Xcompiler -Wall,-Wextra -I. $(PFLAGS)
+NVCC_LIBS := -lcublasLt -lcublas
+CUDA_TRAIN_DEPS := train_gpt2.cu $(LLMC_HEADERS) $(wildcard llmc/*.cuh)
+
+train_gpt2cu: $(CUDA_TRAIN_DEPS)
+	@echo "  NVCC  $@ ($(PRECISION), $(GPU_ARCH))"
+	$(Q)$(NVCC) $(NVCC_TRAIN_FLAGS) -arch=$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
+
+test_gpt2cu: test_gpt2.cu dev/test/test_common.h $(CUDA_TRAIN_DEPS)
+	@echo "  NVCC  $@ ($(PRECISION), $(GPU_ARCH))"
+	$(Q)$(NVCC) $(NVCC_TRAIN_FLAGS) -arch=$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
+
+# compile (no link, no GPU needed) for sm_80 and sm_90 with warnings as errors
+gpu-compile-check: $(CUDA_TRAIN_DEPS) test_gpt2.cu
+	@echo "  NVCC  train_gpt2.cu test_gpt2.cu ($(PRECISION), sm_80 + sm_90, warnings are errors)"
+	$(Q)for f in train_gpt2.cu test_gpt2.cu; do $(NVCC) $(NVCC_TRAIN_FLAGS) -Werror all-warnings -Xcompiler -Werror \
+		-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -c $$f -o /dev/null || exit 1; done
+
+# the harness builds: g++, every CUDA thread a fiber, cuBLASLt replaced by a CPU matmul
+$(BUILD)/train_gpt2cu_emu_$(PREC_LC): $(CUDA_TRAIN_DEPS)
+	@mkdir -p $(@D)
+	@echo "  CXX   $@ (CPU harness)"
+	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS) $< -o $@ $(CUDA_HARNESS_LIBS)
+$(BUILD)/test_gpt2cu_emu_$(PREC_LC): test_gpt2.cu dev/test/test_common.h $(CUDA_TRAIN_DEPS)
+	@mkdir -p $(@D)
+	@echo "  CXX   $@ (CPU harness)"
+	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS) $< -o $@ $(CUDA_HARNESS_LIBS)
+train_gpt2cu_emu: $(BUILD)/train_gpt2cu_emu_$(PREC_LC)
+test_gpt2cu_emu: $(BUILD)/test_gpt2cu_emu_$(PREC_LC)
+
+# CI: the GPU trainer's whole step under the harness in both precisions, against PyTorch; then
+# 10 training steps of the fp32 harness build against the CPU trainer on TinyShakespeare.
+test-gpu-emu: $(REF_DIR)/$(REF_DESC)_state.bin $(BUILD)/train_gpt2 data
+	$(Q)$(MAKE) --no-print-directory test_gpt2cu_emu train_gpt2cu_emu PRECISION=FP32
+	$(Q)$(MAKE) --no-print-directory test_gpt2cu_emu PRECISION=BF16
+	$(BUILD)/test_gpt2cu_emu_fp32 --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin
+	$(BUILD)/test_gpt2cu_emu_bf16 --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin
+	$(PYTHON) dev/test/compare_trainers.py --cpu $(BUILD)/train_gpt2 --gpu $(BUILD)/train_gpt2cu_emu_fp32 \
+		--model $(REF_DIR)/$(REF_DESC)_model.bin
 
 # The README's test command: everything, then the C tests again under ASan+UBSan.
 test: $(TEST_PHONY)
