@@ -125,8 +125,8 @@ $(error PRECISION must be BF16 or FP32, got '$(PRECISION)')
 endif
 PREC_LC := $(shell echo $(PRECISION) | tr A-Z a-z)
 GPU_ARCH ?= native
-NVCC_TRAIN_FLAGS := -std=c++17 -O3 -lineinfo -Xptxas=--warn-on-spills -Xcompiler -Wall,-Wextra -I. $(PFLAGS)
-NVCC_LIBS := -lcublasLt -lcublas
+NVCC_TRAIN_FLAGS := -std=c++17 -O3 -lineinfo -Xptxas=--warn-on-spills -Xcompiler -Wall,-Wextra,-fopenmp -I. $(PFLAGS)
+NVCC_LIBS := -lcublasLt -lcublas -lgomp
 CUDA_TRAIN_DEPS := train_gpt2.cu $(LLMC_HEADERS) $(wildcard llmc/*.cuh)
 
 train_gpt2cu: $(CUDA_TRAIN_DEPS)
@@ -164,6 +164,11 @@ test-gpu-emu: $(REF_DIR)/$(REF_DESC)_state.bin $(BUILD)/train_gpt2 data
 	$(BUILD)/test_gpt2cu_emu_bf16 --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin
 	$(PYTHON) dev/test/compare_trainers.py --cpu $(BUILD)/train_gpt2 --gpu $(BUILD)/train_gpt2cu_emu_fp32 \
 		--model $(REF_DIR)/$(REF_DESC)_model.bin
+	$(PYTHON) dev/test/test_cli.py --bin $(BUILD)/train_gpt2cu_emu_fp32
+	$(Q)$(MAKE) --no-print-directory gpu-compile-check PRECISION=BF16
+	$(Q)$(MAKE) --no-print-directory gpu-compile-check PRECISION=FP32
+
+TEST_PHONY += test-gpu-emu
 
 # The README's test command: everything, then the C tests again under ASan+UBSan.
 test: $(TEST_PHONY)
@@ -189,7 +194,7 @@ help:
 	@echo "make clean           remove build outputs (not data/)"
 
 clean:
-	rm -rf build train_gpt2 test_gpt2 $(CLEAN_EXTRA)
+	rm -rf build train_gpt2 test_gpt2 train_gpt2cu test_gpt2cu $(CLEAN_EXTRA)
 
 # ----------------------------------------------------------------------------
 # benchmarks (programs that print tables; not tests)

@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 failures = []
-SMALL = "L2C32H2T64V512"
+SMALL = "L2C32H2T64V512"  # its max sequence length is 64
 
 
 def run(binary, args, cwd=None):
@@ -81,9 +81,9 @@ def main():
     check(len(flags) >= 25, "--help lists the flags (found %d)" % len(flags))
     for f in flags:
         for name in (["-" + f["short"]] if f["short"] else []) + ["--" + f["long"]]:
-            args = ["--dry-run", "1", "-e", SMALL, name, valid_value(f)]
+            args = ["--dry-run", "1", "-e", SMALL, "-t", "16", name, valid_value(f)]
             if f["long"] == "model":
-                args = ["--dry-run", "1", name, SMALL]
+                args = ["--dry-run", "1", "-t", "16", name, SMALL]
             rr = run(binary, args)
             check(rr.returncode == 0, "flag %s %s parses (exit %d: %s)" % (name, valid_value(f), rr.returncode, rr.stderr.strip()))
         name = "-" + f["short"] if f["short"] else "--" + f["long"]
@@ -95,33 +95,33 @@ def main():
         elif f["kind"] == "WORD":
             bad = ["bogus"]
         for value in bad:
-            rr = run(binary, ["--dry-run", "1", "-e", SMALL, name, value])
+            rr = run(binary, ["--dry-run", "1", "-e", SMALL, "-t", "16", name, value])
             ok = rr.returncode == 2 and name in rr.stderr and len(rr.stderr.strip().splitlines()) == 1
             check(ok, "bad value %s %s fails with exit 2 and a one-line message naming the flag (exit %d: %r)" % (name, value, rr.returncode, rr.stderr))
     # config errors that need the model
     for args, flag in ((["-t", "65"], "-t"), (["-g", "100"], "-g"), (["-b", "0"], "-b"), (["-d", "100"], "-d")):
-        rr = run(binary, ["--dry-run", "1", "-e", SMALL] + args)
+        rr = run(binary, ["--dry-run", "1", "-e", SMALL, "-t", "16"] + args)
         check(rr.returncode == 2 and flag in rr.stderr, "%s fails naming %s (exit %d: %s)" % (args, flag, rr.returncode, rr.stderr.strip()))
     for args in (["-zz", "1"], ["--nope", "1"], ["-b"]):
         rr = run(binary, args)
         check(rr.returncode == 2 and args[0] in rr.stderr, "%s fails with exit 2 (exit %d)" % (args, rr.returncode))
     if os.path.basename(binary).startswith("train_gpt2") and not os.path.basename(binary).startswith("train_gpt2cu"):
-        rr = run(binary, ["--dry-run", "1", "-e", SMALL, "-r", "1"])
+        rr = run(binary, ["--dry-run", "1", "-e", SMALL, "-t", "16", "-r", "1"])
         check(rr.returncode == 2 and "GPU trainer" in rr.stderr, "a GPU-only flag names the GPU trainer: %s" % rr.stderr.strip())
-    rr = run(binary, ["--dry-run", "1", "-e", "L2C30H4"])
+    rr = run(binary, ["--dry-run", "1", "-e", "L2C30H4", "-t", "16"])
     check(rr.returncode != 0 and "heads" in rr.stderr, "a bad descriptor fails naming the problem: %s" % rr.stderr.strip())
 
     with tempfile.TemporaryDirectory() as tmp:
         # missing / corrupt model file
-        rr = run(binary, ["--dry-run", "1", "-e", os.path.join(tmp, "nope.bin")])
+        rr = run(binary, ["--dry-run", "1", "-t", "16", "-e", os.path.join(tmp, "nope.bin")])
         check(rr.returncode == 1 and "nope.bin" in rr.stderr, "missing model file names the file")
         junk = os.path.join(tmp, "junk.bin")
         with open(junk, "wb") as fh:
             fh.write(b"\0" * 2000)
-        rr = run(binary, ["--dry-run", "1", "-e", junk])
+        rr = run(binary, ["--dry-run", "1", "-t", "16", "-e", junk])
         check(rr.returncode == 1 and "junk.bin" in rr.stderr and "magic" in rr.stderr, "corrupt model file: %s" % rr.stderr.strip())
         # missing data
-        rr = run(binary, ["-e", SMALL, "-i", os.path.join(tmp, "none_*.bin"), "-x", "1"])
+        rr = run(binary, ["-e", SMALL, "-t", "16", "-i", os.path.join(tmp, "none_*.bin"), "-x", "1"])
         check(rr.returncode == 1 and "make data" in rr.stderr, "missing data says how to get it: %s" % rr.stderr.strip())
 
         # training, checkpoints and a bit-exact resume

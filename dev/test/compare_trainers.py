@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""compare_trainers.py: the GPU trainer (fp32 build, under the CPU harness in CI) and the CPU
+trainer, from the same model file on the same TinyShakespeare batches, must print the same
+losses: within 1e-4 relative per step (both are fp32; matmul summation orders and the kernels'
+reductions differ). Exit status 1 on any mismatch.
+
+  compare_trainers.py --cpu build/train_gpt2 --gpu build/train_gpt2cu_emu_fp32 --model M.bin [--steps 10]
+"""
+import argparse
+import re
+import subprocess
+import sys
+
+
+def losses_of(binary, args):
+    r = subprocess.run([binary] + args, capture_output=True, text=True, timeout=1800)
+    if r.returncode != 0:
+        print("FAIL: %s exited %d: %s" % (binary, r.returncode, r.stderr.strip()[-2000:]))
+        sys.exit(1)
+    return [float(x) for x in re.findall(r"^step\s+\d+/\d+ \| loss ([\d.]+)", r.stdout, re.M)]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cpu", required=True)
+    ap.add_argument("--gpu", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--rtol", type=float, default=1e-4)
+    a = ap.parse_args()
+    common = ["-e", a.model, "-b", "4", "-t", "32", "-x", str(a.steps), "-v", "0", "-s", "0",
+              "-l", "1e-3", "-c", "0.1", "-u", "2", "-d", "256"]
+    cpu = losses_of(a.cpu, common)
+    gpu = losses_of(a.gpu, common)
+    ok = len(cpu) == a.steps and len(gpu) == a.steps
+    worst = 0.0
+    for i, (x, y) in enumerate(zip(cpu, gpu)):
+        rel = abs(x - y) / abs(x)
+        worst = max(worst, rel)
+        flag = "" if rel <= a.rtol else "  <-- differs"
+        print("step %2d: cpu %.6f gpu %.6f rel %.2e%s" % (i + 1, x, y, rel, flag))
+        ok &= rel <= a.rtol
+    print("compare_trainers: %d steps, worst relative difference %.2e (tolerance %.0e): %s"
+          % (min(len(cpu), len(gpu)), worst, a.rtol, "OK" if ok else "FAILED"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+/*
+ cuda_precision.h: the storage type of parameters, activations and gradients in the GPU trainer
+ and its kernels, chosen at build time (llm.c's PRECISION=BF16|FP32):
+
+   -DENABLE_BF16 (the default; also when neither is defined)  floatX = __nv_bfloat16
+   -DENABLE_FP32                                               floatX = float
+
+ Arithmetic is always fp32: load floatX, convert with to_float(), compute in float, convert back
+ with from_float() (round to nearest even) or from_float_stochastic() (unbiased rounding for
+ accumulations into bf16, e.g. gradients). Statistics (means, variances, softmax sums, losses) stay
+ float in both builds. The helpers are __host__ __device__ and work in both builds (nvcc, and g++
+ under the CPU harness, where <cuda_bf16.h> supplies the host-side conversions).
+
+   floatX           the storage type
+   x128             Vec128<floatX>: 16 bytes, x128::size = 8 (bf16) or 4 (fp32) elements; kernels
+                    that move rows with x128 need the row length to be a multiple of x128::size
+   f128             Vec128<float>
+   PRECISION_NAME   "bf16" or "fp32" (for banners and file headers)
+   FLOATX_IS_BF16   1 or 0, for `if constexpr` and host code
+*/
+#ifndef LLMC_CUDA_PRECISION_H
+#define LLMC_CUDA_PRECISION_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include "cuda_common.h"
+
+#if defined(ENABLE_BF16) && defined(ENABLE_FP32)
+#error "define one of ENABLE_BF16 and ENABLE_FP32 (PRECISION=BF16|FP32), not both"
+#endif
+#if !defined(ENABLE_BF16) && !defined(ENABLE_FP32)
+#define ENABLE_BF16
+#endif
+
+#ifdef ENABLE_FP32
+typedef float floatX;
+#define PRECISION_NAME "fp32"
+#define FLOATX_IS_BF16 0
+#else
+typedef __nv_bfloat16 floatX;
+#define PRECISION_NAME "bf16"
+#define FLOATX_IS_BF16 1
+#endif
+
+typedef Vec128<floatX> x128;
+typedef Vec128<float> f128;
+
+// floatX -> float (exact).
+static __host__ __device__ inline float to_float(floatX x) {
+#ifdef ENABLE_FP32
+    return x;
+#else
+    return __bfloat162float(x);
+#endif
+}
+
+// float -> floatX, round to nearest even (exact in fp32 builds).
+static __host__ __device__ inline floatX from_float(float x) {
+#ifdef ENABLE_FP32
+    return x;
+#else
+    return __float2bfloat16_rn(x);
+#endif
+}
+
+// 32 random bits for element `i` of the stream `seed`: a stateless hash (splitmix64 finalizer), so a
+// result depends only on (seed, i), never on the thread that computes it.
+static __host__ __device__ inline unsigned stochastic_bits(unsigned long long seed, size_t i) {
+    unsigned long long x = seed * 0x9e3779b97f4a7c15ULL ^ ((unsigned long long)i + 1) * 0xd1b54a32d192ed03ULL;
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return (unsigned)(x >> 32);
+}
+
+// float -> floatX, rounding away from zero with probability equal to the discarded fraction
+// (unbiased: E[result] = x), using the low 16 of `bits`; infinities and NaNs convert as they are.
+// Exact in fp32 builds. Accumulations into bf16 (gradients) use this, so that many small additions
+// do not all round away.
+static __host__ __device__ inline floatX from_float_stochastic(float x, unsigned bits) {
+#ifdef ENABLE_FP32
+    (void)bits;
+    return x;
+#else
+    unsigned u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7f800000u) == 0x7f800000u) return __float2bfloat16_rn(x);
+    u += bits & 0xffffu; // carries into the kept half with probability (low 16 bits) / 2^16
+    __nv_bfloat16_raw r;
+    r.x = (unsigned short)(u >> 16);
+    return __nv_bfloat16(r);
+#endif
+}
+
+#endif // LLMC_CUDA_PRECISION_H

@@ -1,0 +1,545 @@
+/*
+ train_gpt2.cu: GPT-2 training on one GPU, mixed precision (bf16 by default, fp32 with
+ PRECISION=FP32), matmuls through cuBLASLt, and every step ending with the fused AdamW kernel of
+ llmc/adamw.cuh over all parameters in one launch.
+
+ It reads top to bottom like train_gpt2.c, the CPU trainer it is tested against: the model
+ (parameters, activations, forward, backward, update), then the hooks of the training loop that
+ both trainers share (llmc/train_loop.h). The kernels live in llmc/, one family per .cuh file.
+
+ The same source also builds for the CPU execution harness (make train_gpt2cu_emu): each CUDA
+ thread runs as a fiber, cuBLASLt is replaced by a CPU matmul, and CI runs the whole training
+ step that way (test_gpt2.cu).
+
+ Shapes: B batch, T time, C channels, NH heads, L layers, V vocab, Vp padded vocab; Linear
+ weights (out, in). floatX is the storage type (llmc/cuda_precision.h); statistics are fp32.
+*/
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#define TOKENIZER_DECODE_ONLY  // the trainer only decodes samples: no PCRE2 / cJSON needed
+#include "llmc/utils.h"
+#include "llmc/config.h"
+#include "llmc/params.h"
+#include "llmc/checkpoint.h"
+#include "llmc/train_options.h"
+#include "llmc/optim.h"
+#include "llmc/memory.h"
+#include "llmc/logger.h"
+#include "llmc/cuda_common.h"
+#include "llmc/cuda_precision.h"
+#include "llmc/encoder.cuh"
+#include "llmc/layernorm.cuh"
+#include "llmc/matmul.cuh"
+#include "llmc/attention.cuh"
+#include "llmc/gelu.cuh"
+#include "llmc/fused_classifier.cuh"
+#include "llmc/global_norm.cuh"
+#include "llmc/adamw.cuh"
+
+#define CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
+
+// ----------------------------------------------------------------------------
+// the model
+
+typedef union {
+    struct {
+        int* inputs;       // (B,T)
+        int* targets;      // (B,T)
+        floatX* encoded;   // (B,T,C)
+        floatX* ln1;       // (L,B,T,C), or (B,T,C) with -r 2
+        float* ln1_mean;   // (L,B,T)
+        float* ln1_rstd;   // (L,B,T)
+        floatX* atty;      // (L,B,T,C)
+        floatX* att;       // (L,B,NH,T,T)
+        floatX* residual2; // (L,B,T,C)
+        floatX* ln2;       // (L,B,T,C), or (B,T,C) with -r 2
+        float* ln2_mean;   // (L,B,T)
+        float* ln2_rstd;   // (L,B,T)
+        floatX* fch;       // (L,B,T,4C) before GELU
+        floatX* fch_gelu;  // (L,B,T,4C), or (B,T,4C) with -r >= 1
+        floatX* residual3; // (L,B,T,C)
+        floatX* lnf;       // (B,T,C)
+        float* lnf_mean;   // (B,T)
+        float* lnf_rstd;   // (B,T)
+        float* losses;     // (B,T)
+        floatX* qkvr;      // (L,B,T,3C) q, k, v permuted per head
+        floatX* output;    // (B,T,max(3C,Vp)) matmul outputs; logits, then dlogits
+        void* end;
+    };
+    void* t[GPU_NUM_ACTIVATIONS];
+} ActivationTensors;
+
+typedef union {
+    struct {
+        floatX* dresidual; // (B,T,C)
+        floatX* dbuf;      // (B,T,C)
+        floatX* datty;     // (B,T,C)
+        floatX* dfch;      // (B,T,4C)
+        floatX* dqkv;      // (B,T,3C)
+        floatX* dqkvr;     // (B,T,3C)
+        floatX* datt;      // (B,NH,T,T)
+    };
+    floatX* t[GPU_NUM_SCRATCH];
+} ScratchTensors;
+
+typedef union {
+    struct {
+        floatX *wte, *wpe, *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
+        floatX *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb, *lnfw, *lnfb;
+    };
+    floatX* t[NUM_PARAMETER_TENSORS];
+} ParameterTensorsX;  // the same tensors as ParameterTensors (params.h), in floatX
+
+typedef struct {
+    GPT2Config config;
+    ParamTable table;
+    size_t num_parameters;
+    int B, T;                 // the largest batch the activations hold
+    int recompute;            // -r
+    floatX* params_memory;    // (num_parameters) device
+    ParameterTensorsX params;
+    floatX* grads_memory;     // (num_parameters) device
+    ParameterTensorsX grads;
+    float* m_memory;          // AdamW moments, device fp32
+    float* v_memory;
+    float* master_memory;     // fp32 master weights, or NULL
+    AdamWSegment* d_segments; // the optimizer's segment table, on the device
+    int num_segments;
+    float weight_decay;       // of the uploaded segment table
+    unsigned long long seed;  // stochastic rounding
+    void* acts_memory;
+    ActivationTensors acts;
+    void* scratch_memory;
+    ScratchTensors scratch;
+    float* kernel_scratch;    // fp32 scratch of the backward kernels
+    size_t kernel_scratch_bytes;
+    float* d_norm_scratch;    // (GLOBAL_NORM_MAX_BLOCKS + 3): partials, sum of squares, norm, scale
+    int* inputs_cpu;          // (B,T) host copy of the last inputs (the encoder backward groups by token)
+    float* losses_cpu;        // (B,T) host
+    float* logits_row_cpu;    // (Vp) host, for sampling
+    MemCounter mem;           // what was really allocated on the device, per category
+    float mean_loss;
+    cudaStream_t stream;
+} GPT2;
+
+static void* cuda_malloc_counted(MemCounter* mc, MemCategory cat, size_t bytes) {
+    void* p = NULL;
+    cudaError_t err = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
+    if (err != cudaSuccess) {
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        ls_fatal("out of device memory allocating %.1f MiB of %s (device has %.1f MiB free of %.1f MiB): lower -b or -t, "
+                 "or use -r 2 (see the memory table above)", mib(bytes), mem_category_names[cat], mib(free_b), mib(total_b));
+    }
+    mc->bytes[cat] += bytes;
+    return p;
+}
+
+static size_t kernel_scratch_bytes_for(const GPT2Config* c, int B, int T) {
+    size_t BT = (size_t)B * T, C = (size_t)c->channels, Vp = (size_t)c->padded_vocab_size;
+    size_t need = encoder_backward_scratch_bytes(B, T, (int)C);
+    size_t x;
+    x = layernorm_backward_scratch_bytes((int)BT, (int)C); if (x > need) { need = x; }
+    x = matmul_backward_scratch_bytes((int)BT, (int)(Vp > 4 * C ? Vp : 4 * C)); if (x > need) { need = x; }
+    x = attention_backward_scratch_bytes(B, T, (int)C, c->num_heads); if (x > need) { need = x; }
+    return need;
+}
+
+static GpuMemoryOptions gpu_memory_options(const GPT2Config* c, int B, int T, int recompute, int master) {
+    GpuMemoryOptions g;
+    g.recompute = recompute;
+    g.master_weights = master;
+    g.floatx_bytes = sizeof(floatX);
+    g.kernel_scratch = kernel_scratch_bytes_for(c, B, T);
+    g.workspace = CUBLASLT_WORKSPACE_BYTES;
+    return g;
+}
+
+// fp32 host values -> floatX device buffer (rounded to nearest even)
+static void upload_floatx(floatX* dst, const float* src, size_t n) {
+    const size_t chunk = 1 << 20;
+    floatX* buf = (floatX*)mallocCheck(chunk * sizeof(floatX));
+    for (size_t i = 0; i < n; i += chunk) {
+        size_t k = n - i < chunk ? n - i : chunk;
+        for (size_t j = 0; j < k; j++) { buf[j] = from_float(src[i + j]); }
+        cudaCheck(cudaMemcpy(dst + i, buf, k * sizeof(floatX), cudaMemcpyHostToDevice));
+    }
+    free(buf);
+}
+
+static void download_floatx(float* dst, const floatX* src, size_t n) {
+    const size_t chunk = 1 << 20;
+    floatX* buf = (floatX*)mallocCheck(chunk * sizeof(floatX));
+    for (size_t i = 0; i < n; i += chunk) {
+        size_t k = n - i < chunk ? n - i : chunk;
+        cudaCheck(cudaMemcpy(buf, src + i, k * sizeof(floatX), cudaMemcpyDeviceToHost));
+        for (size_t j = 0; j < k; j++) { dst[i + j] = to_float(buf[j]); }
+    }
+    free(buf);
+}
+
+// Carves `n` tensors out of one allocation, each 256-byte aligned (the memory model's rounding).
+static void* carve_tensors(MemCounter* mc, MemCategory cat, const size_t* counts, const int* is_fp32, int n, void** out) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) { total += gpu_tensor_bytes(counts[i], is_fp32 && is_fp32[i] ? 4 : sizeof(floatX)); }
+    char* base = (char*)cuda_malloc_counted(mc, cat, total);
+    char* p = base;
+    for (int i = 0; i < n; i++) {
+        out[i] = p;
+        p += gpu_tensor_bytes(counts[i], is_fp32 && is_fp32[i] ? 4 : sizeof(floatX));
+    }
+    return base;
+}
+
+// Builds the model from a model file or a descriptor and allocates everything for batches up to
+// (B, T). opts may be NULL (recompute 1, master weights on in bf16 builds).
+static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t seed, int B, int T, const TrainOptions* opts) {
+    memset(model, 0, sizeof(*model));
+    int from_descriptor = gpt2_config_from_descriptor(model_or_descriptor, &model->config);
+    if (from_descriptor) {
+        char err[200];
+        if (!gpt2_config_valid(&model->config, err, sizeof(err))) { ls_fatal("flag -e: descriptor '%s': %s", model_or_descriptor, err); }
+    } else {
+        model_file_read_header(model_or_descriptor, &model->config);
+    }
+    const GPT2Config* c = &model->config;
+    if (c->channels % (int)x128::size != 0 || (c->channels / c->num_heads) % (int)x128::size != 0) {
+        ls_fatal("model: channels %d and head size %d must be multiples of %d for the GPU kernels", c->channels,
+                 c->channels / c->num_heads, (int)x128::size);
+    }
+    model->recompute = opts ? opts->recompute : 1;
+    int master = FLOATX_IS_BF16 && (opts ? opts->master_weights : 1);
+    model->seed = seed;
+    cudaCheck(cudaStreamCreate(&model->stream));
+    matmul_init(CUBLASLT_WORKSPACE_BYTES);
+    model->mem.bytes[MEM_WORKSPACE] = matmul_workspace_bytes();
+
+    param_table_build(&model->table, c);
+    size_t n = model->num_parameters = model->table.total;
+    MemCounter* mc = &model->mem;
+    model->params_memory = (floatX*)cuda_malloc_counted(mc, MEM_PARAMS, gpu_tensor_bytes(n, sizeof(floatX)));
+    model->grads_memory = (floatX*)cuda_malloc_counted(mc, MEM_GRADS, gpu_tensor_bytes(n, sizeof(floatX)));
+    model->m_memory = (float*)cuda_malloc_counted(mc, MEM_ADAM_M, gpu_tensor_bytes(n, 4));
+    model->v_memory = (float*)cuda_malloc_counted(mc, MEM_ADAM_V, gpu_tensor_bytes(n, 4));
+    model->master_memory = master ? (float*)cuda_malloc_counted(mc, MEM_MASTER, gpu_tensor_bytes(n, 4)) : NULL;
+    cudaCheck(cudaMemset(model->grads_memory, 0, n * sizeof(floatX)));
+    cudaCheck(cudaMemset(model->m_memory, 0, n * sizeof(float)));
+    cudaCheck(cudaMemset(model->v_memory, 0, n * sizeof(float)));
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        model->params.t[i] = model->params_memory + model->table.t[i].offset;
+        model->grads.t[i] = model->grads_memory + model->table.t[i].offset;
+    }
+    // parameters: fp32 on the host (random init or file), then rounded to floatX on the device
+    float* host = (float*)mallocCheck(n * sizeof(float));
+    if (from_descriptor) { params_init_random(&model->table, host, seed); }
+    else { model_file_read_params(model_or_descriptor, c, host); }
+    upload_floatx(model->params_memory, host, n);
+    if (master) { cudaCheck(cudaMemcpy(model->master_memory, host, n * sizeof(float), cudaMemcpyHostToDevice)); }
+    free(host);
+
+    // activations and scratch, in the memory model's layout
+    model->B = B;
+    model->T = T;
+    size_t act_n[GPU_NUM_ACTIVATIONS], scr_n[GPU_NUM_SCRATCH];
+    int act_fp32[GPU_NUM_ACTIVATIONS];
+    gpu_activation_sizes(c, B, T, model->recompute, act_n, act_fp32);
+    gpu_scratch_sizes(c, B, T, scr_n);
+    model->acts_memory = carve_tensors(mc, MEM_ACTS, act_n, act_fp32, GPU_NUM_ACTIVATIONS, model->acts.t);
+    model->scratch_memory = carve_tensors(mc, MEM_SCRATCH, scr_n, NULL, GPU_NUM_SCRATCH, (void**)model->scratch.t);
+    model->kernel_scratch_bytes = kernel_scratch_bytes_for(c, B, T);
+    model->kernel_scratch = (float*)cuda_malloc_counted(mc, MEM_SCRATCH, gpu_tensor_bytes(model->kernel_scratch_bytes, 1));
+    // small buffers that the memory model does not list (a few KB)
+    MemCounter small;
+    memset(&small, 0, sizeof(small));
+    model->d_norm_scratch = (float*)cuda_malloc_counted(&small, MEM_SCRATCH, (GLOBAL_NORM_MAX_BLOCKS + 3) * sizeof(float));
+    model->inputs_cpu = (int*)mallocCheck((size_t)B * T * sizeof(int));
+    model->losses_cpu = (float*)mallocCheck((size_t)B * T * sizeof(float));
+    model->logits_row_cpu = (float*)mallocCheck((size_t)c->padded_vocab_size * sizeof(float));
+}
+
+static void gpt2_free(GPT2* model) {
+    if (model->d_segments) { cudaCheck(cudaFree(model->d_segments)); }
+    cudaCheck(cudaFree(model->d_norm_scratch));
+    cudaCheck(cudaFree(model->kernel_scratch));
+    cudaCheck(cudaFree(model->scratch_memory));
+    cudaCheck(cudaFree(model->acts_memory));
+    if (model->master_memory) { cudaCheck(cudaFree(model->master_memory)); }
+    cudaCheck(cudaFree(model->v_memory));
+    cudaCheck(cudaFree(model->m_memory));
+    cudaCheck(cudaFree(model->grads_memory));
+    cudaCheck(cudaFree(model->params_memory));
+    cudaCheck(cudaStreamDestroy(model->stream));
+    matmul_free();
+    free(model->logits_row_cpu);
+    free(model->losses_cpu);
+    free(model->inputs_cpu);
+    memset(model, 0, sizeof(*model));
+}
+
+// Pointers of layer l's slice of a per-layer activation.
+#define LAYER(ptr, l, per_layer) ((ptr) + (size_t)(l) * (per_layer))
+
+// Forward pass on host tokens inputs (B,T) (B <= model->B, T <= model->T). With targets: the
+// losses, and the mean loss is returned; without: -1, and the logits stay in acts.output.
+static float gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T) {
+    if (B > model->B || T > model->T) { ls_fatal("forward: batch (%d, %d) exceeds the allocated (%d, %d)", B, T, model->B, model->T); }
+    const GPT2Config* c = &model->config;
+    int L = c->num_layers, C = c->channels, NH = c->num_heads, V = c->vocab_size, Vp = c->padded_vocab_size;
+    int BT = B * T;
+    size_t BTC = (size_t)BT * C;
+    cudaStream_t s = model->stream;
+    ParameterTensorsX* w = &model->params;
+    ActivationTensors* a = &model->acts;
+    for (int i = 0; i < BT; i++) {
+        if (inputs[i] < 0 || inputs[i] >= V) { ls_fatal("forward: input token %d at %d is outside [0, %d)", inputs[i], i, V); }
+        if (targets && (targets[i] < 0 || targets[i] >= V)) { ls_fatal("forward: target token %d at %d is outside [0, %d)", targets[i], i, V); }
+    }
+    memcpy(model->inputs_cpu, inputs, (size_t)BT * sizeof(int));
+    cudaCheck(cudaMemcpyAsync(a->inputs, inputs, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, s));
+    if (targets) { cudaCheck(cudaMemcpyAsync(a->targets, targets, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, s)); }
+    size_t ln_stride = model->recompute >= 2 ? 0 : BTC;
+    size_t gelu_stride = model->recompute >= 1 ? 0 : 4 * BTC;
+
+    encoder_forward(a->encoded, a->inputs, w->wte, w->wpe, B, T, C, s);
+    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->encoded, w->ln1w, w->ln1b, BT, C, s);
+    for (int l = 0; l < L; l++) {
+        size_t lC = (size_t)l * C;
+        const floatX* residual = l == 0 ? a->encoded : LAYER(a->residual3, l - 1, BTC);
+        floatX* ln1 = LAYER(a->ln1, l, ln_stride);
+        floatX* qkvr = LAYER(a->qkvr, l, 3 * BTC);
+        floatX* atty = LAYER(a->atty, l, BTC);
+        floatX* att = LAYER(a->att, l, (size_t)B * NH * T * T);
+        floatX* residual2 = LAYER(a->residual2, l, BTC);
+        floatX* ln2 = LAYER(a->ln2, l, ln_stride);
+        floatX* fch = LAYER(a->fch, l, 4 * BTC);
+        floatX* fch_gelu = LAYER(a->fch_gelu, l, gelu_stride);
+        floatX* residual3 = LAYER(a->residual3, l, BTC);
+        // ln1 of this layer was written by the previous layer's fused residual + layernorm
+        matmul_forward(a->output, NULL, ln1, w->qkvw + 3 * lC * C, w->qkvb + 3 * lC, BT, C, 3 * C, s);
+        attention_forward(atty, qkvr, att, a->output, B, T, C, NH, s);
+        matmul_forward(a->output, NULL, atty, w->attprojw + lC * C, w->attprojb + lC, BT, C, C, s);
+        fused_residual_layernorm_forward(residual2, ln2, a->ln2_mean + (size_t)l * BT, a->ln2_rstd + (size_t)l * BT,
+                                         residual, a->output, w->ln2w + lC, w->ln2b + lC, BT, C, s);
+        matmul_forward(fch_gelu, fch, ln2, w->fcw + 4 * lC * C, w->fcb + 4 * lC, BT, C, 4 * C, s);
+        matmul_forward(a->output, NULL, fch_gelu, w->fcprojw + 4 * lC * C, w->fcprojb + lC, BT, 4 * C, C, s);
+        if (l + 1 < L) {
+            size_t nC = (size_t)(l + 1) * C;
+            fused_residual_layernorm_forward(residual3, LAYER(a->ln1, l + 1, ln_stride), a->ln1_mean + (size_t)(l + 1) * BT,
+                                             a->ln1_rstd + (size_t)(l + 1) * BT, residual2, a->output, w->ln1w + nC,
+                                             w->ln1b + nC, BT, C, s);
+        } else {
+            fused_residual_layernorm_forward(residual3, a->lnf, a->lnf_mean, a->lnf_rstd, residual2, a->output, w->lnfw,
+                                             w->lnfb, BT, C, s);
+        }
+    }
+    matmul_forward(a->output, NULL, a->lnf, w->wte, NULL, BT, C, Vp, s);
+    if (targets == NULL) { model->mean_loss = -1.0f; return -1.0f; }
+    fused_classifier(a->output, a->losses, 1.0f, a->targets, BT, V, Vp, 0, s);
+    cudaCheck(cudaMemcpyAsync(model->losses_cpu, a->losses, (size_t)BT * sizeof(float), cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaStreamSynchronize(s));
+    double sum = 0.0;
+    for (int i = 0; i < BT; i++) { sum += model->losses_cpu[i]; }
+    model->mean_loss = (float)(sum / BT);
+    return model->mean_loss;
+}
+
+static void gpt2_zero_grad(GPT2* model) {
+    cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(floatX), model->stream));
+}
+
+// Backward pass after gpt2_forward with targets: adds the gradient of (mean loss * loss_scale)
+// to the parameter gradients.
+static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, int B, int T, float loss_scale) {
+    (void)inputs; (void)targets;  // on the device since the forward pass (host copy in inputs_cpu)
+    const GPT2Config* c = &model->config;
+    int L = c->num_layers, C = c->channels, NH = c->num_heads, V = c->vocab_size, Vp = c->padded_vocab_size;
+    int BT = B * T;
+    size_t BTC = (size_t)BT * C;
+    cudaStream_t s = model->stream;
+    ParameterTensorsX* w = &model->params;
+    ParameterTensorsX* g = &model->grads;
+    ActivationTensors* a = &model->acts;
+    ScratchTensors* d = &model->scratch;
+    float* ks = model->kernel_scratch;
+    size_t ln_stride = model->recompute >= 2 ? 0 : BTC;
+    size_t gelu_stride = model->recompute >= 1 ? 0 : 4 * BTC;
+
+    // the classifier: dlogits in place of the logits, then into lnf and wte
+    fused_classifier(a->output, a->losses, loss_scale / (float)BT, a->targets, BT, V, Vp, 1, s);
+    cudaCheck(cudaMemsetAsync(d->dresidual, 0, BTC * sizeof(floatX), s));
+    matmul_backward(d->dbuf, g->wte, NULL, ks, a->output, a->lnf, w->wte, NULL, BT, C, Vp, s);
+    layernorm_backward(d->dresidual, g->lnfw, g->lnfb, ks, d->dbuf, LAYER(a->residual3, L - 1, BTC), w->lnfw,
+                       a->lnf_mean, a->lnf_rstd, BT, C, s);
+    for (int l = L - 1; l >= 0; l--) {
+        size_t lC = (size_t)l * C;
+        const floatX* residual = l == 0 ? a->encoded : LAYER(a->residual3, l - 1, BTC);
+        floatX* ln1 = LAYER(a->ln1, l, ln_stride);
+        floatX* ln2 = LAYER(a->ln2, l, ln_stride);
+        floatX* fch = LAYER(a->fch, l, 4 * BTC);
+        floatX* fch_gelu = LAYER(a->fch_gelu, l, gelu_stride);
+        floatX* residual2 = LAYER(a->residual2, l, BTC);
+        float* ln1_mean = a->ln1_mean + (size_t)l * BT;
+        float* ln1_rstd = a->ln1_rstd + (size_t)l * BT;
+        float* ln2_mean = a->ln2_mean + (size_t)l * BT;
+        float* ln2_rstd = a->ln2_rstd + (size_t)l * BT;
+        // recompute what -r dropped
+        if (model->recompute >= 1) { gelu_forward(fch_gelu, fch, 4 * BTC, s); }
+        if (model->recompute >= 2) {
+            layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, w->ln1w + lC, w->ln1b + lC, BT, C, s);
+            layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, w->ln2w + lC, w->ln2b + lC, BT, C, s);
+        }
+        // dresidual holds d residual3[l]: the MLP block (fcproj, GELU through the epilogue, fc)
+        matmul_backward(d->dfch, g->fcprojw + 4 * lC * C, g->fcprojb + lC, ks, d->dresidual, fch_gelu,
+                        w->fcprojw + 4 * lC * C, fch, BT, 4 * C, C, s);
+        matmul_backward(d->dbuf, g->fcw + 4 * lC * C, g->fcb + 4 * lC, ks, d->dfch, ln2, w->fcw + 4 * lC * C, NULL,
+                        BT, C, 4 * C, s);
+        layernorm_backward(d->dresidual, g->ln2w + lC, g->ln2b + lC, ks, d->dbuf, residual2, w->ln2w + lC, ln2_mean,
+                           ln2_rstd, BT, C, s);
+        // dresidual holds d residual2[l]: the attention block
+        matmul_backward(d->datty, g->attprojw + lC * C, g->attprojb + lC, ks, d->dresidual, LAYER(a->atty, l, BTC),
+                        w->attprojw + lC * C, NULL, BT, C, C, s);
+        attention_backward(d->dqkv, d->dqkvr, d->datt, (floatX*)ks, d->datty, LAYER(a->qkvr, l, 3 * BTC),
+                           LAYER(a->att, l, (size_t)B * NH * T * T), B, T, C, NH, s);
+        matmul_backward(d->dbuf, g->qkvw + 3 * lC * C, g->qkvb + 3 * lC, ks, d->dqkv, ln1, w->qkvw + 3 * lC * C, NULL,
+                        BT, C, 3 * C, s);
+        layernorm_backward(d->dresidual, g->ln1w + lC, g->ln1b + lC, ks, d->dbuf, residual, w->ln1w + lC, ln1_mean,
+                           ln1_rstd, BT, C, s);
+    }
+    encoder_backward(g->wte, g->wpe, ks, d->dresidual, a->inputs, model->inputs_cpu, B, T, C, (unsigned)model->seed, s);
+}
+
+// Clip and AdamW over all parameters in one launch; `step` counts from 1. Returns the gradient
+// norm before clipping.
+static float gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
+    cudaStream_t s = model->stream;
+    if (model->d_segments == NULL || model->weight_decay != h->weight_decay) {
+        OptSegment segs[NUM_PARAMETER_TENSORS];
+        model->num_segments = optim_segments_build(&model->table, h->weight_decay, segs);
+        if (model->d_segments) { cudaCheck(cudaFree(model->d_segments)); }
+        model->d_segments = adamw_segments_upload(segs, model->num_segments, model->num_parameters);
+        model->weight_decay = h->weight_decay;
+    }
+    float* partials = model->d_norm_scratch;
+    float* sumsq = partials + GLOBAL_NORM_MAX_BLOCKS;
+    float* norm = sumsq + 1;
+    float* scale = sumsq + 2;
+    global_norm_squared(sumsq, model->grads_memory, model->num_parameters, partials, s);
+    global_norm_clip_scale(scale, norm, sumsq, h->grad_clip, s);
+    AdamWParams hp;
+    memset(&hp, 0, sizeof(hp));
+    hp.lr = h->lr;
+    hp.beta1 = h->beta1;
+    hp.beta2 = h->beta2;
+    hp.eps = h->eps;
+    hp.amsgrad = 0;
+    hp.stochastic_rounding = 1;
+    hp.seed = model->seed;
+    AdamWBuffers<floatX, floatX> buf = {model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
+                                        model->master_memory, NULL};
+    adamw_update(buf, model->num_parameters, model->d_segments, model->num_segments, hp, step, scale, s);
+    float norm_host = 0.0f;
+    cudaCheck(cudaMemcpyAsync(&norm_host, norm, sizeof(float), cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaStreamSynchronize(s));
+    return norm_host;
+}
+
+// ----------------------------------------------------------------------------
+// what the shared training loop (llmc/train_loop.h) needs from this trainer
+
+static LS_UNUSED const float* gpt2_logits_row(GPT2* model, int t) {
+    int Vp = model->config.padded_vocab_size;
+    download_floatx(model->logits_row_cpu, model->acts.output + (size_t)t * Vp, (size_t)Vp);
+    return model->logits_row_cpu;
+}
+
+// The model file holds the parameters exactly as trained: fp32 (version 3) in the fp32 build,
+// bf16 (version 5) in the bf16 build; the state file holds m, v and the master weights.
+static LS_UNUSED void gpt2_checkpoint_write(GPT2* model, const char* model_path, const char* state_path, const RunState* rs) {
+    size_t n = model->num_parameters;
+    float* host = (float*)mallocCheck(n * sizeof(float));
+    float* m = (float*)mallocCheck(n * sizeof(float));
+    float* v = (float*)mallocCheck(n * sizeof(float));
+    float* master = model->master_memory ? (float*)mallocCheck(n * sizeof(float)) : NULL;
+    download_floatx(host, model->params_memory, n);
+    model_file_write(model_path, &model->config, host, FLOATX_IS_BF16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32);
+    cudaCheck(cudaMemcpy(m, model->m_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(v, model->v_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
+    if (master) { cudaCheck(cudaMemcpy(master, model->master_memory, n * sizeof(float), cudaMemcpyDeviceToHost)); }
+    state_file_write(state_path, rs, m, v, master);
+    free(master); free(v); free(m); free(host);
+}
+
+static LS_UNUSED void gpt2_state_read(GPT2* model, const char* state_path, RunState* rs) {
+    size_t n = model->num_parameters;
+    float* m = (float*)mallocCheck(n * sizeof(float));
+    float* v = (float*)mallocCheck(n * sizeof(float));
+    float* master = model->master_memory ? (float*)mallocCheck(n * sizeof(float)) : NULL;
+    state_file_read(state_path, n, rs, m, v, master);
+    cudaCheck(cudaMemcpy(model->m_memory, m, n * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(model->v_memory, v, n * sizeof(float), cudaMemcpyHostToDevice));
+    if (master) { cudaCheck(cudaMemcpy(model->master_memory, master, n * sizeof(float), cudaMemcpyHostToDevice)); }
+    free(master); free(v); free(m);
+}
+
+// Peak dense FLOP/s by device name, for MFU. 0: unknown (MFU is then not printed).
+typedef struct { const char* name; double bf16, fp32; } GpuPeak;
+static const GpuPeak gpu_peaks[] = {
+    {"H200", 989e12, 67e12},         {"H100 PCIe", 756e12, 51e12}, {"H100 NVL", 835e12, 60e12},
+    {"H100", 989e12, 67e12},         {"A100", 312e12, 19.5e12},    {"L40S", 362e12, 91.6e12},
+    {"RTX 4090", 165e12, 82.6e12},   {"A10", 125e12, 31.2e12},     {"L4", 121e12, 30.3e12},
+};
+
+static double gpu_peak_flops(void) {
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) { return 0.0; }
+    for (size_t i = 0; i < sizeof(gpu_peaks) / sizeof(gpu_peaks[0]); i++) {
+        if (strstr(prop.name, gpu_peaks[i].name)) { return FLOATX_IS_BF16 ? gpu_peaks[i].bf16 : gpu_peaks[i].fp32; }
+    }
+    return 0.0;
+}
+
+#define TRAINER_FLAGS CLI_GPU
+#define TRAINER_SUMMARY "Train GPT-2 on one GPU (" PRECISION_NAME ", cuBLASLt, fused AdamW). Flags follow llm.c's train_gpt2cu."
+
+static LS_UNUSED void trainer_defaults(TrainOptions* o) { o->T = 1024; }
+
+static LS_UNUSED void trainer_init(const TrainOptions* o) {
+    (void)o;
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+        ls_fatal("no CUDA device (%s): train on the CPU with ./train_gpt2 instead", cudaGetErrorString(err));
+    }
+    cudaCheck(cudaSetDevice(0));
+}
+
+static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o, int accum) {
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    printf("leanstep train_gpt2cu (%s%s), device: %s%s\n", PRECISION_NAME, LS_HARNESS ? ", CPU harness" : "", prop.name,
+           gpu_peak_flops() > 0 ? "" : " (peak FLOP/s unknown: no MFU)");
+    gpt2_describe(&model->config, model->num_parameters, o, accum);
+    printf("recompute %d, master weights %s\n", model->recompute, model->master_memory ? "on" : "off");
+    GpuMemoryOptions g = gpu_memory_options(&model->config, model->B, model->T, model->recompute, model->master_memory != NULL);
+    MemoryReport predicted = memory_model_gpu(&model->config, model->B, model->T, &g);
+    memory_report_print(stdout, &predicted, model->num_parameters);
+    size_t free_b = 0, total_b = 0;
+    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+    printf("device memory: %.1f MiB free of %.1f MiB\n", mib(free_b), mib(total_b));
+}
+
+static LS_UNUSED void trainer_step_extra(const GPT2* model, const TrainOptions* o, double tok_per_s, char* buf, size_t len) {
+    double peak = gpu_peak_flops();
+    if (peak <= 0) { snprintf(buf, len, "%s", ""); return; }
+    double mfu = tok_per_s * gpt2_flops_per_token(&model->config, o->T) / peak;
+    snprintf(buf, len, " %.1f%% %s MFU |", 100.0 * mfu, PRECISION_NAME);
+}
+
+#include "llmc/train_loop.h"
+
+#ifndef TESTING
+int main(int argc, char** argv) { return train_main(argc, argv); }
+#endif
