@@ -37,6 +37,15 @@ static void check_model(const char* model_path, const char* state_path) {
     GPT2 model;
     gpt2_build(&model, model_path, 0, s.B, s.T, NULL);
     int B = s.B, T = s.T, V = c.vocab_size, Vp = c.padded_vocab_size;
+
+    // the memory table equals what was allocated
+    GpuMemoryOptions mo = gpu_memory_options(&c, B, T, model.recompute, model.master_memory != NULL);
+    MemoryReport predicted = memory_model_gpu(&c, B, T, &mo);
+    for (int i = 0; i < MEM_COUNT; i++) {
+        CHECK(predicted.bytes[i] == model.mem.bytes[i], "memory %s: predicted %zu bytes, allocated %zu",
+              mem_category_names[i], predicted.bytes[i], model.mem.bytes[i]);
+    }
+    printf("memory: predicted = allocated in all %d categories (%.1f MiB)\n", MEM_COUNT, mib(memory_report_total(&predicted)));
     size_t BT = (size_t)B * T;
 
     // forward: logits and loss

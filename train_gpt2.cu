@@ -213,6 +213,25 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     model->recompute = opts ? opts->recompute : 1;
     int master = FLOATX_IS_BF16 && (opts ? opts->master_weights : 1);
     model->seed = seed;
+    // will it fit? If not, say so before allocating, with the table and the largest batch that fits
+    size_t free_b = 0, total_b = 0;
+    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+    GpuMemoryOptions mo = gpu_memory_options(c, B, T, model->recompute, master);
+    MemoryReport need = memory_model_gpu(c, B, T, &mo);
+    if (memory_report_total(&need) > free_b) {
+        memory_report_print(stderr, &need, gpt2_num_parameters(c));
+        int fit = 0;
+        for (int b = B - 1; b >= 1 && fit == 0; b--) {
+            GpuMemoryOptions mb = gpu_memory_options(c, b, T, model->recompute, master);
+            MemoryReport r = memory_model_gpu(c, b, T, &mb);
+            if (memory_report_total(&r) <= free_b) { fit = b; }
+        }
+        char hint[128];
+        if (fit > 0) { snprintf(hint, sizeof(hint), "the largest batch that fits is -b %d at -t %d", fit, T); }
+        else { snprintf(hint, sizeof(hint), "no batch fits at -t %d: lower -t, use -r 2, or a smaller model", T); }
+        ls_fatal("out of device memory: this run needs %.1f MiB (table above), the device has %.1f MiB free of %.1f MiB; %s",
+                 mib(memory_report_total(&need)), mib(free_b), mib(total_b), hint);
+    }
     cudaCheck(cudaStreamCreate(&model->stream));
     matmul_init(CUBLASLT_WORKSPACE_BYTES);
     model->mem.bytes[MEM_WORKSPACE] = matmul_workspace_bytes();

@@ -108,6 +108,11 @@ def main():
     if os.path.basename(binary).startswith("train_gpt2") and not os.path.basename(binary).startswith("train_gpt2cu"):
         rr = run(binary, ["--dry-run", "1", "-e", SMALL, "-t", "16", "-r", "1"])
         check(rr.returncode == 2 and "GPU trainer" in rr.stderr, "a GPU-only flag names the GPU trainer: %s" % rr.stderr.strip())
+    if "gpt2cu" in os.path.basename(binary):
+        # the harness reports an 80 GiB device: GPT-2 1558M at B=64 does not fit
+        rr = run(binary, ["--dry-run", "1", "-e", "d48", "-b", "64", "-t", "1024"])
+        check(rr.returncode == 1 and "largest batch that fits is -b" in rr.stderr,
+              "out of device memory names the largest batch that fits: %s" % rr.stderr.strip()[-300:])
     rr = run(binary, ["--dry-run", "1", "-e", "L2C30H4", "-t", "16"])
     check(rr.returncode != 0 and "heads" in rr.stderr, "a bad descriptor fails naming the problem: %s" % rr.stderr.strip())
 
