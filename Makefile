@@ -52,7 +52,7 @@ TORCH_PYTHON ?= /usr/bin/python3
 # Where `make data` takes its inputs from when there is no network: a mirror directory.
 LEANSTEP_DATA_MIRROR ?=
 
-.PHONY: all test test-san test-main test-units test-cli help clean train bench
+.PHONY: all test test-san test-main test-units test-cli help clean train bench memory-table
 all: train_gpt2 test_gpt2
 
 TEST_TARGETS :=
@@ -191,10 +191,26 @@ help:
 	@echo "make test            run the whole test suite (the README's test command)"
 	@echo "make test-san        the C tests again under ASan+UBSan"
 	@echo "make bench           CPU benchmarks: trainer tokens/s and MFU, AdamW vs bandwidth"
+	@echo "make memory-table    published memory figures vs their formulas vs our memory model"
+	@echo "make train_gpt2cu    the GPU trainer (PRECISION=BF16|FP32, GPU_ARCH=native|sm_90...)"
+	@echo "make test-gpu-emu    the GPU trainer's tests under the CPU harness"
 	@echo "make clean           remove build outputs (not data/)"
 
 clean:
 	rm -rf build train_gpt2 test_gpt2 train_gpt2cu test_gpt2cu $(CLEAN_EXTRA)
+
+# ----------------------------------------------------------------------------
+# the memory table: published figures vs their formulas vs our memory model (exit 1 on a mismatch)
+
+$(BUILD)/memory_table: dev/memory_table.c $(LLMC_HEADERS)
+	@mkdir -p $(BUILD)
+	@echo "  CC    $@"
+	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
+
+memory-table: $(BUILD)/memory_table
+	$(Q)$(BUILD)/memory_table
+
+TEST_PHONY += memory-table
 
 # ----------------------------------------------------------------------------
 # benchmarks (programs that print tables; not tests)

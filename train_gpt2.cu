@@ -155,6 +155,8 @@ static GpuMemoryOptions gpu_memory_options(const GPT2Config* c, int B, int T, in
     g.floatx_bytes = sizeof(floatX);
     g.kernel_scratch = kernel_scratch_bytes_for(c, B, T);
     g.workspace = CUBLASLT_WORKSPACE_BYTES;
+    g.zero_stage = 0;
+    g.num_processes = 1;
     return g;
 }
 

@@ -19,6 +19,7 @@
 
 #include <stdio.h>
 #include "llmc/config.h"
+#include "llmc/optim.h"
 #include "llmc/utils.h"
 
 typedef enum {
@@ -175,17 +176,25 @@ typedef struct {
     size_t floatx_bytes;    // 2 (bf16) or 4 (fp32)
     size_t kernel_scratch;  // fp32 scratch of the backward kernels, bytes (from the kernel headers)
     size_t workspace;       // cuBLASLt workspace, bytes
+    int zero_stage;         // 1: m, v and master weights sharded over the processes
+    int num_processes;
 } GpuMemoryOptions;
+
+// Elements of optimizer state (m, v, master) one process holds.
+static inline size_t optimizer_state_elems(size_t n, int zero_stage, int num_processes) {
+    return zero_stage >= 1 && num_processes > 1 ? zero_shard_elems(n, num_processes) : n;
+}
 
 static inline MemoryReport memory_model_gpu(const GPT2Config* c, int B, int T, const GpuMemoryOptions* g) {
     MemoryReport r;
     memset(&r, 0, sizeof(r));
     size_t n = gpt2_num_parameters(c);
+    size_t ns = optimizer_state_elems(n, g->zero_stage, g->num_processes);
     r.bytes[MEM_PARAMS] = gpu_tensor_bytes(n, g->floatx_bytes);
-    r.bytes[MEM_MASTER] = g->master_weights ? gpu_tensor_bytes(n, 4) : 0;
+    r.bytes[MEM_MASTER] = g->master_weights ? gpu_tensor_bytes(ns, 4) : 0;
     r.bytes[MEM_GRADS] = gpu_tensor_bytes(n, g->floatx_bytes);
-    r.bytes[MEM_ADAM_M] = gpu_tensor_bytes(n, 4);
-    r.bytes[MEM_ADAM_V] = gpu_tensor_bytes(n, 4);
+    r.bytes[MEM_ADAM_M] = gpu_tensor_bytes(ns, 4);
+    r.bytes[MEM_ADAM_V] = gpu_tensor_bytes(ns, 4);
     size_t acts[GPU_NUM_ACTIVATIONS], scratch[GPU_NUM_SCRATCH];
     int fp32[GPU_NUM_ACTIVATIONS];
     gpu_activation_sizes(c, B, T, g->recompute, acts, fp32);

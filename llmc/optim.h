@@ -33,6 +33,15 @@ typedef struct {
     float grad_clip;     // clip the global norm to this; 0 = off
 } AdamWHyper;
 
+// ZeRO-1: each of P processes owns one contiguous shard of the flat optimizer state. Shards are
+// equal, ceil(n / P) rounded up to 32 elements (128-byte aligned fp32); the last one is padded
+// past n, so element counts that do not divide by P need no special case.
+static inline size_t zero_shard_elems(size_t n, int num_processes) {
+    size_t P = num_processes < 1 ? 1 : (size_t)num_processes;
+    size_t per = (n + P - 1) / P;
+    return (per + 31) / 32 * 32;
+}
+
 // One segment per parameter tensor; weight decay from the table's decay flag, never by index.
 static inline int optim_segments_build(const ParamTable* pt, float weight_decay, OptSegment* segs) {
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
