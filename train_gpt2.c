@@ -603,6 +603,11 @@ static LS_UNUSED void trainer_init(const TrainOptions* o) {
 #endif
 }
 
+static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOptions* o) {
+    MemoryReport predicted = memory_model_cpu(c, o->B, o->T);
+    memory_report_print(stdout, &predicted, gpt2_num_parameters(c));
+}
+
 // Start-up banner and memory table.
 static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o, int accum) {
     int threads = 1;
@@ -611,8 +616,7 @@ static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o,
 #endif
     printf("leanstep train_gpt2 (CPU, fp32), %d threads\n", threads);
     gpt2_describe(&model->config, model->num_parameters, o, accum);
-    MemoryReport predicted = memory_model_cpu(&model->config, o->B, o->T);
-    memory_report_print(stdout, &predicted, model->num_parameters);
+    trainer_memory_report(&model->config, o);
 }
 
 static LS_UNUSED void trainer_step_extra(const GPT2* model, const TrainOptions* o, double tok_per_s, char* buf, size_t len) {

@@ -537,6 +537,14 @@ static LS_UNUSED void trainer_init(const TrainOptions* o) {
     cudaCheck(cudaSetDevice(0));
 }
 
+static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOptions* o) {
+    GpuMemoryOptions g = gpu_memory_options(c, o->B, o->T, o->recompute, FLOATX_IS_BF16 && o->master_weights);
+    MemoryReport predicted = memory_model_gpu(c, o->B, o->T, &g);
+    printf("GPU memory (%s, recompute %d, master weights %s):\n", PRECISION_NAME, o->recompute,
+           g.master_weights ? "on" : "off");
+    memory_report_print(stdout, &predicted, gpt2_num_parameters(c));
+}
+
 static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o, int accum) {
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));

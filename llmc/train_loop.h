@@ -17,6 +17,7 @@
    TRAINER_FLAGS (CLI_CPU or CLI_GPU), TRAINER_SUMMARY, trainer_defaults(TrainOptions*),
    trainer_init(const TrainOptions*), trainer_describe(const GPT2*, const TrainOptions*, int accum),
    trainer_step_extra(const GPT2*, const TrainOptions*, double tok_per_s, char* buf, size_t len)
+   trainer_memory_report(const GPT2Config*, const TrainOptions*)  the predicted table, no allocation
                                 text for the step line before tok/s, e.g. " 45.1% bf16 MFU |" (or "")
  and then calls train_main(argc, argv) from main.
 */
@@ -140,6 +141,16 @@ static LS_UNUSED int train_main(int argc, char** argv) {
     }
     if (o.checkpoint_every > 0 && o.output_dir == NULL) { usage_error(argv[0], "flag -n needs -o (where to write checkpoints)"); }
     if (o.resume && o.output_dir == NULL) { usage_error(argv[0], "flag -y needs -o (where the checkpoints are)"); }
+    if (o.memory_report) {  // the memory model alone: no allocation, no device
+        GPT2Config mc;
+        if (!gpt2_config_from_descriptor(o.model, &mc)) { model_file_read_header(o.model, &mc); }
+        char err[200];
+        if (!gpt2_config_valid(&mc, err, sizeof(err))) { ls_fatal("flag -e: '%s': %s", o.model, err); }
+        int accum = train_options_accum_steps(argv[0], &o, &mc, 1);
+        gpt2_describe(&mc, gpt2_num_parameters(&mc), &o, accum);
+        trainer_memory_report(&mc, &o);
+        return 0;
+    }
     trainer_init(&o);
 
     // the model, from the newest checkpoint when resuming

@@ -39,6 +39,7 @@ typedef struct {
     int seed;                 // init, data order and sampling
     int threads;              // OpenMP threads (0: all cores)
     int dry_run;              // parse, build the model, print the memory table, exit
+    int memory_report;        // print the memory model's table for this configuration; allocate nothing
     // GPU trainer only
     int recompute;            // -r 0: keep all activations, 1: recompute GELU, 2: also layernorms
     int master_weights;       // -w keep fp32 master weights of bf16 parameters
@@ -76,6 +77,7 @@ static const CliFlag train_flags[] = {
     {NULL, "seed", CLI_INT, OPT(seed), 0, 2147483647, NULL, CLI_BOTH, "seed of init, data order and sampling"},
     {NULL, "threads", CLI_INT, OPT(threads), 0, 4096, NULL, CLI_BOTH, "CPU threads (0: all cores)"},
     {NULL, "dry-run", CLI_SWITCH, OPT(dry_run), 0, 1, NULL, CLI_BOTH, "check flags, build the model, print the memory table and exit"},
+    {NULL, "memory-report", CLI_SWITCH, OPT(memory_report), 0, 1, NULL, CLI_BOTH, "print the predicted memory table for these flags and exit (allocates nothing; no GPU needed)"},
     {"r", "recompute", CLI_INT, OPT(recompute), 0, 2, NULL, CLI_GPU, "recompute in the backward pass: 0 none, 1 GELU, 2 GELU + layernorms"},
     {"w", "master-weights", CLI_SWITCH, OPT(master_weights), 0, 1, NULL, CLI_GPU, "keep fp32 master weights (bf16 build)"},
 };
