@@ -391,7 +391,7 @@ static void test_adamw_and_memory(void) {
     model_file_write(path, &c, params, MODEL_VERSION_FP32);
     free(params);
     gpt2_build(&model, path, 0, 3, 32, NULL);
-    MemoryReport r = memory_model_cpu(&c, 3, 32);
+    MemoryReport r = memory_model_cpu(&c, 3, 32, 0);
     for (int i = 0; i < MEM_COUNT; i++) {
         CHECK(r.bytes[i] == model.mem.bytes[i], "memory %s: predicted %zu, allocated %zu", mem_category_names[i], r.bytes[i], model.mem.bytes[i]);
     }
@@ -399,7 +399,7 @@ static void test_adamw_and_memory(void) {
     // d12 fp32: 474.8 MiB of parameters, 12 bytes/param on the optimizer side = 75%
     GPT2Config d12;
     gpt2_config_from_descriptor("d12", &d12);
-    MemoryReport r12 = memory_model_cpu(&d12, 4, 64);
+    MemoryReport r12 = memory_model_cpu(&d12, 4, 64, 0);
     CHECK(fabs(mib(r12.bytes[MEM_PARAMS]) - 474.8) < 0.05, "d12 parameters = 474.8 MiB (got %.2f)", mib(r12.bytes[MEM_PARAMS]));
     size_t opt = r12.bytes[MEM_GRADS] + r12.bytes[MEM_ADAM_M] + r12.bytes[MEM_ADAM_V];
     CHECK(opt == 12 * gpt2_num_parameters(&d12), "d12 optimizer side = 12 bytes/param");
@@ -475,6 +475,97 @@ static void test_vector_math(void) {
     printf("vector math: vexpf max rel err %.2g, vtanhf max abs err %.2g\n", worst_exp, worst_tanh);
 }
 
+// BAdam: the block schedule, the slices, and that the early-stopping backward pass gives the
+// active block exactly the gradients of the full backward pass.
+static void test_badam(void) {
+    GPT2Config c;
+    gpt2_config_from_descriptor("L3C32H2T16V300", &c);
+    ParamTable pt;
+    param_table_build(&pt, &c);
+    for (int order = 0; order < 3; order++) {
+        Badam bd;
+        badam_init(&bd, &pt, 2, order, 1, 9);
+        CHECK(bd.num_blocks == 4, "badam: 3 layers + embeddings = 4 blocks");
+        for (int round = 0; round < 3; round++) {
+            int seen[4] = {0};
+            for (int j = 0; j < 4; j++) {
+                int b0 = badam_block_at(&bd, (round * 4 + j) * 2), b1 = badam_block_at(&bd, (round * 4 + j) * 2 + 1);
+                CHECK(b0 == b1 && b0 >= 0 && b0 < 4, "badam %s: a block holds for K steps", badam_order_names[order]);
+                seen[b0]++;
+            }
+            for (int b = 0; b < 4; b++) { CHECK(seen[b] == 1, "badam %s: round %d visits block %d once", badam_order_names[order], round, b); }
+        }
+        CHECK(order != 0 || badam_block_at(&bd, 0) == 0, "ascending starts at layer 0");
+        CHECK(order != 1 || badam_block_at(&bd, 0) == 3, "descending starts at the embeddings");
+        size_t total = 0;
+        for (int b = 0; b < 4; b++) {
+            BadamSlice sl[BADAM_MAX_SLICES];
+            int k = badam_block_slices(&bd, &pt, b, sl);
+            size_t n = sl[k - 1].compact + sl[k - 1].count;
+            CHECK(n == badam_block_elems(&bd, &pt, b) && n <= bd.max_block, "badam: block %d slices", b);
+            total += n;
+        }
+        CHECK(total == pt.total, "badam: the blocks partition the parameters (%zu of %zu)", total, pt.total);
+    }
+    // gradients: BAdam's active block vs the full backward pass, for every block
+    char path[300];
+    snprintf(path, sizeof(path), "%s/badam_model.bin", tmpdir);
+    float* params = (float*)mallocCheck(pt.total * sizeof(float));
+    params_init_random(&pt, params, 4);
+    model_file_write(path, &c, params, MODEL_VERSION_FP32);
+    free(params);
+    int inputs[32], targets[32];
+    for (int i = 0; i < 32; i++) { inputs[i] = (i * 37 + 1) % 300; targets[i] = (i * 11 + 5) % 300; }
+    GPT2 full, bad;
+    gpt2_build(&full, path, 0, 2, 16, NULL);
+    gpt2_forward(&full, inputs, targets, 2, 16);
+    gpt2_zero_grad(&full);
+    gpt2_backward(&full, inputs, targets, 2, 16, 1.0f);
+    TrainOptions o;
+    train_options_defaults(&o);
+    o.badam = 1;
+    o.badam_order = BADAM_ASCENDING;
+    o.badam_embed = 1;
+    gpt2_build(&bad, path, 0, 2, 16, &o);
+    MemoryReport r = memory_model_cpu(&c, 2, 16, bad.badam.max_block);
+    for (int i = 0; i < MEM_COUNT; i++) { CHECK(r.bytes[i] == bad.mem.bytes[i], "badam memory %s", mem_category_names[i]); }
+    CHECK(bad.mem.bytes[MEM_GRADS] < full.mem.bytes[MEM_GRADS] / 2, "badam: gradient memory is one block's");
+    for (int step = 0; step < 4; step++) {
+        gpt2_begin_step(&bad, step);
+        CHECK(bad.active_block == step, "badam: step %d trains block %d", step, bad.active_block);
+        gpt2_forward(&bad, inputs, targets, 2, 16);
+        gpt2_backward(&bad, inputs, targets, 2, 16, 1.0f);
+        double worst = 0.0;
+        for (int k = 0; k < bad.num_slices; k++) {
+            const BadamSlice* sl = &bad.slices[k];
+            double md, mr;
+            max_diff(bad.grads_memory + sl->compact, full.grads_memory + sl->offset, sl->count, &md, &mr);
+            if (md > worst) { worst = md; }
+        }
+        CHECK(worst == 0.0, "badam block %d: gradients differ from the full backward pass by %.3g", step, worst);
+    }
+    // an update changes the active block only
+    float* before = (float*)mallocCheck(pt.total * sizeof(float));
+    memcpy(before, bad.params_memory, pt.total * sizeof(float));
+    AdamWHyper h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    gpt2_begin_step(&bad, 2);  // layer 2
+    gpt2_forward(&bad, inputs, targets, 2, 16);
+    gpt2_backward(&bad, inputs, targets, 2, 16, 1.0f);
+    gpt2_update(&bad, &h, 3);
+    size_t changed_in = 0, changed_out = 0, in_block = 0;
+    for (size_t i = 0; i < pt.total; i++) {
+        int in = 0;
+        for (int k = 0; k < bad.num_slices; k++) { in |= i >= bad.slices[k].offset && i < bad.slices[k].offset + bad.slices[k].count; }
+        in_block += in;
+        if (before[i] != bad.params_memory[i]) { if (in) { changed_in++; } else { changed_out++; } }
+    }
+    CHECK(changed_out == 0 && changed_in > in_block / 2, "badam update: %zu changed outside the block, %zu of %zu inside", changed_out, changed_in, in_block);
+    free(before);
+    gpt2_free(&bad);
+    gpt2_free(&full);
+    printf("badam: schedules, slices, gradients = full backward's, frozen parameters unchanged\n");
+}
+
 static void run_unit_tests(void) {
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/leanstep_test_XXXXXX");
     if (mkdtemp(tmpdir) == NULL) { ls_fatal("mkdtemp failed"); }
@@ -484,6 +575,7 @@ static void run_unit_tests(void) {
     test_adamw_and_memory();
     test_finite_differences();
     test_vector_math();
+    test_badam();
     char cmd[400];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) { printf("warning: could not remove %s\n", tmpdir); }

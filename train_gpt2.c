@@ -32,6 +32,7 @@
 #include "llmc/optim.h"
 #include "llmc/memory.h"
 #include "llmc/logger.h"
+#include "llmc/badam.h"
 
 // ----------------------------------------------------------------------------
 // layers: forward and backward of each op. Backward ops accumulate (+=) into parameter
@@ -129,7 +130,7 @@ static void layernorm_forward(float* out, float* mean, float* rstd, const float*
     }
 }
 
-// dinp (N,C) += ...; dweight, dbias (C) += ...
+// dinp (N,C) += ...; dweight, dbias (C) += ... (both NULL: frozen, skipped)
 static void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                const float* weight, const float* mean, const float* rstd, int N, int C) {
     #pragma omp parallel for
@@ -155,6 +156,7 @@ static void layernorm_backward(float* dinp, float* dweight, float* dbias, const 
             dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
         }
     }
+    if (dweight == NULL || dbias == NULL) { return; }
     // parameter gradients: parallel over channels, rows in order (deterministic)
     #pragma omp parallel for
     for (int i = 0; i < C; i++) {
@@ -180,11 +182,14 @@ static void matmul_forward(float* out, const float* inp, const float* weight, co
                 bias != NULL ? 1.0f : 0.0f, out, OC);
 }
 
-// dinp (N,IC) = dout @ weight (overwritten); dweight (OC,IC) += dout^T @ inp; dbias (OC) += colsum
+// dinp (N,IC) = dout @ weight (overwritten); dweight (OC,IC) += dout^T @ inp; dbias (OC) += colsum.
+// dweight / dbias NULL: a frozen weight, its gradient is skipped.
 static void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                             const float* weight, int N, int IC, int OC) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, weight, IC, 0.0f, dinp, IC);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
+    if (dweight != NULL) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
+    }
     if (dbias != NULL) {
         #pragma omp parallel for
         for (int o = 0; o < OC; o++) {
@@ -395,12 +400,18 @@ typedef struct {
     size_t num_parameters;
     float* params_memory;
     ParameterTensors params;
-    float* grads_memory;
-    ParameterTensors grads;
-    float* m_memory;       // AdamW first moment (allocated at build: the memory table shows it)
-    float* v_memory;       // AdamW second moment
+    float* grads_memory;   // (state_elems) gradients: all parameters, or BAdam's active block
+    float* m_memory;       // (state_elems) AdamW first moment (allocated at build: the memory table shows it)
+    float* v_memory;       // (state_elems) AdamW second moment
+    size_t state_elems;    // num_parameters, or BAdam's largest block
     OptSegment segments[NUM_PARAMETER_TENSORS];
     int num_segments;
+    int use_badam;
+    Badam badam;
+    int active_block;      // BAdam: the block of the current step
+    int block_step;        // BAdam: steps since the block was switched in
+    BadamSlice slices[BADAM_MAX_SLICES];  // BAdam: the active block's slices
+    int num_slices;
     int B, T;              // the largest batch the activations hold
     float* acts_memory;
     ActivationTensors acts;
@@ -414,7 +425,6 @@ typedef struct {
 // parameters, gradients, AdamW state and activations for batches up to (B, T).
 static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t seed, int B, int T,
                        const TrainOptions* opts) {
-    (void)opts;  // nothing in the CPU model depends on run options
     memset(model, 0, sizeof(*model));
     int from_descriptor = gpt2_config_from_descriptor(model_or_descriptor, &model->config);
     if (from_descriptor) {
@@ -429,16 +439,22 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     param_table_build(&model->table, c);
     model->num_parameters = model->table.total;
     size_t n = model->num_parameters;
+    model->state_elems = n;
+    if (opts && opts->badam > 0) {
+        model->use_badam = 1;
+        badam_init(&model->badam, &model->table, opts->badam, opts->badam_order, opts->badam_embed, seed);
+        model->state_elems = model->badam.max_block;
+    }
+    size_t ns = model->state_elems;
     MemCounter* mc = &model->mem;
     model->params_memory = (float*)memAlloc(mc, MEM_PARAMS, n * sizeof(float));
-    model->grads_memory = (float*)memAlloc(mc, MEM_GRADS, n * sizeof(float));
-    model->m_memory = (float*)memAlloc(mc, MEM_ADAM_M, n * sizeof(float));
-    model->v_memory = (float*)memAlloc(mc, MEM_ADAM_V, n * sizeof(float));
-    memset(model->grads_memory, 0, n * sizeof(float));
-    memset(model->m_memory, 0, n * sizeof(float));
-    memset(model->v_memory, 0, n * sizeof(float));
+    model->grads_memory = (float*)memAlloc(mc, MEM_GRADS, ns * sizeof(float));
+    model->m_memory = (float*)memAlloc(mc, MEM_ADAM_M, ns * sizeof(float));
+    model->v_memory = (float*)memAlloc(mc, MEM_ADAM_V, ns * sizeof(float));
+    memset(model->grads_memory, 0, ns * sizeof(float));
+    memset(model->m_memory, 0, ns * sizeof(float));
+    memset(model->v_memory, 0, ns * sizeof(float));
     param_pointers(&model->table, model->params_memory, &model->params);
-    param_pointers(&model->table, model->grads_memory, &model->grads);
     if (from_descriptor) {
         params_init_random(&model->table, model->params_memory, seed);
     } else {
@@ -517,7 +533,43 @@ static float gpt2_forward(GPT2* model, const int* inputs, const int* targets, in
     return model->mean_loss;
 }
 
-static void gpt2_zero_grad(GPT2* model) { memset(model->grads_memory, 0, model->num_parameters * sizeof(float)); }
+static void gpt2_zero_grad(GPT2* model) { memset(model->grads_memory, 0, model->state_elems * sizeof(float)); }
+
+// The gradient of layer l's slice of tensor i, or NULL when it is frozen (BAdam: not in the
+// active block); the backward pass then skips that weight gradient.
+static float* grad_slice(GPT2* model, int i, int l) {
+    if (!model->use_badam) { return model->grads_memory + param_slice_offset(&model->table, i, l); }
+    for (int k = 0; k < model->num_slices; k++) {
+        const BadamSlice* s = &model->slices[k];
+        if (s->tensor == i && s->layer == l) { return model->grads_memory + s->compact; }
+    }
+    return NULL;
+}
+
+// The lowest layer the backward pass must reach: 0 when the embeddings train, else the lowest
+// layer with a trainable slice (BAdam stops the backward pass there).
+static int backward_lowest_layer(GPT2* model) {
+    if (!model->use_badam || model->active_block >= model->badam.num_layers) { return 0; }
+    return model->active_block;
+}
+
+// Starts training step `step` (from 0): BAdam picks the step's block (resetting the AdamW state
+// at a switch); the gradients are zeroed.
+static void gpt2_begin_step(GPT2* model, int step) {
+    if (model->use_badam) {
+        int block = badam_block_at(&model->badam, step);
+        model->block_step = badam_step_in_block(&model->badam, step);
+        if (block != model->active_block || model->num_slices == 0) {
+            model->active_block = block;
+            model->num_slices = badam_block_slices(&model->badam, &model->table, block, model->slices);
+        }
+        if (model->block_step == 0) {
+            memset(model->m_memory, 0, model->state_elems * sizeof(float));
+            memset(model->v_memory, 0, model->state_elems * sizeof(float));
+        }
+    }
+    gpt2_zero_grad(model);
+}
 
 // Backward pass after gpt2_forward with targets; adds the gradient of (mean loss * loss_scale)
 // to the parameter gradients (loss_scale = 1 / gradient-accumulation steps).
@@ -526,43 +578,60 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
     int L = c->num_layers, C = c->channels, NH = c->num_heads, V = c->vocab_size, Vp = c->padded_vocab_size;
     int BT = B * T;
     ParameterTensors* w = &model->params;
-    ParameterTensors* g = &model->grads;
     ActivationTensors* a = &model->acts;
     ScratchTensors* s = &model->scratch;
     size_t BTC = (size_t)BT * C;
     crossentropy_softmax_backward_inplace(a->logits, targets, BT, V, Vp, loss_scale / (float)BT);
     const float* dlogits = a->logits;
     memset(s->dresidual, 0, BTC * sizeof(float));
-    matmul_backward(s->dbuf1, g->wte, NULL, dlogits, a->lnf, w->wte, BT, C, Vp);
+    matmul_backward(s->dbuf1, grad_slice(model, P_WTE, 0), NULL, dlogits, a->lnf, w->wte, BT, C, Vp);
     const float* last = a->residual3 + (size_t)(L - 1) * BTC;
-    layernorm_backward(s->dresidual, g->lnfw, g->lnfb, s->dbuf1, last, w->lnfw, a->lnf_mean, a->lnf_rstd, BT, C);
-    for (int l = L - 1; l >= 0; l--) {
+    layernorm_backward(s->dresidual, grad_slice(model, P_LNFW, 0), grad_slice(model, P_LNFB, 0), s->dbuf1, last,
+                       w->lnfw, a->lnf_mean, a->lnf_rstd, BT, C);
+    int lowest = backward_lowest_layer(model);
+    for (int l = L - 1; l >= lowest; l--) {
         size_t lC = (size_t)l * C, lBTC = (size_t)l * BTC, lBT = (size_t)l * BT;
         const float* residual = l == 0 ? a->encoded : a->residual3 + lBTC - BTC;
         // dresidual holds d residual3[l]; the MLP block
-        matmul_backward(s->dfch, g->fcprojw + 4 * lC * C, g->fcprojb + lC, s->dresidual, a->fch_gelu + 4 * lBTC,
-                        w->fcprojw + 4 * lC * C, BT, 4 * C, C);
+        matmul_backward(s->dfch, grad_slice(model, P_FCPROJW, l), grad_slice(model, P_FCPROJB, l), s->dresidual,
+                        a->fch_gelu + 4 * lBTC, w->fcprojw + 4 * lC * C, BT, 4 * C, C);
         gelu_backward_inplace(s->dfch, a->fch + 4 * lBTC, 4 * BTC);
-        matmul_backward(s->dbuf1, g->fcw + 4 * lC * C, g->fcb + 4 * lC, s->dfch, a->ln2 + lBTC, w->fcw + 4 * lC * C,
-                        BT, C, 4 * C);
-        layernorm_backward(s->dresidual, g->ln2w + lC, g->ln2b + lC, s->dbuf1, a->residual2 + lBTC, w->ln2w + lC,
-                           a->ln2_mean + lBT, a->ln2_rstd + lBT, BT, C);
+        matmul_backward(s->dbuf1, grad_slice(model, P_FCW, l), grad_slice(model, P_FCB, l), s->dfch, a->ln2 + lBTC,
+                        w->fcw + 4 * lC * C, BT, C, 4 * C);
+        layernorm_backward(s->dresidual, grad_slice(model, P_LN2W, l), grad_slice(model, P_LN2B, l), s->dbuf1,
+                           a->residual2 + lBTC, w->ln2w + lC, a->ln2_mean + lBT, a->ln2_rstd + lBT, BT, C);
         // dresidual holds d residual2[l]; the attention block
-        matmul_backward(s->dbuf2, g->attprojw + lC * C, g->attprojb + lC, s->dresidual, a->atty + lBTC,
-                        w->attprojw + lC * C, BT, C, C);
+        matmul_backward(s->dbuf2, grad_slice(model, P_ATTPROJW, l), grad_slice(model, P_ATTPROJB, l), s->dresidual,
+                        a->atty + lBTC, w->attprojw + lC * C, BT, C, C);
         attention_backward(s->dqkv, s->datt, s->dbuf2, a->qkv + 3 * lBTC, a->att + (size_t)l * B * NH * T * T, B, T,
                            C, NH);
-        matmul_backward(s->dbuf1, g->qkvw + 3 * lC * C, g->qkvb + 3 * lC, s->dqkv, a->ln1 + lBTC,
+        matmul_backward(s->dbuf1, grad_slice(model, P_QKVW, l), grad_slice(model, P_QKVB, l), s->dqkv, a->ln1 + lBTC,
                         w->qkvw + 3 * lC * C, BT, C, 3 * C);
-        layernorm_backward(s->dresidual, g->ln1w + lC, g->ln1b + lC, s->dbuf1, residual, w->ln1w + lC,
-                           a->ln1_mean + lBT, a->ln1_rstd + lBT, BT, C);
+        layernorm_backward(s->dresidual, grad_slice(model, P_LN1W, l), grad_slice(model, P_LN1B, l), s->dbuf1,
+                           residual, w->ln1w + lC, a->ln1_mean + lBT, a->ln1_rstd + lBT, BT, C);
     }
-    encoder_backward(g->wte, g->wpe, s->dresidual, inputs, B, T, C);
+    float* dwte = grad_slice(model, P_WTE, 0);
+    float* dwpe = grad_slice(model, P_WPE, 0);
+    if (dwte && dwpe) { encoder_backward(dwte, dwpe, s->dresidual, inputs, B, T, C); }
 }
 
 // Clips and applies AdamW to all parameters; `step` counts from 1. Returns the gradient norm
 // before clipping.
 static float gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
+    if (model->use_badam) {  // the active block's slices; bias correction counts from the switch
+        size_t n = model->slices[model->num_slices - 1].compact + model->slices[model->num_slices - 1].count;
+        float norm = global_norm_cpu(model->grads_memory, n);
+        float scale = clip_scale_of(norm, h->grad_clip);
+        for (int k = 0; k < model->num_slices; k++) {
+            const BadamSlice* sl = &model->slices[k];
+            const ParamTensor* t = &model->table.t[sl->tensor];
+            OptSegment seg = {0, sl->count, t->decay ? h->weight_decay : 0.0f, t->lr_mult};
+            adamw_update_cpu(model->params_memory + sl->offset, model->grads_memory + sl->compact,
+                             model->m_memory + sl->compact, model->v_memory + sl->compact, &seg, 1, h,
+                             model->block_step + 1, scale);
+        }
+        return norm;
+    }
     if (model->num_segments == 0) {
         model->num_segments = optim_segments_build(&model->table, h->weight_decay, model->segments);
     }
@@ -583,11 +652,13 @@ static LS_UNUSED const float* gpt2_logits_row(GPT2* model, int t) {
 
 static LS_UNUSED void gpt2_checkpoint_write(GPT2* model, const char* model_path, const char* state_path, const RunState* rs) {
     model_file_write(model_path, &model->config, model->params_memory, MODEL_VERSION_FP32);
-    state_file_write(state_path, rs, model->m_memory, model->v_memory, NULL);
+    RunState r = *rs;
+    r.num_params = model->state_elems;  // BAdam keeps the state of one block
+    state_file_write(state_path, &r, model->m_memory, model->v_memory, NULL);
 }
 
 static LS_UNUSED void gpt2_state_read(GPT2* model, const char* state_path, RunState* rs) {
-    state_file_read(state_path, model->num_parameters, rs, model->m_memory, model->v_memory, NULL);
+    state_file_read(state_path, model->state_elems, rs, model->m_memory, model->v_memory, NULL);
 }
 
 #define TRAINER_FLAGS CLI_CPU
@@ -604,7 +675,17 @@ static LS_UNUSED void trainer_init(const TrainOptions* o) {
 }
 
 static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOptions* o) {
-    MemoryReport predicted = memory_model_cpu(c, o->B, o->T);
+    size_t state_elems = 0;
+    if (o->badam > 0) {
+        ParamTable pt;
+        param_table_build(&pt, c);
+        Badam bd;
+        badam_init(&bd, &pt, o->badam, o->badam_order, o->badam_embed, 0);
+        state_elems = bd.max_block;
+        printf("BAdam: %d blocks (%s), switching every %d steps, order %s\n", bd.num_blocks,
+               o->badam_embed ? "layers + embeddings" : "layers; embeddings frozen", o->badam, badam_order_names[o->badam_order]);
+    }
+    MemoryReport predicted = memory_model_cpu(c, o->B, o->T, state_elems);
     memory_report_print(stdout, &predicted, gpt2_num_parameters(c));
 }
 

@@ -212,6 +212,7 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
         ls_fatal("model: channels %d and head size %d must be multiples of %d for the GPU kernels", c->channels,
                  c->channels / c->num_heads, (int)x128::size);
     }
+    if (opts && opts->badam > 0) { ls_fatal("flag --badam: BAdam is not in the GPU trainer yet; use the CPU trainer (./train_gpt2)"); }
     model->recompute = opts ? opts->recompute : 1;
     int master = FLOATX_IS_BF16 && (opts ? opts->master_weights : 1);
     model->seed = seed;
@@ -369,6 +370,12 @@ static float gpt2_forward(GPT2* model, const int* inputs, const int* targets, in
 
 static void gpt2_zero_grad(GPT2* model) {
     cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(floatX), model->stream));
+}
+
+// Starts training step `step`: zero the gradients.
+static void gpt2_begin_step(GPT2* model, int step) {
+    (void)step;
+    gpt2_zero_grad(model);
 }
 
 // Backward pass after gpt2_forward with targets: adds the gradient of (mean loss * loss_scale)

@@ -75,7 +75,7 @@ int main(void) {
     printf("|---|---|---|---|---|---|\n");
 
     // 1. the seed documents: GPT-2 124M fp32 AdamW (they round N to 124M)
-    MemoryReport cpu = memory_model_cpu(&d12, 4, 64);
+    MemoryReport cpu = memory_model_cpu(&d12, 4, 64, 0);
     double opt_side = (double)(cpu.bytes[MEM_GRADS] + cpu.bytes[MEM_ADAM_M] + cpu.bytes[MEM_ADAM_V]);
     row("124M fp32: parameters", "4 B x 124M", MB(cpu.bytes[MEM_PARAMS]), MB(4 * 124e6), 496, "MB");
     row("124M fp32: optimizer side (grad + m + v)", "12 B x 124M", MB(opt_side), MB(12 * 124e6), 1488, "MB");

@@ -90,15 +90,17 @@ static inline size_t sum_sizes(const size_t* sizes, int n) {
     return total;
 }
 
-// The CPU trainer (fp32 everything): B, T per process.
-static inline MemoryReport memory_model_cpu(const GPT2Config* c, int B, int T) {
+// The CPU trainer (fp32 everything): B, T per process. grad_state_elems: elements of gradients,
+// m and v (the parameter count, or BAdam's largest block; 0 means the parameter count).
+static inline MemoryReport memory_model_cpu(const GPT2Config* c, int B, int T, size_t grad_state_elems) {
     MemoryReport r;
     memset(&r, 0, sizeof(r));
-    size_t n = gpt2_num_parameters(c);
+    size_t np = gpt2_num_parameters(c);
+    size_t n = grad_state_elems ? grad_state_elems : np;
     size_t acts[CPU_NUM_ACTIVATIONS], scratch[CPU_NUM_SCRATCH];
     cpu_activation_sizes(c, B, T, acts);
     cpu_scratch_sizes(c, B, T, scratch);
-    r.bytes[MEM_PARAMS] = n * sizeof(float);
+    r.bytes[MEM_PARAMS] = np * sizeof(float);
     r.bytes[MEM_GRADS] = n * sizeof(float);
     r.bytes[MEM_ADAM_M] = n * sizeof(float);
     r.bytes[MEM_ADAM_V] = n * sizeof(float);

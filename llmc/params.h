@@ -17,6 +17,12 @@
 
 #define NUM_PARAMETER_TENSORS 16
 
+// Positions in the table (llm.c's file order), for code that walks the model's structure.
+enum {
+    P_WTE = 0, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
+    P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB
+};
+
 typedef struct {
     const char* name;
     int ndim;          // 1 or 2 (per layer, when per_layer)
@@ -112,6 +118,12 @@ static inline void param_pointers(const ParamTable* pt, float* base, ParameterTe
 
 // Elements of one layer's slice of a per-layer tensor (or of the whole tensor otherwise).
 static inline size_t param_slice_count(const ParamTensor* t) { return t->rows * t->cols; }
+
+// Element offset of layer l's slice of tensor i in the flat buffer.
+static inline size_t param_slice_offset(const ParamTable* pt, int i, int l) {
+    const ParamTensor* t = &pt->t[i];
+    return t->offset + (t->per_layer ? (size_t)l * t->rows * t->cols : 0);
+}
 
 // Random init, identical to dev/reference/gpt2_ref.py init (torch.Generator().manual_seed(seed),
 // normal_ per tensor in file order, per layer inside stacked tensors; wte only on its first

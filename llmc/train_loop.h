@@ -8,7 +8,8 @@
    gpt2_free(GPT2*)
    float gpt2_forward(GPT2*, const int* inputs, const int* targets, int B, int T)   host token arrays;
                                 targets may be NULL; returns the mean loss (or -1 without targets)
-   gpt2_zero_grad(GPT2*)
+   gpt2_begin_step(GPT2*, int step)    start of training step `step` (from 0): zero the gradients,
+                                        choose what trains this step (BAdam)
    gpt2_backward(GPT2*, const int* inputs, const int* targets, int B, int T, float loss_scale)
    float gpt2_update(GPT2*, const AdamWHyper*, int step)        clip + AdamW, returns the grad norm
    const float* gpt2_logits_row(GPT2*, int t)                    host fp32 logits of (b=0, t)
@@ -228,7 +229,7 @@ static LS_UNUSED int train_main(int argc, char** argv) {
         if (last_step) { break; }
 
         double t0 = wall_seconds();
-        gpt2_zero_grad(&model);
+        gpt2_begin_step(&model, step);
         double loss = 0.0;
         for (int micro = 0; micro < accum; micro++) {
             if (!o.overfit) { dataloader_next_batch(&train); }

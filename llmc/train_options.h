@@ -40,12 +40,16 @@ typedef struct {
     int threads;              // OpenMP threads (0: all cores)
     int dry_run;              // parse, build the model, print the memory table, exit
     int memory_report;        // print the memory model's table for this configuration; allocate nothing
+    int badam;                // BAdam: switch the active block every K steps (0: off, full AdamW)
+    int badam_order;          // BadamOrder
+    int badam_embed;          // 1: the embeddings + final layernorm are a block too
     // GPU trainer only
     int recompute;            // -r 0: keep all activations, 1: recompute GELU, 2: also layernorms
     int master_weights;       // -w keep fp32 master weights of bf16 parameters
 } TrainOptions;
 
 static const char* const lr_schedule_choices[] = {"cosine", "linear", "constant", "wsd", NULL};
+static const char* const badam_order_choices[] = {"ascending", "descending", "random", NULL};
 
 #define OPT(field) offsetof(TrainOptions, field)
 static const CliFlag train_flags[] = {
@@ -78,6 +82,9 @@ static const CliFlag train_flags[] = {
     {NULL, "threads", CLI_INT, OPT(threads), 0, 4096, NULL, CLI_BOTH, "CPU threads (0: all cores)"},
     {NULL, "dry-run", CLI_SWITCH, OPT(dry_run), 0, 1, NULL, CLI_BOTH, "check flags, build the model, print the memory table and exit"},
     {NULL, "memory-report", CLI_SWITCH, OPT(memory_report), 0, 1, NULL, CLI_BOTH, "print the predicted memory table for these flags and exit (allocates nothing; no GPU needed)"},
+    {NULL, "badam", CLI_INT, OPT(badam), 0, 1e6, NULL, CLI_BOTH, "BAdam: train one block of layers at a time, switching every K steps (0: off)"},
+    {NULL, "badam-order", CLI_CHOICE, OPT(badam_order), 0, 0, badam_order_choices, CLI_BOTH, "BAdam block order"},
+    {NULL, "badam-embed", CLI_SWITCH, OPT(badam_embed), 0, 1, NULL, CLI_BOTH, "BAdam: the embeddings and final layernorm form a block (else frozen)"},
     {"r", "recompute", CLI_INT, OPT(recompute), 0, 2, NULL, CLI_GPU, "recompute in the backward pass: 0 none, 1 GELU, 2 GELU + layernorms"},
     {"w", "master-weights", CLI_SWITCH, OPT(master_weights), 0, 1, NULL, CLI_GPU, "keep fp32 master weights (bf16 build)"},
 };
@@ -112,6 +119,9 @@ static inline void train_options_defaults(TrainOptions* o) {
     o->grad_clip = 1.0f;
     o->seed = 42;
     o->threads = 0;
+    o->badam = 0;
+    o->badam_order = 0;
+    o->badam_embed = 1;
     o->recompute = 1;
     o->master_weights = 1;
 }
