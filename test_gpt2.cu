@@ -39,12 +39,14 @@ static void check_model(const char* model_path, const char* state_path) {
     int B = s.B, T = s.T, V = c.vocab_size, Vp = c.padded_vocab_size;
 
     // the memory table equals what was allocated
-    GpuMemoryOptions mo = gpu_memory_options(&c, B, T, model.recompute, model.master_memory != NULL);
+    GpuMemoryOptions mo = gpu_memory_options(&c, B, T, model.recompute, model.use_master, model.chunk);
     MemoryReport predicted = memory_model_gpu(&c, B, T, &mo);
     for (int i = 0; i < MEM_COUNT; i++) {
         CHECK(predicted.bytes[i] == model.mem.bytes[i], "memory %s: predicted %zu bytes, allocated %zu",
               mem_category_names[i], predicted.bytes[i], model.mem.bytes[i]);
     }
+    CHECK(predicted.host_pinned == model.mem.host_pinned, "memory: host pinned predicted %zu, allocated %zu",
+          predicted.host_pinned, model.mem.host_pinned);
     printf("memory: predicted = allocated in all %d categories (%.1f MiB)\n", MEM_COUNT, mib(memory_report_total(&predicted)));
     size_t BT = (size_t)B * T;
 
@@ -151,6 +153,52 @@ static void check_resume(const char* model_path, const char* state_path) {
     rmdir(dir);
 }
 
+// --offload: the same steps as the on-device update, bit for bit, with the state on the host and
+// only two chunks of staging on the device (chunks that do not divide the parameter count).
+static void check_offload(const char* model_path, const char* state_path) {
+    GPT2Config c;
+    model_file_read_header(model_path, &c);
+    ParamTable pt;
+    param_table_build(&pt, &c);
+    RefState s;
+    ref_state_read(state_path, &c, pt.total, &s);
+    TrainOptions o;
+    train_options_defaults(&o);
+    o.offload = 1;
+    o.offload_chunk = (int)(pt.total / 3 + 1000);  // 3 full chunks and a short one
+    GPT2 on, off;
+    gpt2_build(&on, model_path, 5, s.B, s.T, NULL);
+    gpt2_build(&off, model_path, 5, s.B, s.T, &o);
+    GpuMemoryOptions mo = gpu_memory_options(&c, s.B, s.T, off.recompute, off.use_master, off.chunk);
+    MemoryReport predicted = memory_model_gpu(&c, s.B, s.T, &mo);
+    for (int i = 0; i < MEM_COUNT; i++) {
+        CHECK(predicted.bytes[i] == off.mem.bytes[i], "offload memory %s: predicted %zu, allocated %zu", mem_category_names[i],
+              predicted.bytes[i], off.mem.bytes[i]);
+    }
+    CHECK(predicted.host_pinned == off.mem.host_pinned && off.mem.host_pinned > 0, "offload: host pinned memory");
+    CHECK(off.mem.bytes[MEM_ADAM_M] < on.mem.bytes[MEM_ADAM_M], "offload: device m is the staging only (%zu vs %zu)",
+          off.mem.bytes[MEM_ADAM_M], on.mem.bytes[MEM_ADAM_M]);
+    float la[4], lb[4];
+    run_steps(&on, &s, 0, 4, la);
+    run_steps(&off, &s, 0, 4, lb);
+    float* pa = (float*)mallocCheck(pt.total * sizeof(float));
+    float* pb = (float*)mallocCheck(pt.total * sizeof(float));
+    download_floatx(pa, on.params_memory, pt.total);
+    download_floatx(pb, off.params_memory, pt.total);
+    CHECK(memcmp(la, lb, sizeof(la)) == 0, "offload: losses differ from the on-device update (%.7f vs %.7f)", la[3], lb[3]);
+    CHECK(memcmp(pa, pb, pt.total * sizeof(float)) == 0, "offload: parameters differ from the on-device update");
+    float* m_dev = (float*)mallocCheck(pt.total * sizeof(float));
+    cudaCheck(cudaMemcpy(m_dev, on.m_memory, pt.total * sizeof(float), cudaMemcpyDeviceToHost));
+    CHECK(memcmp(m_dev, off.m_host, pt.total * sizeof(float)) == 0, "offload: m differs from the on-device update");
+    printf("offload: %d chunks, 4 steps bit-identical to the on-device update; device state %.2f MiB instead of %.2f MiB\n",
+           off.num_chunks, mib(off.mem.bytes[MEM_ADAM_M] + off.mem.bytes[MEM_ADAM_V] + off.mem.bytes[MEM_MASTER]),
+           mib(on.mem.bytes[MEM_ADAM_M] + on.mem.bytes[MEM_ADAM_V] + on.mem.bytes[MEM_MASTER]));
+    free(pa); free(pb); free(m_dev);
+    gpt2_free(&on);
+    gpt2_free(&off);
+    ref_state_free(&s);
+}
+
 int main(int argc, char** argv) {
     const char *model_path = NULL, *state_path = NULL;
     int resume_check = 1;
@@ -168,6 +216,7 @@ int main(int argc, char** argv) {
     printf("test_gpt2cu (%s%s)\n", PRECISION_NAME, LS_HARNESS ? ", CPU harness" : "");
     check_model(model_path, state_path);
     if (resume_check) { check_resume(model_path, state_path); }
+    if (resume_check) { check_offload(model_path, state_path); }
     printf("%s: %d failed check(s)\n", failures ? "FAILED" : "OK", failures);
     return failures ? 1 : 0;
 }

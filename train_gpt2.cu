@@ -103,9 +103,19 @@ typedef struct {
     ParameterTensorsX params;
     floatX* grads_memory;     // (num_parameters) device
     ParameterTensorsX grads;
-    float* m_memory;          // AdamW moments, device fp32
+    float* m_memory;          // AdamW moments, device fp32 (with --offload: 2 chunks of staging)
     float* v_memory;
-    float* master_memory;     // fp32 master weights, or NULL
+    float* master_memory;     // fp32 master weights, or NULL (with --offload: 2 chunks of staging)
+    int use_master;
+    // --offload: m, v, master live in pinned host memory and stream through the staging buffers
+    int offload;
+    size_t chunk;             // elements per chunk
+    int num_chunks;
+    float *m_host, *v_host, *master_host;
+    AdamWSegment** d_chunk_segments;  // (num_chunks) each chunk's segment table, rebased to the chunk
+    int* chunk_nseg;
+    cudaStream_t copy_stream;
+    cudaEvent_t loaded[2], updated[2];
     AdamWSegment* d_segments; // the optimizer's segment table, on the device
     int num_segments;
     float weight_decay;       // of the uploaded segment table
@@ -148,7 +158,8 @@ static size_t kernel_scratch_bytes_for(const GPT2Config* c, int B, int T) {
     return need;
 }
 
-static GpuMemoryOptions gpu_memory_options(const GPT2Config* c, int B, int T, int recompute, int master) {
+static GpuMemoryOptions gpu_memory_options(const GPT2Config* c, int B, int T, int recompute, int master,
+                                           size_t offload_chunk) {
     GpuMemoryOptions g;
     g.recompute = recompute;
     g.master_weights = master;
@@ -157,6 +168,7 @@ static GpuMemoryOptions gpu_memory_options(const GPT2Config* c, int B, int T, in
     g.workspace = CUBLASLT_WORKSPACE_BYTES;
     g.zero_stage = 0;
     g.num_processes = 1;
+    g.offload_chunk = offload_chunk;
     return g;
 }
 
@@ -215,17 +227,24 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     if (opts && opts->badam > 0) { ls_fatal("flag --badam: BAdam is not in the GPU trainer yet; use the CPU trainer (./train_gpt2)"); }
     model->recompute = opts ? opts->recompute : 1;
     int master = FLOATX_IS_BF16 && (opts ? opts->master_weights : 1);
+    model->use_master = master;
     model->seed = seed;
+    model->offload = opts ? opts->offload : 0;
+    size_t n_params = gpt2_num_parameters(c);
+    if (model->offload) {  // chunks of a multiple of 32 elements keep every chunk 128-bit aligned
+        model->chunk = offload_chunk_elems(n_params, (size_t)opts->offload_chunk);
+        model->num_chunks = (int)CEIL_DIV(n_params, model->chunk);
+    }
     // will it fit? If not, say so before allocating, with the table and the largest batch that fits
     size_t free_b = 0, total_b = 0;
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
-    GpuMemoryOptions mo = gpu_memory_options(c, B, T, model->recompute, master);
+    GpuMemoryOptions mo = gpu_memory_options(c, B, T, model->recompute, master, model->chunk);
     MemoryReport need = memory_model_gpu(c, B, T, &mo);
     if (memory_report_total(&need) > free_b) {
         memory_report_print(stderr, &need, gpt2_num_parameters(c));
         int fit = 0;
         for (int b = B - 1; b >= 1 && fit == 0; b--) {
-            GpuMemoryOptions mb = gpu_memory_options(c, b, T, model->recompute, master);
+            GpuMemoryOptions mb = gpu_memory_options(c, b, T, model->recompute, master, model->chunk);
             MemoryReport r = memory_model_gpu(c, b, T, &mb);
             if (memory_report_total(&r) <= free_b) { fit = b; }
         }
@@ -244,12 +263,28 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     MemCounter* mc = &model->mem;
     model->params_memory = (floatX*)cuda_malloc_counted(mc, MEM_PARAMS, gpu_tensor_bytes(n, sizeof(floatX)));
     model->grads_memory = (floatX*)cuda_malloc_counted(mc, MEM_GRADS, gpu_tensor_bytes(n, sizeof(floatX)));
-    model->m_memory = (float*)cuda_malloc_counted(mc, MEM_ADAM_M, gpu_tensor_bytes(n, 4));
-    model->v_memory = (float*)cuda_malloc_counted(mc, MEM_ADAM_V, gpu_tensor_bytes(n, 4));
-    model->master_memory = master ? (float*)cuda_malloc_counted(mc, MEM_MASTER, gpu_tensor_bytes(n, 4)) : NULL;
+    // optimizer state: on the device, or (offload) in pinned host memory with two chunks of staging
+    size_t state_bytes = model->offload ? 2 * gpu_tensor_bytes(model->chunk, 4) : gpu_tensor_bytes(n, 4);
+    model->m_memory = (float*)cuda_malloc_counted(mc, MEM_ADAM_M, state_bytes);
+    model->v_memory = (float*)cuda_malloc_counted(mc, MEM_ADAM_V, state_bytes);
+    model->master_memory = master ? (float*)cuda_malloc_counted(mc, MEM_MASTER, state_bytes) : NULL;
     cudaCheck(cudaMemset(model->grads_memory, 0, n * sizeof(floatX)));
-    cudaCheck(cudaMemset(model->m_memory, 0, n * sizeof(float)));
-    cudaCheck(cudaMemset(model->v_memory, 0, n * sizeof(float)));
+    if (model->offload) {
+        cudaCheck(cudaMallocHost((void**)&model->m_host, n * sizeof(float)));
+        cudaCheck(cudaMallocHost((void**)&model->v_host, n * sizeof(float)));
+        if (master) { cudaCheck(cudaMallocHost((void**)&model->master_host, n * sizeof(float))); }
+        mc->host_pinned = (2 + (size_t)master) * n * sizeof(float);
+        memset(model->m_host, 0, n * sizeof(float));
+        memset(model->v_host, 0, n * sizeof(float));
+        cudaCheck(cudaStreamCreate(&model->copy_stream));
+        for (int i = 0; i < 2; i++) {
+            cudaCheck(cudaEventCreateWithFlags(&model->loaded[i], cudaEventDisableTiming));
+            cudaCheck(cudaEventCreateWithFlags(&model->updated[i], cudaEventDisableTiming));
+        }
+    } else {
+        cudaCheck(cudaMemset(model->m_memory, 0, n * sizeof(float)));
+        cudaCheck(cudaMemset(model->v_memory, 0, n * sizeof(float)));
+    }
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         model->params.t[i] = model->params_memory + model->table.t[i].offset;
         model->grads.t[i] = model->grads_memory + model->table.t[i].offset;
@@ -259,7 +294,8 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     if (from_descriptor) { params_init_random(&model->table, host, seed); }
     else { model_file_read_params(model_or_descriptor, c, host); }
     upload_floatx(model->params_memory, host, n);
-    if (master) { cudaCheck(cudaMemcpy(model->master_memory, host, n * sizeof(float), cudaMemcpyHostToDevice)); }
+    if (master && model->offload) { memcpy(model->master_host, host, n * sizeof(float)); }
+    else if (master) { cudaCheck(cudaMemcpy(model->master_memory, host, n * sizeof(float), cudaMemcpyHostToDevice)); }
     free(host);
 
     // activations and scratch, in the memory model's layout
@@ -284,6 +320,16 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
 
 static void gpt2_free(GPT2* model) {
     if (model->d_segments) { cudaCheck(cudaFree(model->d_segments)); }
+    if (model->offload) {
+        for (int k = 0; k < model->num_chunks && model->d_chunk_segments; k++) { cudaCheck(cudaFree(model->d_chunk_segments[k])); }
+        free(model->d_chunk_segments);
+        free(model->chunk_nseg);
+        for (int i = 0; i < 2; i++) { cudaCheck(cudaEventDestroy(model->loaded[i])); cudaCheck(cudaEventDestroy(model->updated[i])); }
+        cudaCheck(cudaStreamDestroy(model->copy_stream));
+        cudaCheck(cudaFreeHost(model->m_host));
+        cudaCheck(cudaFreeHost(model->v_host));
+        if (model->master_host) { cudaCheck(cudaFreeHost(model->master_host)); }
+    }
     cudaCheck(cudaFree(model->d_norm_scratch));
     cudaCheck(cudaFree(model->kernel_scratch));
     cudaCheck(cudaFree(model->scratch_memory));
@@ -439,6 +485,83 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
     encoder_backward(g->wte, g->wpe, ks, d->dresidual, a->inputs, model->inputs_cpu, B, T, C, (unsigned)model->seed, s);
 }
 
+// Chunk k's segment tables, built once: the parameter segments cut to [k*chunk, (k+1)*chunk) and
+// rebased to the chunk's start.
+static void offload_build_segments(GPT2* model, float weight_decay) {
+    OptSegment segs[NUM_PARAMETER_TENSORS];
+    int nseg = optim_segments_build(&model->table, weight_decay, segs);
+    if (model->d_chunk_segments == NULL) {
+        model->d_chunk_segments = (AdamWSegment**)callocCheck((size_t)model->num_chunks, sizeof(AdamWSegment*));
+        model->chunk_nseg = (int*)callocCheck((size_t)model->num_chunks, sizeof(int));
+    }
+    for (int k = 0; k < model->num_chunks; k++) {
+        size_t a = (size_t)k * model->chunk, b = a + model->chunk < model->num_parameters ? a + model->chunk : model->num_parameters;
+        AdamWSegment part[NUM_PARAMETER_TENSORS];
+        int np = 0;
+        for (int i = 0; i < nseg; i++) {
+            size_t lo = segs[i].offset > a ? segs[i].offset : a;
+            size_t hi = segs[i].offset + segs[i].count < b ? segs[i].offset + segs[i].count : b;
+            if (lo >= hi) { continue; }
+            part[np] = segs[i];
+            part[np].offset = lo - a;
+            part[np].count = hi - lo;
+            np++;
+        }
+        if (model->d_chunk_segments[k]) { cudaCheck(cudaFree(model->d_chunk_segments[k])); }
+        model->d_chunk_segments[k] = adamw_segments_upload(part, np, b - a);
+        model->chunk_nseg[k] = np;
+    }
+}
+
+// AdamW with the state in pinned host memory (--offload). Chunk k's m, v (and master) go up on
+// the copy stream into staging buffer k % 2, the update runs on the compute stream, and they go
+// back down on the copy stream; so chunk k's update overlaps chunk k-1's download and chunk k+1's
+// upload. The random bits of stochastic rounding follow the global element index (index_base):
+// the result is bit-identical to the on-device update.
+static void adamw_update_offloaded(GPT2* model, AdamWParams hp, int step, const float* d_scale) {
+    cudaStream_t s = model->stream, cs = model->copy_stream;
+    size_t n = model->num_parameters;
+    float* host[3] = {model->m_host, model->v_host, model->master_host};
+    float* stage[3] = {model->m_memory, model->v_memory, model->master_memory};
+    int nbuf = model->use_master ? 3 : 2;
+    size_t stage_stride = gpu_tensor_bytes(model->chunk, 4) / sizeof(float);  // elements between the two halves
+    for (int k = 0; k < model->num_chunks && k < 2; k++) {  // prefetch the first two chunks
+        size_t a = (size_t)k * model->chunk, len = a + model->chunk < n ? model->chunk : n - a;
+        for (int j = 0; j < nbuf; j++) {
+            cudaCheck(cudaMemcpyAsync(stage[j] + k * stage_stride, host[j] + a, len * sizeof(float), cudaMemcpyHostToDevice, cs));
+        }
+        cudaCheck(cudaEventRecord(model->loaded[k], cs));
+    }
+    for (int k = 0; k < model->num_chunks; k++) {
+        int buf = k % 2;
+        size_t a = (size_t)k * model->chunk, len = a + model->chunk < n ? model->chunk : n - a;
+        cudaCheck(cudaStreamWaitEvent(s, model->loaded[buf], 0));
+        AdamWBuffers<floatX, floatX> b = {model->params_memory + a, model->grads_memory + a, stage[0] + buf * stage_stride,
+                                          stage[1] + buf * stage_stride,
+                                          model->use_master ? stage[2] + buf * stage_stride : NULL, NULL};
+        hp.index_base = a;
+        adamw_update(b, len, model->d_chunk_segments[k], model->chunk_nseg[k], hp, step, d_scale, s);
+        cudaCheck(cudaEventRecord(model->updated[buf], s));
+        cudaCheck(cudaStreamWaitEvent(cs, model->updated[buf], 0));
+        for (int j = 0; j < nbuf; j++) {
+            cudaCheck(cudaMemcpyAsync(host[j] + a, stage[j] + buf * stage_stride, len * sizeof(float), cudaMemcpyDeviceToHost, cs));
+        }
+        if (k + 2 < model->num_chunks) {  // the same stream: after the download of this buffer
+            size_t a2 = (size_t)(k + 2) * model->chunk, len2 = a2 + model->chunk < n ? model->chunk : n - a2;
+            for (int j = 0; j < nbuf; j++) {
+                cudaCheck(cudaMemcpyAsync(stage[j] + buf * stage_stride, host[j] + a2, len2 * sizeof(float), cudaMemcpyHostToDevice, cs));
+            }
+            cudaCheck(cudaEventRecord(model->loaded[buf], cs));
+        }
+    }
+    cudaCheck(cudaStreamSynchronize(cs));
+}
+
+// Host<->device bytes the optimizer moves per step with --offload.
+static size_t offload_bytes_per_step(const GPT2* model) {
+    return model->offload ? 2 * (size_t)(model->use_master ? 3 : 2) * model->num_parameters * sizeof(float) : 0;
+}
+
 // Clip and AdamW over all parameters in one launch; `step` counts from 1. Returns the gradient
 // norm before clipping.
 static float gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
@@ -449,6 +572,7 @@ static float gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
         if (model->d_segments) { cudaCheck(cudaFree(model->d_segments)); }
         model->d_segments = adamw_segments_upload(segs, model->num_segments, model->num_parameters);
         model->weight_decay = h->weight_decay;
+        if (model->offload) { offload_build_segments(model, h->weight_decay); }
     }
     float* partials = model->d_norm_scratch;
     float* sumsq = partials + GLOBAL_NORM_MAX_BLOCKS;
@@ -465,9 +589,13 @@ static float gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
     hp.amsgrad = 0;
     hp.stochastic_rounding = 1;
     hp.seed = model->seed;
-    AdamWBuffers<floatX, floatX> buf = {model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
-                                        model->master_memory, NULL};
-    adamw_update(buf, model->num_parameters, model->d_segments, model->num_segments, hp, step, scale, s);
+    if (model->offload) {
+        adamw_update_offloaded(model, hp, step, scale);
+    } else {
+        AdamWBuffers<floatX, floatX> buf = {model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
+                                            model->master_memory, NULL};
+        adamw_update(buf, model->num_parameters, model->d_segments, model->num_segments, hp, step, scale, s);
+    }
     float norm_host = 0.0f;
     cudaCheck(cudaMemcpyAsync(&norm_host, norm, sizeof(float), cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
@@ -488,23 +616,32 @@ static LS_UNUSED const float* gpt2_logits_row(GPT2* model, int t) {
 static LS_UNUSED void gpt2_checkpoint_write(GPT2* model, const char* model_path, const char* state_path, const RunState* rs) {
     size_t n = model->num_parameters;
     float* host = (float*)mallocCheck(n * sizeof(float));
-    float* m = (float*)mallocCheck(n * sizeof(float));
-    float* v = (float*)mallocCheck(n * sizeof(float));
-    float* master = model->master_memory ? (float*)mallocCheck(n * sizeof(float)) : NULL;
     download_floatx(host, model->params_memory, n);
     model_file_write(model_path, &model->config, host, FLOATX_IS_BF16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32);
+    free(host);
+    if (model->offload) {  // the state is on the host already
+        state_file_write(state_path, rs, model->m_host, model->v_host, model->use_master ? model->master_host : NULL);
+        return;
+    }
+    float* m = (float*)mallocCheck(n * sizeof(float));
+    float* v = (float*)mallocCheck(n * sizeof(float));
+    float* master = model->use_master ? (float*)mallocCheck(n * sizeof(float)) : NULL;
     cudaCheck(cudaMemcpy(m, model->m_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(v, model->v_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
     if (master) { cudaCheck(cudaMemcpy(master, model->master_memory, n * sizeof(float), cudaMemcpyDeviceToHost)); }
     state_file_write(state_path, rs, m, v, master);
-    free(master); free(v); free(m); free(host);
+    free(master); free(v); free(m);
 }
 
 static LS_UNUSED void gpt2_state_read(GPT2* model, const char* state_path, RunState* rs) {
     size_t n = model->num_parameters;
+    if (model->offload) {
+        state_file_read(state_path, n, rs, model->m_host, model->v_host, model->use_master ? model->master_host : NULL);
+        return;
+    }
     float* m = (float*)mallocCheck(n * sizeof(float));
     float* v = (float*)mallocCheck(n * sizeof(float));
-    float* master = model->master_memory ? (float*)mallocCheck(n * sizeof(float)) : NULL;
+    float* master = model->use_master ? (float*)mallocCheck(n * sizeof(float)) : NULL;
     state_file_read(state_path, n, rs, m, v, master);
     cudaCheck(cudaMemcpy(model->m_memory, m, n * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(model->v_memory, v, n * sizeof(float), cudaMemcpyHostToDevice));
@@ -545,7 +682,8 @@ static LS_UNUSED void trainer_init(const TrainOptions* o) {
 }
 
 static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOptions* o) {
-    GpuMemoryOptions g = gpu_memory_options(c, o->B, o->T, o->recompute, FLOATX_IS_BF16 && o->master_weights);
+    size_t chunk = o->offload ? offload_chunk_elems(gpt2_num_parameters(c), (size_t)o->offload_chunk) : 0;
+    GpuMemoryOptions g = gpu_memory_options(c, o->B, o->T, o->recompute, FLOATX_IS_BF16 && o->master_weights, chunk);
     MemoryReport predicted = memory_model_gpu(c, o->B, o->T, &g);
     printf("GPU memory (%s, recompute %d, master weights %s):\n", PRECISION_NAME, o->recompute,
            g.master_weights ? "on" : "off");
@@ -558,8 +696,13 @@ static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o,
     printf("leanstep train_gpt2cu (%s%s), device: %s%s\n", PRECISION_NAME, LS_HARNESS ? ", CPU harness" : "", prop.name,
            gpu_peak_flops() > 0 ? "" : " (peak FLOP/s unknown: no MFU)");
     gpt2_describe(&model->config, model->num_parameters, o, accum);
-    printf("recompute %d, master weights %s\n", model->recompute, model->master_memory ? "on" : "off");
-    GpuMemoryOptions g = gpu_memory_options(&model->config, model->B, model->T, model->recompute, model->master_memory != NULL);
+    printf("recompute %d, master weights %s", model->recompute, model->use_master ? "on" : "off");
+    if (model->offload) {
+        printf(", optimizer state offloaded to host: %d chunks of %zu elements, %.1f MiB host<->device per step",
+               model->num_chunks, model->chunk, mib(offload_bytes_per_step(model)));
+    }
+    printf("\n");
+    GpuMemoryOptions g = gpu_memory_options(&model->config, model->B, model->T, model->recompute, model->use_master, model->chunk);
     MemoryReport predicted = memory_model_gpu(&model->config, model->B, model->T, &g);
     memory_report_print(stdout, &predicted, model->num_parameters);
     size_t free_b = 0, total_b = 0;
@@ -568,10 +711,16 @@ static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o,
 }
 
 static LS_UNUSED void trainer_step_extra(const GPT2* model, const TrainOptions* o, double tok_per_s, char* buf, size_t len) {
+    size_t used = 0;
+    buf[0] = '\0';
     double peak = gpu_peak_flops();
-    if (peak <= 0) { snprintf(buf, len, "%s", ""); return; }
-    double mfu = tok_per_s * gpt2_flops_per_token(&model->config, o->T) / peak;
-    snprintf(buf, len, " %.1f%% %s MFU |", 100.0 * mfu, PRECISION_NAME);
+    if (peak > 0) {
+        double mfu = tok_per_s * gpt2_flops_per_token(&model->config, o->T) / peak;
+        used += (size_t)snprintf(buf, len, " %.1f%% %s MFU |", 100.0 * mfu, PRECISION_NAME);
+    }
+    if (model->offload && used < len) {
+        snprintf(buf + used, len - used, " %.0f MiB h<->d |", mib(offload_bytes_per_step(model)));
+    }
 }
 
 #include "llmc/train_loop.h"

@@ -21,7 +21,7 @@
  the same fmaf calls gives the same bits; plain `a*b + c` lets each compiler choose what to fuse.
  p is read from the master weights when there are any (the bf16 params are then only written).
  bf16 results are rounded stochastically (unbiased; random bits = hash(seed, step, element index),
- so a run is reproducible) or to nearest even.
+ so a run is reproducible; llmc/srng.h) or to nearest even.
 
  Memory traffic per parameter: fp32 params+grads 28 B; bf16 params+grads with master 28 B, without
  master 22 B; AMSGrad +8 B. 128-bit loads/stores with streaming cache hints; a chunk that straddles
@@ -31,8 +31,9 @@
    AdamWSegment* d_seg = adamw_segments_upload(segments, nseg, n);   // once; cudaFree it at the end
    AdamWBuffers<__nv_bfloat16, __nv_bfloat16> buf = {params, grads, m, v, master, NULL};
    adamw_update(buf, n, d_seg, nseg, hyper, step, d_clip_scale, stream);  // step = 1, 2, ...
- Reusable pieces for other optimizer kernels (llmc/adamw_lowp.cuh): adamw_step_args,
- adamw_random_bits, bf16_round_stochastic, adamw_find_segment, adamw_load/adamw_store.
+ Reusable pieces for other optimizer kernels (llmc/adamw_lowp.cuh, llmc/optimizers.cuh):
+ adamw_step_args, bf16_round_stochastic (random bits: srng_bits of llmc/srng.h, shared with the CPU
+ optimizers), adamw_find_segment, adamw_load/adamw_store.
 */
 #ifndef LLMC_ADAMW_CUH
 #define LLMC_ADAMW_CUH
@@ -42,6 +43,7 @@
 #include <stdint.h>
 #include "cuda_common.h"
 #include "optim.h"
+#include "srng.h"
 
 // One tensor's slice of the flat buffers and its hyperparameters: the optimizer's segment table
 // (llmc/optim.h builds it from the parameter table, for the CPU and the GPU update alike).
@@ -55,6 +57,9 @@ typedef struct {
     int amsgrad;          // 1: keep the running max of v (buffer vmax) and divide by it
     int stochastic_rounding; // bf16 outputs: 1 stochastic, 0 round to nearest even
     unsigned long long seed; // for stochastic rounding
+    size_t index_base;       // global index of element 0 of the buffers: the random bits of element
+                             // i are those of element index_base + i, so updating a model in chunks
+                             // (optimizer state offload) rounds exactly like one launch
 } AdamWParams;
 
 // Per-step scalars, computed once on the host.
@@ -62,6 +67,7 @@ struct AdamWStepArgs {
     float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, eps;
     float inv_bias_corr1, inv_bias_corr2; // 1 / (1 - beta^t)
     unsigned long long rng_key;   // hash of (seed, step)
+    size_t index_base;            // AdamWParams.index_base
 };
 
 // Device buffers of one update, n elements each, 16-byte aligned.
@@ -81,20 +87,8 @@ struct AdamWBuffers {
 // ----------------------------------------------------------------------------
 // shared device helpers
 
-__host__ __device__ __forceinline__ unsigned long long adamw_mix64(unsigned long long x) {
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return x;
-}
-
-// 32 random bits for element i of stream `salt` (one stream per rounded quantity) of this step.
-__host__ __device__ __forceinline__ unsigned adamw_random_bits(unsigned long long key, size_t i, unsigned salt) {
-    unsigned long long x = key ^ ((unsigned long long)i * 0x9e3779b97f4a7c15ULL) ^ ((unsigned long long)salt << 58);
-    return (unsigned)(adamw_mix64(x) >> 32);
-}
+// Random bits: srng_bits(key, i, salt) of llmc/srng.h (shared with the CPU optimizers); stream 0
+// rounds the bf16 parameters.
 
 // Unbiased rounding of x to bf16: rounds up (in magnitude) with probability equal to the discarded
 // fraction. Infinities and NaNs convert as they are.
@@ -203,7 +197,7 @@ __device__ __forceinline__ void adamw_one(Tp* params, float* master, const Tg* g
     if (kMaster) master[i] = p;
     if constexpr (sizeof(Tp) == 2) {
         reinterpret_cast<__nv_bfloat16*>(params)[i] =
-            kStochastic ? bf16_round_stochastic(p, adamw_random_bits(a.rng_key, i, 0)) : __float2bfloat16_rn(p);
+            kStochastic ? bf16_round_stochastic(p, srng_bits(a.rng_key, a.index_base + i, 0)) : __float2bfloat16_rn(p);
     } else {
         reinterpret_cast<float*>(params)[i] = p;
     }
@@ -261,7 +255,7 @@ adamw_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg* __re
 #pragma unroll
                 for (int e = 0; e < 8; e++) {
                     float x = p[k * 8 + e];
-                    out[e] = kStochastic ? bf16_round_stochastic(x, adamw_random_bits(a.rng_key, i0 + k * 8 + e, 0))
+                    out[e] = kStochastic ? bf16_round_stochastic(x, srng_bits(a.rng_key, a.index_base + i0 + k * 8 + e, 0))
                                          : __float2bfloat16_rn(x);
                 }
                 store128cs(reinterpret_cast<__nv_bfloat16*>(params) + i0 + k * 8, out);
@@ -293,7 +287,8 @@ static inline AdamWStepArgs adamw_step_args(const AdamWParams& hp, int step) {
     a.eps = hp.eps;
     a.inv_bias_corr1 = 1.0f / (1.0f - powf(hp.beta1, (float)step)); // the CPU trainer's expression
     a.inv_bias_corr2 = 1.0f / (1.0f - powf(hp.beta2, (float)step));
-    a.rng_key = adamw_mix64(hp.seed * 0x9e3779b97f4a7c15ULL + (unsigned long long)step);
+    a.rng_key = srng_step_key(hp.seed, step);
+    a.index_base = hp.index_base;
     return a;
 }
 

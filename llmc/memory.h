@@ -40,7 +40,8 @@ static const char* const mem_category_names[MEM_COUNT] = {
 };
 
 typedef struct {
-    size_t bytes[MEM_COUNT];
+    size_t bytes[MEM_COUNT];  // where the trainer computes: host for the CPU trainer, the device for the GPU one
+    size_t host_pinned;       // GPU trainer: optimizer state kept in pinned host memory (--offload)
 } MemoryReport;
 
 // ----------------------------------------------------------------------------
@@ -180,7 +181,14 @@ typedef struct {
     size_t workspace;       // cuBLASLt workspace, bytes
     int zero_stage;         // 1: m, v and master weights sharded over the processes
     int num_processes;
+    size_t offload_chunk;   // > 0: m, v, master live in host memory; the device holds 2 chunks of each
 } GpuMemoryOptions;
+
+// --offload: elements per streamed chunk, a multiple of 32 (every chunk stays 128-bit aligned).
+static inline size_t offload_chunk_elems(size_t n, size_t want) {
+    size_t c = want < n ? want : n;
+    return (c + 31) / 32 * 32;
+}
 
 // Elements of optimizer state (m, v, master) one process holds.
 static inline size_t optimizer_state_elems(size_t n, int zero_stage, int num_processes) {
@@ -192,11 +200,17 @@ static inline MemoryReport memory_model_gpu(const GPT2Config* c, int B, int T, c
     memset(&r, 0, sizeof(r));
     size_t n = gpt2_num_parameters(c);
     size_t ns = optimizer_state_elems(n, g->zero_stage, g->num_processes);
+    size_t state_bytes = gpu_tensor_bytes(ns, 4);  // one fp32 state tensor (m, v or master) on the device
+    if (g->offload_chunk > 0) {  // in host memory; the device holds two chunks of staging each
+        size_t chunk = g->offload_chunk < ns ? g->offload_chunk : ns;
+        state_bytes = 2 * gpu_tensor_bytes(chunk, 4);
+        r.host_pinned = (2 + (g->master_weights ? 1 : 0)) * ns * 4;
+    }
     r.bytes[MEM_PARAMS] = gpu_tensor_bytes(n, g->floatx_bytes);
-    r.bytes[MEM_MASTER] = g->master_weights ? gpu_tensor_bytes(ns, 4) : 0;
+    r.bytes[MEM_MASTER] = g->master_weights ? state_bytes : 0;
     r.bytes[MEM_GRADS] = gpu_tensor_bytes(n, g->floatx_bytes);
-    r.bytes[MEM_ADAM_M] = gpu_tensor_bytes(ns, 4);
-    r.bytes[MEM_ADAM_V] = gpu_tensor_bytes(ns, 4);
+    r.bytes[MEM_ADAM_M] = state_bytes;
+    r.bytes[MEM_ADAM_V] = state_bytes;
     size_t acts[GPU_NUM_ACTIVATIONS], scratch[GPU_NUM_SCRATCH];
     int fp32[GPU_NUM_ACTIVATIONS];
     gpu_activation_sizes(c, B, T, g->recompute, acts, fp32);
@@ -237,6 +251,7 @@ static inline void memory_report_print(FILE* out, const MemoryReport* r, size_t 
     fprintf(out, "+-----------------------+------------+-------------+\n");
     fprintf(out, "| total                 | %10.1f |             |\n", mib(total));
     fprintf(out, "+-----------------------+------------+-------------+\n");
+    if (r->host_pinned) { fprintf(out, "offloaded to pinned host memory: %.1f MiB (m, v, master)\n", mib(r->host_pinned)); }
     fprintf(out, "parameters: %zu; optimizer side (master + gradients + m + v): %.1f MiB = %.0f%% of parameter-related memory\n",
             num_params, mib(optimizer_side), 100.0 * (double)optimizer_side / (double)param_related);
 }
@@ -246,6 +261,7 @@ static inline void memory_report_print(FILE* out, const MemoryReport* r, size_t 
 
 typedef struct {
     size_t bytes[MEM_COUNT];
+    size_t host_pinned;
 } MemCounter;
 
 static inline void* mem_alloc_counted(MemCounter* mc, MemCategory cat, size_t bytes, const char* file, int line) {

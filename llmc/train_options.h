@@ -46,6 +46,8 @@ typedef struct {
     // GPU trainer only
     int recompute;            // -r 0: keep all activations, 1: recompute GELU, 2: also layernorms
     int master_weights;       // -w keep fp32 master weights of bf16 parameters
+    int offload;              // optimizer state (m, v, master) in pinned host memory, streamed in chunks
+    int offload_chunk;        // elements per streamed chunk
 } TrainOptions;
 
 static const char* const lr_schedule_choices[] = {"cosine", "linear", "constant", "wsd", NULL};
@@ -87,6 +89,8 @@ static const CliFlag train_flags[] = {
     {NULL, "badam-embed", CLI_SWITCH, OPT(badam_embed), 0, 1, NULL, CLI_BOTH, "BAdam: the embeddings and final layernorm form a block (else frozen)"},
     {"r", "recompute", CLI_INT, OPT(recompute), 0, 2, NULL, CLI_GPU, "recompute in the backward pass: 0 none, 1 GELU, 2 GELU + layernorms"},
     {"w", "master-weights", CLI_SWITCH, OPT(master_weights), 0, 1, NULL, CLI_GPU, "keep fp32 master weights (bf16 build)"},
+    {NULL, "offload", CLI_SWITCH, OPT(offload), 0, 1, NULL, CLI_GPU, "keep AdamW m, v (and master weights) in pinned host memory; stream them through the GPU in chunks"},
+    {NULL, "offload-chunk", CLI_INT, OPT(offload_chunk), 1024, 1 << 30, NULL, CLI_GPU, "elements per offload chunk (two chunks of staging on the GPU)"},
 };
 #undef OPT
 #define TRAIN_FLAG_COUNT ((int)(sizeof(train_flags) / sizeof(train_flags[0])))
@@ -124,6 +128,8 @@ static inline void train_options_defaults(TrainOptions* o) {
     o->badam_embed = 1;
     o->recompute = 1;
     o->master_weights = 1;
+    o->offload = 0;
+    o->offload_chunk = 1 << 24;
 }
 
 // Checks that need the model: T against max_seq_len, the total batch. Exits 2 naming the flag.

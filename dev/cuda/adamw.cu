@@ -153,7 +153,7 @@ static __device__ __forceinline__ void v4_element(__nv_bfloat16* p, float* maste
     master[i] = x;
     m[i] = mi;
     v[i] = vi;
-    p[i] = bf16_round_stochastic(x, adamw_random_bits(a.rng_key, i, 0));
+    p[i] = bf16_round_stochastic(x, srng_bits(a.rng_key, i, 0));
 }
 
 static __global__ void adamw_v4_kernel(__nv_bfloat16* __restrict__ p, float* __restrict__ master,
@@ -187,7 +187,7 @@ static __global__ void adamw_v4_kernel(__nv_bfloat16* __restrict__ p, float* __r
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 v3_element(xs[e], (float)gv[4 * k + e] * scale, ms[e], vs[e], wd, lr_eff, a);
-                out[4 * k + e] = bf16_round_stochastic(xs[e], adamw_random_bits(a.rng_key, i0 + 4 * k + e, 0));
+                out[4 * k + e] = bf16_round_stochastic(xs[e], srng_bits(a.rng_key, i0 + 4 * k + e, 0));
             }
             store128cs(master + i0 + 4 * k, xs);
             store128cs(m + i0 + 4 * k, ms);
@@ -248,7 +248,7 @@ static Problem gpt2_problem(const char* name, size_t V, size_t C, size_t L, size
 static bool g_quiet = false; // -q: print failures and the summary only
 
 static double unit(uint64_t seed, uint64_t i) { // uniform in [0, 1)
-    return (double)(adamw_mix64(seed * 0x9e3779b97f4a7c15ULL ^ (i + 1) * 0xd1b54a32d192ed03ULL) >> 11) * 0x1.0p-53;
+    return (double)(srng_mix64(seed * 0x9e3779b97f4a7c15ULL ^ (i + 1) * 0xd1b54a32d192ed03ULL) >> 11) * 0x1.0p-53;
 }
 
 // n elements split into tensors of random sizes (many tiny: boundaries inside 128-bit words).
@@ -959,7 +959,7 @@ int main(int argc, char** argv) {
         if (strcmp(version, "all") == 0 || strcmp(version, c.id) == 0) cases.push_back(&c);
     if (cases.empty()) { fprintf(stderr, "%s: -v '%s': expected 1 2 3 4 5 6a 6b or all\n", argv[0], version); usage(argv[0]); }
 
-    AdamWParams hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0, 1, 1234};
+    AdamWParams hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0, 1, 1234, 0};
     std::vector<Problem> problems;
     if (gpt2) problems.push_back(gpt2_problem("GPT-2 124M", 50304, 768, 12, 1024));
     else if (n > 0) problems.push_back(random_problem((size_t)n, 42));
