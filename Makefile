@@ -228,3 +228,7 @@ $(BUILD)/adamw_bench: dev/cpu/adamw_bench.c $(LLMC_HEADERS)
 bench: $(BUILD)/bench_train $(BUILD)/adamw_bench
 	$(BUILD)/bench_train
 	$(BUILD)/adamw_bench --torch-python $(TORCH_PYTHON)
+
+# the optimizer-memory quality table: the same training run in each mode (CPU trainer; minutes)
+quality-table: $(BUILD)/train_gpt2 data
+	$(PYTHON) dev/quality_table.py --bin $(BUILD)/train_gpt2

@@ -38,6 +38,7 @@
 #include "llmc/fused_classifier.cuh"
 #include "llmc/global_norm.cuh"
 #include "llmc/adamw.cuh"
+#include "llmc/srng.h"
 
 #define CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
 
@@ -120,6 +121,8 @@ typedef struct {
     int num_segments;
     float weight_decay;       // of the uploaded segment table
     unsigned long long seed;  // stochastic rounding
+    int step;                 // the training step (gpt2_begin_step), and the micro-step within it:
+    int micro_step;           // they key the encoder backward's stochastic rounding (resumable)
     void* acts_memory;
     ActivationTensors acts;
     void* scratch_memory;
@@ -420,7 +423,8 @@ static void gpt2_zero_grad(GPT2* model) {
 
 // Starts training step `step`: zero the gradients.
 static void gpt2_begin_step(GPT2* model, int step) {
-    (void)step;
+    model->step = step;
+    model->micro_step = 0;
     gpt2_zero_grad(model);
 }
 
@@ -482,7 +486,8 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
         layernorm_backward(d->dresidual, g->ln1w + lC, g->ln1b + lC, ks, d->dbuf, residual, w->ln1w + lC, ln1_mean,
                            ln1_rstd, BT, C, s);
     }
-    encoder_backward(g->wte, g->wpe, ks, d->dresidual, a->inputs, model->inputs_cpu, B, T, C, (unsigned)model->seed, s);
+    unsigned rounding_seed = (unsigned)srng_bits(srng_step_key(model->seed, model->step + 1), (size_t)model->micro_step++, 4);
+    encoder_backward(g->wte, g->wpe, ks, d->dresidual, a->inputs, model->inputs_cpu, B, T, C, rounding_seed, s);
 }
 
 // Chunk k's segment tables, built once: the parameter segments cut to [k*chunk, (k+1)*chunk) and

@@ -27,8 +27,11 @@
  upper triangle is computed by the GEMMs and then zeroed by the softmax kernels (2x the minimal
  FLOPs in the T x T products, in exchange for plain library GEMMs).
 
- Contracts (checked with ls_fatal): matmul_init() called; C % NH == 0 and hs % 8 == 0; T any
- (rows whose length is a multiple of x128::size take the 128-bit path); pointers 16-byte aligned.
+ Contracts (checked with ls_fatal): matmul_init() called; C % NH == 0 and hs % 8 == 0; pointers
+ 16-byte aligned. T is free: rows whose length is a multiple of x128::size take the 128-bit path
+ in the softmax kernels, others a scalar one; on a GPU, T % 8 == 0 also keeps every (T, T) head
+ matrix 16-byte aligned for the tensor-core GEMMs (other T ask cuBLASLt for algorithms that accept
+ the lower alignment: checked under the harness only).
 */
 #ifndef LLMC_ATTENTION_CUH
 #define LLMC_ATTENTION_CUH

@@ -23,7 +23,10 @@
  Scratch (device, encoder_backward_scratch_bytes(B, T, C) bytes, 16-byte aligned): (2·B·T + 1)
  ints: the positions grouped by token, then the groups' start offsets. The host side keeps one
  staging vector that grows to the largest B·T seen (no allocation in the steady state); the
- upload is a cudaMemcpyAsync from that pageable buffer, which the runtime copies before returning.
+ upload is a cudaMemcpyAsync from that pageable buffer: the runtime stages it before returning (so
+ the buffer can be reused at once), after waiting for the stream's earlier work: the host waits
+ here for the rest of the backward pass, and the GPU idles for the copy and two launches (tens of
+ microseconds per step). The grouping itself runs on the host before that wait.
 */
 #ifndef LLMC_ENCODER_CUH
 #define LLMC_ENCODER_CUH
@@ -63,9 +66,10 @@ encoder_forward_kernel(floatX* __restrict__ out, const int* __restrict__ inp, co
 // dwte[token of group g] += sum of dout over the group's positions. One block per group
 // (blockIdx.x = g); order[start[g] .. start[g+1]) are the positions, ascending. Dynamic shared
 // memory: (warps, C) floats.
-static __global__ void encoder_backward_wte_kernel(floatX* __restrict__ dwte, const floatX* __restrict__ dout,
-                                                   const int* __restrict__ inp, const int* __restrict__ order,
-                                                   const int* __restrict__ start, int C, unsigned long long seed) {
+static __global__ void __launch_bounds__(32 * ENCODER_BWD_MAX_WARPS)
+encoder_backward_wte_kernel(floatX* __restrict__ dwte, const floatX* __restrict__ dout,
+                            const int* __restrict__ inp, const int* __restrict__ order,
+                            const int* __restrict__ start, int C, unsigned long long seed) {
     DYNAMIC_SHARED(float, warp_sums); // (nwarps, C)
     const int nwarps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g0 = start[blockIdx.x], count = start[blockIdx.x + 1] - g0;
@@ -136,8 +140,8 @@ static inline void encoder_check_aligned(const char* what, const void* p, const 
 }
 
 // out (B,T,C) = wte[inp[b,t]] + wpe[t]. inp (B,T) device.
-static void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T, int C,
-                            cudaStream_t stream) {
+static inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T, int C,
+                                   cudaStream_t stream) {
     encoder_check_args("encoder_forward", B, T, C);
     encoder_check_aligned("encoder_forward", out, "out");
     encoder_check_aligned("encoder_forward", wte, "wte");
@@ -164,7 +168,7 @@ static inline int encoder_backward_warps(int C) {
 
 // Groups positions 0..N-1 by token into staging = [order (N) | start (ngroups + 1)], groups in
 // decreasing size (ties: ascending token), positions ascending within a group. Returns ngroups.
-static int encoder_group_positions(std::vector<int>& staging, const int* tokens, int N) {
+static inline int encoder_group_positions(std::vector<int>& staging, const int* tokens, int N) {
     static std::vector<int> count, groups; // grow once to the vocabulary size
     int max_token = 0;
     for (int n = 0; n < N; n++) {
@@ -175,7 +179,8 @@ static int encoder_group_positions(std::vector<int>& staging, const int* tokens,
     for (int n = 0; n < N; n++) count[tokens[n]]++;
     groups.clear();
     for (int v = 0; v <= max_token; v++) if (count[v] > 0) groups.push_back(v);
-    std::sort(groups.begin(), groups.end(), [](int a, int b) { return count[a] != count[b] ? count[a] > count[b] : a < b; });
+    std::sort(groups.begin(), groups.end(),
+              [](int a, int b) { return count[a] != count[b] ? count[a] > count[b] : a < b; });
     const int ngroups = (int)groups.size();
     staging.resize((size_t)N + ngroups + 1);
     int* start = staging.data() + N;
@@ -195,8 +200,8 @@ static int encoder_group_positions(std::vector<int>& staging, const int* tokens,
 // inp (B,T) on the device and inp_cpu, the same tokens on the host. scratch: device buffer of
 // encoder_backward_scratch_bytes(B, T, C) bytes. seed: stochastic rounding of the bf16 sums (use a
 // new one every step).
-static void encoder_backward(floatX* dwte, floatX* dwpe, float* scratch, const floatX* dout, const int* inp,
-                             const int* inp_cpu, int B, int T, int C, unsigned int seed, cudaStream_t stream) {
+static inline void encoder_backward(floatX* dwte, floatX* dwpe, float* scratch, const floatX* dout, const int* inp,
+                                    const int* inp_cpu, int B, int T, int C, unsigned int seed, cudaStream_t stream) {
     static const char* what = "encoder_backward";
     encoder_check_args(what, B, T, C);
     encoder_check_aligned(what, dwte, "dwte");

@@ -114,14 +114,16 @@ fused_classifier_kernel(floatX* __restrict__ logits, float* __restrict__ losses,
 
 // losses (N) = cross-entropy of softmax(logits[:, :V]) at targets (N, device); if write_dlogits,
 // logits (N, Vp) become dloss * (softmax - onehot(target)), 0 in the padding.
-static void fused_classifier(floatX* logits, float* losses, float dloss, const int* targets, int N, int V, int Vp,
-                             int write_dlogits, cudaStream_t stream) {
+static inline void fused_classifier(floatX* logits, float* losses, float dloss, const int* targets, int N, int V, int Vp,
+                                    int write_dlogits, cudaStream_t stream) {
     static const char* what = "fused_classifier";
     if (N <= 0 || V <= 0 || V > Vp) ls_fatal("%s: N=%d V=%d Vp=%d (N > 0, 0 < V <= Vp expected)", what, N, V, Vp);
     if (Vp % x128::size != 0) {
         ls_fatal("%s: Vp=%d is not a multiple of %d (16-byte vectors of %s)", what, Vp, x128::size, PRECISION_NAME);
     }
-    if (logits == nullptr || ((uintptr_t)logits & 15u) != 0) ls_fatal("%s: logits (%p) is NULL or not 16-byte aligned", what, (void*)logits);
+    if (logits == nullptr || ((uintptr_t)logits & 15u) != 0) {
+        ls_fatal("%s: logits (%p) is NULL or not 16-byte aligned", what, (void*)logits);
+    }
     if (losses == nullptr || targets == nullptr) ls_fatal("%s: losses or targets is NULL", what);
     if (write_dlogits) {
         launch(fused_classifier_kernel<true>, (unsigned)N, CLASSIFIER_BLOCK, 0, stream, logits, losses, dloss, targets,

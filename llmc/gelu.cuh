@@ -65,7 +65,7 @@ gelu_kernel(floatX* out, const floatX* inp, size_t n, size_t nchunks) { // out m
 }
 
 template <bool kBackward>
-static void gelu_launch(const char* what, floatX* out, const floatX* inp, size_t n, cudaStream_t stream) {
+static inline void gelu_launch(const char* what, floatX* out, const floatX* inp, size_t n, cudaStream_t stream) {
     if (n == 0) return;
     if (out == nullptr || inp == nullptr || (((uintptr_t)out | (uintptr_t)inp) & 15u) != 0) {
         ls_fatal("%s: out (%p) or inp (%p) is NULL or not 16-byte aligned", what, (void*)out, (const void*)inp);
@@ -78,12 +78,12 @@ static void gelu_launch(const char* what, floatX* out, const floatX* inp, size_t
 }
 
 // out (n) = gelu(inp (n)).
-static void gelu_forward(floatX* out, const floatX* inp, size_t n, cudaStream_t stream) {
+static inline void gelu_forward(floatX* out, const floatX* inp, size_t n, cudaStream_t stream) {
     gelu_launch<false>("gelu_forward", out, inp, n, stream);
 }
 
 // d_in_out (n): on entry d out, on exit d inp = d out * gelu'(inp). inp (n) the forward input.
-static void gelu_backward_inplace(floatX* d_in_out, const floatX* inp, size_t n, cudaStream_t stream) {
+static inline void gelu_backward_inplace(floatX* d_in_out, const floatX* inp, size_t n, cudaStream_t stream) {
     gelu_launch<true>("gelu_backward_inplace", d_in_out, inp, n, stream);
 }
 

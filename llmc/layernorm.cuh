@@ -24,8 +24,8 @@
  and dbias (round to nearest). The warp count W depends only on C. dinp must not alias dout or inp.
 
  Preconditions (checked with ls_fatal): N, C > 0, C % x128::size == 0 (8 in bf16, 4 in fp32),
- pointers 16-byte aligned (mean/rstd: 4-byte), C small enough for the shared memory per warp
- (C <= 6144 in both builds).
+ pointers 16-byte aligned (mean/rstd: 4-byte), C small enough for 48 KB of shared memory per
+ warp: forward C <= 24576 (bf16) / 12288 (fp32), backward C <= 6144.
  Scratch (device): layernorm_backward_scratch_bytes(N, C) = G(N) * 2 * C floats,
  G(N) = min(ceil(N / 16), 1024).
 */
@@ -56,11 +56,12 @@ static __device__ __forceinline__ float layernorm_warp_sum(float x) {
 // One warp per row. kResidual: the row is inp1 + inp2 (stored to residual) instead of inp1.
 // Dynamic shared memory: (warps, C) floatX, the rows being normalized.
 template <bool kResidual>
-static __global__ void layernorm_forward_kernel(floatX* __restrict__ residual, floatX* __restrict__ out,
-                                                float* __restrict__ mean, float* __restrict__ rstd,
-                                                const floatX* __restrict__ inp1, const floatX* __restrict__ inp2,
-                                                const floatX* __restrict__ weight, const floatX* __restrict__ bias,
-                                                int N, int C) {
+static __global__ void __launch_bounds__(32 * LAYERNORM_MAX_WARPS)
+layernorm_forward_kernel(floatX* __restrict__ residual, floatX* __restrict__ out,
+                         float* __restrict__ mean, float* __restrict__ rstd,
+                         const floatX* __restrict__ inp1, const floatX* __restrict__ inp2,
+                         const floatX* __restrict__ weight, const floatX* __restrict__ bias,
+                         int N, int C) {
     constexpr int X = x128::size;
     DYNAMIC_SHARED(floatX, rows);
     const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -113,10 +114,11 @@ static __global__ void layernorm_forward_kernel(floatX* __restrict__ residual, f
 // dinp += of the block's rows [blockIdx.x * rows_per_block, ... + rows_per_block) ∩ [0, N), and
 // partials[blockIdx.x] = (sum over those rows of norm*dout, of dout), each (C).
 // Dynamic shared memory: (warps, 2, C) floats, each warp's dweight and dbias sums.
-static __global__ void layernorm_backward_kernel(floatX* __restrict__ dinp, float* __restrict__ partials,
-                                                 const floatX* __restrict__ dout, const floatX* __restrict__ inp,
-                                                 const floatX* __restrict__ weight, const float* __restrict__ mean,
-                                                 const float* __restrict__ rstd, int N, int C, int rows_per_block) {
+static __global__ void __launch_bounds__(32 * LAYERNORM_MAX_WARPS, 4) // 4 blocks of 48 KB per SM
+layernorm_backward_kernel(floatX* __restrict__ dinp, float* __restrict__ partials,
+                          const floatX* __restrict__ dout, const floatX* __restrict__ inp,
+                          const floatX* __restrict__ weight, const float* __restrict__ mean,
+                          const float* __restrict__ rstd, int N, int C, int rows_per_block) {
     constexpr int X = x128::size;
     DYNAMIC_SHARED(float, acc);
     const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -210,9 +212,9 @@ static inline int layernorm_warps(size_t bytes_per_warp) {
 }
 
 template <bool kResidual>
-static void layernorm_forward_launch(const char* what, floatX* residual, floatX* out, float* mean, float* rstd,
-                                     const floatX* inp1, const floatX* inp2, const floatX* weight,
-                                     const floatX* bias, int N, int C, cudaStream_t stream) {
+static inline void layernorm_forward_launch(const char* what, floatX* residual, floatX* out, float* mean, float* rstd,
+                                            const floatX* inp1, const floatX* inp2, const floatX* weight,
+                                            const floatX* bias, int N, int C, cudaStream_t stream) {
     layernorm_check_shape(what, N, C);
     layernorm_check_aligned(what, out, "out");
     layernorm_check_aligned(what, inp1, kResidual ? "inp1" : "inp");
@@ -230,17 +232,17 @@ static void layernorm_forward_launch(const char* what, floatX* residual, floatX*
 }
 
 // out (N,C) = layernorm(inp) * weight + bias; mean, rstd (N) fp32 (each may be NULL).
-static void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
-                              const floatX* bias, int N, int C, cudaStream_t stream) {
+static inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
+                                     const floatX* bias, int N, int C, cudaStream_t stream) {
     layernorm_forward_launch<false>("layernorm_forward", nullptr, out, mean, rstd, inp, nullptr, weight, bias, N, C,
                                     stream);
 }
 
 // residual (N,C) = inp1 + inp2; normed (N,C) = layernorm(residual) * weight + bias; mean, rstd (N)
 // (each may be NULL). residual may alias neither input.
-static void fused_residual_layernorm_forward(floatX* residual, floatX* normed, float* mean, float* rstd,
-                                             const floatX* inp1, const floatX* inp2, const floatX* weight,
-                                             const floatX* bias, int N, int C, cudaStream_t stream) {
+static inline void fused_residual_layernorm_forward(floatX* residual, floatX* normed, float* mean, float* rstd,
+                                                    const floatX* inp1, const floatX* inp2, const floatX* weight,
+                                                    const floatX* bias, int N, int C, cudaStream_t stream) {
     layernorm_forward_launch<true>("fused_residual_layernorm_forward", residual, normed, mean, rstd, inp1, inp2,
                                    weight, bias, N, C, stream);
 }
@@ -258,9 +260,9 @@ static inline size_t layernorm_backward_scratch_bytes(int N, int C) {
 
 // dinp (N,C) += d inp; dweight, dbias (C) += d weight, d bias. dout, inp (N,C); mean, rstd (N)
 // from the forward pass. scratch: layernorm_backward_scratch_bytes(N, C) bytes.
-static void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout,
-                               const floatX* inp, const floatX* weight, const float* mean, const float* rstd, int N,
-                               int C, cudaStream_t stream) {
+static inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout,
+                                      const floatX* inp, const floatX* weight, const float* mean, const float* rstd, int N,
+                                      int C, cudaStream_t stream) {
     static const char* what = "layernorm_backward";
     layernorm_check_shape(what, N, C);
     layernorm_check_aligned(what, dinp, "dinp");

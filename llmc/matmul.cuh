@@ -21,11 +21,12 @@
    library's), so dbias is deterministic and accumulates across micro-steps.
    CPU harness build (g++, LS_HARNESS): no cuBLAS. matmul_gemm_cpu() below does the library's
    part on the CPU: fp32 accumulation, epilogue in fp32, one rounding to floatX per output
-   element, exactly what the GPU writes. Everything else in this file (bias gradient, the unfused
-   GELU kernels) runs as real kernels through the harness.
+   element, exactly what the GPU writes (its GELU is llmc/gelu.cuh's gelu_value/gelu_derivative).
+   Everything else (this file's bias-gradient kernels, the unfused GELU kernels of
+   llmc/gelu.cuh) runs as real kernels through the harness.
 
  GELU fusion (matmul_set_gelu_fusion): 2 = GELU forward and backward in cuBLASLt epilogues
- (the BF16 default), 1 = forward only, 0 = separate GELU kernels from this file (the FP32
+ (the BF16 default), 1 = forward only, 0 = the separate kernels of llmc/gelu.cuh (the FP32
  default, because the FP32 build is the exact one and the library's GELU may use a fast tanh).
  When cuBLASLt has no kernel for a fused epilogue, the launcher falls back to the separate
  kernels (once noted on stderr). Numerically, fused rounds once (out = bf16(gelu(acc + bias)));
@@ -35,7 +36,8 @@
    - matmul_init() before the first launch (it allocates the workspace: nothing is allocated later).
    - C % 8 == 0 and OC % 8 == 0 (16-byte rows for bf16 tensor cores and the vector kernels; the
      aux leading dimension of cuBLASLt's GELU epilogues must be a multiple of 8).
-   - every pointer 16-byte aligned; dinp must not overlap dout, inp or weight.
+   - every pointer 16-byte aligned; out must not overlap inp, weight or pre_gelu, nor dinp dout,
+     inp or weight.
    - scratch: matmul_backward_scratch_bytes(N, OC) bytes of device memory when dbias != NULL.
  To add an epilogue: a GemmEpilogue value, its cuBLASLt mapping in gemm_lt_epilogue(), and its
  arithmetic in matmul_gemm_cpu().
@@ -49,6 +51,7 @@
 #include <string.h>
 #include "cuda_common.h"
 #include "cuda_precision.h"
+#include "gelu.cuh" // the unfused path, and the GELU of the CPU fallback
 #if LS_HARNESS
 #include <vector>
 #else
@@ -59,24 +62,6 @@
 // cuBLASLt workspace the trainer should ask for: 32 MiB (NVIDIA's recommendation for Hopper; more
 // than enough for Ampere).
 #define MATMUL_WORKSPACE_DEFAULT ((size_t)32 << 20)
-
-// ----------------------------------------------------------------------------
-// GELU (tanh approximation, as GPT-2 and the CPU trainer), shared by the kernels and the CPU fallback
-
-#define MATMUL_GELU_SCALE 0.7978845608028654f // sqrt(2 / pi)
-
-__host__ __device__ inline float matmul_gelu(float x) {
-    float u = MATMUL_GELU_SCALE * (x + 0.044715f * x * x * x);
-    return 0.5f * x * (1.0f + tanhf(u));
-}
-
-// d gelu(x) / dx
-__host__ __device__ inline float matmul_gelu_grad(float x) {
-    float u = MATMUL_GELU_SCALE * (x + 0.044715f * x * x * x);
-    float th = tanhf(u);
-    float sech2 = 1.0f - th * th;
-    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * MATMUL_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-}
 
 // ----------------------------------------------------------------------------
 // the general GEMM: shapes and epilogues (row-major, like the rest of leanstep)
@@ -263,65 +248,107 @@ static inline void gemm_check_shape(const GemmShape& s, GemmEpilogue epi, const 
 }
 
 #if LS_HARNESS
-// The CPU stand-in for cublasLtMatmul: fp32 accumulation, epilogue in fp32, one rounding per output.
+// for (i < n) f(i), shared out among the threads of the enclosing OpenMP team when `team` (an
+// orphaned worksharing loop: every thread of the team must call it), else by the calling thread.
+template <typename F>
+static inline void gemm_cpu_for(int n, bool team, F f) {
+    if (team) {
+#pragma omp for schedule(static)
+        for (int i = 0; i < n; i++) f(i);
+    } else {
+        for (int i = 0; i < n; i++) f(i);
+    }
+}
+
+// One matrix of a GEMM on the CPU: op(A), op(B) to fp32 row-major buffers A32 (M,K), B32 (K,N), then
+// D in blocks of 8 rows x 256 columns: for each k the block's rows add a_ik * B32[k, cols] to
+// accumulators that stay in L1 (the inner loop runs along a contiguous row and vectorizes, and
+// each row of B32 is read once per 8 rows of D), then the epilogue in fp32 and one rounding per
+// output element.
+#define MATMUL_CPU_MR 8
+#define MATMUL_CPU_NB 256
+static inline void matmul_gemm_cpu_one(floatX* D, const floatX* A, const floatX* Bm, const GemmShape& s,
+                                       GemmEpilogue epi, const floatX* bias, floatX* aux, float* __restrict__ A32,
+                                       float* __restrict__ B32, bool team) {
+    const int M = s.M, N = s.N, K = s.K;
+    if (s.trans_a) { // A stored (K,M): read rows, write columns
+        gemm_cpu_for(K, team, [&](int k) {
+            for (int m = 0; m < M; m++) A32[(size_t)m * K + k] = to_float(A[k * s.lda + m]);
+        });
+    } else {
+        gemm_cpu_for(M, team, [&](int m) {
+            for (int k = 0; k < K; k++) A32[(size_t)m * K + k] = to_float(A[m * s.lda + k]);
+        });
+    }
+    if (s.trans_b) { // B stored (N,K)
+        gemm_cpu_for(N, team, [&](int n) {
+            for (int k = 0; k < K; k++) B32[(size_t)k * N + n] = to_float(Bm[n * s.ldb + k]);
+        });
+    } else {
+        gemm_cpu_for(K, team, [&](int k) {
+            for (int n = 0; n < N; n++) B32[(size_t)k * N + n] = to_float(Bm[k * s.ldb + n]);
+        });
+    }
+    // (the worksharing loops above end with a barrier: A32 and B32 are complete)
+    const int mblocks = CEIL_DIV(M, MATMUL_CPU_MR), nblocks = CEIL_DIV(N, MATMUL_CPU_NB);
+    gemm_cpu_for(mblocks * nblocks, team, [&](int job) {
+        const int m0 = job / nblocks * MATMUL_CPU_MR, n0 = job % nblocks * MATMUL_CPU_NB;
+        const int mr = M - m0 < MATMUL_CPU_MR ? M - m0 : MATMUL_CPU_MR;
+        const int nb = N - n0 < MATMUL_CPU_NB ? N - n0 : MATMUL_CPU_NB;
+        float acc[MATMUL_CPU_MR][MATMUL_CPU_NB];
+        for (int i = 0; i < mr; i++)
+            for (int n = 0; n < nb; n++) acc[i][n] = 0.0f;
+        for (int k = 0; k < K; k++) {
+            const float* __restrict__ brow = B32 + (size_t)k * N + n0;
+            for (int i = 0; i < mr; i++) {
+                const float av = A32[(size_t)(m0 + i) * K + k];
+                float* __restrict__ ai = acc[i];
+                for (int n = 0; n < nb; n++) ai[n] += av * brow[n];
+            }
+        }
+        for (int i = 0; i < mr; i++) {
+            floatX* drow = D + (m0 + i) * s.ldd + n0;
+            floatX* xrow = aux != NULL ? aux + (m0 + i) * s.ldd + n0 : NULL;
+            const floatX* brow = bias != NULL && epi != GEMM_EPI_DGELU ? bias + n0 : NULL;
+            for (int n = 0; n < nb; n++) {
+                float v = s.alpha * acc[i][n];
+                if (s.beta != 0.0f) v += s.beta * to_float(drow[n]);
+                if (brow != NULL) v += to_float(brow[n]);
+                if (epi == GEMM_EPI_GELU) {
+                    xrow[n] = from_float(v);
+                    v = gelu_value(v);
+                } else if (epi == GEMM_EPI_DGELU) {
+                    v *= gelu_derivative(to_float(xrow[n]));
+                }
+                drow[n] = from_float(v);
+            }
+        }
+    });
+}
+
+// The CPU stand-in for cublasLtMatmul. One OpenMP team per call, and only for enough work (the
+// team's threads would otherwise spin next to the harness): a single matrix is split by blocks of
+// D, a batch by matrices.
 static inline void matmul_gemm_cpu(floatX* d, const floatX* a, const floatX* b, const GemmShape& s, GemmEpilogue epi,
                                    const floatX* bias, floatX* aux) {
-    const int M = s.M, N = s.N, K = s.K;
-    std::vector<float> af((size_t)M * K), bf((size_t)K * N); // op(A) (M,K) and op(B) (K,N), row-major
-    const bool par = (double)M * N * K >= 65536.0;           // no OpenMP team for tiny (attention) GEMMs
-    for (int r = 0; r < s.repeat; r++) {
-        for (int i = 0; i < s.batch; i++) {
-            const floatX* A = a + r * s.repeat_a + i * s.stride_a;
-            const floatX* Bm = b + r * s.repeat_b + i * s.stride_b;
-            floatX* D = d + r * s.repeat_d + i * s.stride_d;
-            float* __restrict__ A32 = af.data();
-            float* __restrict__ B32 = bf.data();
-            if (s.trans_a) { // A stored (K,M): read rows, write columns
-#pragma omp parallel for schedule(static) if (par)
-                for (int k = 0; k < K; k++)
-                    for (int m = 0; m < M; m++) A32[(size_t)m * K + k] = to_float(A[k * s.lda + m]);
-            } else {
-#pragma omp parallel for schedule(static) if (par)
-                for (int m = 0; m < M; m++)
-                    for (int k = 0; k < K; k++) A32[(size_t)m * K + k] = to_float(A[m * s.lda + k]);
-            }
-            if (s.trans_b) { // B stored (N,K)
-#pragma omp parallel for schedule(static) if (par)
-                for (int n = 0; n < N; n++)
-                    for (int k = 0; k < K; k++) B32[(size_t)k * N + n] = to_float(Bm[n * s.ldb + k]);
-            } else {
-#pragma omp parallel for schedule(static) if (par)
-                for (int k = 0; k < K; k++)
-                    for (int n = 0; n < N; n++) B32[(size_t)k * N + n] = to_float(Bm[k * s.ldb + n]);
-            }
+    const int nmat = s.repeat * s.batch;
+    const bool par = (double)nmat * s.M * s.N * s.K >= 2097152.0;
+    const size_t na = (size_t)s.M * s.K, nb = (size_t)s.K * s.N;
+    auto mat = [&](int j, float* A32, float* B32, bool team) {
+        const int r = j / s.batch, i = j % s.batch;
+        matmul_gemm_cpu_one(d + r * s.repeat_d + i * s.stride_d, a + r * s.repeat_a + i * s.stride_a,
+                            b + r * s.repeat_b + i * s.stride_b, s, epi, bias, aux, A32, B32, team);
+    };
+    if (nmat == 1) {
+        std::vector<float> A32(na), B32(nb);
 #pragma omp parallel if (par)
-            {
-                std::vector<float> accv((size_t)N);
-                float* __restrict__ acc = accv.data();
+        mat(0, A32.data(), B32.data(), true);
+    } else {
+#pragma omp parallel if (par)
+        {
+            std::vector<float> A32(na), B32(nb);
 #pragma omp for schedule(static)
-                for (int m = 0; m < M; m++) {
-                    for (int n = 0; n < N; n++) acc[n] = 0.0f;
-                    for (int k = 0; k < K; k++) { // i-k-j: the inner loop runs along contiguous rows
-                        const float av = A32[(size_t)m * K + k];
-                        const float* __restrict__ brow = B32 + (size_t)k * N;
-                        for (int n = 0; n < N; n++) acc[n] += av * brow[n];
-                    }
-                    floatX* drow = D + m * s.ldd;
-                    floatX* xrow = aux != NULL ? aux + m * s.ldd : NULL;
-                    for (int n = 0; n < N; n++) {
-                        float v = s.alpha * acc[n];
-                        if (s.beta != 0.0f) v += s.beta * to_float(drow[n]);
-                        if (bias != NULL && epi != GEMM_EPI_DGELU) v += to_float(bias[n]);
-                        if (epi == GEMM_EPI_GELU) {
-                            xrow[n] = from_float(v);
-                            v = matmul_gelu(v);
-                        } else if (epi == GEMM_EPI_DGELU) {
-                            v *= matmul_gelu_grad(to_float(xrow[n]));
-                        }
-                        drow[n] = from_float(v);
-                    }
-                }
-            }
+            for (int j = 0; j < nmat; j++) mat(j, A32.data(), B32.data(), false);
         }
     }
 }
@@ -412,7 +439,7 @@ static inline GemmPlan* gemm_lt_plan(const GemmKey& key, const void* bias, const
     int found = 0;
     cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(st.handle, p.op, p.la, p.lb, p.ld, p.ld, pref, 1, &heur, &found);
     cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-    if (hs != CUBLAS_STATUS_SUCCESS && hs != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(hs);
+    if (hs != CUBLAS_STATUS_NOT_SUPPORTED) cublas_check(hs, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
     p.supported = hs == CUBLAS_STATUS_SUCCESS && found > 0;
     if (p.supported) p.algo = heur.algo;
     return &p;
@@ -489,39 +516,7 @@ static inline int matmul_gemm(floatX* d, const floatX* a, const floatX* b, const
 }
 
 // ----------------------------------------------------------------------------
-// kernels: GELU when not fused, and the deterministic bias gradient
-
-// out (n) = gelu(pre (n)); n % x128::size == 0, 16-byte aligned. out may equal pre.
-static __global__ void matmul_gelu_forward_kernel(floatX* out, const floatX* pre, size_t n) {
-    const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * x128::size;
-    if (i >= n) return;
-    x128 p = load128(pre + i), o;
-#pragma unroll
-    for (int e = 0; e < x128::size; e++) o[e] = from_float(matmul_gelu(to_float(p[e])));
-    store128(out + i, o);
-}
-
-// dinout (n) *= gelu'(pre (n)); n % x128::size == 0, 16-byte aligned.
-static __global__ void matmul_gelu_backward_kernel(floatX* dinout, const floatX* pre, size_t n) {
-    const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * x128::size;
-    if (i >= n) return;
-    x128 p = load128(pre + i), d = load128(dinout + i);
-#pragma unroll
-    for (int e = 0; e < x128::size; e++) d[e] = from_float(to_float(d[e]) * matmul_gelu_grad(to_float(p[e])));
-    store128(dinout + i, d);
-}
-
-static inline void matmul_gelu_forward(floatX* out, const floatX* pre, size_t n, cudaStream_t stream) {
-    const int block = 256;
-    launch(matmul_gelu_forward_kernel, dim3((unsigned)CEIL_DIV(n / x128::size, (size_t)block)), dim3(block), 0,
-           stream, out, pre, n);
-}
-
-static inline void matmul_gelu_backward(floatX* dinout, const floatX* pre, size_t n, cudaStream_t stream) {
-    const int block = 256;
-    launch(matmul_gelu_backward_kernel, dim3((unsigned)CEIL_DIV(n / x128::size, (size_t)block)), dim3(block), 0,
-           stream, dinout, pre, n);
-}
+// kernels: the deterministic bias gradient
 
 // Bias gradient in two deterministic passes. Pass 1: the N rows are cut into `splits` interleaved
 // slices (a fixed function of N, so the summation order depends on the shape only, never on the
@@ -625,6 +620,11 @@ static inline void matmul_forward(floatX* out, floatX* pre_gelu, const floatX* i
     matmul_check_aligned(weight, fn, "weight");
     if (bias != NULL) matmul_check_aligned(bias, fn, "bias");
     if (pre_gelu != NULL) matmul_check_aligned(pre_gelu, fn, "pre_gelu");
+    const size_t xs = sizeof(floatX), no = (size_t)N * OC * xs;
+    if (matmul_overlap(out, no, inp, (size_t)N * C * xs) || matmul_overlap(out, no, weight, (size_t)OC * C * xs) ||
+        (pre_gelu != NULL && matmul_overlap(out, no, pre_gelu, no))) {
+        ls_fatal("%s: out overlaps inp, weight or pre_gelu", fn);
+    }
     GemmShape s = gemm_shape(N, OC, C, 0, 1); // weight (OC,C) used transposed
     if (pre_gelu == NULL) {
         matmul_gemm(out, inp, weight, s, GEMM_EPI_NONE, bias, NULL, stream);
@@ -635,7 +635,7 @@ static inline void matmul_forward(floatX* out, floatX* pre_gelu, const floatX* i
         matmul_note_unfused("GELU_AUX_BIAS");
     }
     matmul_gemm(pre_gelu, inp, weight, s, GEMM_EPI_NONE, bias, NULL, stream);
-    matmul_gelu_forward(out, pre_gelu, (size_t)N * OC, stream);
+    gelu_forward(out, pre_gelu, (size_t)N * OC, stream);
 }
 
 // dinp (N,C) = dout (N,OC) @ weight (OC,C), overwritten, times gelu'(pre_gelu (N,C)) when pre_gelu != NULL
@@ -670,7 +670,7 @@ static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias,
         }
         if (!done) {
             matmul_gemm(dinp, dout, weight, s, GEMM_EPI_NONE, NULL, NULL, stream);
-            if (pre_gelu != NULL) matmul_gelu_backward(dinp, pre_gelu, (size_t)N * C, stream);
+            if (pre_gelu != NULL) gelu_backward_inplace(dinp, pre_gelu, (size_t)N * C, stream);
         }
     }
     GemmShape w = gemm_shape(OC, C, N, 1, 0); // dout^T: dout stored (N,OC) used transposed; inp (N,C)

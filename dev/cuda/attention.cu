@@ -1,0 +1,535 @@
+/*
+ attention.cu: the lab of llmc/attention.cuh (causal self-attention, forward and backward: this
+ file's kernels for the head split/merge and the softmax, GEMMs through llmc/matmul.cuh).
+ One driver, two modes:
+   --check  small shapes (T not a multiple of 8 or of the 8-row block, T = 1, head sizes 16 and
+            64) against a float64 reference: qkvr (an exact copy), att, out, dqkv; the forward and
+            backward twice (bitwise identical); the reference backward against central
+            differences of the reference forward.
+   --bench  B=8, T=1024, NH=12, hs=64 (GPT-2 124M): forward and backward time, each step on its
+            own, TFLOP/s of the GEMMs against a square GEMM, GB/s of the kernels against the
+            device-to-device copy bandwidth, both measured in the same run.
+ Only the production version is kept: the T x T products are the library's, and the kernels
+ around them are single passes over memory.
+
+ Tolerances (per element, against the float64 reference from the same floatX inputs; qkvr is a
+ copy and must match exactly):
+   FP32: |got - ref| <= 1e-5 * max|ref|. Every intermediate is fp32; expf and the fp32 sums of the
+         softmax and of the GEMMs give < 7e-7 of max|ref| here (worst over 400 seeds: 0.07 of it).
+   BF16: att: |got - bf16(ref)| <= 1 ulp + 2^-5 * |ref|. A probability p_j = exp(s_j) / sum
+         inherits the errors e_j of the bf16 scores s_j (|e_j| <= 2^-9 |s_j|, |s| <= ~3 here) as
+         a relative error e_j - sum_i p_i e_i, at most ~1.2% whatever the size of p_j, plus its
+         own rounding (the ulp).
+         out, dqkv: |got - bf16(ref)| <= 1 ulp + 2^-5 * max|ref|. On their way the device rounds
+         the scores, the probabilities, datt and d(scores) to bf16 (2^-9 relative each) and sums
+         T terms of them per output, so errors of a few 2^-9 of the largest values are expected.
+         Worst seen over 400 seeds, all tensors: 0.43 of the tolerance.
+ Inputs are fresh random numbers on every run (the seed is printed; --seed S reproduces a run).
+ usage: see usage() below.
+*/
+#include "llmc/cuda_common.h"
+#include "llmc/cuda_precision.h"
+#include "llmc/matmul.cuh"
+#include "llmc/attention.cuh"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+static bool g_quiet = false; // -q: failures and the summary only
+
+// ----------------------------------------------------------------------------
+// data
+
+static uint64_t mix64(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+// A seed for this run when --seed is not given: the clock and the process id (printed, so that a
+// failure can be reproduced with --seed).
+static long long fresh_seed(void) {
+    uint64_t t = (uint64_t)std::chrono::high_resolution_clock::now().time_since_epoch().count();
+    return (long long)(mix64(t ^ ((uint64_t)getpid() << 32)) >> 2);
+}
+
+// n values uniform in [-scale, scale), rounded to floatX (device and reference see the same numbers).
+static std::vector<float> random_x(size_t n, uint64_t seed, float scale) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; i++) {
+        double u = (double)(mix64(seed * 0x9e3779b97f4a7c15ULL + i) >> 11) * 0x1.0p-53;
+        v[i] = to_float(from_float((float)((2.0 * u - 1.0) * scale)));
+    }
+    return v;
+}
+
+static floatX* upload(const std::vector<float>& h) {
+    std::vector<floatX> x(h.size());
+    for (size_t i = 0; i < h.size(); i++) x[i] = from_float(h[i]);
+    floatX* d;
+    cudaCheck(cudaMalloc(&d, x.size() * sizeof(floatX)));
+    cudaCheck(cudaMemcpy(d, x.data(), x.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+    return d;
+}
+
+static floatX* device_alloc(size_t n) {
+    floatX* d;
+    cudaCheck(cudaMalloc(&d, n * sizeof(floatX)));
+    return d;
+}
+
+static std::vector<float> download(const floatX* d, size_t n) {
+    std::vector<floatX> x(n);
+    cudaCheck(cudaMemcpy(x.data(), d, n * sizeof(floatX), cudaMemcpyDeviceToHost));
+    std::vector<float> h(n);
+    for (size_t i = 0; i < n; i++) h[i] = to_float(x[i]);
+    return h;
+}
+
+// ----------------------------------------------------------------------------
+// comparison
+
+static double round_x(double r) { return (double)to_float(from_float((float)r)); }
+static double ulp_x(double y) { return y == 0.0 ? 0.0 : ldexp(1.0, ilogb(y) - (FLOATX_IS_BF16 ? 7 : 23)); }
+
+// dims: the tensor's shape, for printing indices. FP32: |got - ref| <= rel_max * max|ref| + rel * |ref|;
+// BF16: |got - bf16(ref)| <= ulp + the same. First 10 mismatches printed; returns their count.
+static long compare(const char* what, const std::vector<float>& got, const std::vector<double>& ref,
+                    const std::vector<int>& dims, double rel_max, double rel, double* worst) {
+    double mx = 0.0;
+    for (double r : ref) mx = std::max(mx, fabs(r));
+    long bad = 0;
+    double w = 0.0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        double r = FLOATX_IS_BF16 ? round_x(ref[i]) : ref[i];
+        double tol = rel_max * mx + rel * fabs(r) + (FLOATX_IS_BF16 ? ulp_x(r) : 0.0) + 1e-30;
+        double err = fabs((double)got[i] - r);
+        if (!(err <= tol)) {
+            if (bad < 10) {
+                char idx[96] = "";
+                size_t rest = i;
+                for (int d = (int)dims.size() - 1; d >= 0; d--) { // row-major coordinates, last dim fastest
+                    char part[24];
+                    snprintf(part, sizeof part, d ? ",%zu" : "%zu", rest % dims[d]);
+                    memmove(idx + strlen(part), idx, strlen(idx) + 1);
+                    memcpy(idx, part, strlen(part));
+                    rest /= dims[d];
+                }
+                printf("      %s[%s]: got %.8g, expected %.8g (err %.3g > tol %.3g)\n", what, idx, got[i], r, err, tol);
+            }
+            bad++;
+        }
+        w = std::max(w, err != err ? INFINITY : err / tol);
+    }
+    if (bad > 10) printf("      %s: %ld mismatches in all (of %zu)\n", what, bad, ref.size());
+    *worst = std::max(*worst, w);
+    return bad;
+}
+
+// ----------------------------------------------------------------------------
+// float64 reference (the CPU trainer's loops, in double)
+
+// qkv (B,T,3C) -> out (B,T,C), att (B,NH,T,T) zero above the diagonal.
+static void ref_forward(std::vector<double>& out, std::vector<double>& att, const std::vector<double>& qkv, int B, int T,
+                        int C, int NH) {
+    const int hs = C / NH;
+    const double scale = 1.0 / sqrt((double)hs);
+    out.assign((size_t)B * T * C, 0.0);
+    att.assign((size_t)B * NH * T * T, 0.0);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const double* q = &qkv[((size_t)b * T + t) * 3 * C + (size_t)h * hs];
+                double* a = &att[(((size_t)b * NH + h) * T + t) * T];
+                double mx = -INFINITY, sum = 0.0;
+                for (int j = 0; j <= t; j++) {
+                    const double* k = &qkv[((size_t)b * T + j) * 3 * C + C + (size_t)h * hs];
+                    double s = 0.0;
+                    for (int i = 0; i < hs; i++) s += q[i] * k[i];
+                    a[j] = s * scale;
+                    mx = std::max(mx, a[j]);
+                }
+                for (int j = 0; j <= t; j++) sum += (a[j] = exp(a[j] - mx));
+                for (int j = 0; j <= t; j++) a[j] /= sum;
+                double* o = &out[((size_t)b * T + t) * C + (size_t)h * hs];
+                for (int j = 0; j <= t; j++) {
+                    const double* v = &qkv[((size_t)b * T + j) * 3 * C + 2 * C + (size_t)h * hs];
+                    for (int i = 0; i < hs; i++) o[i] += a[j] * v[i];
+                }
+            }
+}
+
+// dout (B,T,C) -> dqkv (B,T,3C), given qkv and the forward's att.
+static void ref_backward(std::vector<double>& dqkv, const std::vector<double>& dout, const std::vector<double>& qkv,
+                         const std::vector<double>& att, int B, int T, int C, int NH) {
+    const int hs = C / NH;
+    const double scale = 1.0 / sqrt((double)hs);
+    dqkv.assign((size_t)B * T * 3 * C, 0.0);
+    std::vector<double> da(T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const double* a = &att[(((size_t)b * NH + h) * T + t) * T];
+                const double* d = &dout[((size_t)b * T + t) * C + (size_t)h * hs];
+                double dot = 0.0;
+                for (int j = 0; j <= t; j++) {
+                    const double* v = &qkv[((size_t)b * T + j) * 3 * C + 2 * C + (size_t)h * hs];
+                    double* dv = &dqkv[((size_t)b * T + j) * 3 * C + 2 * C + (size_t)h * hs];
+                    double s = 0.0;
+                    for (int i = 0; i < hs; i++) {
+                        s += d[i] * v[i];
+                        dv[i] += a[j] * d[i];
+                    }
+                    da[j] = s;
+                    dot += a[j] * s;
+                }
+                const double* q = &qkv[((size_t)b * T + t) * 3 * C + (size_t)h * hs];
+                double* dq = &dqkv[((size_t)b * T + t) * 3 * C + (size_t)h * hs];
+                for (int j = 0; j <= t; j++) {
+                    double g = a[j] * (da[j] - dot) * scale;
+                    const double* k = &qkv[((size_t)b * T + j) * 3 * C + C + (size_t)h * hs];
+                    double* dk = &dqkv[((size_t)b * T + j) * 3 * C + C + (size_t)h * hs];
+                    for (int i = 0; i < hs; i++) {
+                        dq[i] += g * k[i];
+                        dk[i] += g * q[i];
+                    }
+                }
+            }
+}
+
+// The reference backward against central differences of L = sum(dout * out) on a tiny shape.
+static bool ref_selfcheck(void) {
+    const int B = 1, T = 5, C = 8, NH = 2;
+    std::vector<float> qf = random_x((size_t)B * T * 3 * C, 501, 1.5f), gf = random_x((size_t)B * T * C, 502, 1.0f);
+    std::vector<double> qkv(qf.begin(), qf.end()), g(gf.begin(), gf.end()), out, att, dqkv;
+    ref_forward(out, att, qkv, B, T, C, NH);
+    ref_backward(dqkv, g, qkv, att, B, T, C, NH);
+    auto loss = [&]() {
+        std::vector<double> o, a;
+        ref_forward(o, a, qkv, B, T, C, NH);
+        double L = 0.0;
+        for (size_t i = 0; i < o.size(); i++) L += g[i] * o[i];
+        return L;
+    };
+    const double h = 1e-6;
+    double worst = 0.0;
+    for (size_t i = 0; i < qkv.size(); i++) {
+        double keep = qkv[i];
+        qkv[i] = keep + h;
+        double lp = loss();
+        qkv[i] = keep - h;
+        double lm = loss();
+        qkv[i] = keep;
+        worst = std::max(worst, fabs((lp - lm) / (2 * h) - dqkv[i]) / (1e-6 + fabs(dqkv[i])));
+    }
+    bool ok = worst < 1e-5;
+    if (!g_quiet || !ok) {
+        printf("  reference vs central differences (h = 1e-6): worst relative error %.2e %s\n", worst, ok ? "ok" : "FAIL");
+    }
+    return ok;
+}
+
+// ----------------------------------------------------------------------------
+// check
+
+struct CheckCase {
+    int B, T, C, NH;
+    const char* note;
+};
+static const CheckCase kChecks[] = {
+    {2, 32, 64, 4, "hs 16, T a multiple of 8 (128-bit rows)"},
+    {1, 37, 48, 3, "T = 37: scalar rows, T not a multiple of the 8-row block"},
+    {2, 64, 128, 2, "hs 64"},
+    {3, 20, 96, 6, "B = 3, T = 20"},
+    {1, 1, 32, 2, "T = 1"},
+};
+
+struct Bufs {
+    floatX *qkv, *out, *qkvr, *att, *dout, *dqkv, *dqkvr, *datt, *scratch;
+};
+
+static bool check_case(const CheckCase& k, uint64_t seed) {
+    const int B = k.B, T = k.T, C = k.C, NH = k.NH, hs = C / NH;
+    const size_t BTC = (size_t)B * T * C, att_n = (size_t)B * NH * T * T;
+    std::vector<float> qkv = random_x(3 * BTC, seed + 1, 1.5f), dout = random_x(BTC, seed + 2, 1.0f);
+    Bufs d;
+    d.qkv = upload(qkv);
+    d.dout = upload(dout);
+    d.out = device_alloc(BTC);
+    d.qkvr = device_alloc(3 * BTC);
+    d.att = device_alloc(att_n);
+    d.dqkv = device_alloc(3 * BTC);
+    d.dqkvr = device_alloc(3 * BTC);
+    d.datt = device_alloc(att_n);
+    size_t sb = attention_backward_scratch_bytes(B, T, C, NH);
+    d.scratch = NULL;
+    if (sb > 0) cudaCheck(cudaMalloc(&d.scratch, sb));
+
+    std::vector<float> got[2][4]; // qkvr, att, out, dqkv of two runs
+    for (int rep = 0; rep < 2; rep++) {
+        attention_forward(d.out, d.qkvr, d.att, d.qkv, B, T, C, NH, 0);
+        attention_backward(d.dqkv, d.dqkvr, d.datt, d.scratch, d.dout, d.qkvr, d.att, B, T, C, NH, 0);
+        cudaCheck(cudaDeviceSynchronize());
+        got[rep][0] = download(d.qkvr, 3 * BTC);
+        got[rep][1] = download(d.att, att_n);
+        got[rep][2] = download(d.out, BTC);
+        got[rep][3] = download(d.dqkv, 3 * BTC);
+    }
+
+    std::vector<double> qkv64(qkv.begin(), qkv.end()), dout64(dout.begin(), dout.end()), r_out, r_att, r_dqkv;
+    ref_forward(r_out, r_att, qkv64, B, T, C, NH);
+    ref_backward(r_dqkv, dout64, qkv64, r_att, B, T, C, NH);
+    std::vector<double> r_qkvr(3 * BTC); // the head split is a copy: compared exactly
+    for (int c = 0; c < 3; c++)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++)
+                for (int t = 0; t < T; t++)
+                    for (int i = 0; i < hs; i++)
+                        r_qkvr[((((size_t)c * B + b) * NH + h) * T + t) * hs + i] =
+                            qkv[((size_t)b * T + t) * 3 * C + (size_t)c * C + (size_t)h * hs + i];
+
+    // tolerances: see the banner
+    const double rel_out = FLOATX_IS_BF16 ? 0x1.0p-5 : 1e-5;
+    const double rel_att_max = FLOATX_IS_BF16 ? 0.0 : 1e-5, rel_att = FLOATX_IS_BF16 ? 0x1.0p-5 : 0.0;
+    long bad = 0;
+    double worst = 0.0, worst_copy = 0.0;
+    bad += compare("qkvr", got[0][0], r_qkvr, {3, B, NH, T, hs}, 0.0, 0.0, &worst_copy);
+    bad += compare("att", got[0][1], r_att, {B, NH, T, T}, rel_att_max, rel_att, &worst);
+    bad += compare("out", got[0][2], r_out, {B, T, C}, rel_out, 0.0, &worst);
+    bad += compare("dqkv", got[0][3], r_dqkv, {B, T, 3 * C}, rel_out, 0.0, &worst);
+    bool same = true;
+    for (int t = 0; t < 4; t++) same = same && memcmp(got[0][t].data(), got[1][t].data(), got[0][t].size() * 4) == 0;
+    if (!same) {
+        printf("      not deterministic: two runs differ\n");
+        bad++;
+    }
+    if (!g_quiet || bad) {
+        printf("  B=%d T=%3d C=%3d NH=%d hs=%2d  worst err/tol %.3f  %s  (%s)\n", B, T, C, NH, hs, worst,
+               bad ? "FAIL" : "ok", k.note);
+    }
+    floatX* bufs[] = {d.qkv, d.out, d.qkvr, d.att, d.dout, d.dqkv, d.dqkvr, d.datt};
+    for (floatX* p : bufs) cudaCheck(cudaFree(p));
+    if (d.scratch) cudaCheck(cudaFree(d.scratch));
+    return bad == 0;
+}
+
+// ----------------------------------------------------------------------------
+// bench
+
+template <typename F>
+static float median_ms(int repeats, F body) {
+    cudaEvent_t a, e;
+    cudaCheck(cudaEventCreate(&a));
+    cudaCheck(cudaEventCreate(&e));
+    body(); // warm-up (also picks the cuBLASLt algorithms)
+    std::vector<float> ms;
+    for (int r = 0; r < repeats; r++) {
+        cudaCheck(cudaEventRecord(a, 0));
+        body();
+        cudaCheck(cudaEventRecord(e, 0));
+        cudaCheck(cudaEventSynchronize(e));
+        float x;
+        cudaCheck(cudaEventElapsedTime(&x, a, e));
+        ms.push_back(x);
+    }
+    cudaCheck(cudaEventDestroy(a));
+    cudaCheck(cudaEventDestroy(e));
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+}
+
+static int bench(int B, int T, int C, int NH, int S, int repeats) {
+    const int hs = C / NH, BNH = B * NH, rows = BNH * T;
+    const size_t BTC = (size_t)B * T * C, att_n = (size_t)BNH * T * T;
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    Bufs d;
+    d.qkv = upload(random_x(3 * BTC, 1, 1.5f));
+    d.dout = upload(random_x(BTC, 2, 1.0f));
+    d.out = device_alloc(BTC);
+    d.qkvr = device_alloc(3 * BTC);
+    d.att = device_alloc(att_n);
+    d.dqkv = device_alloc(3 * BTC);
+    d.dqkvr = device_alloc(3 * BTC);
+    d.datt = device_alloc(att_n);
+    d.scratch = NULL;
+    size_t sb = attention_backward_scratch_bytes(B, T, C, NH);
+    if (sb > 0) cudaCheck(cudaMalloc(&d.scratch, sb));
+
+    // ceilings: an S^3 GEMM, and a device-to-device copy as large as att
+    floatX *sa = upload(random_x((size_t)S * S, 3, 1.0f)), *sbm = upload(random_x((size_t)S * S, 4, 1.0f));
+    floatX* sd = device_alloc((size_t)S * S);
+    GemmShape sq = gemm_shape(S, S, S, 0, 1);
+    double ceil_tf = 2.0 * S * (double)S * S /
+                     (median_ms(repeats, [&] { matmul_gemm(sd, sa, sbm, sq, GEMM_EPI_NONE, NULL, NULL, 0); }) * 1e-3) / 1e12;
+    float copy_ms = median_ms(repeats, [&] {
+        cudaCheck(cudaMemcpyAsync(d.datt, d.att, att_n * sizeof(floatX), cudaMemcpyDeviceToDevice, 0));
+    });
+    double copy_gbs = 2.0 * att_n * sizeof(floatX) / (copy_ms * 1e-3) / 1e9;
+    cudaCheck(cudaFree(sa));
+    cudaCheck(cudaFree(sbm));
+    cudaCheck(cudaFree(sd));
+
+    printf("attention bench (%s): B=%d T=%d C=%d NH=%d hs=%d, device \"%s\"%s\n", PRECISION_NAME, B, T, C, NH, hs,
+           prop.name, LS_HARNESS ? " (CPU harness: host times, not GPU times)" : "");
+    printf("  ceilings: %d^3 GEMM %.4g TFLOP/s, device copy %.4g GB/s (median of %d)\n", S, ceil_tf, copy_gbs, repeats);
+    const double gemm_flops = 2.0 * BNH * (double)T * T * hs; // one T x T x hs product, full square
+    const double xs = sizeof(floatX);
+    float fwd = median_ms(repeats, [&] { attention_forward(d.out, d.qkvr, d.att, d.qkv, B, T, C, NH, 0); });
+    float bwd = median_ms(repeats, [&] {
+        attention_backward(d.dqkv, d.dqkvr, d.datt, d.scratch, d.dout, d.qkvr, d.att, B, T, C, NH, 0);
+    });
+    printf("  forward  %9.4f ms  (%.4g TFLOP/s of GEMM work, %.1f%% of the ceiling)\n", fwd,
+           2 * gemm_flops / (fwd * 1e-3) / 1e12, 100.0 * 2 * gemm_flops / (fwd * 1e-3) / 1e12 / ceil_tf);
+    printf("  backward %9.4f ms  (%.4g TFLOP/s of GEMM work, %.1f%% of the ceiling)\n", bwd,
+           4 * gemm_flops / (bwd * 1e-3) / 1e12, 100.0 * 4 * gemm_flops / (bwd * 1e-3) / 1e12 / ceil_tf);
+
+    // the steps one by one (the same calls the launchers make)
+    struct Step {
+        const char* name;
+        double flops, bytes; // one of them is the measure
+        float ms;
+    };
+    const floatX *q = d.qkvr, *k = d.qkvr + BTC, *v = d.qkvr + 2 * BTC;
+    floatX *dq = d.dqkvr, *dk = d.dqkvr + BTC, *dv = d.dqkvr + 2 * BTC;
+    const float scale = 1.0f / sqrtf((float)hs);
+    // softmax traffic: the causal part read (about half the row; twice in the backward: att and datt)
+    // and the whole row written
+    const double tri = (double)BNH * T * (T + 1) / 2.0;
+    std::vector<Step> steps = {
+        {"fwd split heads", 0, 2.0 * 3 * BTC * xs,
+         median_ms(repeats, [&] { attention_split_heads(d.qkvr, d.qkv, B, T, 3, NH, hs, 0); })},
+        {"fwd scores GEMM", gemm_flops, 0, median_ms(repeats, [&] {
+             matmul_gemm(d.att, q, k, attention_head_gemm(T, T, hs, 0, 1, BNH, scale), GEMM_EPI_NONE, NULL, NULL, 0);
+         })},
+        {"fwd softmax", 0, (tri + att_n) * xs, median_ms(repeats, [&] { attention_softmax_forward(d.att, rows, T, 0); })},
+        {"bwd split heads", 0, 2.0 * BTC * xs,
+         median_ms(repeats, [&] { attention_split_heads(dq, d.dout, B, T, 1, NH, hs, 0); })},
+        {"bwd datt GEMM", gemm_flops, 0, median_ms(repeats, [&] {
+             matmul_gemm(d.datt, dq, v, attention_head_gemm(T, T, hs, 0, 1, BNH, 1.0f), GEMM_EPI_NONE, NULL, NULL, 0);
+         })},
+        {"bwd dv GEMM", gemm_flops, 0, median_ms(repeats, [&] {
+             matmul_gemm(dv, d.att, dq, attention_head_gemm(T, hs, T, 1, 0, BNH, 1.0f), GEMM_EPI_NONE, NULL, NULL, 0);
+         })},
+        {"bwd softmax", 0, (2 * tri + att_n) * xs,
+         median_ms(repeats, [&] { attention_softmax_backward(d.datt, d.att, rows, T, 0); })},
+        {"bwd dk GEMM", gemm_flops, 0, median_ms(repeats, [&] {
+             matmul_gemm(dk, d.datt, q, attention_head_gemm(T, hs, T, 1, 0, BNH, scale), GEMM_EPI_NONE, NULL, NULL, 0);
+         })},
+        {"bwd dq GEMM", gemm_flops, 0, median_ms(repeats, [&] {
+             matmul_gemm(dq, d.datt, k, attention_head_gemm(T, hs, T, 0, 0, BNH, scale), GEMM_EPI_NONE, NULL, NULL, 0);
+         })},
+        {"bwd merge heads", 0, 2.0 * 3 * BTC * xs,
+         median_ms(repeats, [&] { attention_merge_heads(d.dqkv, d.dqkvr, B, T, 3, NH, hs, 0); })},
+    };
+    printf("  %-16s %9s %12s %9s\n", "step", "ms", "rate", "% ceil");
+    for (const Step& s : steps) {
+        if (s.flops > 0) {
+            double tf = s.flops / (s.ms * 1e-3) / 1e12;
+            printf("  %-16s %9.4f %7.4g TF/s %8.1f%%\n", s.name, s.ms, tf, 100.0 * tf / ceil_tf);
+        } else {
+            double gbs = s.bytes / (s.ms * 1e-3) / 1e9;
+            printf("  %-16s %9.4f %7.4g GB/s %8.1f%%\n", s.name, s.ms, gbs, 100.0 * gbs / copy_gbs);
+        }
+    }
+    floatX* bufs[] = {d.qkv, d.out, d.qkvr, d.att, d.dout, d.dqkv, d.dqkvr, d.datt};
+    for (floatX* p : bufs) cudaCheck(cudaFree(p));
+    if (d.scratch) cudaCheck(cudaFree(d.scratch));
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+
+static void usage(const char* prog) {
+    fprintf(stderr,
+            "usage: %s [--check | --bench] [--seed S] [-q] [-b B] [-t T] [-c C] [--nh NH] [-s S] [-r REPEATS]\n"
+            "  --check      small shapes against a float64 reference (default)\n"
+            "  --bench      time forward, backward and each step (B=8 T=1024 C=768 NH=12 by default)\n"
+            "  --seed S     seed of the random inputs for --check, 0..2^62 (default: a fresh one per run, printed)\n"
+            "  -q           --check prints failures and the summary only\n"
+            "  -b B         --bench batch, 1..1024\n"
+            "  -t T         --bench sequence length, 1..65536\n"
+            "  -c C         --bench channels, 8..16384 (C/NH a multiple of 8)\n"
+            "  --nh NH      --bench heads, 1..1024\n"
+            "  -s S         --bench size of the square ceiling GEMM, a multiple of 8 in 8..32768 (default 8192)\n"
+            "  -r REPEATS   --bench timed repeats, 1..1000 (default 20)\n",
+            prog);
+    exit(2);
+}
+
+static long long parse_int(const char* prog, const char* flag, const char* s, long long lo, long long hi) {
+    char* end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
+        fprintf(stderr, "%s: %s '%s': expected an integer in [%lld, %lld]\n", prog, flag, s, lo, hi);
+        usage(prog);
+    }
+    return v;
+}
+
+int main(int argc, char** argv) {
+    bool do_bench = false, bench_flag = false;
+    long long B = 8, T = 1024, C = 768, NH = 12, S = 8192, repeats = 20, seed = -1;
+    for (int i = 1; i < argc; i++) {
+        const char* a = argv[i];
+        auto need = [&]() -> const char* {
+            if (i + 1 >= argc) { fprintf(stderr, "%s: %s needs a value\n", argv[0], a); usage(argv[0]); }
+            return argv[++i];
+        };
+        if (strcmp(a, "--check") == 0) do_bench = false;
+        else if (strcmp(a, "--bench") == 0) do_bench = true;
+        else if (strcmp(a, "-q") == 0) g_quiet = true;
+        else if (strcmp(a, "--seed") == 0) seed = parse_int(argv[0], a, need(), 0, 1LL << 62);
+        else if (strcmp(a, "-b") == 0) { B = parse_int(argv[0], a, need(), 1, 1024); bench_flag = true; }
+        else if (strcmp(a, "-t") == 0) { T = parse_int(argv[0], a, need(), 1, 65536); bench_flag = true; }
+        else if (strcmp(a, "-c") == 0) { C = parse_int(argv[0], a, need(), 8, 16384); bench_flag = true; }
+        else if (strcmp(a, "--nh") == 0) { NH = parse_int(argv[0], a, need(), 1, 1024); bench_flag = true; }
+        else if (strcmp(a, "-s") == 0) { S = parse_int(argv[0], a, need(), 8, 32768); bench_flag = true; }
+        else if (strcmp(a, "-r") == 0) { repeats = parse_int(argv[0], a, need(), 1, 1000); bench_flag = true; }
+        else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) usage(argv[0]);
+        else { fprintf(stderr, "%s: unknown argument '%s'\n", argv[0], a); usage(argv[0]); }
+    }
+    if (bench_flag && !do_bench) { fprintf(stderr, "%s: -b, -t, -c, --nh, -s and -r apply to --bench\n", argv[0]); usage(argv[0]); }
+    if (C % NH != 0 || (C / NH) % 8 != 0) {
+        fprintf(stderr, "%s: -c %lld / --nh %lld: C must be NH times a multiple of 8\n", argv[0], C, NH);
+        usage(argv[0]);
+    }
+    if (S % 8 != 0) { fprintf(stderr, "%s: -s %lld: a multiple of 8 expected\n", argv[0], S); usage(argv[0]); }
+
+    if (seed < 0) seed = fresh_seed();
+    matmul_init(MATMUL_WORKSPACE_DEFAULT);
+    int rc = 0;
+    if (do_bench) {
+        rc = bench((int)B, (int)T, (int)C, (int)NH, (int)S, (int)repeats);
+    } else {
+#if LS_HARNESS
+        if (!g_quiet) printf("attention --check (%s, CPU harness, order %s), seed %lld\n", PRECISION_NAME,
+                             ls_harness::order_name(ls_harness::config().order), seed);
+#else
+        if (!g_quiet) printf("attention --check (%s, GPU), seed %lld\n", PRECISION_NAME, seed);
+#endif
+        int failed = 0, total = 1;
+        if (!ref_selfcheck()) failed++;
+        uint64_t case_seed = mix64((uint64_t)seed);
+        for (const CheckCase& k : kChecks) {
+            case_seed += 10;
+            total++;
+            if (!check_case(k, case_seed)) failed++;
+        }
+        printf("attention --check (%s): %d of %d checks passed (seed %lld)\n", PRECISION_NAME, total - failed, total, seed);
+        rc = failed ? 1 : 0;
+    }
+    matmul_free();
+    return rc;
+}
