@@ -107,7 +107,13 @@ test-d12: $(BUILD)/test_gpt2
 test-cli: $(BUILD)/train_gpt2
 	$(PYTHON) dev/test/test_cli.py --bin $(BUILD)/train_gpt2
 
-TEST_PHONY += test-main test-cli
+# Long-run reliability: log.jsonl, -nk/-nm pruning, SIGINT stop + resume, SIGKILL at random moments
+# (KILLS iterations) with a bit-exact resume from the newest complete checkpoint every time.
+KILLS ?= 200
+test-reliability: $(BUILD)/train_gpt2
+	$(PYTHON) dev/test/test_reliability.py --bin $(BUILD)/train_gpt2 --kills $(KILLS)
+
+TEST_PHONY += test-main test-cli test-reliability
 TEST_SAN_PHONY += test-main test-cli
 
 # ----------------------------------------------------------------------------

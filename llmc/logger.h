@@ -1,12 +1,16 @@
 /*
- logger.h: the per-step line, ETA, and llm.c's main.log in the output directory.
+ logger.h: the per-step line, ETA, and the logs of the output directory.
 
- main.log lines (llm.c): "s:<step> trl:<train loss>" and "s:<step> tel:<val loss>", appended, so
- a resumed run continues the same file.
+ main.log (llm.c's format): "s:<step> trl:<train loss>" and "s:<step> tel:<val loss>".
+ log.jsonl: one JSON object per line, {"step":..,"loss":..,"lr":..,"norm":..,"ms":..,"tok_s":..,
+   "mem_mib":..} for a training step, {"step":..,"val_loss":..} for an evaluation, and
+   {"step":..,"skipped":"<why>"} for a step whose update was skipped. `make plot RUN=DIR` reads it.
+ Both are appended to, so a resumed run continues the same files.
 */
 #ifndef LLMC_LOGGER_H
 #define LLMC_LOGGER_H
 
+#include <math.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -15,6 +19,7 @@
 
 typedef struct {
     FILE* main_log;  // NULL without an output directory
+    FILE* jsonl;     // NULL without an output directory
 } Logger;
 
 static inline double wall_seconds(void) {
@@ -35,23 +40,54 @@ static inline void ensure_dir(const char* dir) {
 
 static inline void logger_init(Logger* lg, const char* dir, int append) {
     lg->main_log = NULL;
+    lg->jsonl = NULL;
     if (dir == NULL) { return; }
     ensure_dir(dir);
     char path[1100];
     snprintf(path, sizeof(path), "%s/main.log", dir);
     lg->main_log = fopenCheck(path, append ? "a" : "w");
+    snprintf(path, sizeof(path), "%s/log.jsonl", dir);
+    lg->jsonl = fopenCheck(path, append ? "a" : "w");
 }
 
-static inline void logger_train(Logger* lg, int step, float loss) {
+// JSON has no NaN or Infinity: non-finite values are written as null.
+static inline void json_number(FILE* f, const char* key, double x) {
+    if (isfinite(x)) { fprintf(f, ",\"%s\":%.9g", key, x); } else { fprintf(f, ",\"%s\":null", key); }
+}
+
+static inline void logger_train(Logger* lg, int step, float loss, float lr, float norm, double ms, double tok_s,
+                                double mem_mib) {
     if (lg->main_log) { fprintf(lg->main_log, "s:%d trl:%f\n", step, loss); fflush(lg->main_log); }
+    if (lg->jsonl) {
+        fprintf(lg->jsonl, "{\"step\":%d", step);
+        json_number(lg->jsonl, "loss", loss);
+        json_number(lg->jsonl, "lr", lr);
+        json_number(lg->jsonl, "norm", norm);
+        json_number(lg->jsonl, "ms", ms);
+        json_number(lg->jsonl, "tok_s", tok_s);
+        json_number(lg->jsonl, "mem_mib", mem_mib);
+        fprintf(lg->jsonl, "}\n");
+        fflush(lg->jsonl);
+    }
 }
 
 static inline void logger_val(Logger* lg, int step, float loss) {
     if (lg->main_log) { fprintf(lg->main_log, "s:%d tel:%f\n", step, loss); fflush(lg->main_log); }
+    if (lg->jsonl) {
+        fprintf(lg->jsonl, "{\"step\":%d", step);
+        json_number(lg->jsonl, "val_loss", loss);
+        fprintf(lg->jsonl, "}\n");
+        fflush(lg->jsonl);
+    }
+}
+
+static inline void logger_skip(Logger* lg, int step, const char* why) {
+    if (lg->jsonl) { fprintf(lg->jsonl, "{\"step\":%d,\"skipped\":\"%s\"}\n", step, why); fflush(lg->jsonl); }
 }
 
 static inline void logger_free(Logger* lg) {
     if (lg->main_log) { fclose(lg->main_log); lg->main_log = NULL; }
+    if (lg->jsonl) { fclose(lg->jsonl); lg->jsonl = NULL; }
 }
 
 // "1h02m", "3m07s" or "12s"

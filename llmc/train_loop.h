@@ -3,7 +3,8 @@
  checkpoints and resume, the step loop and its log lines. Only where the arithmetic runs differs.
 
  Contract: the including trainer first defines
-   GPT2                         a struct with .config (GPT2Config), .num_parameters, .B, .T
+   GPT2                         a struct with .config (GPT2Config), .num_parameters, .B, .T, and
+                                .mem (MemCounter: what it allocated)
    gpt2_build(GPT2*, const char* model_or_descriptor, uint64_t seed, int B, int T, const TrainOptions*)
    gpt2_free(GPT2*)
    float gpt2_forward(GPT2*, const int* inputs, const int* targets, int B, int T)   host token arrays;
@@ -27,6 +28,7 @@
 
 #include <dirent.h>
 #include <math.h>
+#include <signal.h>
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
 #include "llmc/logger.h"
@@ -90,11 +92,89 @@ static LS_UNUSED void checkpoint_paths(const char* dir, int step, int rank, char
 static LS_UNUSED void checkpoint_save(GPT2* model, const char* dir, const RunState* rs) {
     char model_path[1200], state_path[1200], done_path[1200];
     checkpoint_paths(dir, rs->step, rs->process_rank, model_path, state_path, done_path, sizeof(model_path));
+    printf("checkpoint: writing step %d ... ", rs->step);
+    fflush(stdout);
+    double t0 = wall_seconds();
     gpt2_checkpoint_write(model, model_path, state_path, rs);
     AtomicFile af;  // the DONE marker last: a checkpoint without it is incomplete
     atomic_file_open(&af, done_path);
     atomic_file_commit(&af);
-    printf("checkpoint: wrote %s and its state\n", model_path);
+    printf("wrote %s and its state in %.1f s\n", model_path, wall_seconds() - t0);
+}
+
+// Steps of the complete checkpoints in dir (DONE files), ascending; returns the count (<= max).
+static LS_UNUSED int checkpoint_list(const char* dir, int* steps, int max) {
+    DIR* d = opendir(dir);
+    if (d == NULL) { return 0; }
+    int n = 0;
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL && n < max) {
+        int step;
+        char tail;
+        if (sscanf(e->d_name, "DONE_%8d%c", &step, &tail) == 1) { steps[n++] = step; }
+    }
+    closedir(d);
+    for (int i = 1; i < n; i++) {  // insertion sort: a few hundred at most
+        int x = steps[i], j = i - 1;
+        while (j >= 0 && steps[j] > x) { steps[j + 1] = steps[j]; j--; }
+        steps[j + 1] = x;
+    }
+    return n;
+}
+
+// -nk / -nm: deletes complete checkpoints beyond the newest keep_last, except those at multiples
+// of keep_every. The DONE marker goes first, so an interrupted deletion leaves an incomplete
+// checkpoint that -y ignores, never a DONE without its files.
+static LS_UNUSED void checkpoint_prune(const char* dir, int keep_last, int keep_every, int rank) {
+    if (keep_last <= 0) { return; }
+    int steps[4096];
+    int n = checkpoint_list(dir, steps, 4096);
+    for (int i = 0; i < n - keep_last; i++) {
+        if (keep_every > 0 && steps[i] % keep_every == 0) { continue; }
+        char m[1200], st[1200], done[1200];
+        checkpoint_paths(dir, steps[i], rank, m, st, done, sizeof(m));
+        if (remove(done) != 0) { continue; }
+        remove(m);
+        remove(st);
+        printf("checkpoint: removed step %d (-nk %d)\n", steps[i], keep_last);
+    }
+}
+
+// SIGINT / SIGTERM: the first asks the loop to finish the step, save and exit 0; a second one ends
+// the process at once (the default action).
+static volatile sig_atomic_t train_stop_signal = 0;
+
+static void train_on_signal(int sig) {
+    if (train_stop_signal) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    train_stop_signal = sig;
+}
+
+static LS_UNUSED void train_install_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = train_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+// Removes the temporary files ("<name>.tmp.<pid>") a killed run left in dir.
+static LS_UNUSED void checkpoint_remove_temporaries(const char* dir) {
+    DIR* d = opendir(dir);
+    if (d == NULL) { return; }
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        if (strstr(e->d_name, ".tmp.") != NULL) {
+            char path[1200];
+            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+            if (remove(path) == 0) { printf("removed %s (left by an interrupted write)\n", path); }
+        }
+    }
+    closedir(d);
 }
 
 // Returns the step of the newest complete checkpoint in dir (its DONE file exists), or -1.
@@ -159,6 +239,7 @@ static LS_UNUSED int train_main(int argc, char** argv) {
     char model_path[1200], state_path[1200], done_path[1200];
     const char* model_source = o.model;
     if (o.resume) {
+        checkpoint_remove_temporaries(o.output_dir);
         start_step = checkpoint_latest(o.output_dir);
         if (start_step < 0) { ls_fatal("-y 1: no complete checkpoint (DONE_* file) in '%s'", o.output_dir); }
         checkpoint_paths(o.output_dir, start_step, 0, model_path, state_path, done_path, sizeof(model_path));
@@ -208,25 +289,38 @@ static LS_UNUSED int train_main(int argc, char** argv) {
         printf("resumed from step %d\n", start_step);
     }
     if (o.overfit) { dataloader_next_batch(&train); }
+    train_install_signals();
+    double mem_mib = 0.0;
+    for (int i = 0; i < MEM_COUNT; i++) { mem_mib += mib(model.mem.bytes[i]); }
 
     double t_start = wall_seconds(), train_seconds = 0.0;
-    int timed_steps = 0;
+    int timed_steps = 0, steps_done = 0;
+    float best_val = INFINITY;
+    char last_checkpoint[1200] = "(none)";
     for (int step = start_step; step <= total_steps; step++) {
         int last_step = step == total_steps;
-        if (do_val && (step % o.val_every == 0 || last_step)) {
+        int stopping = train_stop_signal != 0;
+        if (stopping) {
+            printf("received %s: stopping after step %d%s\n", train_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", step,
+                   o.output_dir ? ", writing a checkpoint" : " (no -o: nothing is saved)");
+        }
+        if (do_val && !stopping && (step % o.val_every == 0 || last_step)) {
             float val_loss = evaluate_val_loss(&model, &val, o.val_max_steps);
             printf("val loss %f\n", val_loss);
             logger_val(&logger, step, val_loss);
+            if (val_loss < best_val) { best_val = val_loss; }
         }
-        if (o.sample_every > 0 && ((step > 0 && step % o.sample_every == 0) || last_step)) {
+        if (o.sample_every > 0 && !stopping && ((step > 0 && step % o.sample_every == 0) || last_step)) {
             gpt2_sample(&model, have_tokenizer ? &tokenizer : NULL, o.gen_T, &sample_rng);
         }
-        if (o.output_dir && o.checkpoint_every > 0 && step > start_step &&
-            (step % o.checkpoint_every == 0 || last_step)) {
+        if (o.output_dir && step > start_step &&
+            ((o.checkpoint_every > 0 && (step % o.checkpoint_every == 0 || last_step)) || stopping)) {
             RunState rs = {1, 0, step, 1, model.num_parameters, train.epoch, train.step_in_epoch, sample_rng};
             checkpoint_save(&model, o.output_dir, &rs);
+            checkpoint_prune(o.output_dir, o.keep_last, o.keep_every, 0);
+            snprintf(last_checkpoint, sizeof(last_checkpoint), "%s/model_%08d.bin", o.output_dir, step);
         }
-        if (last_step) { break; }
+        if (last_step || stopping) { break; }
 
         double t0 = wall_seconds();
         gpt2_begin_step(&model, step);
@@ -247,12 +341,20 @@ static LS_UNUSED int train_main(int argc, char** argv) {
         trainer_step_extra(&model, &o, tok_s, extra, sizeof(extra));
         print_step_line(step + 1, total_steps, (float)loss, norm, hyper.lr, 1000.0 * (t1 - t0), extra, tok_s,
                         t1 - t_start, avg * (total_steps - step - 1));
-        logger_train(&logger, step + 1, (float)loss);
+        logger_train(&logger, step + 1, (float)loss, hyper.lr, norm, 1000.0 * (t1 - t0), tok_s, mem_mib);
+        steps_done++;
     }
+    // the run in one paragraph
+    char took[32];
+    format_duration(wall_seconds() - t_start, took, sizeof(took));
+    printf("summary: %d steps (%d to %d), %.0f tokens, %s", steps_done, start_step, start_step + steps_done,
+           (double)steps_done * o.B * o.T * accum, took);
     if (timed_steps > 0) {
-        printf("average step: %.2f ms, %.0f tok/s over %d steps\n", 1000.0 * train_seconds / timed_steps,
+        printf(", %.2f ms and %.0f tok/s per step (average of %d)", 1000.0 * train_seconds / timed_steps,
                (double)o.B * o.T * accum * timed_steps / train_seconds, timed_steps);
     }
+    if (isfinite(best_val)) { printf(", best val loss %f", best_val); }
+    printf(", last checkpoint %s\n", last_checkpoint);
     logger_free(&logger);
     if (have_tokenizer) { tokenizer_free(&tokenizer); }
     if (do_val) { dataloader_free(&val); }

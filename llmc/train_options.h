@@ -19,6 +19,8 @@ typedef struct {
     const char* output_dir;   // -o directory for logs and checkpoints
     const char* tokenizer;    // --tokenizer decoder file for printing samples
     int checkpoint_every;     // -n
+    int keep_last;            // -nk keep the newest N checkpoints (0: all)
+    int keep_every;           // -nm checkpoints at multiples of M steps are never deleted (0: none)
     int resume;               // -y
     int B;                    // -b batch size per process
     int T;                    // -t sequence length
@@ -61,6 +63,8 @@ static const CliFlag train_flags[] = {
     {"o", "output-dir", CLI_STRING, OPT(output_dir), 0, 0, NULL, CLI_BOTH, "directory for main.log and checkpoints"},
     {NULL, "tokenizer", CLI_STRING, OPT(tokenizer), 0, 0, NULL, CLI_BOTH, "llm.c tokenizer file used to print samples"},
     {"n", "checkpoint-every", CLI_INT, OPT(checkpoint_every), 0, 1e9, NULL, CLI_BOTH, "write a checkpoint every N steps (0: never; needs -o)"},
+    {"nk", "keep-last", CLI_INT, OPT(keep_last), 0, 1e9, NULL, CLI_BOTH, "keep only the newest N checkpoints (0: keep all)"},
+    {"nm", "keep-every", CLI_INT, OPT(keep_every), 0, 1e9, NULL, CLI_BOTH, "never delete checkpoints at multiples of M steps (0: none)"},
     {"y", "resume", CLI_SWITCH, OPT(resume), 0, 1, NULL, CLI_BOTH, "resume from the latest checkpoint in -o"},
     {"b", "batch-size", CLI_INT, OPT(B), 1, 65536, NULL, CLI_BOTH, "batch size B per process"},
     {"t", "seq-len", CLI_INT, OPT(T), 1, 1048576, NULL, CLI_BOTH, "sequence length T (at most the model's max)"},
