@@ -28,7 +28,7 @@ ifneq ($(BLAS_INC),)
 CFLAGS += -I$(BLAS_INC)
 endif
 LDLIBS_TOK := -lpcre2-8 -lcjson
-LDLIBS  ?= -lm
+LDLIBS  ?= -lm -lz
 LLMC_HEADERS := $(wildcard llmc/*.h)
 
 # Sanitizer build of the C programs: `make SAN=1 ...` writes into build/san/.
@@ -132,7 +132,7 @@ endif
 PREC_LC := $(shell echo $(PRECISION) | tr A-Z a-z)
 GPU_ARCH ?= native
 NVCC_TRAIN_FLAGS := -std=c++17 -O3 -lineinfo -Xptxas=--warn-on-spills -Xcompiler -Wall,-Wextra,-fopenmp -I. $(PFLAGS)
-NVCC_LIBS := -lcublasLt -lcublas -lgomp
+NVCC_LIBS := -lcublasLt -lcublas -lgomp -lz
 CUDA_TRAIN_DEPS := train_gpt2.cu $(LLMC_HEADERS) $(wildcard llmc/*.cuh)
 
 train_gpt2cu: $(CUDA_TRAIN_DEPS)
@@ -153,11 +153,11 @@ gpu-compile-check: $(CUDA_TRAIN_DEPS) test_gpt2.cu
 $(BUILD)/train_gpt2cu_emu_$(PREC_LC): $(CUDA_TRAIN_DEPS)
 	@mkdir -p $(@D)
 	@echo "  CXX   $@ (CPU harness)"
-	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS) $< -o $@ $(CUDA_HARNESS_LIBS)
+	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS) $< -o $@ $(CUDA_HARNESS_LIBS) -lz
 $(BUILD)/test_gpt2cu_emu_$(PREC_LC): test_gpt2.cu dev/test/test_common.h $(CUDA_TRAIN_DEPS)
 	@mkdir -p $(@D)
 	@echo "  CXX   $@ (CPU harness)"
-	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS) $< -o $@ $(CUDA_HARNESS_LIBS)
+	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS) $< -o $@ $(CUDA_HARNESS_LIBS) -lz
 train_gpt2cu_emu: $(BUILD)/train_gpt2cu_emu_$(PREC_LC)
 test_gpt2cu_emu: $(BUILD)/test_gpt2cu_emu_$(PREC_LC)
 

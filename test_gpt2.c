@@ -246,6 +246,14 @@ static void load_model_file(const char* path) {
     model_file_read_header(path, &c);
 }
 
+static void load_model_params(const char* path) {
+    GPT2Config c;
+    model_file_read_header(path, &c);
+    float* p = (float*)mallocCheck(gpt2_num_parameters(&c) * sizeof(float));
+    model_file_read_params(path, &c, p);
+    free(p);
+}
+
 static void test_model_files(void) {
     GPT2Config c;
     CHECK(gpt2_config_from_descriptor("L2C32H4T16V300", &c), "descriptor parses");
@@ -303,6 +311,18 @@ static void test_model_files(void) {
     snprintf(bad, sizeof(bad), "%s/model_layers.bin", tmpdir);
     write_bytes(bad, bytes, size);
     expect_fatal(load_model_file, bad, "layers must be", "model file with negative layers");
+    // one flipped bit in the parameters: the checksum catches it
+    snprintf(path, sizeof(path), "%s/model_fp32.bin", tmpdir);
+    fp = fopenCheck(path, "rb");
+    size_t size32 = (size_t)file_size_of(fp);
+    unsigned char* b32 = (unsigned char*)mallocCheck(size32);
+    freadCheck(b32, 1, size32, fp, path);
+    fclose(fp);
+    b32[size32 / 2] ^= 0x10;
+    snprintf(bad, sizeof(bad), "%s/model_flip.bin", tmpdir);
+    write_bytes(bad, b32, size32);
+    expect_fatal(load_model_params, bad, "checksum mismatch", "model file with a flipped bit");
+    free(b32);
     snprintf(bad, sizeof(bad), "%s/does_not_exist.bin", tmpdir);
     expect_fatal(load_model_file, bad, "cannot open", "missing model file");
     free(bytes);

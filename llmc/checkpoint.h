@@ -8,14 +8,20 @@
    the same flat layout as the parameters), then the fp32 master weights if the run keeps them.
    header[0] = 20240527 magic, [1] = 1 version, [2] = num_processes, [3] = process_rank,
    [4] = step, [5] = has_m_v, [6..7] = parameter count (uint64), [8..9] = dataloader epoch,
-   [10..11] = dataloader sample index, [12..13] = sampler rng state (uint64), [14] = has_master.
+   [10..11] = dataloader sample index, [12..13] = sampler rng state (uint64), [14] = has_master,
+   [15] = CHECKSUM_TAG, [16] = crc32.
  Every read validates magic, version, shape and exact file size, and names the file on error.
  Every write is atomic (utils.h): a crash leaves the old file or the whole new one.
+ Checksums: writers put CHECKSUM_TAG and the zlib crc32 of everything after the header in
+ header[8] and [9] (model files) or [15] and [16] (state files); readers verify it when the tag is
+ there. llm.c ignores these header slots, so it still reads our model files, and we still read
+ its files (no tag: no check).
 */
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
 
 #include <stdint.h>
+#include <zlib.h>
 #include "llmc/config.h"
 #include "llmc/params.h"
 #include "llmc/utils.h"
@@ -26,6 +32,28 @@
 #define STATE_MAGIC 20240527
 #define STATE_VERSION 1
 #define HEADER_INTS 256
+#define CHECKSUM_TAG 0x4b43534c  // "LSCK"
+
+// zlib's crc32 over any length (its length argument is 32-bit)
+static inline uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
+    const unsigned char* p = (const unsigned char*)data;
+    while (n > 0) {
+        uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
+        crc = (uint32_t)crc32((uLong)crc, p, k);
+        p += k;
+        n -= k;
+    }
+    return crc;
+}
+
+static inline void checksum_verify(const char* path, const int* header, int tag_slot, int slot, uint32_t crc) {
+    if (header[tag_slot] != CHECKSUM_TAG) { return; }  // an llm.c file: no checksum to check
+    uint32_t want;
+    memcpy(&want, &header[slot], 4);
+    if (want != crc) {
+        ls_fatal("'%s': checksum mismatch (stored crc32 %08x, data %08x): the file is corrupt", path, want, crc);
+    }
+}
 
 // bf16 <-> fp32 on the host, round to nearest even (NaN kept quiet)
 static inline uint16_t f32_to_bf16_bits(float f) {
@@ -87,20 +115,25 @@ static inline void model_file_read_params(const char* path, const GPT2Config* c,
     if (memcmp(&fc, c, sizeof(fc)) != 0) { ls_fatal("model file '%s': changed while reading", path); }
     size_t n = gpt2_num_parameters(c);
     FILE* fp = fopenCheck(path, "rb");
-    fseek(fp, HEADER_INTS * 4, SEEK_SET);
+    int header[HEADER_INTS];
+    freadCheck(header, sizeof(int), HEADER_INTS, fp, path);
+    uint32_t crc = crc32_update(0, NULL, 0);
     if (version == MODEL_VERSION_FP32) {
         freadCheck(params, sizeof(float), n, fp, path);
+        crc = crc32_update(crc, params, n * sizeof(float));
     } else {
         const size_t chunk = 1 << 20;
         uint16_t* buf = (uint16_t*)mallocCheck(chunk * sizeof(uint16_t));
         for (size_t i = 0; i < n; i += chunk) {
             size_t k = n - i < chunk ? n - i : chunk;
             freadCheck(buf, sizeof(uint16_t), k, fp, path);
+            crc = crc32_update(crc, buf, k * sizeof(uint16_t));
             for (size_t j = 0; j < k; j++) { params[i + j] = bf16_bits_to_f32(buf[j]); }
         }
         free(buf);
     }
     fclose(fp);
+    checksum_verify(path, header, 8, 9, crc);
 }
 
 static inline void model_header_fill(int* header, const GPT2Config* c, int version) {
@@ -122,9 +155,11 @@ static inline void model_file_write(const char* path, const GPT2Config* c, const
     size_t n = gpt2_num_parameters(c);
     AtomicFile af;
     atomic_file_open(&af, path);
-    fwriteCheck(header, sizeof(int), HEADER_INTS, af.fp, path);
+    fwriteCheck(header, sizeof(int), HEADER_INTS, af.fp, path);  // rewritten with the checksum below
+    uint32_t crc = crc32_update(0, NULL, 0);
     if (version == MODEL_VERSION_FP32) {
         fwriteCheck(params, sizeof(float), n, af.fp, path);
+        crc = crc32_update(crc, params, n * sizeof(float));
     } else {
         const size_t chunk = 1 << 20;
         uint16_t* buf = (uint16_t*)mallocCheck(chunk * sizeof(uint16_t));
@@ -132,9 +167,14 @@ static inline void model_file_write(const char* path, const GPT2Config* c, const
             size_t k = n - i < chunk ? n - i : chunk;
             for (size_t j = 0; j < k; j++) { buf[j] = f32_to_bf16_bits(params[i + j]); }
             fwriteCheck(buf, sizeof(uint16_t), k, af.fp, path);
+            crc = crc32_update(crc, buf, k * sizeof(uint16_t));
         }
         free(buf);
     }
+    header[8] = CHECKSUM_TAG;
+    memcpy(&header[9], &crc, 4);
+    if (fseek(af.fp, 0, SEEK_SET) != 0) { ls_fatal("'%s': cannot seek to rewrite the header", af.tmp_path); }
+    fwriteCheck(header, sizeof(int), HEADER_INTS, af.fp, path);
     atomic_file_commit(&af);
 }
 
@@ -168,6 +208,12 @@ static inline void state_file_write(const char* path, const RunState* s, const f
     memcpy(&header[10], &s->data_sample, 8);
     memcpy(&header[12], &s->sampler_rng, 8);
     header[14] = master != NULL;
+    uint32_t crc = crc32_update(0, NULL, 0);
+    crc = crc32_update(crc, m, s->num_params * sizeof(float));
+    crc = crc32_update(crc, v, s->num_params * sizeof(float));
+    if (master) { crc = crc32_update(crc, master, s->num_params * sizeof(float)); }
+    header[15] = CHECKSUM_TAG;
+    memcpy(&header[16], &crc, 4);
     AtomicFile af;
     atomic_file_open(&af, path);
     fwriteCheck(header, sizeof(int), HEADER_INTS, af.fp, path);
@@ -213,6 +259,11 @@ static inline void state_file_read(const char* path, size_t num_params, RunState
     freadCheck(v, sizeof(float), num_params, fp, path);
     if (master) { freadCheck(master, sizeof(float), num_params, fp, path); }
     fclose(fp);
+    uint32_t crc = crc32_update(0, NULL, 0);
+    crc = crc32_update(crc, m, num_params * sizeof(float));
+    crc = crc32_update(crc, v, num_params * sizeof(float));
+    if (master) { crc = crc32_update(crc, master, num_params * sizeof(float)); }
+    checksum_verify(path, header, 15, 16, crc);
 }
 
 #endif // LLMC_CHECKPOINT_H
