@@ -305,8 +305,9 @@ static LS_UNUSED int train_main(int argc, char** argv) {
                    o.output_dir ? ", writing a checkpoint" : " (no -o: nothing is saved)");
         }
         if (do_val && !stopping && (step % o.val_every == 0 || last_step)) {
+            double tv = wall_seconds();
             float val_loss = evaluate_val_loss(&model, &val, o.val_max_steps);
-            printf("val loss %f\n", val_loss);
+            printf("val loss %f (%.1f s)\n", val_loss, wall_seconds() - tv);
             logger_val(&logger, step, val_loss);
             if (val_loss < best_val) { best_val = val_loss; }
         }
