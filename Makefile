@@ -79,6 +79,24 @@ $(BUILD)/train_gpt2 $(BUILD)/test_gpt2: $(BUILD)/%: %.c train_gpt2.c dev/test/te
 	@echo "  CC    $@"
 	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_BLAS) $(LDLIBS_TOK) $(LDLIBS)
 
+# The MPI build of the CPU trainer (data parallel, -z 0 / -z 1), when mpicc is there; the plain
+# train_gpt2 stays free of MPI.
+MPICC ?= mpicc
+HAVE_MPI := $(shell command -v $(MPICC) >/dev/null 2>&1 && echo 1)
+$(BUILD)/train_gpt2_mpi: train_gpt2.c $(LLMC_HEADERS)
+	@mkdir -p $(BUILD)
+	@echo "  MPICC $@"
+	$(Q)OMPI_CC=$(CC) $(MPICC) $(CFLAGS) -DUSE_MPI $< -o $@ $(LDLIBS_BLAS) $(LDLIBS_TOK) $(LDLIBS)
+
+ifeq ($(HAVE_MPI),1)
+test-mpi: $(BUILD)/train_gpt2_mpi $(BUILD)/train_gpt2
+	$(PYTHON) dev/test/test_mpi.py --mpi-bin $(BUILD)/train_gpt2_mpi --bin $(BUILD)/train_gpt2
+else
+test-mpi:
+	@echo "test-mpi: mpicc not found (install libopenmpi-dev openmpi-bin): skipped"
+endif
+TEST_PHONY += test-mpi
+
 # The model check: the PyTorch reference writes a random model and its debug state, and
 # test_gpt2 compares init, logits, loss, all gradients and 10 AdamW steps. REF_DESC picks the
 # config (CI: a small one, seconds); `make test-d12` runs it on GPT-2 124M.

@@ -411,7 +411,7 @@ static void test_adamw_and_memory(void) {
     model_file_write(path, &c, params, MODEL_VERSION_FP32);
     free(params);
     gpt2_build(&model, path, 0, 3, 32, NULL);
-    MemoryReport r = memory_model_cpu(&c, 3, 32, 0);
+    MemoryReport r = memory_model_cpu(&c, 3, 32, NULL);
     for (int i = 0; i < MEM_COUNT; i++) {
         CHECK(r.bytes[i] == model.mem.bytes[i], "memory %s: predicted %zu, allocated %zu", mem_category_names[i], r.bytes[i], model.mem.bytes[i]);
     }
@@ -419,7 +419,7 @@ static void test_adamw_and_memory(void) {
     // d12 fp32: 474.8 MiB of parameters, 12 bytes/param on the optimizer side = 75%
     GPT2Config d12;
     gpt2_config_from_descriptor("d12", &d12);
-    MemoryReport r12 = memory_model_cpu(&d12, 4, 64, 0);
+    MemoryReport r12 = memory_model_cpu(&d12, 4, 64, NULL);
     CHECK(fabs(mib(r12.bytes[MEM_PARAMS]) - 474.8) < 0.05, "d12 parameters = 474.8 MiB (got %.2f)", mib(r12.bytes[MEM_PARAMS]));
     size_t opt = r12.bytes[MEM_GRADS] + r12.bytes[MEM_ADAM_M] + r12.bytes[MEM_ADAM_V];
     CHECK(opt == 12 * gpt2_num_parameters(&d12), "d12 optimizer side = 12 bytes/param");
@@ -547,7 +547,8 @@ static void test_badam(void) {
     o.badam_order = BADAM_ASCENDING;
     o.badam_embed = 1;
     gpt2_build(&bad, path, 0, 2, 16, &o);
-    MemoryReport r = memory_model_cpu(&c, 2, 16, bad.badam.max_block);
+    CpuMemoryOptions bo = {bad.badam.max_block, 0, 1};
+    MemoryReport r = memory_model_cpu(&c, 2, 16, &bo);
     for (int i = 0; i < MEM_COUNT; i++) { CHECK(r.bytes[i] == bad.mem.bytes[i], "badam memory %s", mem_category_names[i]); }
     CHECK(bad.mem.bytes[MEM_GRADS] < full.mem.bytes[MEM_GRADS] / 2, "badam: gradient memory is one block's");
     for (int step = 0; step < 4; step++) {

@@ -400,10 +400,10 @@ typedef struct {
     size_t num_parameters;
     float* params_memory;
     ParameterTensors params;
-    float* grads_memory;   // (state_elems) gradients: all parameters, or BAdam's active block
+    float* grads_memory;   // gradients: all parameters (ZeRO-1: padded), or BAdam's active block
     float* m_memory;       // (state_elems) AdamW first moment (allocated at build: the memory table shows it)
     float* v_memory;       // (state_elems) AdamW second moment
-    size_t state_elems;    // num_parameters, or BAdam's largest block
+    size_t state_elems;    // num_parameters, BAdam's largest block, or the ZeRO-1 shard
     OptSegment segments[NUM_PARAMETER_TENSORS];
     int num_segments;
     int use_badam;
@@ -412,6 +412,12 @@ typedef struct {
     int block_step;        // BAdam: steps since the block was switched in
     BadamSlice slices[BADAM_MAX_SLICES];  // BAdam: the active block's slices
     int num_slices;
+    // data parallelism (llmc/comm.h): -z 0 all-reduces the gradients, -z 1 (ZeRO-1) gives every
+    // process one shard of m and v: reduce-scatter the gradients, update the shard, all-gather
+    const Comm* comm;      // NULL: one process
+    int zero_stage;
+    size_t shard;          // ZeRO-1: elements per process (the buffers are padded to shard * processes)
+    float* grad_shard;     // ZeRO-1: (shard) this process's shard of the summed gradients
     int B, T;              // the largest batch the activations hold
     float* acts_memory;
     ActivationTensors acts;
@@ -445,13 +451,26 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
         badam_init(&model->badam, &model->table, opts->badam, opts->badam_order, opts->badam_embed, seed);
         model->state_elems = model->badam.max_block;
     }
-    size_t ns = model->state_elems;
+    model->comm = opts ? opts->comm : NULL;
+    int procs = model->comm ? model->comm->size : 1;
+    model->zero_stage = (opts && procs > 1) ? opts->zero_stage : 0;
+    if (model->zero_stage >= 1 && model->use_badam) { ls_fatal("flags -z 1 and --badam: ZeRO-1 with BAdam is not supported; use -z 0"); }
+    size_t n_alloc = n, ns = model->state_elems, ng = ns;
+    if (model->zero_stage >= 1) {  // padded to equal shards
+        model->shard = zero_shard_elems(n, procs);
+        n_alloc = model->shard * (size_t)procs;
+        ns = model->shard;
+        ng = n_alloc;
+    }
     MemCounter* mc = &model->mem;
-    model->params_memory = (float*)memAlloc(mc, MEM_PARAMS, n * sizeof(float));
-    model->grads_memory = (float*)memAlloc(mc, MEM_GRADS, ns * sizeof(float));
+    model->params_memory = (float*)memAlloc(mc, MEM_PARAMS, n_alloc * sizeof(float));
+    model->grads_memory = (float*)memAlloc(mc, MEM_GRADS, ng * sizeof(float));
+    if (model->zero_stage >= 1) { model->grad_shard = (float*)memAlloc(mc, MEM_GRADS, model->shard * sizeof(float)); }
     model->m_memory = (float*)memAlloc(mc, MEM_ADAM_M, ns * sizeof(float));
     model->v_memory = (float*)memAlloc(mc, MEM_ADAM_V, ns * sizeof(float));
-    memset(model->grads_memory, 0, ns * sizeof(float));
+    model->state_elems = ns;
+    memset(model->params_memory, 0, n_alloc * sizeof(float));
+    memset(model->grads_memory, 0, ng * sizeof(float));
     memset(model->m_memory, 0, ns * sizeof(float));
     memset(model->v_memory, 0, ns * sizeof(float));
     param_pointers(&model->table, model->params_memory, &model->params);
@@ -476,6 +495,7 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
 }
 
 static void gpt2_free(GPT2* model) {
+    free(model->grad_shard);
     free(model->scratch_memory);
     free(model->acts_memory);
     free(model->v_memory);
@@ -533,7 +553,12 @@ static float gpt2_forward(GPT2* model, const int* inputs, const int* targets, in
     return model->mean_loss;
 }
 
-static void gpt2_zero_grad(GPT2* model) { memset(model->grads_memory, 0, model->state_elems * sizeof(float)); }
+static size_t grad_elems(const GPT2* model) {
+    if (model->zero_stage >= 1) { return model->shard * (size_t)model->comm->size; }
+    return model->use_badam ? model->badam.max_block : model->num_parameters;
+}
+
+static void gpt2_zero_grad(GPT2* model) { memset(model->grads_memory, 0, grad_elems(model) * sizeof(float)); }
 
 // The gradient of layer l's slice of tensor i, or NULL when it is frozen (BAdam: not in the
 // active block); the backward pass then skips that weight gradient.
@@ -635,6 +660,31 @@ static float gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
     if (model->num_segments == 0) {
         model->num_segments = optim_segments_build(&model->table, h->weight_decay, model->segments);
     }
+    const Comm* comm = model->comm;
+    if (model->zero_stage >= 1) {  // ZeRO-1: reduce-scatter, update this process's shard, all-gather
+        size_t shard = model->shard, lo = (size_t)comm->rank * shard;
+        comm_reduce_scatter_sum_f32(comm, model->grads_memory, model->grad_shard, shard);
+        double sumsq = 0.0;
+        for (size_t i = 0; i < shard; i++) { sumsq += (double)model->grad_shard[i] * model->grad_shard[i]; }
+        float norm = (float)sqrt(comm_allreduce_sum_f64(comm, sumsq));
+        float scale = clip_scale_of(norm, h->grad_clip);
+        OptSegment segs[NUM_PARAMETER_TENSORS];  // the segments cut to the shard, rebased to it
+        int k = 0;
+        for (int i = 0; i < model->num_segments; i++) {
+            size_t a = model->segments[i].offset, b = a + model->segments[i].count;
+            size_t s0 = a > lo ? a : lo, s1 = b < lo + shard ? b : lo + shard;
+            if (s0 >= s1) { continue; }
+            segs[k] = model->segments[i];
+            segs[k].offset = s0 - lo;
+            segs[k].count = s1 - s0;
+            k++;
+        }
+        adamw_update_cpu(model->params_memory + lo, model->grad_shard, model->m_memory, model->v_memory, segs, k, h,
+                         step, scale);
+        comm_allgather_inplace_f32(comm, model->params_memory, shard);
+        return norm;
+    }
+    if (comm && comm->size > 1) { comm_allreduce_sum_f32(comm, model->grads_memory, model->num_parameters); }
     float norm = global_norm_cpu(model->grads_memory, model->num_parameters);
     float scale = clip_scale_of(norm, h->grad_clip);
     adamw_update_cpu(model->params_memory, model->grads_memory, model->m_memory, model->v_memory, model->segments,
@@ -651,9 +701,9 @@ static LS_UNUSED const float* gpt2_logits_row(GPT2* model, int t) {
 }
 
 static LS_UNUSED void gpt2_checkpoint_write(GPT2* model, const char* model_path, const char* state_path, const RunState* rs) {
-    model_file_write(model_path, &model->config, model->params_memory, MODEL_VERSION_FP32);
+    if (rs->process_rank == 0) { model_file_write(model_path, &model->config, model->params_memory, MODEL_VERSION_FP32); }
     RunState r = *rs;
-    r.num_params = model->state_elems;  // BAdam keeps the state of one block
+    r.num_params = model->state_elems;  // BAdam: one block's state; ZeRO-1: this process's shard
     state_file_write(state_path, &r, model->m_memory, model->v_memory, NULL);
 }
 
@@ -674,18 +724,24 @@ static LS_UNUSED void trainer_init(const TrainOptions* o) {
 #endif
 }
 
-static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOptions* o) {
-    size_t state_elems = 0;
+static LS_UNUSED MemoryReport trainer_memory_predicted(const GPT2Config* c, const TrainOptions* o) {
+    CpuMemoryOptions mo = {0, o->zero_stage, o->comm ? o->comm->size : 1};
     if (o->badam > 0) {
         ParamTable pt;
         param_table_build(&pt, c);
         Badam bd;
         badam_init(&bd, &pt, o->badam, o->badam_order, o->badam_embed, 0);
-        state_elems = bd.max_block;
-        printf("BAdam: %d blocks (%s), switching every %d steps, order %s\n", bd.num_blocks,
+        mo.badam_block = bd.max_block;
+    }
+    return memory_model_cpu(c, o->B, o->T, &mo);
+}
+
+static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOptions* o) {
+    if (o->badam > 0) {
+        printf("BAdam: %d blocks (%s), switching every %d steps, order %s\n", c->num_layers + (o->badam_embed ? 1 : 0),
                o->badam_embed ? "layers + embeddings" : "layers; embeddings frozen", o->badam, badam_order_names[o->badam_order]);
     }
-    MemoryReport predicted = memory_model_cpu(c, o->B, o->T, state_elems);
+    MemoryReport predicted = trainer_memory_predicted(c, o);
     memory_report_print(stdout, &predicted, gpt2_num_parameters(c));
 }
 
@@ -698,6 +754,8 @@ static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o,
     printf("leanstep train_gpt2 (CPU, fp32), %d threads\n", threads);
     gpt2_describe(&model->config, model->num_parameters, o, accum);
     trainer_memory_report(&model->config, o);
+    MemoryReport predicted = trainer_memory_predicted(&model->config, o);
+    memory_check_allocation(&predicted, &model->mem);
 }
 
 static LS_UNUSED void trainer_step_extra(const GPT2* model, const TrainOptions* o, double tok_per_s, char* buf, size_t len) {

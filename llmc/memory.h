@@ -91,13 +91,21 @@ static inline size_t sum_sizes(const size_t* sizes, int n) {
     return total;
 }
 
-// The CPU trainer (fp32 everything): B, T per process. grad_state_elems: elements of gradients,
-// m and v (the parameter count, or BAdam's largest block; 0 means the parameter count).
-static inline MemoryReport memory_model_cpu(const GPT2Config* c, int B, int T, size_t grad_state_elems) {
+typedef struct {
+    size_t badam_block;  // BAdam: elements of the largest block (0: BAdam off)
+    int zero_stage;      // 1: ZeRO-1 over num_processes
+    int num_processes;
+} CpuMemoryOptions;
+
+// The CPU trainer (fp32 everything), per process: B, T per process. Gradients, m and v hold all
+// parameters, or BAdam's largest block; with ZeRO-1 over P processes the parameters and gradients
+// are padded to P equal shards, the reduced gradient shard gets its own buffer, and m and v hold
+// one shard.
+static inline MemoryReport memory_model_cpu(const GPT2Config* c, int B, int T, const CpuMemoryOptions* o) {
     MemoryReport r;
     memset(&r, 0, sizeof(r));
     size_t np = gpt2_num_parameters(c);
-    size_t n = grad_state_elems ? grad_state_elems : np;
+    size_t n = o && o->badam_block ? o->badam_block : np;
     size_t acts[CPU_NUM_ACTIVATIONS], scratch[CPU_NUM_SCRATCH];
     cpu_activation_sizes(c, B, T, acts);
     cpu_scratch_sizes(c, B, T, scratch);
@@ -105,6 +113,13 @@ static inline MemoryReport memory_model_cpu(const GPT2Config* c, int B, int T, s
     r.bytes[MEM_GRADS] = n * sizeof(float);
     r.bytes[MEM_ADAM_M] = n * sizeof(float);
     r.bytes[MEM_ADAM_V] = n * sizeof(float);
+    if (o && o->zero_stage >= 1 && o->num_processes > 1) {
+        size_t shard = zero_shard_elems(np, o->num_processes), padded = shard * (size_t)o->num_processes;
+        r.bytes[MEM_PARAMS] = padded * sizeof(float);
+        r.bytes[MEM_GRADS] = (padded + shard) * sizeof(float);
+        r.bytes[MEM_ADAM_M] = shard * sizeof(float);
+        r.bytes[MEM_ADAM_V] = shard * sizeof(float);
+    }
     r.bytes[MEM_ACTS] = sum_sizes(acts, CPU_NUM_ACTIVATIONS) * sizeof(float);
     r.bytes[MEM_SCRATCH] = sum_sizes(scratch, CPU_NUM_SCRATCH) * sizeof(float);
     return r;
@@ -182,6 +197,8 @@ typedef struct {
     int zero_stage;         // 1: m, v and master weights sharded over the processes
     int num_processes;
     size_t offload_chunk;   // > 0: m, v, master live in host memory; the device holds 2 chunks of each
+    size_t badam_block;     // > 0: BAdam, gradients (floatX) and m, v, master (fp32) hold the largest
+                            // block's elements only (Badam.max_block)
 } GpuMemoryOptions;
 
 // --offload: elements per streamed chunk, a multiple of 32 (every chunk stays 128-bit aligned).
@@ -199,7 +216,8 @@ static inline MemoryReport memory_model_gpu(const GPT2Config* c, int B, int T, c
     MemoryReport r;
     memset(&r, 0, sizeof(r));
     size_t n = gpt2_num_parameters(c);
-    size_t ns = optimizer_state_elems(n, g->zero_stage, g->num_processes);
+    size_t ng = g->badam_block > 0 ? g->badam_block : n;  // gradient elements
+    size_t ns = g->badam_block > 0 ? g->badam_block : optimizer_state_elems(n, g->zero_stage, g->num_processes);
     size_t state_bytes = gpu_tensor_bytes(ns, 4);  // one fp32 state tensor (m, v or master) on the device
     if (g->offload_chunk > 0) {  // in host memory; the device holds two chunks of staging each
         size_t chunk = g->offload_chunk < ns ? g->offload_chunk : ns;
@@ -208,7 +226,7 @@ static inline MemoryReport memory_model_gpu(const GPT2Config* c, int B, int T, c
     }
     r.bytes[MEM_PARAMS] = gpu_tensor_bytes(n, g->floatx_bytes);
     r.bytes[MEM_MASTER] = g->master_weights ? state_bytes : 0;
-    r.bytes[MEM_GRADS] = gpu_tensor_bytes(n, g->floatx_bytes);
+    r.bytes[MEM_GRADS] = gpu_tensor_bytes(ng, g->floatx_bytes);
     r.bytes[MEM_ADAM_M] = state_bytes;
     r.bytes[MEM_ADAM_V] = state_bytes;
     size_t acts[GPU_NUM_ACTIVATIONS], scratch[GPU_NUM_SCRATCH];
@@ -270,5 +288,20 @@ static inline void* mem_alloc_counted(MemCounter* mc, MemCategory cat, size_t by
     return p;
 }
 #define memAlloc(mc, cat, bytes) mem_alloc_counted(mc, cat, bytes, __FILE__, __LINE__)
+
+// The trainers check at start-up that what they allocated is what the memory model predicted
+// (the table they print is the model's): a disagreement is a bug, reported with the category.
+static inline void memory_check_allocation(const MemoryReport* predicted, const MemCounter* allocated) {
+    for (int i = 0; i < MEM_COUNT; i++) {
+        if (predicted->bytes[i] != allocated->bytes[i]) {
+            ls_fatal("memory model: %s predicted %zu bytes, allocated %zu", mem_category_names[i], predicted->bytes[i],
+                     allocated->bytes[i]);
+        }
+    }
+    if (predicted->host_pinned != allocated->host_pinned) {
+        ls_fatal("memory model: pinned host memory predicted %zu bytes, allocated %zu", predicted->host_pinned,
+                 allocated->host_pinned);
+    }
+}
 
 #endif // LLMC_MEMORY_H

@@ -30,6 +30,7 @@
 #include <math.h>
 #include <signal.h>
 #include "llmc/checkpoint.h"
+#include "llmc/comm.h"
 #include "llmc/dataloader.h"
 #include "llmc/logger.h"
 #include "llmc/optim.h"
@@ -89,16 +90,21 @@ static LS_UNUSED void checkpoint_paths(const char* dir, int step, int rank, char
     snprintf(done_path, len, "%s/DONE_%08d", dir, step);
 }
 
-static LS_UNUSED void checkpoint_save(GPT2* model, const char* dir, const RunState* rs) {
+// Rank 0 writes the model file, every rank its state file; the DONE marker comes last, from rank
+// 0 once every rank has written (a checkpoint without it is incomplete and -y ignores it).
+static LS_UNUSED void checkpoint_save(GPT2* model, const char* dir, const RunState* rs, const Comm* comm) {
     char model_path[1200], state_path[1200], done_path[1200];
     checkpoint_paths(dir, rs->step, rs->process_rank, model_path, state_path, done_path, sizeof(model_path));
     printf("checkpoint: writing step %d ... ", rs->step);
     fflush(stdout);
     double t0 = wall_seconds();
     gpt2_checkpoint_write(model, model_path, state_path, rs);
-    AtomicFile af;  // the DONE marker last: a checkpoint without it is incomplete
-    atomic_file_open(&af, done_path);
-    atomic_file_commit(&af);
+    comm_barrier(comm);
+    if (comm->rank == 0) {
+        AtomicFile af;
+        atomic_file_open(&af, done_path);
+        atomic_file_commit(&af);
+    }
     printf("wrote %s and its state in %.1f s\n", model_path, wall_seconds() - t0);
 }
 
@@ -125,17 +131,20 @@ static LS_UNUSED int checkpoint_list(const char* dir, int* steps, int max) {
 // -nk / -nm: deletes complete checkpoints beyond the newest keep_last, except those at multiples
 // of keep_every. The DONE marker goes first, so an interrupted deletion leaves an incomplete
 // checkpoint that -y ignores, never a DONE without its files.
-static LS_UNUSED void checkpoint_prune(const char* dir, int keep_last, int keep_every, int rank) {
+static LS_UNUSED void checkpoint_prune(const char* dir, int keep_last, int keep_every, int num_processes) {
     if (keep_last <= 0) { return; }
     int steps[4096];
     int n = checkpoint_list(dir, steps, 4096);
     for (int i = 0; i < n - keep_last; i++) {
         if (keep_every > 0 && steps[i] % keep_every == 0) { continue; }
         char m[1200], st[1200], done[1200];
-        checkpoint_paths(dir, steps[i], rank, m, st, done, sizeof(m));
+        checkpoint_paths(dir, steps[i], 0, m, st, done, sizeof(m));
         if (remove(done) != 0) { continue; }
         remove(m);
-        remove(st);
+        for (int r = 0; r < num_processes; r++) {
+            checkpoint_paths(dir, steps[i], r, m, st, done, sizeof(m));
+            remove(st);
+        }
         printf("checkpoint: removed step %d (-nk %d)\n", steps[i], keep_last);
     }
 }
@@ -213,13 +222,19 @@ static LS_UNUSED void usage_error(const char* prog, const char* msg) {
 }
 
 static LS_UNUSED int train_main(int argc, char** argv) {
+    Comm comm;
+    comm_init(&comm, &argc, &argv);
+    if (comm.rank != 0 && freopen("/dev/null", "w", stdout) == NULL) { ls_fatal("cannot silence rank %d", comm.rank); }
     TrainOptions o;
     train_options_defaults(&o);
     trainer_defaults(&o);
+    o.comm = &comm;
     if (cli_parse(argc, argv, train_flags, TRAIN_FLAG_COUNT, TRAINER_FLAGS, &o)) {
         cli_print_help(stdout, argv[0], TRAINER_SUMMARY, train_flags, TRAIN_FLAG_COUNT, TRAINER_FLAGS, &o);
+        comm_finalize(&comm);
         return 0;
     }
+    comm_check_same_args(&comm, argc, argv);
     if (o.checkpoint_every > 0 && o.output_dir == NULL) { usage_error(argv[0], "flag -n needs -o (where to write checkpoints)"); }
     if (o.resume && o.output_dir == NULL) { usage_error(argv[0], "flag -y needs -o (where the checkpoints are)"); }
     if (o.memory_report) {  // the memory model alone: no allocation, no device
@@ -227,9 +242,10 @@ static LS_UNUSED int train_main(int argc, char** argv) {
         if (!gpt2_config_from_descriptor(o.model, &mc)) { model_file_read_header(o.model, &mc); }
         char err[200];
         if (!gpt2_config_valid(&mc, err, sizeof(err))) { ls_fatal("flag -e: '%s': %s", o.model, err); }
-        int accum = train_options_accum_steps(argv[0], &o, &mc, 1);
+        int accum = train_options_accum_steps(argv[0], &o, &mc, comm.size);
         gpt2_describe(&mc, gpt2_num_parameters(&mc), &o, accum);
         trainer_memory_report(&mc, &o);
+        comm_finalize(&comm);
         return 0;
     }
     trainer_init(&o);
@@ -242,23 +258,26 @@ static LS_UNUSED int train_main(int argc, char** argv) {
         checkpoint_remove_temporaries(o.output_dir);
         start_step = checkpoint_latest(o.output_dir);
         if (start_step < 0) { ls_fatal("-y 1: no complete checkpoint (DONE_* file) in '%s'", o.output_dir); }
-        checkpoint_paths(o.output_dir, start_step, 0, model_path, state_path, done_path, sizeof(model_path));
+        checkpoint_paths(o.output_dir, start_step, comm.rank, model_path, state_path, done_path, sizeof(model_path));
         model_source = model_path;
     }
     GPT2Config probe;  // check T and the batch against the model before allocating
     if (!gpt2_config_from_descriptor(model_source, &probe)) { model_file_read_header(model_source, &probe); }
-    int accum = train_options_accum_steps(argv[0], &o, &probe, 1);
+    int accum = train_options_accum_steps(argv[0], &o, &probe, comm.size);
     GPT2 model;
     gpt2_build(&model, model_source, (uint64_t)o.seed, o.B, o.T, &o);
     const GPT2Config* c = &model.config;
     printf("model source: %s\n", model_source);
     trainer_describe(&model, &o, accum);
-    if (o.dry_run) { gpt2_free(&model); return 0; }
+    if (comm.size > 1) {
+        printf("data parallel: %d processes, %s\n", comm.size, o.zero_stage ? "ZeRO-1 (optimizer state sharded)" : "gradients all-reduced");
+    }
+    if (o.dry_run) { gpt2_free(&model); comm_finalize(&comm); return 0; }
 
     DataLoader train, val;
-    dataloader_init(&train, o.train_data, o.B, o.T, 0, 1, !o.overfit, (uint64_t)o.seed, c->vocab_size);
+    dataloader_init(&train, o.train_data, o.B, o.T, comm.rank, comm.size, !o.overfit, (uint64_t)o.seed, c->vocab_size);
     int do_val = o.val_every > 0;
-    if (do_val) { dataloader_init(&val, o.val_data, o.B, o.T, 0, 1, 0, (uint64_t)o.seed, c->vocab_size); }
+    if (do_val) { dataloader_init(&val, o.val_data, o.B, o.T, comm.rank, comm.size, 0, (uint64_t)o.seed, c->vocab_size); }
     int total_steps = o.max_steps >= 0 ? o.max_steps : (int)(dataloader_steps_per_epoch(&train) / (size_t)accum);
     if (total_steps < 1 && o.max_steps != 0) { total_steps = 1; }
     printf("train: %zu batches per epoch in %d shard(s); %d steps\n", dataloader_steps_per_epoch(&train),
@@ -282,6 +301,11 @@ static LS_UNUSED int train_main(int argc, char** argv) {
 
     if (o.resume) {
         RunState rs;
+        state_file_read_header(state_path, &rs);
+        if (rs.num_processes != comm.size || rs.process_rank != comm.rank) {
+            ls_fatal("state file '%s' was written by rank %d of %d processes; this is rank %d of %d (resume with the same count)",
+                     state_path, rs.process_rank, rs.num_processes, comm.rank, comm.size);
+        }
         gpt2_state_read(&model, state_path, &rs);
         if (rs.step != start_step) { ls_fatal("state file '%s': step %d, expected %d", state_path, rs.step, start_step); }
         dataloader_seek(&train, rs.data_epoch, (size_t)rs.data_sample);
@@ -299,26 +323,27 @@ static LS_UNUSED int train_main(int argc, char** argv) {
     char last_checkpoint[1200] = "(none)";
     for (int step = start_step; step <= total_steps; step++) {
         int last_step = step == total_steps;
-        int stopping = train_stop_signal != 0;
+        // every process stops at the same step, or the collectives would wait forever
+        int stopping = comm_allreduce_sum_f64(&comm, train_stop_signal != 0 ? 1.0 : 0.0) > 0.0;
         if (stopping) {
             printf("received %s: stopping after step %d%s\n", train_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", step,
                    o.output_dir ? ", writing a checkpoint" : " (no -o: nothing is saved)");
         }
         if (do_val && !stopping && (step % o.val_every == 0 || last_step)) {
             double tv = wall_seconds();
-            float val_loss = evaluate_val_loss(&model, &val, o.val_max_steps);
+            float val_loss = (float)(comm_allreduce_sum_f64(&comm, evaluate_val_loss(&model, &val, o.val_max_steps)) / comm.size);
             printf("val loss %f (%.1f s)\n", val_loss, wall_seconds() - tv);
             logger_val(&logger, step, val_loss);
             if (val_loss < best_val) { best_val = val_loss; }
         }
-        if (o.sample_every > 0 && !stopping && ((step > 0 && step % o.sample_every == 0) || last_step)) {
+        if (o.sample_every > 0 && !stopping && comm.rank == 0 && ((step > 0 && step % o.sample_every == 0) || last_step)) {
             gpt2_sample(&model, have_tokenizer ? &tokenizer : NULL, o.gen_T, &sample_rng);
         }
         if (o.output_dir && step > start_step &&
             ((o.checkpoint_every > 0 && (step % o.checkpoint_every == 0 || last_step)) || stopping)) {
-            RunState rs = {1, 0, step, 1, model.num_parameters, train.epoch, train.step_in_epoch, sample_rng};
-            checkpoint_save(&model, o.output_dir, &rs);
-            checkpoint_prune(o.output_dir, o.keep_last, o.keep_every, 0);
+            RunState rs = {comm.size, comm.rank, step, 1, model.num_parameters, train.epoch, train.step_in_epoch, sample_rng};
+            checkpoint_save(&model, o.output_dir, &rs, &comm);
+            if (comm.rank == 0) { checkpoint_prune(o.output_dir, o.keep_last, o.keep_every, comm.size); }
             snprintf(last_checkpoint, sizeof(last_checkpoint), "%s/model_%08d.bin", o.output_dir, step);
         }
         if (last_step || stopping) { break; }
@@ -329,15 +354,15 @@ static LS_UNUSED int train_main(int argc, char** argv) {
         for (int micro = 0; micro < accum; micro++) {
             if (!o.overfit) { dataloader_next_batch(&train); }
             loss += gpt2_forward(&model, train.inputs, train.targets, o.B, o.T);
-            gpt2_backward(&model, train.inputs, train.targets, o.B, o.T, 1.0f / (float)accum);
+            gpt2_backward(&model, train.inputs, train.targets, o.B, o.T, 1.0f / (float)(accum * comm.size));
         }
-        loss /= accum;
+        loss = comm_allreduce_sum_f64(&comm, loss) / (accum * comm.size);
         hyper.lr = lr_schedule_get(&sched, step);
         float norm = gpt2_update(&model, &hyper, step + 1);
         double t1 = wall_seconds();
         if (step > start_step) { train_seconds += t1 - t0; timed_steps++; }  // the first step warms up
         double avg = timed_steps ? train_seconds / timed_steps : (t1 - t0);
-        double tok_s = (double)o.B * o.T * accum / (t1 - t0);
+        double tok_s = (double)o.B * o.T * accum * comm.size / (t1 - t0);
         char extra[64];
         trainer_step_extra(&model, &o, tok_s, extra, sizeof(extra));
         print_step_line(step + 1, total_steps, (float)loss, norm, hyper.lr, 1000.0 * (t1 - t0), extra, tok_s,
@@ -348,11 +373,12 @@ static LS_UNUSED int train_main(int argc, char** argv) {
     // the run in one paragraph
     char took[32];
     format_duration(wall_seconds() - t_start, took, sizeof(took));
+    double tokens_per_step = (double)o.B * o.T * accum * comm.size;
     printf("summary: %d steps (%d to %d), %.0f tokens, %s", steps_done, start_step, start_step + steps_done,
-           (double)steps_done * o.B * o.T * accum, took);
+           steps_done * tokens_per_step, took);
     if (timed_steps > 0) {
         printf(", %.2f ms and %.0f tok/s per step (average of %d)", 1000.0 * train_seconds / timed_steps,
-               (double)o.B * o.T * accum * timed_steps / train_seconds, timed_steps);
+               tokens_per_step * timed_steps / train_seconds, timed_steps);
     }
     if (isfinite(best_val)) { printf(", best val loss %f", best_val); }
     printf(", last checkpoint %s\n", last_checkpoint);
@@ -361,6 +387,7 @@ static LS_UNUSED int train_main(int argc, char** argv) {
     if (do_val) { dataloader_free(&val); }
     dataloader_free(&train);
     gpt2_free(&model);
+    comm_finalize(&comm);
     return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include "llmc/cli.h"
+#include "llmc/comm.h"
 #include "llmc/config.h"
 #include "llmc/schedulers.h"
 
@@ -45,6 +46,8 @@ typedef struct {
     int badam;                // BAdam: switch the active block every K steps (0: off, full AdamW)
     int badam_order;          // BadamOrder
     int badam_embed;          // 1: the embeddings + final layernorm are a block too
+    int zero_stage;           // -z 0: gradient all-reduce, 1: ZeRO-1 (sharded optimizer state)
+    const Comm* comm;         // the processes of the run (set by train_main, not a flag; NULL: one)
     // GPU trainer only
     int recompute;            // -r 0: keep all activations, 1: recompute GELU, 2: also layernorms
     int master_weights;       // -w keep fp32 master weights of bf16 parameters
@@ -91,6 +94,7 @@ static const CliFlag train_flags[] = {
     {NULL, "badam", CLI_INT, OPT(badam), 0, 1e6, NULL, CLI_BOTH, "BAdam: train one block of layers at a time, switching every K steps (0: off)"},
     {NULL, "badam-order", CLI_CHOICE, OPT(badam_order), 0, 0, badam_order_choices, CLI_BOTH, "BAdam block order"},
     {NULL, "badam-embed", CLI_SWITCH, OPT(badam_embed), 0, 1, NULL, CLI_BOTH, "BAdam: the embeddings and final layernorm form a block (else frozen)"},
+    {"z", "zero-stage", CLI_INT, OPT(zero_stage), 0, 1, NULL, CLI_BOTH, "with several processes: 0 all-reduce the gradients, 1 ZeRO-1 (each process updates its shard of the optimizer state)"},
     {"r", "recompute", CLI_INT, OPT(recompute), 0, 2, NULL, CLI_GPU, "recompute in the backward pass: 0 none, 1 GELU, 2 GELU + layernorms"},
     {"w", "master-weights", CLI_SWITCH, OPT(master_weights), 0, 1, NULL, CLI_GPU, "keep fp32 master weights (bf16 build)"},
     {NULL, "offload", CLI_SWITCH, OPT(offload), 0, 1, NULL, CLI_GPU, "keep AdamW m, v (and master weights) in pinned host memory; stream them through the GPU in chunks"},

@@ -1,0 +1,137 @@
+/*
+ comm.h: the processes of a data-parallel run, over MPI (OpenMPI), or one process without it.
+
+ Built with -DUSE_MPI (make train_gpt2_mpi, with mpicc) the functions are MPI collectives on
+ MPI_COMM_WORLD; without it there is one process and every collective is the identity, so the
+ single-process trainer needs no MPI at all. Launch: `mpirun -np N ./train_gpt2_mpi ...`.
+
+ Counts are size_t; MPI's are int, so large buffers go in pieces of at most 2^30 elements.
+ A fatal error on any rank (ls_fatal) exits that process with status 1; mpirun then stops the
+ others and says which rank failed, so a run never hangs on a dead rank.
+*/
+#ifndef LLMC_COMM_H
+#define LLMC_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "llmc/utils.h"
+#ifdef USE_MPI
+#include <mpi.h>
+#endif
+
+typedef struct {
+    int rank;  // this process, 0 .. size-1
+    int size;  // number of processes
+} Comm;
+
+#define COMM_PIECE ((size_t)1 << 30)
+
+#ifdef USE_MPI
+static inline void mpi_check(int rc, const char* what, const char* file, int line) {
+    if (rc != MPI_SUCCESS) {
+        char msg[MPI_MAX_ERROR_STRING];
+        int len = 0;
+        MPI_Error_string(rc, msg, &len);
+        ls_fatal_at(file, line, "MPI error in %s: %s", what, msg);
+    }
+}
+#define mpiCheck(call) mpi_check((call), #call, __FILE__, __LINE__)
+#endif
+
+static inline void comm_init(Comm* c, int* argc, char*** argv) {
+#ifdef USE_MPI
+    mpiCheck(MPI_Init(argc, argv));
+    mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
+    mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &c->size));
+#else
+    (void)argc; (void)argv;
+    c->rank = 0;
+    c->size = 1;
+#endif
+}
+
+static inline void comm_finalize(Comm* c) {
+#ifdef USE_MPI
+    if (c->size >= 1) { mpiCheck(MPI_Finalize()); }
+#endif
+    c->size = 0;
+}
+
+static inline void comm_barrier(const Comm* c) {
+#ifdef USE_MPI
+    if (c->size > 1) { mpiCheck(MPI_Barrier(MPI_COMM_WORLD)); }
+#else
+    (void)c;
+#endif
+}
+
+// buf (n) = the sum over processes of buf, in place.
+static inline void comm_allreduce_sum_f32(const Comm* c, float* buf, size_t n) {
+#ifdef USE_MPI
+    for (size_t i = 0; c->size > 1 && i < n; i += COMM_PIECE) {
+        int k = (int)(n - i < COMM_PIECE ? n - i : COMM_PIECE);
+        mpiCheck(MPI_Allreduce(MPI_IN_PLACE, buf + i, k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    }
+#else
+    (void)c; (void)buf; (void)n;
+#endif
+}
+
+static inline double comm_allreduce_sum_f64(const Comm* c, double x) {
+#ifdef USE_MPI
+    if (c->size > 1) { mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD)); }
+#else
+    (void)c;
+#endif
+    return x;
+}
+
+// ZeRO-1's gradient step: send holds size*shard elements; recv (shard) gets this process's
+// shard of the sum over processes.
+static inline void comm_reduce_scatter_sum_f32(const Comm* c, const float* send, float* recv, size_t shard) {
+#ifdef USE_MPI
+    if (c->size > 1) {
+        if (shard > (size_t)1 << 30) { ls_fatal("comm: shards above 2^30 elements are not supported"); }
+        mpiCheck(MPI_Reduce_scatter_block(send, recv, (int)shard, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+        return;
+    }
+#else
+    (void)c;
+#endif
+    memcpy(recv, send, shard * sizeof(float));
+}
+
+// ZeRO-1's parameter step: every process contributes its shard (in place in buf, at rank*shard);
+// afterwards buf (size*shard) holds all shards.
+static inline void comm_allgather_inplace_f32(const Comm* c, float* buf, size_t shard) {
+#ifdef USE_MPI
+    if (c->size > 1) {
+        if (shard > (size_t)1 << 30) { ls_fatal("comm: shards above 2^30 elements are not supported"); }
+        mpiCheck(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)shard, MPI_FLOAT, MPI_COMM_WORLD));
+    }
+#else
+    (void)c; (void)buf; (void)shard;
+#endif
+}
+
+// Every process must have been given the same flags: compares a hash of argv (rank 0 reports).
+static inline void comm_check_same_args(const Comm* c, int argc, char** argv) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the arguments
+    for (int i = 1; i < argc; i++) {
+        for (const char* p = argv[i]; *p; p++) { h = (h ^ (unsigned char)*p) * 1099511628211ull; }
+        h = (h ^ 0xff) * 1099511628211ull;
+    }
+#ifdef USE_MPI
+    if (c->size > 1) {
+        uint64_t lo = h, hi = h;
+        mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD));
+        mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD));
+        if (lo != hi) { ls_fatal("the %d processes were started with different flags (rank %d); give every rank the same command line", c->size, c->rank); }
+    }
+#else
+    (void)c; (void)h;
+#endif
+}
+
+#endif // LLMC_COMM_H
