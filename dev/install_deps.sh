@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # install_deps.sh: installs what leanstep needs on Debian/Ubuntu (as root, or with sudo).
-# Required: a C compiler, OpenBLAS, PCRE2, cJSON, libcurl, OpenSSL (sha256), Boost.Context (the CUDA
-# CPU harness). For the tests: Debian's PyTorch (python3-torch) and tiktoken from PyPI.
-# Optional, not installed here: the CUDA toolkit (nvcc) for the GPU builds.
+# Required: a C compiler, OpenBLAS, PCRE2, cJSON, zlib (checksums), libcurl and OpenSSL (sha256, the
+# data step), Boost.Context (the CUDA CPU harness). Optional but installed here: OpenMPI (the
+# data-parallel CPU trainer, train_gpt2_mpi). For the tests: Debian's PyTorch (python3-torch) and
+# tiktoken from PyPI. Not installed here: the CUDA toolkit (nvcc) for the GPU builds.
 set -euo pipefail
-packages=(build-essential libopenblas-openmp-dev libopenblas-dev libpcre2-dev libcjson-dev
-          libcurl4-openssl-dev libssl-dev libboost-context-dev python3-torch)
+packages=(build-essential libopenblas-openmp-dev libopenblas-dev libpcre2-dev libcjson-dev zlib1g-dev
+          libcurl4-openssl-dev libssl-dev libboost-context-dev libopenmpi-dev openmpi-bin python3-torch)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
