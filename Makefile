@@ -188,6 +188,8 @@ test-gpu-emu: $(REF_DIR)/$(REF_DESC)_state.bin $(BUILD)/train_gpt2 data
 	$(BUILD)/test_gpt2cu_emu_bf16 --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin
 	$(PYTHON) dev/test/compare_trainers.py --cpu $(BUILD)/train_gpt2 --gpu $(BUILD)/train_gpt2cu_emu_fp32 \
 		--model $(REF_DIR)/$(REF_DESC)_model.bin
+	$(PYTHON) dev/test/compare_trainers.py --cpu $(BUILD)/train_gpt2 --gpu $(BUILD)/train_gpt2cu_emu_fp32 \
+		--model $(REF_DIR)/$(REF_DESC)_model.bin --badam 2
 	$(PYTHON) dev/test/test_cli.py --bin $(BUILD)/train_gpt2cu_emu_fp32
 	$(Q)$(MAKE) --no-print-directory gpu-compile-check PRECISION=BF16
 	$(Q)$(MAKE) --no-print-directory gpu-compile-check PRECISION=FP32

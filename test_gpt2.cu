@@ -16,6 +16,9 @@
      max|diff| <= 5e-2 max|ref| (measured at most 9.3e-3, ~2.4 bf16 steps), the 10 losses 1e-3
      relative (measured 1.8e-5; stochastic rounding keeps the update unbiased).
  Determinism: the same steps from the same checkpoint give bit-identical losses and parameters.
+ --offload: bit-identical to the on-device update. --badam (check_badam, on a small random model
+ in both precisions): compact gradients bit-identical to the full backward pass's, updates touch
+ the active block only, memory predicted = allocated, mid-block resume bit-exact.
 */
 #define TESTING
 #include "train_gpt2.cu"
@@ -39,7 +42,7 @@ static void check_model(const char* model_path, const char* state_path) {
     int B = s.B, T = s.T, V = c.vocab_size, Vp = c.padded_vocab_size;
 
     // the memory table equals what was allocated
-    GpuMemoryOptions mo = gpu_memory_options(&c, B, T, model.recompute, model.use_master, model.chunk);
+    GpuMemoryOptions mo = gpu_memory_options(&c, B, T, model.recompute, model.use_master, model.chunk, 0);
     MemoryReport predicted = memory_model_gpu(&c, B, T, &mo);
     for (int i = 0; i < MEM_COUNT; i++) {
         CHECK(predicted.bytes[i] == model.mem.bytes[i], "memory %s: predicted %zu bytes, allocated %zu",
@@ -171,7 +174,7 @@ static void check_offload(const char* model_path, const char* state_path) {
     GPT2 on, off;
     gpt2_build(&on, model_path, 5, s.B, s.T, NULL);
     gpt2_build(&off, model_path, 5, s.B, s.T, &o);
-    GpuMemoryOptions mo = gpu_memory_options(&c, s.B, s.T, off.recompute, off.use_master, off.chunk);
+    GpuMemoryOptions mo = gpu_memory_options(&c, s.B, s.T, off.recompute, off.use_master, off.chunk, 0);
     MemoryReport predicted = memory_model_gpu(&c, s.B, s.T, &mo);
     for (int i = 0; i < MEM_COUNT; i++) {
         CHECK(predicted.bytes[i] == off.mem.bytes[i], "offload memory %s: predicted %zu, allocated %zu", mem_category_names[i],
@@ -201,6 +204,170 @@ static void check_offload(const char* model_path, const char* state_path) {
     ref_state_free(&s);
 }
 
+// BAdam's blocks on a small random model (no reference files needed).
+#define BADAM_DESC "L3C32H2T16V300"
+#define BADAM_B 2
+#define BADAM_T 16
+
+static void badam_tokens(int* inputs, int* targets) {
+    for (int i = 0; i < BADAM_B * BADAM_T; i++) { inputs[i] = (i * 37 + 1) % 300; targets[i] = (i * 11 + 5) % 300; }
+}
+
+// Runs `steps` training steps from `first_step` on one batch; losses into out.
+static void badam_run_steps(GPT2* model, const int* inputs, const int* targets, int first_step, int steps, float* out) {
+    AdamWHyper h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    for (int i = 0; i < steps; i++) {
+        gpt2_begin_step(model, first_step + i);
+        out[i] = gpt2_forward(model, inputs, targets, BADAM_B, BADAM_T);
+        gpt2_backward(model, inputs, targets, BADAM_B, BADAM_T, 1.0f);
+        gpt2_update(model, &h, first_step + i + 1);
+    }
+}
+
+// --badam: (1) for every block (and -r 1, 2) the early-stopping backward pass gives the active
+// block's compact gradients bit for bit the full backward pass's gradients of those slices;
+// (2) an update changes the active block's parameters only, and at a switch the master weights
+// are the exact widening of the block's parameters; (3) the memory table equals the allocation;
+// (4) a checkpoint in the middle of a block phase resumes bit for bit.
+static void check_badam(void) {
+    int inputs[BADAM_B * BADAM_T], targets[BADAM_B * BADAM_T];
+    badam_tokens(inputs, targets);
+    GPT2Config c;
+    gpt2_config_from_descriptor(BADAM_DESC, &c);
+    TrainOptions o;
+    train_options_defaults(&o);
+    o.badam = 1;
+    o.badam_order = BADAM_ASCENDING;
+    o.badam_embed = 1;
+    for (int r = 1; r <= 2; r++) {
+        o.recompute = r;
+        TrainOptions of = o;
+        of.badam = 0;
+        GPT2 full, bad;
+        gpt2_build(&full, BADAM_DESC, 3, BADAM_B, BADAM_T, &of);
+        gpt2_build(&bad, BADAM_DESC, 3, BADAM_B, BADAM_T, &o);
+        size_t n = full.num_parameters, nb = bad.state_elems;
+        CHECK(bad.use_badam && nb == bad.badam.max_block && nb < n / 2, "badam: state for the largest block (%zu of %zu)", nb, n);
+        // (3) the memory table with BAdam equals what was allocated
+        GpuMemoryOptions mo = gpu_memory_options(&c, BADAM_B, BADAM_T, bad.recompute, bad.use_master, 0, nb);
+        MemoryReport predicted = memory_model_gpu(&c, BADAM_B, BADAM_T, &mo);
+        for (int i = 0; i < MEM_COUNT; i++) {
+            CHECK(predicted.bytes[i] == bad.mem.bytes[i], "badam memory %s: predicted %zu, allocated %zu", mem_category_names[i],
+                  predicted.bytes[i], bad.mem.bytes[i]);
+        }
+        CHECK(bad.mem.bytes[MEM_GRADS] < full.mem.bytes[MEM_GRADS] / 2 && bad.mem.bytes[MEM_ADAM_M] < full.mem.bytes[MEM_ADAM_M] / 2,
+              "badam: gradients and m are one block's");
+        // (1) gradients, block by block (ascending, K = 1: step b trains block b)
+        float* gf = (float*)mallocCheck(n * sizeof(float));
+        float* gb = (float*)mallocCheck(nb * sizeof(float));
+        for (int step = 0; step < bad.badam.num_blocks; step++) {
+            gpt2_begin_step(&full, step);  // the same step: the same rounding seed in the encoder backward
+            gpt2_forward(&full, inputs, targets, BADAM_B, BADAM_T);
+            gpt2_backward(&full, inputs, targets, BADAM_B, BADAM_T, 1.0f);
+            gpt2_begin_step(&bad, step);
+            CHECK(bad.active_block == step, "badam: step %d trains block %d", step, bad.active_block);
+            gpt2_forward(&bad, inputs, targets, BADAM_B, BADAM_T);
+            gpt2_backward(&bad, inputs, targets, BADAM_B, BADAM_T, 1.0f);
+            download_floatx(gf, full.grads_memory, n);
+            download_floatx(gb, bad.grads_memory, nb);
+            size_t differ = 0, nonzero = 0, count = 0;
+            for (int k = 0; k < bad.num_slices; k++) {
+                const BadamSlice* sl = &bad.slices[k];
+                for (size_t j = 0; j < sl->count; j++) {
+                    differ += memcmp(&gb[sl->compact + j], &gf[sl->offset + j], sizeof(float)) != 0;
+                    nonzero += gb[sl->compact + j] != 0.0f;
+                }
+                count += sl->count;
+            }
+            CHECK(differ == 0 && nonzero > count / 2, "badam -r %d block %d: %zu of %zu gradients differ from the full backward pass "
+                  "(%zu nonzero)", r, step, differ, count, nonzero);
+        }
+        free(gb);
+        free(gf);
+        if (r == 1) {
+            // (2) an update of layer 1 (step 1) changes its parameters only
+            size_t np = n;
+            float* before = (float*)mallocCheck(np * sizeof(float));
+            float* after = (float*)mallocCheck(np * sizeof(float));
+            gpt2_begin_step(&bad, 1);
+            if (bad.use_master) {  // at the switch: master = the block's parameters, exactly
+                float* master = (float*)mallocCheck(nb * sizeof(float));
+                download_floatx(before, bad.params_memory, np);
+                cudaCheck(cudaMemcpy(master, bad.master_memory, nb * sizeof(float), cudaMemcpyDeviceToHost));
+                size_t wrong = 0;
+                for (int k = 0; k < bad.num_slices; k++) {
+                    const BadamSlice* sl = &bad.slices[k];
+                    wrong += memcmp(master + sl->compact, before + sl->offset, sl->count * sizeof(float)) != 0;
+                }
+                CHECK(wrong == 0, "badam: at a switch the master weights are the block's parameters (%zu slices differ)", wrong);
+                free(master);
+            }
+            gpt2_forward(&bad, inputs, targets, BADAM_B, BADAM_T);
+            gpt2_backward(&bad, inputs, targets, BADAM_B, BADAM_T, 1.0f);
+            download_floatx(before, bad.params_memory, np);
+            AdamWHyper h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+            gpt2_update(&bad, &h, 2);
+            download_floatx(after, bad.params_memory, np);
+            size_t changed_in = 0, changed_out = 0, in_block = 0;
+            for (size_t i = 0; i < np; i++) {
+                int in = 0;
+                for (int k = 0; k < bad.num_slices; k++) { in |= i >= bad.slices[k].offset && i < bad.slices[k].offset + bad.slices[k].count; }
+                in_block += (size_t)in;
+                if (memcmp(&before[i], &after[i], sizeof(float)) != 0) { if (in) { changed_in++; } else { changed_out++; } }
+            }
+            CHECK(changed_out == 0 && changed_in > in_block / 2, "badam update: %zu changed outside the block, %zu of %zu inside",
+                  changed_out, changed_in, in_block);
+            printf("badam: update of block 1 changed %zu of its %zu parameters, none of the other %zu\n", changed_in, in_block,
+                   np - in_block);
+            free(after);
+            free(before);
+        }
+        gpt2_free(&bad);
+        gpt2_free(&full);
+    }
+    printf("badam: %d blocks, -r 1 and 2: compact gradients bit-identical to the full backward pass; memory predicted = allocated\n",
+           c.num_layers + 1);
+
+    // (4) resume in the middle of a block phase: K = 2, descending; save after step 3 (block_step 1)
+    char dir[] = "/tmp/leanstep_badam_XXXXXX";
+    if (mkdtemp(dir) == NULL) { ls_fatal("mkdtemp failed"); }
+    char ckpt_model[256], ckpt_state[256];
+    snprintf(ckpt_model, sizeof(ckpt_model), "%s/model.bin", dir);
+    snprintf(ckpt_state, sizeof(ckpt_state), "%s/state.bin", dir);
+    o.recompute = 1;
+    o.badam = 2;
+    o.badam_order = BADAM_DESCENDING;
+    GPT2 model;
+    float first[3], la[5], lb[5];
+    gpt2_build(&model, BADAM_DESC, 7, BADAM_B, BADAM_T, &o);
+    badam_run_steps(&model, inputs, targets, 0, 3, first);
+    RunState rs = {1, 0, 3, 1, model.num_parameters, 0, 0, 0};
+    gpt2_checkpoint_write(&model, ckpt_model, ckpt_state, &rs);
+    badam_run_steps(&model, inputs, targets, 3, 5, la);  // steps 3..7: the switches at 4 and 6
+    size_t n = model.num_parameters;
+    float* pa = (float*)mallocCheck(n * sizeof(float));
+    float* pb = (float*)mallocCheck(n * sizeof(float));
+    download_floatx(pa, model.params_memory, n);
+    gpt2_free(&model);
+    gpt2_build(&model, ckpt_model, 7, BADAM_B, BADAM_T, &o);
+    RunState rs2;
+    gpt2_state_read(&model, ckpt_state, &rs2);
+    CHECK(rs2.num_params == model.state_elems, "badam checkpoint: the state holds one block (%llu elements)",
+          (unsigned long long)rs2.num_params);
+    badam_run_steps(&model, inputs, targets, 3, 5, lb);
+    download_floatx(pb, model.params_memory, n);
+    gpt2_free(&model);
+    int same = memcmp(la, lb, sizeof(la)) == 0 && memcmp(pa, pb, n * sizeof(float)) == 0;
+    CHECK(same, "badam resume: losses or parameters differ after reloading the checkpoint (%.7f vs %.7f)", la[4], lb[4]);
+    CHECK(la[4] < first[0], "badam: the loss went down over 8 steps (%.4f -> %.4f)", first[0], la[4]);
+    if (same) { printf("badam resume: 5 steps (2 switches) after a mid-block checkpoint: bit-identical losses and parameters\n"); }
+    free(pa);
+    free(pb);
+    remove(ckpt_model);
+    remove(ckpt_state);
+    rmdir(dir);
+}
+
 int main(int argc, char** argv) {
     const char *model_path = NULL, *state_path = NULL;
     int resume_check = 1;
@@ -219,6 +386,7 @@ int main(int argc, char** argv) {
     check_model(model_path, state_path);
     if (resume_check) { check_resume(model_path, state_path); }
     if (resume_check) { check_offload(model_path, state_path); }
+    check_badam();
     printf("%s: %d failed check(s)\n", failures ? "FAILED" : "OK", failures);
     return failures ? 1 : 0;
 }

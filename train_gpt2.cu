@@ -1,11 +1,17 @@
 /*
  train_gpt2.cu: GPT-2 training on one GPU, mixed precision (bf16 by default, fp32 with
  PRECISION=FP32), matmuls through cuBLASLt, and every step ending with the fused AdamW kernel of
- llmc/adamw.cuh over all parameters in one launch.
+ llmc/adamw.cuh over all parameters in one launch (with --badam, over the active block's slices).
 
  It reads top to bottom like train_gpt2.c, the CPU trainer it is tested against: the model
  (parameters, activations, forward, backward, update), then the hooks of the training loop that
- both trainers share (llmc/train_loop.h). The kernels live in llmc/, one family per .cuh file.
+ both trainers share (llmc/train_loop.h). The kernels live in llmc/, one family per .cuh file
+ (except BAdam's one-line widening of a block's parameters into its master weights).
+
+ --badam K (llmc/badam.h), as in train_gpt2.c: gradients, m, v and master weights exist for the
+ active block only (compact buffers, its slices back to back); the backward pass passes NULL
+ weight gradients for frozen tensors (grad_slice) and stops below the lowest active layer; the
+ update is one AdamW launch per slice of the block.
 
  The same source also builds for the CPU execution harness (make train_gpt2cu_emu): each CUDA
  thread runs as a fiber, cuBLASLt is replaced by a CPU matmul, and CI runs the whole training
@@ -28,6 +34,7 @@
 #include "llmc/optim.h"
 #include "llmc/memory.h"
 #include "llmc/logger.h"
+#include "llmc/badam.h"
 #include "llmc/cuda_common.h"
 #include "llmc/cuda_precision.h"
 #include "llmc/encoder.cuh"
@@ -102,12 +109,23 @@ typedef struct {
     int recompute;            // -r
     floatX* params_memory;    // (num_parameters) device
     ParameterTensorsX params;
-    floatX* grads_memory;     // (num_parameters) device
-    ParameterTensorsX grads;
-    float* m_memory;          // AdamW moments, device fp32 (with --offload: 2 chunks of staging)
+    floatX* grads_memory;     // (state_elems) device: all parameters, or BAdam's active block (grad_slice)
+    float* m_memory;          // (state_elems) AdamW moments, device fp32 (with --offload: 2 chunks of staging)
     float* v_memory;
-    float* master_memory;     // fp32 master weights, or NULL (with --offload: 2 chunks of staging)
+    float* master_memory;     // (state_elems) fp32 master weights, or NULL (with --offload: 2 chunks of staging)
     int use_master;
+    size_t state_elems;       // elements of gradients, m, v, master: num_parameters, or BAdam's largest block
+    // --badam: one block trains at a time; gradients, m, v, master hold its slices back to back
+    int use_badam;
+    Badam badam;
+    int active_block;         // the block of the current step (-1 before the first)
+    int block_step;           // steps since the block was switched in
+    int badam_fresh;          // 1 until the state holds a block's (reset at a switch, or read from a checkpoint)
+    BadamSlice slices[BADAM_MAX_SLICES];  // the active block's slices
+    int num_slices;
+    AdamWSegment badam_segs[BADAM_MAX_SLICES];  // host: slice k's one-segment table (rebased to the slice)
+    AdamWSegment* d_badam_segments;  // (BADAM_MAX_SLICES) the same on the device, allocated once
+    int badam_segs_block;     // the block whose tables d_badam_segments holds (-1: none)
     // --offload: m, v, master live in pinned host memory and stream through the staging buffers
     int offload;
     size_t chunk;             // elements per chunk
@@ -162,7 +180,7 @@ static size_t kernel_scratch_bytes_for(const GPT2Config* c, int B, int T) {
 }
 
 static GpuMemoryOptions gpu_memory_options(const GPT2Config* c, int B, int T, int recompute, int master,
-                                           size_t offload_chunk) {
+                                           size_t offload_chunk, size_t badam_block) {
     GpuMemoryOptions g;
     g.recompute = recompute;
     g.master_weights = master;
@@ -172,6 +190,7 @@ static GpuMemoryOptions gpu_memory_options(const GPT2Config* c, int B, int T, in
     g.zero_stage = 0;
     g.num_processes = 1;
     g.offload_chunk = offload_chunk;
+    g.badam_block = badam_block;
     return g;
 }
 
@@ -211,6 +230,28 @@ static void* carve_tensors(MemCounter* mc, MemCategory cat, const size_t* counts
     return base;
 }
 
+// Flag combinations the GPU trainer does not support: a one-line error naming the flags.
+static void gpu_check_flags(const TrainOptions* o) {
+    if (o && o->badam > 0 && o->offload) {
+        ls_fatal("flags --badam and --offload cannot be combined (BAdam already keeps AdamW state for one block only; drop --offload)");
+    }
+}
+
+// BAdam's largest block for these options (0: BAdam off), and a line describing the schedule.
+static size_t badam_block_for(const GPT2Config* c, const TrainOptions* o, int print) {
+    if (o == NULL || o->badam <= 0) { return 0; }
+    ParamTable pt;
+    param_table_build(&pt, c);
+    Badam bd;
+    badam_init(&bd, &pt, o->badam, o->badam_order, o->badam_embed, 0);
+    if (print) {
+        printf("BAdam: %d blocks (%s), switching every %d steps, order %s; gradients and AdamW state for %zu elements\n",
+               bd.num_blocks, o->badam_embed ? "layers + embeddings" : "layers; embeddings frozen", o->badam,
+               badam_order_names[o->badam_order], bd.max_block);
+    }
+    return bd.max_block;
+}
+
 // Builds the model from a model file or a descriptor and allocates everything for batches up to
 // (B, T). opts may be NULL (recompute 1, master weights on in bf16 builds).
 static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t seed, int B, int T, const TrainOptions* opts) {
@@ -227,7 +268,7 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
         ls_fatal("model: channels %d and head size %d must be multiples of %d for the GPU kernels", c->channels,
                  c->channels / c->num_heads, (int)x128::size);
     }
-    if (opts && opts->badam > 0) { ls_fatal("flag --badam: BAdam is not in the GPU trainer yet; use the CPU trainer (./train_gpt2)"); }
+    gpu_check_flags(opts);
     model->recompute = opts ? opts->recompute : 1;
     int master = FLOATX_IS_BF16 && (opts ? opts->master_weights : 1);
     model->use_master = master;
@@ -238,16 +279,27 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
         model->chunk = offload_chunk_elems(n_params, (size_t)opts->offload_chunk);
         model->num_chunks = (int)CEIL_DIV(n_params, model->chunk);
     }
+    param_table_build(&model->table, c);
+    model->state_elems = n_params;
+    model->active_block = -1;
+    model->badam_segs_block = -1;
+    if (opts && opts->badam > 0) {
+        model->use_badam = 1;
+        model->badam_fresh = 1;
+        badam_init(&model->badam, &model->table, opts->badam, opts->badam_order, opts->badam_embed, seed);
+        model->state_elems = model->badam.max_block;
+    }
+    size_t badam_block = model->use_badam ? model->state_elems : 0;
     // will it fit? If not, say so before allocating, with the table and the largest batch that fits
     size_t free_b = 0, total_b = 0;
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
-    GpuMemoryOptions mo = gpu_memory_options(c, B, T, model->recompute, master, model->chunk);
+    GpuMemoryOptions mo = gpu_memory_options(c, B, T, model->recompute, master, model->chunk, badam_block);
     MemoryReport need = memory_model_gpu(c, B, T, &mo);
     if (memory_report_total(&need) > free_b) {
         memory_report_print(stderr, &need, gpt2_num_parameters(c));
         int fit = 0;
         for (int b = B - 1; b >= 1 && fit == 0; b--) {
-            GpuMemoryOptions mb = gpu_memory_options(c, b, T, model->recompute, master, model->chunk);
+            GpuMemoryOptions mb = gpu_memory_options(c, b, T, model->recompute, master, model->chunk, badam_block);
             MemoryReport r = memory_model_gpu(c, b, T, &mb);
             if (memory_report_total(&r) <= free_b) { fit = b; }
         }
@@ -261,17 +313,17 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     matmul_init(CUBLASLT_WORKSPACE_BYTES);
     model->mem.bytes[MEM_WORKSPACE] = matmul_workspace_bytes();
 
-    param_table_build(&model->table, c);
     size_t n = model->num_parameters = model->table.total;
+    size_t ns = model->state_elems;
     MemCounter* mc = &model->mem;
     model->params_memory = (floatX*)cuda_malloc_counted(mc, MEM_PARAMS, gpu_tensor_bytes(n, sizeof(floatX)));
-    model->grads_memory = (floatX*)cuda_malloc_counted(mc, MEM_GRADS, gpu_tensor_bytes(n, sizeof(floatX)));
+    model->grads_memory = (floatX*)cuda_malloc_counted(mc, MEM_GRADS, gpu_tensor_bytes(ns, sizeof(floatX)));
     // optimizer state: on the device, or (offload) in pinned host memory with two chunks of staging
-    size_t state_bytes = model->offload ? 2 * gpu_tensor_bytes(model->chunk, 4) : gpu_tensor_bytes(n, 4);
+    size_t state_bytes = model->offload ? 2 * gpu_tensor_bytes(model->chunk, 4) : gpu_tensor_bytes(ns, 4);
     model->m_memory = (float*)cuda_malloc_counted(mc, MEM_ADAM_M, state_bytes);
     model->v_memory = (float*)cuda_malloc_counted(mc, MEM_ADAM_V, state_bytes);
     model->master_memory = master ? (float*)cuda_malloc_counted(mc, MEM_MASTER, state_bytes) : NULL;
-    cudaCheck(cudaMemset(model->grads_memory, 0, n * sizeof(floatX)));
+    cudaCheck(cudaMemset(model->grads_memory, 0, ns * sizeof(floatX)));
     if (model->offload) {
         cudaCheck(cudaMallocHost((void**)&model->m_host, n * sizeof(float)));
         cudaCheck(cudaMallocHost((void**)&model->v_host, n * sizeof(float)));
@@ -285,19 +337,17 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
             cudaCheck(cudaEventCreateWithFlags(&model->updated[i], cudaEventDisableTiming));
         }
     } else {
-        cudaCheck(cudaMemset(model->m_memory, 0, n * sizeof(float)));
-        cudaCheck(cudaMemset(model->v_memory, 0, n * sizeof(float)));
+        cudaCheck(cudaMemset(model->m_memory, 0, ns * sizeof(float)));
+        cudaCheck(cudaMemset(model->v_memory, 0, ns * sizeof(float)));
     }
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        model->params.t[i] = model->params_memory + model->table.t[i].offset;
-        model->grads.t[i] = model->grads_memory + model->table.t[i].offset;
-    }
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { model->params.t[i] = model->params_memory + model->table.t[i].offset; }
     // parameters: fp32 on the host (random init or file), then rounded to floatX on the device
     float* host = (float*)mallocCheck(n * sizeof(float));
     if (from_descriptor) { params_init_random(&model->table, host, seed); }
     else { model_file_read_params(model_or_descriptor, c, host); }
     upload_floatx(model->params_memory, host, n);
     if (master && model->offload) { memcpy(model->master_host, host, n * sizeof(float)); }
+    else if (master && model->use_badam) { cudaCheck(cudaMemset(model->master_memory, 0, ns * sizeof(float))); }  // filled at a switch
     else if (master) { cudaCheck(cudaMemcpy(model->master_memory, host, n * sizeof(float), cudaMemcpyHostToDevice)); }
     free(host);
 
@@ -316,12 +366,16 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     MemCounter small;
     memset(&small, 0, sizeof(small));
     model->d_norm_scratch = (float*)cuda_malloc_counted(&small, MEM_SCRATCH, (GLOBAL_NORM_MAX_BLOCKS + 3) * sizeof(float));
+    if (model->use_badam) {
+        model->d_badam_segments = (AdamWSegment*)cuda_malloc_counted(&small, MEM_SCRATCH, BADAM_MAX_SLICES * sizeof(AdamWSegment));
+    }
     model->inputs_cpu = (int*)mallocCheck((size_t)B * T * sizeof(int));
     model->losses_cpu = (float*)mallocCheck((size_t)B * T * sizeof(float));
     model->logits_row_cpu = (float*)mallocCheck((size_t)c->padded_vocab_size * sizeof(float));
 }
 
 static void gpt2_free(GPT2* model) {
+    if (model->d_badam_segments) { cudaCheck(cudaFree(model->d_badam_segments)); }
     if (model->d_segments) { cudaCheck(cudaFree(model->d_segments)); }
     if (model->offload) {
         for (int k = 0; k < model->num_chunks && model->d_chunk_segments; k++) { cudaCheck(cudaFree(model->d_chunk_segments[k])); }
@@ -418,27 +472,83 @@ static float gpt2_forward(GPT2* model, const int* inputs, const int* targets, in
 }
 
 static void gpt2_zero_grad(GPT2* model) {
-    cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(floatX), model->stream));
+    cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->state_elems * sizeof(floatX), model->stream));
 }
 
-// Starts training step `step`: zero the gradients.
+// The gradient of layer l's slice of tensor i (l = 0 for tensors that are not per layer), or NULL
+// when it is frozen (BAdam: not in the active block); the backward pass then skips that weight
+// gradient. As train_gpt2.c's grad_slice.
+static floatX* grad_slice(GPT2* model, int i, int l) {
+    if (!model->use_badam) { return model->grads_memory + param_slice_offset(&model->table, i, l); }
+    for (int k = 0; k < model->num_slices; k++) {
+        const BadamSlice* sl = &model->slices[k];
+        if (sl->tensor == i && sl->layer == l) { return model->grads_memory + sl->compact; }
+    }
+    return NULL;
+}
+
+// The lowest layer the backward pass must reach: 0 when the embeddings train, else the lowest
+// layer with a trainable slice (BAdam stops the backward pass there).
+static int backward_lowest_layer(const GPT2* model) {
+    if (!model->use_badam || model->active_block >= model->badam.num_layers) { return 0; }
+    return model->active_block;
+}
+
+// master (n) = params (n) widened to fp32 (exact): the master weights of a block BAdam switches in.
+static __global__ void badam_master_from_params_kernel(float* master, const floatX* params, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        master[i] = to_float(params[i]);
+    }
+}
+
+// BAdam at a switch: AdamW state zero, and (master weights) the block's compact master = its
+// current floatX parameters, exactly.
+static void badam_reset_state(GPT2* model) {
+    cudaStream_t s = model->stream;
+    cudaCheck(cudaMemsetAsync(model->m_memory, 0, model->state_elems * sizeof(float), s));
+    cudaCheck(cudaMemsetAsync(model->v_memory, 0, model->state_elems * sizeof(float), s));
+    if (model->master_memory == NULL) { return; }
+    for (int k = 0; k < model->num_slices; k++) {
+        const BadamSlice* sl = &model->slices[k];
+        unsigned grid = (unsigned)(CEIL_DIV(sl->count, (size_t)256) < 4096 ? CEIL_DIV(sl->count, (size_t)256) : 4096);
+        launch(badam_master_from_params_kernel, grid, 256, 0, s, model->master_memory + sl->compact,
+               (const floatX*)model->params_memory + sl->offset, sl->count);
+    }
+}
+
+// Starts training step `step` (from 0): BAdam picks the step's block (resetting the AdamW state at
+// a switch); the gradients are zeroed.
 static void gpt2_begin_step(GPT2* model, int step) {
     model->step = step;
     model->micro_step = 0;
+    if (model->use_badam) {
+        int block = badam_block_at(&model->badam, step);
+        model->block_step = badam_step_in_block(&model->badam, step);
+        if (block != model->active_block || model->num_slices == 0) {
+            model->active_block = block;
+            model->num_slices = badam_block_slices(&model->badam, &model->table, block, model->slices);
+        }
+        // at a switch; or on a fresh start in the middle of a block phase (no state to continue)
+        if (model->block_step == 0 || model->badam_fresh) {
+            badam_reset_state(model);
+            model->badam_fresh = 0;
+        }
+    }
     gpt2_zero_grad(model);
 }
 
 // Backward pass after gpt2_forward with targets: adds the gradient of (mean loss * loss_scale)
-// to the parameter gradients.
+// to the parameter gradients (grad_slice: with BAdam, the active block's only; frozen weights get
+// no weight-gradient matmul, and the pass stops below the lowest active layer).
 static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, int B, int T, float loss_scale) {
     (void)inputs; (void)targets;  // on the device since the forward pass (host copy in inputs_cpu)
+    if (model->use_badam && model->num_slices == 0) { ls_fatal("gpt2_backward: BAdam needs gpt2_begin_step first (no active block)"); }
     const GPT2Config* c = &model->config;
     int L = c->num_layers, C = c->channels, NH = c->num_heads, V = c->vocab_size, Vp = c->padded_vocab_size;
     int BT = B * T;
     size_t BTC = (size_t)BT * C;
     cudaStream_t s = model->stream;
     ParameterTensorsX* w = &model->params;
-    ParameterTensorsX* g = &model->grads;
     ActivationTensors* a = &model->acts;
     ScratchTensors* d = &model->scratch;
     float* ks = model->kernel_scratch;
@@ -448,10 +558,11 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
     // the classifier: dlogits in place of the logits, then into lnf and wte
     fused_classifier(a->output, a->losses, loss_scale / (float)BT, a->targets, BT, V, Vp, 1, s);
     cudaCheck(cudaMemsetAsync(d->dresidual, 0, BTC * sizeof(floatX), s));
-    matmul_backward(d->dbuf, g->wte, NULL, ks, a->output, a->lnf, w->wte, NULL, BT, C, Vp, s);
-    layernorm_backward(d->dresidual, g->lnfw, g->lnfb, ks, d->dbuf, LAYER(a->residual3, L - 1, BTC), w->lnfw,
-                       a->lnf_mean, a->lnf_rstd, BT, C, s);
-    for (int l = L - 1; l >= 0; l--) {
+    matmul_backward(d->dbuf, grad_slice(model, P_WTE, 0), NULL, ks, a->output, a->lnf, w->wte, NULL, BT, C, Vp, s);
+    layernorm_backward(d->dresidual, grad_slice(model, P_LNFW, 0), grad_slice(model, P_LNFB, 0), ks, d->dbuf,
+                       LAYER(a->residual3, L - 1, BTC), w->lnfw, a->lnf_mean, a->lnf_rstd, BT, C, s);
+    int lowest = backward_lowest_layer(model);
+    for (int l = L - 1; l >= lowest; l--) {
         size_t lC = (size_t)l * C;
         const floatX* residual = l == 0 ? a->encoded : LAYER(a->residual3, l - 1, BTC);
         floatX* ln1 = LAYER(a->ln1, l, ln_stride);
@@ -463,31 +574,34 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
         float* ln1_rstd = a->ln1_rstd + (size_t)l * BT;
         float* ln2_mean = a->ln2_mean + (size_t)l * BT;
         float* ln2_rstd = a->ln2_rstd + (size_t)l * BT;
-        // recompute what -r dropped
-        if (model->recompute >= 1) { gelu_forward(fch_gelu, fch, 4 * BTC, s); }
-        if (model->recompute >= 2) {
+        floatX *dfcprojw = grad_slice(model, P_FCPROJW, l), *dfcw = grad_slice(model, P_FCW, l);
+        floatX *dattprojw = grad_slice(model, P_ATTPROJW, l), *dqkvw = grad_slice(model, P_QKVW, l);
+        // recompute what -r dropped (only weight gradients read it: not for a frozen layer)
+        if (model->recompute >= 1 && dfcprojw) { gelu_forward(fch_gelu, fch, 4 * BTC, s); }
+        if (model->recompute >= 2 && (dqkvw || dfcw)) {
             layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, w->ln1w + lC, w->ln1b + lC, BT, C, s);
             layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, w->ln2w + lC, w->ln2b + lC, BT, C, s);
         }
         // dresidual holds d residual3[l]: the MLP block (fcproj, GELU through the epilogue, fc)
-        matmul_backward(d->dfch, g->fcprojw + 4 * lC * C, g->fcprojb + lC, ks, d->dresidual, fch_gelu,
+        matmul_backward(d->dfch, dfcprojw, grad_slice(model, P_FCPROJB, l), ks, d->dresidual, fch_gelu,
                         w->fcprojw + 4 * lC * C, fch, BT, 4 * C, C, s);
-        matmul_backward(d->dbuf, g->fcw + 4 * lC * C, g->fcb + 4 * lC, ks, d->dfch, ln2, w->fcw + 4 * lC * C, NULL,
+        matmul_backward(d->dbuf, dfcw, grad_slice(model, P_FCB, l), ks, d->dfch, ln2, w->fcw + 4 * lC * C, NULL,
                         BT, C, 4 * C, s);
-        layernorm_backward(d->dresidual, g->ln2w + lC, g->ln2b + lC, ks, d->dbuf, residual2, w->ln2w + lC, ln2_mean,
-                           ln2_rstd, BT, C, s);
+        layernorm_backward(d->dresidual, grad_slice(model, P_LN2W, l), grad_slice(model, P_LN2B, l), ks, d->dbuf,
+                           residual2, w->ln2w + lC, ln2_mean, ln2_rstd, BT, C, s);
         // dresidual holds d residual2[l]: the attention block
-        matmul_backward(d->datty, g->attprojw + lC * C, g->attprojb + lC, ks, d->dresidual, LAYER(a->atty, l, BTC),
-                        w->attprojw + lC * C, NULL, BT, C, C, s);
+        matmul_backward(d->datty, dattprojw, grad_slice(model, P_ATTPROJB, l), ks, d->dresidual,
+                        LAYER(a->atty, l, BTC), w->attprojw + lC * C, NULL, BT, C, C, s);
         attention_backward(d->dqkv, d->dqkvr, d->datt, (floatX*)ks, d->datty, LAYER(a->qkvr, l, 3 * BTC),
                            LAYER(a->att, l, (size_t)B * NH * T * T), B, T, C, NH, s);
-        matmul_backward(d->dbuf, g->qkvw + 3 * lC * C, g->qkvb + 3 * lC, ks, d->dqkv, ln1, w->qkvw + 3 * lC * C, NULL,
+        matmul_backward(d->dbuf, dqkvw, grad_slice(model, P_QKVB, l), ks, d->dqkv, ln1, w->qkvw + 3 * lC * C, NULL,
                         BT, C, 3 * C, s);
-        layernorm_backward(d->dresidual, g->ln1w + lC, g->ln1b + lC, ks, d->dbuf, residual, w->ln1w + lC, ln1_mean,
-                           ln1_rstd, BT, C, s);
+        layernorm_backward(d->dresidual, grad_slice(model, P_LN1W, l), grad_slice(model, P_LN1B, l), ks, d->dbuf,
+                           residual, w->ln1w + lC, ln1_mean, ln1_rstd, BT, C, s);
     }
     unsigned rounding_seed = (unsigned)srng_bits(srng_step_key(model->seed, model->step + 1), (size_t)model->micro_step++, 4);
-    encoder_backward(g->wte, g->wpe, ks, d->dresidual, a->inputs, model->inputs_cpu, B, T, C, rounding_seed, s);
+    floatX *dwte = grad_slice(model, P_WTE, 0), *dwpe = grad_slice(model, P_WPE, 0);
+    if (dwte && dwpe) { encoder_backward(dwte, dwpe, ks, d->dresidual, a->inputs, model->inputs_cpu, B, T, C, rounding_seed, s); }
 }
 
 // Chunk k's segment tables, built once: the parameter segments cut to [k*chunk, (k+1)*chunk) and
@@ -567,11 +681,49 @@ static size_t offload_bytes_per_step(const GPT2* model) {
     return model->offload ? 2 * (size_t)(model->use_master ? 3 : 2) * model->num_parameters * sizeof(float) : 0;
 }
 
-// Clip and AdamW over all parameters in one launch; `step` counts from 1. Returns the gradient
-// norm before clipping.
+// Elements of BAdam's active block (its compact gradients).
+static size_t badam_active_elems(const GPT2* model) {
+    const BadamSlice* last = &model->slices[model->num_slices - 1];
+    return last->compact + last->count;
+}
+
+// BAdam: AdamW over the active block, one launch per slice: parameters at the slice's place in the
+// model, gradients, m, v and master at its compact offset, a one-segment table with the tensor's
+// weight decay and lr multiplier. Bias correction counts from the switch (block_step + 1).
+// Stochastic rounding draws the bits of the global element index (index_base = the slice's offset)
+// under a key of the global step (mixed into the seed), so no two steps share random bits.
+static void badam_update(GPT2* model, const AdamWHyper* h, AdamWParams hp, int step, const float* d_scale) {
+    cudaStream_t s = model->stream;
+    if (model->badam_segs_block != model->active_block || model->weight_decay != h->weight_decay) {
+        if (!(h->weight_decay >= 0.0f) || !isfinite(h->weight_decay)) { ls_fatal("adamw: weight decay %g (finite, >= 0 expected)", h->weight_decay); }
+        for (int k = 0; k < model->num_slices; k++) {
+            const BadamSlice* sl = &model->slices[k];
+            const ParamTensor* t = &model->table.t[sl->tensor];
+            model->badam_segs[k] = {0, sl->count, t->decay ? h->weight_decay : 0.0f, t->lr_mult};
+        }
+        // the host table stays as it is until the next upload (after this update has synchronized)
+        cudaCheck(cudaMemcpyAsync(model->d_badam_segments, model->badam_segs, (size_t)model->num_slices * sizeof(AdamWSegment),
+                                  cudaMemcpyHostToDevice, s));
+        model->badam_segs_block = model->active_block;
+        model->weight_decay = h->weight_decay;
+    }
+    hp.seed = srng_step_key(model->seed, step);
+    for (int k = 0; k < model->num_slices; k++) {
+        const BadamSlice* sl = &model->slices[k];
+        AdamWBuffers<floatX, floatX> buf = {model->params_memory + sl->offset, model->grads_memory + sl->compact,
+                                            model->m_memory + sl->compact, model->v_memory + sl->compact,
+                                            model->master_memory ? model->master_memory + sl->compact : NULL, NULL};
+        hp.index_base = sl->offset;
+        adamw_update(buf, sl->count, model->d_badam_segments + k, 1, hp, model->block_step + 1, d_scale, s);
+    }
+}
+
+// Clip and AdamW over all parameters in one launch (BAdam: over the active block); `step` counts
+// from 1. Returns the gradient norm before clipping.
 static float gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
     cudaStream_t s = model->stream;
-    if (model->d_segments == NULL || model->weight_decay != h->weight_decay) {
+    if (model->use_badam && model->num_slices == 0) { ls_fatal("gpt2_update: BAdam needs gpt2_begin_step first (no active block)"); }
+    if (!model->use_badam && (model->d_segments == NULL || model->weight_decay != h->weight_decay)) {
         OptSegment segs[NUM_PARAMETER_TENSORS];
         model->num_segments = optim_segments_build(&model->table, h->weight_decay, segs);
         if (model->d_segments) { cudaCheck(cudaFree(model->d_segments)); }
@@ -583,7 +735,8 @@ static float gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
     float* sumsq = partials + GLOBAL_NORM_MAX_BLOCKS;
     float* norm = sumsq + 1;
     float* scale = sumsq + 2;
-    global_norm_squared(sumsq, model->grads_memory, model->num_parameters, partials, s);
+    size_t n_grads = model->use_badam ? badam_active_elems(model) : model->num_parameters;
+    global_norm_squared(sumsq, model->grads_memory, n_grads, partials, s);
     global_norm_clip_scale(scale, norm, sumsq, h->grad_clip, s);
     AdamWParams hp;
     memset(&hp, 0, sizeof(hp));
@@ -594,7 +747,9 @@ static float gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
     hp.amsgrad = 0;
     hp.stochastic_rounding = 1;
     hp.seed = model->seed;
-    if (model->offload) {
+    if (model->use_badam) {
+        badam_update(model, h, hp, step, scale);
+    } else if (model->offload) {
         adamw_update_offloaded(model, hp, step, scale);
     } else {
         AdamWBuffers<floatX, floatX> buf = {model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
@@ -617,7 +772,8 @@ static LS_UNUSED const float* gpt2_logits_row(GPT2* model, int t) {
 }
 
 // The model file holds the parameters exactly as trained: fp32 (version 3) in the fp32 build,
-// bf16 (version 5) in the bf16 build; the state file holds m, v and the master weights.
+// bf16 (version 5) in the bf16 build; the state file holds m, v and the master weights (BAdam:
+// those of the active block, num_params = the largest block, as the CPU trainer writes them).
 static LS_UNUSED void gpt2_checkpoint_write(GPT2* model, const char* model_path, const char* state_path, const RunState* rs) {
     size_t n = model->num_parameters;
     float* host = (float*)mallocCheck(n * sizeof(float));
@@ -628,13 +784,16 @@ static LS_UNUSED void gpt2_checkpoint_write(GPT2* model, const char* model_path,
         state_file_write(state_path, rs, model->m_host, model->v_host, model->use_master ? model->master_host : NULL);
         return;
     }
-    float* m = (float*)mallocCheck(n * sizeof(float));
-    float* v = (float*)mallocCheck(n * sizeof(float));
-    float* master = model->use_master ? (float*)mallocCheck(n * sizeof(float)) : NULL;
-    cudaCheck(cudaMemcpy(m, model->m_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(v, model->v_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
-    if (master) { cudaCheck(cudaMemcpy(master, model->master_memory, n * sizeof(float), cudaMemcpyDeviceToHost)); }
-    state_file_write(state_path, rs, m, v, master);
+    size_t ns = model->state_elems;
+    RunState r = *rs;
+    r.num_params = ns;
+    float* m = (float*)mallocCheck(ns * sizeof(float));
+    float* v = (float*)mallocCheck(ns * sizeof(float));
+    float* master = model->use_master ? (float*)mallocCheck(ns * sizeof(float)) : NULL;
+    cudaCheck(cudaMemcpy(m, model->m_memory, ns * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(v, model->v_memory, ns * sizeof(float), cudaMemcpyDeviceToHost));
+    if (master) { cudaCheck(cudaMemcpy(master, model->master_memory, ns * sizeof(float), cudaMemcpyDeviceToHost)); }
+    state_file_write(state_path, &r, m, v, master);
     free(master); free(v); free(m);
 }
 
@@ -644,14 +803,16 @@ static LS_UNUSED void gpt2_state_read(GPT2* model, const char* state_path, RunSt
         state_file_read(state_path, n, rs, model->m_host, model->v_host, model->use_master ? model->master_host : NULL);
         return;
     }
-    float* m = (float*)mallocCheck(n * sizeof(float));
-    float* v = (float*)mallocCheck(n * sizeof(float));
-    float* master = model->use_master ? (float*)mallocCheck(n * sizeof(float)) : NULL;
-    state_file_read(state_path, n, rs, m, v, master);
-    cudaCheck(cudaMemcpy(model->m_memory, m, n * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(model->v_memory, v, n * sizeof(float), cudaMemcpyHostToDevice));
-    if (master) { cudaCheck(cudaMemcpy(model->master_memory, master, n * sizeof(float), cudaMemcpyHostToDevice)); }
+    size_t ns = model->state_elems;
+    float* m = (float*)mallocCheck(ns * sizeof(float));
+    float* v = (float*)mallocCheck(ns * sizeof(float));
+    float* master = model->use_master ? (float*)mallocCheck(ns * sizeof(float)) : NULL;
+    state_file_read(state_path, ns, rs, m, v, master);
+    cudaCheck(cudaMemcpy(model->m_memory, m, ns * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(model->v_memory, v, ns * sizeof(float), cudaMemcpyHostToDevice));
+    if (master) { cudaCheck(cudaMemcpy(model->master_memory, master, ns * sizeof(float), cudaMemcpyHostToDevice)); }
     free(master); free(v); free(m);
+    model->badam_fresh = 0;  // BAdam: the state of the step's block, unless the step starts a new one
 }
 
 // Peak dense FLOP/s by device name, for MFU. 0: unknown (MFU is then not printed).
@@ -687,8 +848,11 @@ static LS_UNUSED void trainer_init(const TrainOptions* o) {
 }
 
 static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOptions* o) {
+    gpu_check_flags(o);
     size_t chunk = o->offload ? offload_chunk_elems(gpt2_num_parameters(c), (size_t)o->offload_chunk) : 0;
-    GpuMemoryOptions g = gpu_memory_options(c, o->B, o->T, o->recompute, FLOATX_IS_BF16 && o->master_weights, chunk);
+    size_t badam_block = badam_block_for(c, o, 1);
+    GpuMemoryOptions g = gpu_memory_options(c, o->B, o->T, o->recompute, FLOATX_IS_BF16 && o->master_weights, chunk,
+                                            badam_block);
     MemoryReport predicted = memory_model_gpu(c, o->B, o->T, &g);
     printf("GPU memory (%s, recompute %d, master weights %s):\n", PRECISION_NAME, o->recompute,
            g.master_weights ? "on" : "off");
@@ -707,9 +871,12 @@ static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o,
                model->num_chunks, model->chunk, mib(offload_bytes_per_step(model)));
     }
     printf("\n");
-    GpuMemoryOptions g = gpu_memory_options(&model->config, model->B, model->T, model->recompute, model->use_master, model->chunk);
+    size_t badam_block = badam_block_for(&model->config, o, 1);
+    GpuMemoryOptions g = gpu_memory_options(&model->config, model->B, model->T, model->recompute, model->use_master,
+                                            model->chunk, badam_block);
     MemoryReport predicted = memory_model_gpu(&model->config, model->B, model->T, &g);
     memory_report_print(stdout, &predicted, model->num_parameters);
+    memory_check_allocation(&predicted, &model->mem);
     size_t free_b = 0, total_b = 0;
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
     printf("device memory: %.1f MiB free of %.1f MiB\n", mib(free_b), mib(total_b));

@@ -7,7 +7,8 @@
    fused_residual_layernorm_forward  residual = inp1 + inp2 (rounded to floatX), then
                                      normed = layernorm(residual): the statistics are those of the
                                      stored, rounded residual, which is what the backward pass sees
-   layernorm_backward                dinp += , dweight += , dbias +=  (accumulating, as on the CPU)
+   layernorm_backward                dinp += , dweight += , dbias +=  (accumulating, as on the CPU);
+                                     dweight = dbias = NULL: a frozen layernorm (BAdam), dinp only
 
  Forward: one warp per row. The warp reads its row once (16-byte loads), keeps it in shared memory
  (each lane reads back only the chunks it wrote: no synchronization), and computes the mean, then
@@ -111,9 +112,11 @@ layernorm_forward_kernel(floatX* __restrict__ residual, floatX* __restrict__ out
     }
 }
 
-// dinp += of the block's rows [blockIdx.x * rows_per_block, ... + rows_per_block) ∩ [0, N), and
-// partials[blockIdx.x] = (sum over those rows of norm*dout, of dout), each (C).
-// Dynamic shared memory: (warps, 2, C) floats, each warp's dweight and dbias sums.
+// dinp += of the block's rows [blockIdx.x * rows_per_block, ... + rows_per_block) ∩ [0, N), and with
+// kParamGrads partials[blockIdx.x] = (sum over those rows of norm*dout, of dout), each (C).
+// Dynamic shared memory (kParamGrads): (warps, 2, C) floats, each warp's dweight and dbias sums.
+// Without kParamGrads (frozen weight and bias) dinp gets exactly the same values.
+template <bool kParamGrads>
 static __global__ void __launch_bounds__(32 * LAYERNORM_MAX_WARPS, 4) // 4 blocks of 48 KB per SM
 layernorm_backward_kernel(floatX* __restrict__ dinp, float* __restrict__ partials,
                           const floatX* __restrict__ dout, const floatX* __restrict__ inp,
@@ -124,9 +127,11 @@ layernorm_backward_kernel(floatX* __restrict__ dinp, float* __restrict__ partial
     const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float* acc_w = acc + (size_t)warp * 2 * C;
     float* acc_b = acc_w + C;
-    for (int c = lane * X; c < C; c += 32 * X) {
+    if (kParamGrads) {
+        for (int c = lane * X; c < C; c += 32 * X) {
 #pragma unroll
-        for (int k = 0; k < X; k++) acc_w[c + k] = acc_b[c + k] = 0.0f;
+            for (int k = 0; k < X; k++) acc_w[c + k] = acc_b[c + k] = 0.0f;
+        }
     }
     const int r0 = blockIdx.x * rows_per_block;
     const int r1 = r0 + rows_per_block < N ? r0 + rows_per_block : N;
@@ -152,12 +157,15 @@ layernorm_backward_kernel(floatX* __restrict__ dinp, float* __restrict__ partial
             for (int k = 0; k < X; k++) {
                 const float dk = to_float(d[k]), norm = (to_float(x[k]) - m) * s, dn = to_float(w[k]) * dk;
                 g[k] = from_float(to_float(g[k]) + (dn - mean_dn - norm * mean_dn_norm) * s);
-                acc_w[c + k] += norm * dk;
-                acc_b[c + k] += dk;
+                if (kParamGrads) {
+                    acc_w[c + k] += norm * dk;
+                    acc_b[c + k] += dk;
+                }
             }
             store128(dinp + off + c, g);
         }
     }
+    if (!kParamGrads) return;
     __syncthreads();
     float* part = partials + (size_t)blockIdx.x * 2 * C;
     for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) {
@@ -259,16 +267,20 @@ static inline size_t layernorm_backward_scratch_bytes(int N, int C) {
 }
 
 // dinp (N,C) += d inp; dweight, dbias (C) += d weight, d bias. dout, inp (N,C); mean, rstd (N)
-// from the forward pass. scratch: layernorm_backward_scratch_bytes(N, C) bytes.
+// from the forward pass. scratch: layernorm_backward_scratch_bytes(N, C) bytes. dweight and dbias
+// both NULL: a frozen layernorm, dinp only (the same values); scratch is then not used.
 static inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout,
                                       const floatX* inp, const floatX* weight, const float* mean, const float* rstd, int N,
                                       int C, cudaStream_t stream) {
     static const char* what = "layernorm_backward";
     layernorm_check_shape(what, N, C);
     layernorm_check_aligned(what, dinp, "dinp");
-    layernorm_check_aligned(what, dweight, "dweight");
-    layernorm_check_aligned(what, dbias, "dbias");
-    layernorm_check_aligned(what, scratch, "scratch");
+    const bool param_grads = dweight != nullptr || dbias != nullptr;
+    if (param_grads) {  // both or neither
+        layernorm_check_aligned(what, dweight, "dweight");
+        layernorm_check_aligned(what, dbias, "dbias");
+        layernorm_check_aligned(what, scratch, "scratch");
+    }
     layernorm_check_aligned(what, dout, "dout");
     layernorm_check_aligned(what, inp, "inp");
     layernorm_check_aligned(what, weight, "weight");
@@ -278,7 +290,12 @@ static inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbi
     if (warps < 1) ls_fatal("%s: C=%d: the per-warp sums do not fit in 48 KB of shared memory", what, C);
     const int blocks = layernorm_backward_blocks(N);
     const int rows_per_block = CEIL_DIV(N, blocks);
-    launch(layernorm_backward_kernel, (unsigned)blocks, (unsigned)(32 * warps), (size_t)warps * 2 * C * sizeof(float),
+    if (!param_grads) {
+        launch(layernorm_backward_kernel<false>, (unsigned)blocks, (unsigned)(32 * warps), 0, stream, dinp, nullptr,
+               dout, inp, weight, mean, rstd, N, C, rows_per_block);
+        return;
+    }
+    launch(layernorm_backward_kernel<true>, (unsigned)blocks, (unsigned)(32 * warps), (size_t)warps * 2 * C * sizeof(float),
            stream, dinp, scratch, dout, inp, weight, mean, rstd, N, C, rows_per_block);
     launch(layernorm_backward_finish_kernel, (unsigned)CEIL_DIV(2 * C, 32), LAYERNORM_FINISH_BLOCK, 0, stream,
            dweight, dbias, scratch, blocks, C);

@@ -9,7 +9,9 @@
    matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, pre_gelu, N, C, OC, stream)
        dinp (N,C) = dout @ weight (overwritten; times gelu'(pre_gelu) when pre_gelu != NULL: the
        backward of a GELU that produced this layer's input), dweight (OC,C) += dout^T @ inp,
-       dbias (OC) += column sums of dout (deterministic, fp32 partial sums in `scratch`)
+       dbias (OC) += column sums of dout (deterministic, fp32 partial sums in `scratch`).
+       dinp, dweight, dbias may each be NULL: that part is skipped (BAdam's frozen layers pass
+       dweight = dbias = NULL and keep only the input gradient)
    matmul_gemm(d, a, b, shape, epilogue, bias, aux, stream)   the general (batched) GEMM
 
  Where the work is done
@@ -639,24 +641,24 @@ static inline void matmul_forward(floatX* out, floatX* pre_gelu, const floatX* i
 }
 
 // dinp (N,C) = dout (N,OC) @ weight (OC,C), overwritten, times gelu'(pre_gelu (N,C)) when pre_gelu != NULL
-// (dinp may be NULL: no input gradient); dweight (OC,C) += dout^T @ inp (N,C); dbias (OC) += column sums
-// of dout when dbias != NULL, using scratch (matmul_backward_scratch_bytes(N, OC) bytes).
+// (dinp may be NULL: no input gradient); dweight (OC,C) += dout^T @ inp (N,C) when dweight != NULL (NULL: a
+// frozen weight, the weight GEMM is skipped and inp is not read); dbias (OC) += column sums of dout when
+// dbias != NULL, using scratch (matmul_backward_scratch_bytes(N, OC) bytes).
 static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout,
                                    const floatX* inp, const floatX* weight, const floatX* pre_gelu, int N, int C,
                                    int OC, cudaStream_t stream) {
     static const char* fn = "matmul_backward";
     matmul_require_init(fn);
     matmul_check_dims(fn, N, C, OC);
-    if (dweight == NULL || dout == NULL || inp == NULL || weight == NULL) {
-        ls_fatal("%s: dweight, dout, inp and weight must not be NULL", fn);
-    }
+    if (dout == NULL || weight == NULL) ls_fatal("%s: dout and weight must not be NULL", fn);
+    if (dweight != NULL && inp == NULL) ls_fatal("%s: dweight needs inp (NULL)", fn);
     if (dbias != NULL && scratch == NULL) ls_fatal("%s: dbias needs scratch (matmul_backward_scratch_bytes)", fn);
     const void* ptrs[] = {dinp, dweight, dbias, scratch, dout, inp, weight, pre_gelu};
     const char* names[] = {"dinp", "dweight", "dbias", "scratch", "dout", "inp", "weight", "pre_gelu"};
     for (int i = 0; i < 8; i++)
         if (ptrs[i] != NULL) matmul_check_aligned(ptrs[i], fn, names[i]);
     const size_t xs = sizeof(floatX), nc = (size_t)N * C * xs;
-    if (dinp != NULL && (matmul_overlap(dinp, nc, dout, (size_t)N * OC * xs) || matmul_overlap(dinp, nc, inp, nc) ||
+    if (dinp != NULL && (matmul_overlap(dinp, nc, dout, (size_t)N * OC * xs) || (inp != NULL && matmul_overlap(dinp, nc, inp, nc)) ||
                          matmul_overlap(dinp, nc, weight, (size_t)OC * C * xs))) {
         ls_fatal("%s: dinp overlaps dout, inp or weight", fn);
     }
@@ -673,6 +675,7 @@ static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias,
             if (pre_gelu != NULL) gelu_backward_inplace(dinp, pre_gelu, (size_t)N * C, stream);
         }
     }
+    if (dweight == NULL) return;
     GemmShape w = gemm_shape(OC, C, N, 1, 0); // dout^T: dout stored (N,OC) used transposed; inp (N,C)
     w.beta = 1.0f;
     matmul_gemm(dweight, dout, inp, w, GEMM_EPI_NONE, NULL, NULL, stream);

@@ -4,7 +4,10 @@ trainer, from the same model file on the same TinyShakespeare batches, must prin
 losses: within 1e-4 relative per step (both are fp32; matmul summation orders and the kernels'
 reductions differ). Exit status 1 on any mismatch.
 
-  compare_trainers.py --cpu build/train_gpt2 --gpu build/train_gpt2cu_emu_fp32 --model M.bin [--steps 10]
+  compare_trainers.py --cpu build/train_gpt2 --gpu build/train_gpt2cu_emu_fp32 --model M.bin [--steps 10] [--badam K]
+
+With --badam K both trainers train one block at a time (switching every K steps), so the BAdam
+schedule, the early-stopping backward pass and the per-block AdamW are compared too.
 """
 import argparse
 import re
@@ -27,9 +30,12 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--rtol", type=float, default=1e-4)
+    ap.add_argument("--badam", type=int, default=0, help="BAdam: switch blocks every K steps (0: full AdamW)")
     a = ap.parse_args()
     common = ["-e", a.model, "-b", "4", "-t", "32", "-x", str(a.steps), "-v", "0", "-s", "0",
               "-l", "1e-3", "-c", "0.1", "-u", "2", "-d", "256"]
+    if a.badam > 0:
+        common += ["--badam", str(a.badam)]
     cpu = losses_of(a.cpu, common)
     gpu = losses_of(a.gpu, common)
     ok = len(cpu) == a.steps and len(gpu) == a.steps

@@ -136,9 +136,7 @@ def main():
         cycle = [rng.randrange(512) for _ in range(37)]
         write_shard(os.path.join(tmp, "train.bin"), [cycle[i % 37] for i in range(4000)])
         write_shard(os.path.join(tmp, "val.bin"), [rng.randrange(512) for _ in range(1000)])
-        variants = [[]]
-        if "gpt2cu" not in os.path.basename(binary):
-            variants.append(["--badam", "2"])
+        variants = [[], ["--badam", "2"]]
         for extra in variants:
             tag = " ".join(extra) or "full AdamW"
             common = ["-e", SMALL, "-i", os.path.join(tmp, "train.bin"), "-j", os.path.join(tmp, "val.bin"),
