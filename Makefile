@@ -62,6 +62,7 @@ TEST_SAN_PHONY :=
 include dev/data/rules.mk
 include dev/reference/rules.mk
 include dev/cuda/rules.mk
+include dev/test/rules.mk
 
 # ----------------------------------------------------------------------------
 # the CPU trainer and its tests

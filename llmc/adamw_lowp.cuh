@@ -1,21 +1,24 @@
 /*
  adamw_lowp.cuh: AdamW with low-precision optimizer state (smaller memory and traffic), sharing
- the update rule, segment table and rounding of llmc/adamw.cuh. Parameters are fp32 (or the fp32
- master copy of bf16 weights); gradients fp32 or bf16 (template).
+ the update rule, segment table and rounding of llmc/adamw.cuh. Parameters fp32, or bf16 with or
+ without fp32 master weights (as adamw_update); gradients fp32 or bf16 (templates). The CPU
+ updates adamw_bf16_update_cpu / adamw_int8_update_cpu (llmc/optim.h) do the same operations and
+ agree bit for bit (dev/cuda/optimizers.cu checks it).
 
- (a) bf16 state: m and v stored as bf16, rounded stochastically after each update (random
-     streams 1 and 2 of adamw_random_bits), so their expectation follows the fp32 recurrence.
-     Traffic: 20 B/param with fp32 grads (p 8, g 4, m 4, v 4).
- (b) 8-bit blockwise state (Dettmers et al. 2021, "8-bit optimizers via block-wise quantization"):
-     m and v stored as 8-bit codes of a dynamic (tree) quantization map, scaled per block of
-     ADAMW8_QBLOCK elements by the block's absmax. The map: bit pattern = [sign] [E zeros] [1]
-     [F fraction bits]; value = +-10^-E * (0.1 + 0.9 * (f + 1) / 2^F), so each decade below the
-     absmax gets half the codes of the one above (unsigned map for v: no sign bit, one more
-     fraction bit). m and v are dequantized, updated in fp32 (the parameter update uses the fp32
-     values), then requantized to the nearest code with the new absmax. Traffic: 16 B/param.
-     One CUDA block (256 threads x 8 elements) per quantization block, grid-stride.
- Host: adamw8_codebooks() builds the two sorted 256-entry maps (upload once); codes start at
- ADAMW8_ZERO_M / ADAMW8_ZERO_V (the value 0) and absmax at 0.
+ (a) bf16 state: m and v (and AMSGrad's vmax) stored as bf16, rounded stochastically after each
+     update (streams 1, 2, 3 of llmc/srng.h), so their expectation follows the fp32 recurrence;
+     the parameter update uses the unrounded fp32 values. Traffic: 20 B/param with fp32 params and
+     grads (p 8, g 4, m 4, v 4).
+ (b) 8-bit blockwise state (Dettmers et al. 2021; the map and the rules: llmc/quant8.h): each
+     tensor (segment) is cut into blocks of ADAMW8_QBLOCK elements from its first element; a block
+     stores one code per element and its absmax. m and v are dequantized, updated in fp32 (the
+     parameter update uses the fp32 values), then requantized to the nearest code with the new
+     absmax. Tensors under QUANT8_MIN_ELEMS elements keep fp32 m, v (packed, llmc/optim.h
+     optim_small_build). Traffic: 16 B/param. One CUDA block (256 threads x 8 elements) per
+     quantization block, grid-stride; block -> tensor from the block table (optim_blocks_build).
+ Host: opt_block_tables_upload() copies the block tables to the device; the maps come from
+ quant8_maps() (upload once); codes start at ADAMW8_ZERO_M / ADAMW8_ZERO_V (the value 0) and absmax
+ at 0 (optimizer_state_zero_device in llmc/optimizers.cuh does all of it).
 */
 #ifndef LLMC_ADAMW_LOWP_CUH
 #define LLMC_ADAMW_LOWP_CUH
@@ -23,27 +26,91 @@
 #include <math.h>
 #include <stdint.h>
 #include "adamw.cuh"
+#include "quant8.h"
+
+// ----------------------------------------------------------------------------
+// parameters: fp32, or bf16 with optional fp32 master weights (shared with llmc/optimizers.cuh)
+
+// V parameters from element i0 (16-byte aligned) as fp32: the master weights when kMaster.
+template <int V, typename Tp, bool kMaster>
+__device__ __forceinline__ void opt_load_params(const Tp* params, const float* master, size_t i0, float (&p)[V]) {
+    if constexpr (kMaster) adamw_load<V>(master + i0, p);
+    else adamw_load<V>(params + i0, p);
+}
+
+// Stores V updated parameters from element i0: the master weights (kMaster) and params; bf16
+// params rounded stochastically (stream 0 at the global index index_base + i) or to nearest even.
+template <int V, typename Tp, bool kMaster, bool kStochastic>
+__device__ __forceinline__ void opt_store_params(Tp* params, float* master, size_t i0, const float (&p)[V],
+                                                 unsigned long long key, size_t index_base) {
+    if constexpr (kMaster) adamw_store<V>(master + i0, p);
+    if constexpr (sizeof(Tp) == 2) {
+        static_assert(V % 8 == 0, "bf16 params: whole 128-bit words");
+#pragma unroll
+        for (int k = 0; k < V / 8; k++) {
+            Vec128<__nv_bfloat16> out;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const float x = p[k * 8 + e];
+                out[e] = kStochastic ? bf16_round_stochastic(x, srng_bits(key, index_base + i0 + k * 8 + e, 0))
+                                     : __float2bfloat16_rn(x);
+            }
+            store128cs(reinterpret_cast<__nv_bfloat16*>(params) + i0 + k * 8, out);
+        }
+    } else {
+        adamw_store<V>(reinterpret_cast<float*>(params) + i0, p);
+    }
+}
+
+template <typename Tp, bool kMaster>
+__device__ __forceinline__ float opt_load_param(const Tp* params, const float* master, size_t i) {
+    if constexpr (kMaster) return master[i];
+    else return (float)params[i];
+}
+
+template <typename Tp, bool kMaster, bool kStochastic>
+__device__ __forceinline__ void opt_store_param(Tp* params, float* master, size_t i, float p, unsigned long long key,
+                                                size_t index_base) {
+    if constexpr (kMaster) master[i] = p;
+    if constexpr (sizeof(Tp) == 2) {
+        reinterpret_cast<__nv_bfloat16*>(params)[i] =
+            kStochastic ? bf16_round_stochastic(p, srng_bits(key, index_base + i, 0)) : __float2bfloat16_rn(p);
+    } else {
+        reinterpret_cast<float*>(params)[i] = p;
+    }
+}
+
+// Fatal unless the parameter buffers fit the template: master weights for bf16 params only.
+template <typename Tp>
+static inline void opt_check_params(const Tp* params, const float* master, const char* who) {
+    if (master != nullptr && sizeof(Tp) != 2) ls_fatal("%s: master weights are for bf16 params only", who);
+    adamw_check_aligned(params, "params");
+    adamw_check_aligned(master, "master");
+}
 
 // ----------------------------------------------------------------------------
 // (a) bf16 m and v
 
-template <typename Tg, bool kAmsgrad>
-__device__ __forceinline__ void adamw_bf16_state_one(float* params, const Tg* grads, __nv_bfloat16* mom1,
+template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochastic>
+__device__ __forceinline__ void adamw_bf16_state_one(Tp* params, float* master, const Tg* grads, __nv_bfloat16* mom1,
                                                      __nv_bfloat16* mom2, __nv_bfloat16* vmax, size_t i, float wd,
                                                      float lr_eff, float scale, const AdamWStepArgs& a) {
+    const size_t gi = a.index_base + i; // the element's global index: its random bits
     float m = (float)mom1[i], v = (float)mom2[i], vm = kAmsgrad ? (float)vmax[i] : 0.0f;
-    params[i] = adamw_element<kAmsgrad>(params[i], (float)grads[i] * scale, m, v, vm, wd, lr_eff, a);
-    mom1[i] = bf16_round_stochastic(m, adamw_random_bits(a.rng_key, i, 1));
-    mom2[i] = bf16_round_stochastic(v, adamw_random_bits(a.rng_key, i, 2));
-    if (kAmsgrad) vmax[i] = bf16_round_stochastic(vm, adamw_random_bits(a.rng_key, i, 3));
+    float p = adamw_element<kAmsgrad>(opt_load_param<Tp, kMaster>(params, master, i), (float)grads[i] * scale, m, v,
+                                      vm, wd, lr_eff, a);
+    opt_store_param<Tp, kMaster, kStochastic>(params, master, i, p, a.rng_key, a.index_base);
+    mom1[i] = bf16_round_stochastic(m, srng_bits(a.rng_key, gi, 1));
+    mom2[i] = bf16_round_stochastic(v, srng_bits(a.rng_key, gi, 2));
+    if (kAmsgrad) vmax[i] = bf16_round_stochastic(vm, srng_bits(a.rng_key, gi, 3));
 }
 
-template <typename Tg, bool kAmsgrad>
+template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochastic>
 __global__ void __launch_bounds__(ADAMW_BLOCK, kAmsgrad ? 1 : 2)
-adamw_bf16_state_kernel(float* __restrict__ params, const Tg* __restrict__ grads, __nv_bfloat16* __restrict__ mom1,
-                        __nv_bfloat16* __restrict__ mom2, __nv_bfloat16* __restrict__ vmax, size_t n,
-                        const AdamWSegment* __restrict__ segments, int nseg, AdamWStepArgs a,
-                        const float* __restrict__ clip_scale) {
+adamw_bf16_state_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg* __restrict__ grads,
+                        __nv_bfloat16* __restrict__ mom1, __nv_bfloat16* __restrict__ mom2,
+                        __nv_bfloat16* __restrict__ vmax, size_t n, const AdamWSegment* __restrict__ segments,
+                        int nseg, AdamWStepArgs a, const float* __restrict__ clip_scale) {
     constexpr int V = 8; // one 128-bit word of bf16 state
     DYNAMIC_SHARED(size_t, seg_end);
     float2* seg_par = reinterpret_cast<float2*>(seg_end + nseg);
@@ -59,14 +126,14 @@ adamw_bf16_state_kernel(float* __restrict__ params, const Tg* __restrict__ grads
         if (i0 + V > seg_end[s]) { // a tensor boundary inside the chunk
             for (int j = 0; j < V; j++) {
                 int sj = adamw_find_segment(seg_end, nseg, i0 + j);
-                adamw_bf16_state_one<Tg, kAmsgrad>(params, grads, mom1, mom2, vmax, i0 + j, seg_par[sj].x,
-                                                   a.lr * seg_par[sj].y, scale, a);
+                adamw_bf16_state_one<Tp, Tg, kMaster, kAmsgrad, kStochastic>(
+                    params, master, grads, mom1, mom2, vmax, i0 + j, seg_par[sj].x, a.lr * seg_par[sj].y, scale, a);
             }
             continue;
         }
         const float wd = seg_par[s].x, lr_eff = a.lr * seg_par[s].y;
         float p[V], g[V], m[V], v[V], vm[V] = {};
-        adamw_load<V>(params + i0, p);
+        opt_load_params<V, Tp, kMaster>(params, master, i0, p);
         adamw_load<V>(grads + i0, g);
         adamw_load<V>(mom1 + i0, m);
         adamw_load<V>(mom2 + i0, v);
@@ -74,12 +141,13 @@ adamw_bf16_state_kernel(float* __restrict__ params, const Tg* __restrict__ grads
         Vec128<__nv_bfloat16> mo, vo, vmo;
 #pragma unroll
         for (int j = 0; j < V; j++) {
+            const size_t gi = a.index_base + i0 + j;
             p[j] = adamw_element<kAmsgrad>(p[j], g[j] * scale, m[j], v[j], vm[j], wd, lr_eff, a);
-            mo[j] = bf16_round_stochastic(m[j], adamw_random_bits(a.rng_key, i0 + j, 1));
-            vo[j] = bf16_round_stochastic(v[j], adamw_random_bits(a.rng_key, i0 + j, 2));
-            if (kAmsgrad) vmo[j] = bf16_round_stochastic(vm[j], adamw_random_bits(a.rng_key, i0 + j, 3));
+            mo[j] = bf16_round_stochastic(m[j], srng_bits(a.rng_key, gi, 1));
+            vo[j] = bf16_round_stochastic(v[j], srng_bits(a.rng_key, gi, 2));
+            if (kAmsgrad) vmo[j] = bf16_round_stochastic(vm[j], srng_bits(a.rng_key, gi, 3));
         }
-        adamw_store<V>(params + i0, p);
+        opt_store_params<V, Tp, kMaster, kStochastic>(params, master, i0, p, a.rng_key, a.index_base);
         store128cs(mom1 + i0, mo);
         store128cs(mom2 + i0, vo);
         if (kAmsgrad) store128cs(vmax + i0, vmo);
@@ -87,116 +155,154 @@ adamw_bf16_state_kernel(float* __restrict__ params, const Tg* __restrict__ grads
     if (tid < n - nchunks * V) {
         const size_t i = nchunks * V + tid;
         int sj = adamw_find_segment(seg_end, nseg, i);
-        adamw_bf16_state_one<Tg, kAmsgrad>(params, grads, mom1, mom2, vmax, i, seg_par[sj].x, a.lr * seg_par[sj].y,
-                                           scale, a);
+        adamw_bf16_state_one<Tp, Tg, kMaster, kAmsgrad, kStochastic>(params, master, grads, mom1, mom2, vmax, i,
+                                                                     seg_par[sj].x, a.lr * seg_par[sj].y, scale, a);
     }
 }
 
-// One step with bf16 m, v (and vmax when hp.amsgrad). Buffers 16-byte aligned, n elements.
-template <typename Tg>
-void adamw_update_bf16_state(float* params, const Tg* grads, __nv_bfloat16* m, __nv_bfloat16* v,
+template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochastic>
+static void adamw_bf16_state_launch(Tp* params, float* master, const Tg* grads, __nv_bfloat16* m, __nv_bfloat16* v,
+                                    __nv_bfloat16* vmax, size_t n, const AdamWSegment* d_segments, int nseg,
+                                    const AdamWStepArgs& a, const float* d_clip_scale, cudaStream_t stream) {
+    size_t want = CEIL_DIV(n / 8, (size_t)ADAMW_BLOCK), full = (size_t)cuda_sm_count() * (kAmsgrad ? 1 : 2);
+    unsigned grid = (unsigned)(want < full ? (want > 0 ? want : 1) : full);
+    launch(adamw_bf16_state_kernel<Tp, Tg, kMaster, kAmsgrad, kStochastic>, grid, ADAMW_BLOCK,
+           adamw_segments_smem_bytes(nseg), stream, params, master, grads, m, v, vmax, n, d_segments, nseg, a,
+           d_clip_scale);
+}
+
+// One step with bf16 m, v (and vmax when hp.amsgrad). params fp32, or bf16 with master weights
+// (master != NULL: p is read from them) or without; hp.stochastic_rounding rounds bf16 params.
+// Buffers 16-byte aligned, n elements.
+template <typename Tp, typename Tg>
+void adamw_update_bf16_state(Tp* params, float* master, const Tg* grads, __nv_bfloat16* m, __nv_bfloat16* v,
                              __nv_bfloat16* vmax, size_t n, const AdamWSegment* d_segments, int nseg,
                              const AdamWParams& hp, int step, const float* d_clip_scale, cudaStream_t stream) {
+    constexpr bool kBf16 = sizeof(Tp) == 2;
     if (n == 0) return;
     if (step < 1 || nseg < 1 || nseg > ADAMW_MAX_SEGMENTS) ls_fatal("adamw_bf16_state: step %d, %d segments", step, nseg);
     if ((vmax != nullptr) != (hp.amsgrad != 0)) ls_fatal("adamw_bf16_state: AMSGrad needs vmax, and only then");
-    adamw_check_aligned(params, "params");
+    opt_check_params(params, master, "adamw_bf16_state");
     adamw_check_aligned(grads, "grads");
     adamw_check_aligned(m, "m");
     adamw_check_aligned(v, "v");
     adamw_check_aligned(vmax, "vmax");
     AdamWStepArgs a = adamw_step_args(hp, step);
-    size_t want = CEIL_DIV(n / 8, (size_t)ADAMW_BLOCK), full = (size_t)cuda_sm_count() * (hp.amsgrad ? 1 : 2);
-    unsigned grid = (unsigned)(want < full ? (want > 0 ? want : 1) : full);
-    size_t smem = adamw_segments_smem_bytes(nseg);
-    if (hp.amsgrad) {
-        launch(adamw_bf16_state_kernel<Tg, true>, grid, ADAMW_BLOCK, smem, stream, params, grads, m, v, vmax, n,
-               d_segments, nseg, a, d_clip_scale);
+    const bool ms = master != nullptr, am = hp.amsgrad != 0, sr = kBf16 && hp.stochastic_rounding;
+#define LOWP_ARGS params, master, grads, m, v, vmax, n, d_segments, nseg, a, d_clip_scale, stream
+    if constexpr (kBf16) {
+        if (ms && am && sr) adamw_bf16_state_launch<Tp, Tg, true, true, true>(LOWP_ARGS);
+        else if (ms && am) adamw_bf16_state_launch<Tp, Tg, true, true, false>(LOWP_ARGS);
+        else if (ms && sr) adamw_bf16_state_launch<Tp, Tg, true, false, true>(LOWP_ARGS);
+        else if (ms) adamw_bf16_state_launch<Tp, Tg, true, false, false>(LOWP_ARGS);
+        else if (am && sr) adamw_bf16_state_launch<Tp, Tg, false, true, true>(LOWP_ARGS);
+        else if (am) adamw_bf16_state_launch<Tp, Tg, false, true, false>(LOWP_ARGS);
+        else if (sr) adamw_bf16_state_launch<Tp, Tg, false, false, true>(LOWP_ARGS);
+        else adamw_bf16_state_launch<Tp, Tg, false, false, false>(LOWP_ARGS);
     } else {
-        launch(adamw_bf16_state_kernel<Tg, false>, grid, ADAMW_BLOCK, smem, stream, params, grads, m, v, vmax, n,
-               d_segments, nseg, a, d_clip_scale);
+        if (am) adamw_bf16_state_launch<Tp, Tg, false, true, false>(LOWP_ARGS);
+        else adamw_bf16_state_launch<Tp, Tg, false, false, false>(LOWP_ARGS);
     }
+#undef LOWP_ARGS
+}
+
+// ----------------------------------------------------------------------------
+// block tables on the device (llmc/optim.h: optim_blocks_build, optim_small_build)
+
+struct OptBlockTables {
+    size_t* block0;     // (nseg + 1) device: first block of each segment, [nseg] = nblocks
+    size_t* small_off;  // (nseg) device: packed fp32-state offset of a small tensor, or OPT_NOT_SMALL
+    size_t nblocks, nsmall;
+};
+
+// with_small: the int8 rule (tensors under QUANT8_MIN_ELEMS keep fp32 state); else no small tensors.
+static inline OptBlockTables opt_block_tables_upload(const OptSegment* segs, int nseg, bool with_small) {
+    OptBlockTables t;
+    size_t* h = (size_t*)mallocCheck((2 * (size_t)nseg + 1) * sizeof(size_t));
+    t.nblocks = optim_blocks_build(segs, nseg, h);
+    t.nsmall = with_small ? optim_small_build(segs, nseg, h + nseg + 1) : 0;
+    if (!with_small)
+        for (int s = 0; s < nseg; s++) h[nseg + 1 + s] = OPT_NOT_SMALL;
+    cudaCheck(cudaMalloc((void**)&t.block0, ((size_t)nseg + 1) * sizeof(size_t)));
+    cudaCheck(cudaMalloc((void**)&t.small_off, (size_t)nseg * sizeof(size_t)));
+    cudaCheck(cudaMemcpy(t.block0, h, ((size_t)nseg + 1) * sizeof(size_t), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(t.small_off, h + nseg + 1, (size_t)nseg * sizeof(size_t), cudaMemcpyHostToDevice));
+    free(h);
+    return t;
+}
+
+static inline void opt_block_tables_free(OptBlockTables* t) {
+    cudaCheck(cudaFree(t->block0));
+    cudaCheck(cudaFree(t->small_off));
+    t->block0 = t->small_off = nullptr;
+}
+
+// The segment of block b: first by binary search (optim_block_segment), then walking forward.
+__device__ __forceinline__ int opt_block_segment_from(const size_t* block0, int s, size_t b) {
+    while (block0[s + 1] <= b) s++;
+    return s;
 }
 
 // ----------------------------------------------------------------------------
 // (b) 8-bit blockwise-quantized m and v
 
-#define ADAMW8_QBLOCK 2048  // elements per absmax
-#define ADAMW8_THREADS 256  // x 8 elements = one quantization block
-#define ADAMW8_ZERO_M 128   // code of 0 in the signed map (index of +0)
-#define ADAMW8_ZERO_V 0     // code of 0 in the unsigned map
-
-// Host: the two sorted maps, 256 entries each. signed_map: 127 negatives, -0, +0, 127 positives,
-// from -1 to 1; unsigned_map: 0 then 255 positives up to 1.
-static inline void adamw8_codebooks(float* signed_map, float* unsigned_map) {
-    float pos[256];
-    int k = 0;
-    for (int e = 6; e >= 0; e--) { // signed: 7 bits after the sign, E = e zeros, F = 6 - e
-        int F = 6 - e;
-        for (int f = 0; f < (1 << F); f++) pos[k++] = (float)(pow(10.0, -e) * (0.1 + 0.9 * (f + 1) / (double)(1 << F)));
-    }
-    // pos[0..126] ascending (decades in increasing order, linear inside each)
-    for (int i = 0; i < 127; i++) signed_map[i] = -pos[126 - i];
-    signed_map[127] = -0.0f;
-    signed_map[128] = 0.0f;
-    for (int i = 0; i < 127; i++) signed_map[129 + i] = pos[i];
-    k = 0;
-    unsigned_map[k++] = 0.0f;
-    for (int e = 7; e >= 0; e--) { // unsigned: 8 bits, F = 7 - e
-        int F = 7 - e;
-        for (int f = 0; f < (1 << F); f++) unsigned_map[k++] = (float)(pow(10.0, -e) * (0.1 + 0.9 * (f + 1) / (double)(1 << F)));
-    }
-}
-
-// Code of the map entry nearest to x (map sorted ascending, 256 entries, in shared memory).
-__device__ __forceinline__ unsigned char adamw8_quantize(const float* map, float x) {
-    int lo = 0; // ends at the largest index with map[lo] <= x (0 if none)
-#pragma unroll
-    for (int step = 128; step > 0; step >>= 1) {
-        if (lo + step <= 255 && map[lo + step] <= x) lo += step;
-    }
-    int hi = lo < 255 ? lo + 1 : 255;
-    return (unsigned char)(fabsf(map[hi] - x) < fabsf(x - map[lo]) ? hi : lo);
-}
+#define ADAMW8_QBLOCK QUANT8_BLOCK        // elements per absmax
+#define ADAMW8_THREADS 256                // x 8 elements = one quantization block
+#define ADAMW8_ZERO_M QUANT8_ZERO_SIGNED  // code of 0 in the signed map
+#define ADAMW8_ZERO_V QUANT8_ZERO_UNSIGNED
 
 __device__ __forceinline__ float adamw8_warp_max(float x) {
     for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
     return x;
 }
 
-template <typename Tg>
+template <typename Tp, typename Tg, bool kMaster, bool kStochastic>
 __global__ void __launch_bounds__(ADAMW8_THREADS)
-adamw_8bit_kernel(float* __restrict__ params, const Tg* __restrict__ grads, unsigned char* __restrict__ qm,
-                  unsigned char* __restrict__ qv, float* __restrict__ absmax_m, float* __restrict__ absmax_v,
-                  size_t n, const float* __restrict__ maps, const AdamWSegment* __restrict__ segments, int nseg,
-                  AdamWStepArgs a, const float* __restrict__ clip_scale) {
+adamw_8bit_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg* __restrict__ grads, Adamw8Buffers q,
+                  const AdamWSegment* __restrict__ segments, const size_t* __restrict__ block0,
+                  const size_t* __restrict__ small_off, int nseg, AdamWStepArgs a,
+                  const float* __restrict__ clip_scale) {
     constexpr int V = 8;
     static_assert(ADAMW8_THREADS * V == ADAMW8_QBLOCK, "one CUDA block per quantization block");
     __shared__ float map_m[256], map_v[256];
     __shared__ float red[2][ADAMW8_THREADS / 32];
-    DYNAMIC_SHARED(size_t, seg_end);
-    float2* seg_par = reinterpret_cast<float2*>(seg_end + nseg);
-    adamw_segments_to_smem(seg_end, seg_par, segments, nseg);
     for (int i = threadIdx.x; i < 256; i += blockDim.x) {
-        map_m[i] = maps[i];
-        map_v[i] = maps[256 + i];
+        map_m[i] = q.maps[i];
+        map_v[i] = q.maps[256 + i];
     }
     __syncthreads();
     const float scale = clip_scale != nullptr ? *clip_scale : 1.0f;
-    const size_t nq = CEIL_DIV(n, (size_t)ADAMW8_QBLOCK);
+    const size_t nblocks = block0[nseg];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    int s = 0;
-    for (size_t qb = blockIdx.x; qb < nq; qb += gridDim.x) { // uniform per block: barriers are safe
-        const size_t i0 = qb * ADAMW8_QBLOCK + (size_t)threadIdx.x * V;
-        const float am_old = absmax_m[qb], av_old = absmax_v[qb];
-        float p[V], g[V], m[V], v[V], wd[V], lr_eff[V], unused[V] = {};
-        const bool full = i0 + V <= n;
-        int nv = full ? V : (i0 < n ? (int)(n - i0) : 0);
-        if (full) {
-            adamw_chunk_hyper<V>(seg_end, seg_par, s, i0, a.lr, wd, lr_eff);
-            adamw_load<V>(params + i0, p);
+    int s = blockIdx.x < nblocks ? optim_block_segment(block0, nseg, blockIdx.x) : 0;
+    for (size_t b = blockIdx.x; b < nblocks; b += gridDim.x) { // uniform per block: barriers are safe
+        s = opt_block_segment_from(block0, s, b);
+        const AdamWSegment sg = segments[s];
+        const size_t rel = (b - block0[s]) * ADAMW8_QBLOCK, start = sg.offset + rel;
+        const size_t rest = sg.count - rel, len = rest < ADAMW8_QBLOCK ? rest : ADAMW8_QBLOCK;
+        const size_t j0 = (size_t)threadIdx.x * V, i0 = start + j0;
+        const int nv = j0 < len ? (len - j0 < V ? (int)(len - j0) : V) : 0;
+        const float wd = sg.weight_decay, lr_eff = a.lr * sg.lr_mult;
+        const size_t so = small_off[s];
+        if (so != OPT_NOT_SMALL) { // a small tensor: fp32 state, packed (uniform per block)
+            for (int j = 0; j < nv; j++) {
+                const size_t i = i0 + j, k = so + rel + j0 + j;
+                float m = q.m32[k], v = q.v32[k], unused = 0.0f;
+                float p = adamw_element<false>(opt_load_param<Tp, kMaster>(params, master, i), (float)grads[i] * scale,
+                                               m, v, unused, wd, lr_eff, a);
+                q.m32[k] = m;
+                q.v32[k] = v;
+                opt_store_param<Tp, kMaster, kStochastic>(params, master, i, p, a.rng_key, a.index_base);
+            }
+            continue;
+        }
+        const float am_old = q.absmax_m[b], av_old = q.absmax_v[b];
+        float p[V], g[V], m[V], v[V], unused[V] = {};
+        const bool vec = nv == V && i0 % V == 0; // 128-bit params/grads, 64-bit codes
+        if (vec) {
+            opt_load_params<V, Tp, kMaster>(params, master, i0, p);
             adamw_load<V>(grads + i0, g);
-            uint2 cm = *reinterpret_cast<const uint2*>(qm + i0), cv = *reinterpret_cast<const uint2*>(qv + i0);
+            uint2 cm = *reinterpret_cast<const uint2*>(q.qm + i0), cv = *reinterpret_cast<const uint2*>(q.qv + i0);
 #pragma unroll
             for (int j = 0; j < V; j++) {
                 unsigned wm = j < 4 ? cm.x : cm.y, wv = j < 4 ? cv.x : cv.y;
@@ -206,15 +312,12 @@ adamw_8bit_kernel(float* __restrict__ params, const Tg* __restrict__ grads, unsi
         } else {
 #pragma unroll
             for (int j = 0; j < V; j++) {
-                p[j] = g[j] = m[j] = v[j] = wd[j] = lr_eff[j] = 0.0f;
+                p[j] = g[j] = m[j] = v[j] = 0.0f;
                 if (j < nv) {
-                    int sj = adamw_find_segment(seg_end, nseg, i0 + j);
-                    wd[j] = seg_par[sj].x;
-                    lr_eff[j] = a.lr * seg_par[sj].y;
-                    p[j] = params[i0 + j];
+                    p[j] = opt_load_param<Tp, kMaster>(params, master, i0 + j);
                     g[j] = (float)grads[i0 + j];
-                    m[j] = map_m[qm[i0 + j]] * am_old;
-                    v[j] = map_v[qv[i0 + j]] * av_old;
+                    m[j] = map_m[q.qm[i0 + j]] * am_old;
+                    v[j] = map_v[q.qv[i0 + j]] * av_old;
                 }
             }
         }
@@ -222,12 +325,12 @@ adamw_8bit_kernel(float* __restrict__ params, const Tg* __restrict__ grads, unsi
 #pragma unroll
         for (int j = 0; j < V; j++) {
             if (j < nv) {
-                p[j] = adamw_element<false>(p[j], g[j] * scale, m[j], v[j], unused[j], wd[j], lr_eff[j], a);
+                p[j] = adamw_element<false>(p[j], g[j] * scale, m[j], v[j], unused[j], wd, lr_eff, a);
                 mx_m = fmaxf(mx_m, fabsf(m[j]));
                 mx_v = fmaxf(mx_v, v[j]);
             }
         }
-        // block absmax, fixed order
+        // block absmax (a max: exact in any order)
         mx_m = adamw8_warp_max(mx_m);
         mx_v = adamw8_warp_max(mx_v);
         if (lane == 0) {
@@ -240,58 +343,77 @@ adamw_8bit_kernel(float* __restrict__ params, const Tg* __restrict__ grads, unsi
             am = fmaxf(am, red[0][w]);
             av = fmaxf(av, red[1][w]);
         }
-        const float inv_m = am > 0.0f ? 1.0f / am : 0.0f, inv_v = av > 0.0f ? 1.0f / av : 0.0f;
+        const float inv_m = quant8_inv_absmax(am), inv_v = quant8_inv_absmax(av);
         unsigned char cm[V], cv[V];
 #pragma unroll
         for (int j = 0; j < V; j++) {
-            cm[j] = adamw8_quantize(map_m, m[j] * inv_m);
-            cv[j] = adamw8_quantize(map_v, v[j] * inv_v);
+            cm[j] = quant8_quantize(map_m, m[j] * inv_m);
+            cv[j] = quant8_quantize(map_v, v[j] * inv_v);
         }
-        if (full) {
-            adamw_store<V>(params + i0, p);
+        if (vec) {
+            opt_store_params<V, Tp, kMaster, kStochastic>(params, master, i0, p, a.rng_key, a.index_base);
             uint2 om, ov;
             om.x = cm[0] | cm[1] << 8 | cm[2] << 16 | (unsigned)cm[3] << 24;
             om.y = cm[4] | cm[5] << 8 | cm[6] << 16 | (unsigned)cm[7] << 24;
             ov.x = cv[0] | cv[1] << 8 | cv[2] << 16 | (unsigned)cv[3] << 24;
             ov.y = cv[4] | cv[5] << 8 | cv[6] << 16 | (unsigned)cv[7] << 24;
-            *reinterpret_cast<uint2*>(qm + i0) = om;
-            *reinterpret_cast<uint2*>(qv + i0) = ov;
+            *reinterpret_cast<uint2*>(q.qm + i0) = om;
+            *reinterpret_cast<uint2*>(q.qv + i0) = ov;
         } else {
 #pragma unroll
             for (int j = 0; j < V; j++) {
                 if (j < nv) {
-                    params[i0 + j] = p[j];
-                    qm[i0 + j] = cm[j];
-                    qv[i0 + j] = cv[j];
+                    opt_store_param<Tp, kMaster, kStochastic>(params, master, i0 + j, p[j], a.rng_key, a.index_base);
+                    q.qm[i0 + j] = cm[j];
+                    q.qv[i0 + j] = cv[j];
                 }
             }
         }
         if (threadIdx.x == 0) {
-            absmax_m[qb] = am;
-            absmax_v[qb] = av;
+            q.absmax_m[b] = am;
+            q.absmax_v[b] = av;
         }
         __syncthreads(); // red[] is reused by the next quantization block
     }
 }
 
-// One step with 8-bit m, v. params/grads 16-byte aligned; qm, qv (n codes) 8-byte aligned;
-// absmax_m/v: CEIL_DIV(n, ADAMW8_QBLOCK) floats; d_maps: signed map then unsigned map (512 floats).
-// AMSGrad is not supported here.
-template <typename Tg>
-void adamw_update_8bit(float* params, const Tg* grads, unsigned char* qm, unsigned char* qv, float* absmax_m,
-                       float* absmax_v, const float* d_maps, size_t n, const AdamWSegment* d_segments, int nseg,
-                       const AdamWParams& hp, int step, const float* d_clip_scale, cudaStream_t stream) {
-    if (n == 0) return;
+template <typename Tp, typename Tg, bool kMaster, bool kStochastic>
+static void adamw_8bit_launch(Tp* params, float* master, const Tg* grads, const Adamw8Buffers& q,
+                              const AdamWSegment* d_segments, const OptBlockTables& t, int nseg, const AdamWStepArgs& a,
+                              const float* d_clip_scale, cudaStream_t stream) {
+    size_t full = (size_t)cuda_sm_count() * 8;
+    unsigned grid = (unsigned)(t.nblocks < full ? t.nblocks : full);
+    launch(adamw_8bit_kernel<Tp, Tg, kMaster, kStochastic>, grid, ADAMW8_THREADS, 0, stream, params, master, grads, q,
+           d_segments, (const size_t*)t.block0, (const size_t*)t.small_off, nseg, a, d_clip_scale);
+}
+
+// One step with 8-bit m, v. params fp32, or bf16 with or without master weights; params, master,
+// grads 16-byte aligned; q.qm, q.qv (n codes) 8-byte aligned; q.absmax_m/v: t.nblocks floats;
+// q.m32/v32: t.nsmall floats; q.maps: the device copy of quant8_maps (signed then unsigned).
+// t from opt_block_tables_upload(segs, nseg, true). AMSGrad is not supported here.
+template <typename Tp, typename Tg>
+void adamw_update_8bit(Tp* params, float* master, const Tg* grads, const Adamw8Buffers& q, size_t n,
+                       const AdamWSegment* d_segments, const OptBlockTables& t, int nseg, const AdamWParams& hp,
+                       int step, const float* d_clip_scale, cudaStream_t stream) {
+    constexpr bool kBf16 = sizeof(Tp) == 2;
+    if (n == 0 || t.nblocks == 0) return;
     if (step < 1 || nseg < 1 || nseg > ADAMW_MAX_SEGMENTS) ls_fatal("adamw_8bit: step %d, %d segments", step, nseg);
     if (hp.amsgrad) ls_fatal("adamw_8bit: AMSGrad is not supported with 8-bit state");
-    adamw_check_aligned(params, "params");
+    opt_check_params(params, master, "adamw_8bit");
     adamw_check_aligned(grads, "grads");
-    if (((uintptr_t)qm & 7u) || ((uintptr_t)qv & 7u)) ls_fatal("adamw_8bit: code buffers must be 8-byte aligned");
+    if (((uintptr_t)q.qm & 7u) || ((uintptr_t)q.qv & 7u)) ls_fatal("adamw_8bit: code buffers must be 8-byte aligned");
     AdamWStepArgs a = adamw_step_args(hp, step);
-    size_t nq = CEIL_DIV(n, (size_t)ADAMW8_QBLOCK), full = (size_t)cuda_sm_count() * 8;
-    unsigned grid = (unsigned)(nq < full ? nq : full);
-    launch(adamw_8bit_kernel<Tg>, grid, ADAMW8_THREADS, adamw_segments_smem_bytes(nseg), stream, params, grads, qm,
-           qv, absmax_m, absmax_v, n, d_maps, d_segments, nseg, a, d_clip_scale);
+    const bool ms = master != nullptr, sr = kBf16 && hp.stochastic_rounding;
+#define Q8_ARGS params, master, grads, q, d_segments, t, nseg, a, d_clip_scale, stream
+    if constexpr (kBf16) {
+        if (ms && sr) adamw_8bit_launch<Tp, Tg, true, true>(Q8_ARGS);
+        else if (ms) adamw_8bit_launch<Tp, Tg, true, false>(Q8_ARGS);
+        else if (sr) adamw_8bit_launch<Tp, Tg, false, true>(Q8_ARGS);
+        else adamw_8bit_launch<Tp, Tg, false, false>(Q8_ARGS);
+    } else {
+        adamw_8bit_launch<Tp, Tg, false, false>(Q8_ARGS);
+    }
+#undef Q8_ARGS
 }
 
 #endif // LLMC_ADAMW_LOWP_CUH

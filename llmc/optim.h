@@ -1,8 +1,12 @@
 /*
  optim.h: the optimizer's host side. Hyperparameters, the segment table built from the
- parameter table, the global gradient norm and clip scale, and the fused CPU AdamW.
+ parameter table, the global gradient norm and clip scale, the fused CPU AdamW, and the CPU
+ updates of the optimizer family (AdamW + AMSGrad, bf16 and 8-bit AdamW state, SGD with momentum
+ and Nesterov, LAMB, Lion). llmc/optim_state.h owns the state buffers and picks the update
+ (optimizer_step_cpu); the GPU kernels (llmc/adamw.cuh, llmc/adamw_lowp.cuh, llmc/optimizers.cuh)
+ perform the same operations in the same order, so a CPU update and its kernel agree bit for bit.
 
- AdamW, per element, with t = step + 1 and s = clip scale (1 when the norm is below the clip):
+ AdamW, per element, with t = step (1, 2, ...) and s = clip scale (1 when the norm is below the clip):
    g = s * grad
    m = beta1 * m + (1 - beta1) * g
    v = beta2 * v + (1 - beta2) * g^2
@@ -12,13 +16,54 @@
  (errno), and the loop runs ~25x slower. One pass reads p, g, m, v and writes p, m, v: 28 bytes
  per parameter, so the CPU update is memory-bound (dev/cpu/adamw_bench.c measures it against a
  probe with the same access pattern).
+
+ The family (lr = this step's lr * the segment's lr_mult, wd = the segment's weight decay; weight
+ decay is DECOUPLED for every optimizer, p -= lr * wd * p as in AdamW, never added to the gradient):
+   AdamW + AMSGrad  vmax = max(vmax, v); the update divides by sqrt(vmax / (1 - beta2^t)) + eps
+                    (torch.optim.AdamW(amsgrad=True)). 36 B/param moved.
+   AdamW bf16 state m, v (vmax) stored as bf16, rounded stochastically (llmc/srng.h streams 1, 2, 3)
+                    after the fp32 update, which uses the unrounded values. 20 B/param.
+   AdamW int8 state m, v as 8-bit blockwise codes (llmc/quant8.h): per tensor, blocks of
+                    QUANT8_BLOCK with an fp32 absmax; tensors under QUANT8_MIN_ELEMS keep fp32 m, v.
+                    Dequantize, update in fp32, requantize with the new absmax. 16 B/param.
+   SGD              torch.optim.SGD(momentum, dampening, nesterov) with decoupled weight decay:
+                      buf = g at step 1, else momentum * buf + (1 - dampening) * g
+                      d = nesterov ? g + momentum * buf : buf     (momentum 0: d = g, no state)
+                      p -= lr * (d + wd * p)                      20 B/param (12 without momentum)
+   LAMB             (You et al. 2019) Adam moments with bias correction, then per TENSOR (segment):
+                      u = m_hat / (sqrt(v_hat) + eps) + wd * p
+                      trust = ||p|| / ||u||  (1 when either norm is 0)
+                      p -= lr * trust * u
+                    Two passes over the data: (1) m, v, and the partial sums of p^2, u^2 per block
+                    of OPT_BLOCK elements; then per segment the block partials summed in double
+                    (the trust ratio); (2) u again from the stored m, v, and the update. 40 B/param.
+   Lion             (Chen et al. 2023) c = beta1 * m + (1 - beta1) * g
+                      p -= lr * (sign(c) + wd * p)
+                      m = beta2 * m + (1 - beta2) * g             20 B/param
+ Deterministic reductions: LAMB's sums have a fixed order that does not depend on the number of
+ threads (on the CPU) or on the grid (on the GPU): within a block of OPT_BLOCK elements, lane
+ j % 1024 accumulates elements j and j + 1024 with fmaf, four consecutive lanes are added left
+ to right (a GPU thread's 128-bit load), and the 256 sums are added in a halving tree
+ (optim_tree256_*); the blocks of a segment are summed in double by 256 lanes (block c into lane
+ c % 256, in order) and the same tree. The GPU kernel does exactly this, so trust ratios agree.
 */
 #ifndef LLMC_OPTIM_H
 #define LLMC_OPTIM_H
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include "llmc/params.h"
+#include "llmc/quant8.h"
+#include "llmc/srng.h"
+
+// Functions the GPU kernels call too (llmc/adamw_lowp.cuh, llmc/optimizers.cuh): host+device
+// under nvcc, plain static inline everywhere else (the CPU harness runs kernels as host code).
+#if defined(__CUDACC__)
+#define OPTIM_HD __host__ __device__ __forceinline__
+#else
+#define OPTIM_HD static inline
+#endif
 
 typedef struct {
     size_t offset, count;  // elements in the flat buffers
@@ -92,6 +137,429 @@ static inline void adamw_update_cpu(float* params, const float* grads, float* m,
             vs[i] = vi;
             float upd = (mi * bc1) / (sqrtf(vi * bc2) + eps);
             p[i] = fmaf(-lr, fmaf(wd, p[i], upd), p[i]);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the optimizer family: configuration and per-step scalars
+
+typedef enum { OPT_ADAMW = 0, OPT_SGD = 1, OPT_LAMB = 2, OPT_LION = 3 } OptimizerKind;
+typedef enum { OPT_STATE_FP32 = 0, OPT_STATE_BF16 = 1, OPT_STATE_INT8 = 2 } OptStatePrecision;
+
+// What does not change during a run (lr, the schedule's, is given per step; weight decay and lr
+// multipliers come from the segments; the gradient scale from the clip).
+typedef struct {
+    OptimizerKind kind;
+    OptStatePrecision state;   // storage of AdamW's m, v (vmax); the other optimizers keep fp32 state
+    float beta1, beta2, eps;   // AdamW, LAMB: moment decay rates, eps; Lion: beta1 interpolates the
+                               // update, beta2 the momentum (eps unused)
+    float momentum, dampening; // SGD (momentum 0: plain SGD, no state)
+    int nesterov;              // SGD: Nesterov momentum (needs momentum > 0, dampening 0)
+    int amsgrad;               // AdamW: divide by the running max of v
+    unsigned long long seed;   // stochastic rounding (bf16 state; bf16 params on the GPU)
+} OptimizerConfig;
+
+// Per-step scalars, computed once on the host, shared by the CPU loops and the GPU kernels of
+// llmc/optimizers.cuh (a plain struct: it is a kernel argument). Same expressions as
+// adamw_step_args (llmc/adamw.cuh), so both sides hold the same bits.
+typedef struct {
+    float lr;                               // this step's lr (before the segment's lr_mult)
+    float beta1, beta2, one_minus_beta1, one_minus_beta2, eps;
+    float inv_bias_corr1, inv_bias_corr2;   // 1 / (1 - beta^t): AdamW, LAMB
+    float momentum, one_minus_dampening;    // SGD
+    int first_step;                         // SGD: the momentum buffer starts as g (PyTorch)
+    unsigned long long rng_key;             // srng_step_key(seed, step)
+} OptStepArgs;
+
+static inline OptStepArgs optim_step_args(const OptimizerConfig* c, float lr, int step) {
+    OptStepArgs a;
+    a.lr = lr;
+    a.beta1 = c->beta1;
+    a.beta2 = c->beta2;
+    a.one_minus_beta1 = 1.0f - c->beta1;
+    a.one_minus_beta2 = 1.0f - c->beta2;
+    a.eps = c->eps;
+    a.inv_bias_corr1 = 1.0f / (1.0f - powf(c->beta1, (float)step));
+    a.inv_bias_corr2 = 1.0f / (1.0f - powf(c->beta2, (float)step));
+    a.momentum = c->momentum;
+    a.one_minus_dampening = 1.0f - c->dampening;
+    a.first_step = step == 1;
+    a.rng_key = srng_step_key(c->seed, step);
+    return a;
+}
+
+// ----------------------------------------------------------------------------
+// segment tables: per-layer tensors, blocks inside segments
+
+// One segment per tensor as PyTorch sees it: stacked per-layer tensors are split into their L
+// layer slices (LAMB's trust ratio and the int8 size threshold are per tensor). Returns the number
+// of segments; segs needs optim_segments_count_layers(pt) entries.
+static inline int optim_segments_count_layers(const ParamTable* pt) {
+    int n = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) n += pt->t[i].per_layer ? pt->num_layers : 1;
+    return n;
+}
+static inline int optim_segments_build_layers(const ParamTable* pt, float weight_decay, OptSegment* segs) {
+    int k = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        const ParamTensor* t = &pt->t[i];
+        int slices = t->per_layer ? pt->num_layers : 1;
+        size_t count = t->count / (size_t)slices;
+        for (int l = 0; l < slices; l++) {
+            segs[k].offset = t->offset + (size_t)l * count;
+            segs[k].count = count;
+            segs[k].weight_decay = t->decay ? weight_decay : 0.0f;
+            segs[k].lr_mult = t->lr_mult;
+            k++;
+        }
+    }
+    return k;
+}
+
+#define OPT_BLOCK QUANT8_BLOCK           // elements per block: int8 absmax, LAMB norm partials
+#define OPT_NOT_SMALL ((size_t)-1)       // optim_small_build: the segment's state is quantized
+
+// Blocks of OPT_BLOCK elements cut from each segment from its first element (never straddling
+// segments): block0[s] is segment s's first block, block0[nseg] the total (returned).
+static inline size_t optim_blocks_build(const OptSegment* segs, int nseg, size_t* block0) {
+    size_t b = 0;
+    for (int s = 0; s < nseg; s++) {
+        block0[s] = b;
+        b += (segs[s].count + OPT_BLOCK - 1) / OPT_BLOCK;
+    }
+    block0[nseg] = b;
+    return b;
+}
+
+// int8 state: segments under QUANT8_MIN_ELEMS keep fp32 m, v, packed in segment order:
+// small_off[s] is the offset of segment s there, or OPT_NOT_SMALL. Returns the packed length.
+static inline size_t optim_small_build(const OptSegment* segs, int nseg, size_t* small_off) {
+    size_t k = 0;
+    for (int s = 0; s < nseg; s++) {
+        if (segs[s].count < QUANT8_MIN_ELEMS) {
+            small_off[s] = k;
+            k += segs[s].count;
+        } else {
+            small_off[s] = OPT_NOT_SMALL;
+        }
+    }
+    return k;
+}
+
+// The segment of block b (block0 from optim_blocks_build, b < block0[nseg]).
+OPTIM_HD int optim_block_segment(const size_t* block0, int nseg, size_t b) {
+    int lo = 0, hi = nseg - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (block0[mid] <= b) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+// The fixed-order sums of LAMB (see the banner): 256 values added in a halving tree,
+// x[t] += x[t + w] for w = 128, 64, ..., 1; the result is x[0]. Destroys x.
+static inline float optim_tree256_f32(float* x) {
+    for (int w = 128; w > 0; w >>= 1)
+        for (int t = 0; t < w; t++) x[t] = x[t] + x[t + w];
+    return x[0];
+}
+static inline double optim_tree256_f64(double* x) {
+    for (int w = 128; w > 0; w >>= 1)
+        for (int t = 0; t < w; t++) x[t] = x[t] + x[t + w];
+    return x[0];
+}
+
+// ----------------------------------------------------------------------------
+// CPU updates of the family. Each: one fused pass per segment (LAMB: two), OpenMP threads split
+// each segment's elements, the segment's hyperparameters in registers; explicit fmaf in the GPU
+// kernels' order (the build has -ffp-contract=off). params, grads, state: n elements.
+
+// AdamW with AMSGrad (fp32 m, v, vmax).
+static inline void adamw_amsgrad_update_cpu(float* params, const float* grads, float* m, float* v, float* vmax,
+                                            const OptSegment* segs, int nseg, const OptStepArgs* a,
+                                            float grad_scale) {
+    const float beta1 = a->beta1, beta2 = a->beta2, omb1 = a->one_minus_beta1, omb2 = a->one_minus_beta2;
+    const float eps = a->eps, bc1 = a->inv_bias_corr1, bc2 = a->inv_bias_corr2;
+    #pragma omp parallel
+    for (int s = 0; s < nseg; s++) {
+        const float lr = a->lr * segs[s].lr_mult, wd = segs[s].weight_decay;
+        const size_t off = segs[s].offset, n = segs[s].count;
+        float* p = params + off;
+        const float* g = grads + off;
+        float *ms = m + off, *vs = v + off, *xs = vmax + off;
+        #pragma omp for simd schedule(static) nowait
+        for (size_t i = 0; i < n; i++) {
+            float gi = g[i] * grad_scale;
+            float mi = fmaf(beta1, ms[i], omb1 * gi);
+            float vi = fmaf(beta2, vs[i], (omb2 * gi) * gi);
+            // fmaxf(vmax, v) of the GPU kernel, as a compare that vectorizes (fmaxf does not): equal
+            // for v, vmax >= +0 (never -0), and when v is NaN both keep vmax, so vmax is never NaN
+            float xi = vi > xs[i] ? vi : xs[i];
+            ms[i] = mi;
+            vs[i] = vi;
+            xs[i] = xi;
+            float upd = (mi * bc1) / (sqrtf(xi * bc2) + eps);
+            p[i] = fmaf(-lr, fmaf(wd, p[i], upd), p[i]);
+        }
+    }
+}
+
+// AdamW with bf16 m, v (and vmax when not NULL): the fp32 update of the unrounded values, then
+// stochastic rounding of the state (streams 1, 2, 3 of llmc/srng.h at the global element index,
+// as adamw_update_bf16_state in llmc/adamw_lowp.cuh).
+static inline void adamw_bf16_update_cpu(float* params, const float* grads, uint16_t* m, uint16_t* v, uint16_t* vmax,
+                                         const OptSegment* segs, int nseg, const OptStepArgs* a, float grad_scale) {
+    const float beta1 = a->beta1, beta2 = a->beta2, omb1 = a->one_minus_beta1, omb2 = a->one_minus_beta2;
+    const float eps = a->eps, bc1 = a->inv_bias_corr1, bc2 = a->inv_bias_corr2;
+    const unsigned long long key = a->rng_key;
+    #pragma omp parallel
+    for (int s = 0; s < nseg; s++) {
+        const float lr = a->lr * segs[s].lr_mult, wd = segs[s].weight_decay;
+        const size_t off = segs[s].offset, n = segs[s].count;
+        if (vmax != NULL) {
+            #pragma omp for simd schedule(static) nowait
+            for (size_t k = 0; k < n; k++) {
+                const size_t i = off + k;
+                float gi = grads[i] * grad_scale;
+                float mi = fmaf(beta1, bf16_bits_to_float(m[i]), omb1 * gi);
+                float vi = fmaf(beta2, bf16_bits_to_float(v[i]), (omb2 * gi) * gi);
+                const float x = bf16_bits_to_float(vmax[i]);
+                const float vv = vi > x ? vi : x; // fmaxf(vmax, v), as in adamw_amsgrad_update_cpu
+                float upd = (mi * bc1) / (sqrtf(vv * bc2) + eps);
+                params[i] = fmaf(-lr, fmaf(wd, params[i], upd), params[i]);
+                m[i] = bf16_bits_round_stochastic(mi, srng_bits(key, i, 1));
+                v[i] = bf16_bits_round_stochastic(vi, srng_bits(key, i, 2));
+                vmax[i] = bf16_bits_round_stochastic(vv, srng_bits(key, i, 3));
+            }
+        } else {
+            #pragma omp for simd schedule(static) nowait
+            for (size_t k = 0; k < n; k++) {
+                const size_t i = off + k;
+                float gi = grads[i] * grad_scale;
+                float mi = fmaf(beta1, bf16_bits_to_float(m[i]), omb1 * gi);
+                float vi = fmaf(beta2, bf16_bits_to_float(v[i]), (omb2 * gi) * gi);
+                float upd = (mi * bc1) / (sqrtf(vi * bc2) + eps);
+                params[i] = fmaf(-lr, fmaf(wd, params[i], upd), params[i]);
+                m[i] = bf16_bits_round_stochastic(mi, srng_bits(key, i, 1));
+                v[i] = bf16_bits_round_stochastic(vi, srng_bits(key, i, 2));
+            }
+        }
+    }
+}
+
+// The 8-bit state of AdamW (llmc/quant8.h), as laid out by optim_blocks_build/optim_small_build.
+typedef struct {
+    unsigned char* qm;  // (n) codes of m, by element index (bytes of small tensors unused)
+    unsigned char* qv;  // (n) codes of v
+    float* absmax_m;    // (nblocks) per block (entries of small tensors unused)
+    float* absmax_v;    // (nblocks)
+    float* m32;         // (nsmall) fp32 m of the small tensors, packed
+    float* v32;         // (nsmall)
+    const float* maps;  // (512) signed map (m) then unsigned map (v), quant8_maps
+} Adamw8Buffers;
+
+// AdamW with 8-bit m, v: per block, dequantize, the fp32 update, block absmax, requantize (the
+// GPU kernel adamw_update_8bit's operations; absmax is a max, exact in any order). ix: the
+// quantize indexes of the signed (m) and unsigned (v) maps (quant8_index_build), same codes as the
+// kernel's binary search.
+static inline void adamw_int8_update_cpu(float* params, const float* grads, const Adamw8Buffers* q,
+                                         const Quant8Index* ix, const OptSegment* segs, int nseg,
+                                         const size_t* block0, const size_t* small_off, const OptStepArgs* a,
+                                         float grad_scale) {
+    const float beta1 = a->beta1, beta2 = a->beta2, omb1 = a->one_minus_beta1, omb2 = a->one_minus_beta2;
+    const float eps = a->eps, bc1 = a->inv_bias_corr1, bc2 = a->inv_bias_corr2;
+    const float* map_m = q->maps;
+    const float* map_v = q->maps + 256;
+    const size_t nblocks = block0[nseg];
+    #pragma omp parallel
+    {
+        float mb[OPT_BLOCK], vb[OPT_BLOCK];
+        #pragma omp for schedule(static)
+        for (size_t b = 0; b < nblocks; b++) {
+            const int s = optim_block_segment(block0, nseg, b);
+            const size_t kb = b - block0[s], rel = kb * OPT_BLOCK;
+            const size_t start = segs[s].offset + rel;
+            const size_t rest = segs[s].count - rel, len = rest < OPT_BLOCK ? rest : OPT_BLOCK;
+            const float lr = a->lr * segs[s].lr_mult, wd = segs[s].weight_decay;
+            float* p = params + start;
+            const float* g = grads + start;
+            float *ms, *vs;
+            if (small_off[s] != OPT_NOT_SMALL) { // fp32 state, updated in place
+                ms = q->m32 + small_off[s] + rel;
+                vs = q->v32 + small_off[s] + rel;
+            } else {
+                const float am = q->absmax_m[b], av = q->absmax_v[b];
+                const unsigned char *cm = q->qm + start, *cv = q->qv + start;
+                for (size_t j = 0; j < len; j++) {
+                    mb[j] = map_m[cm[j]] * am;
+                    vb[j] = map_v[cv[j]] * av;
+                }
+                ms = mb;
+                vs = vb;
+            }
+            #pragma omp simd
+            for (size_t j = 0; j < len; j++) {
+                float gj = g[j] * grad_scale;
+                float mj = fmaf(beta1, ms[j], omb1 * gj);
+                float vj = fmaf(beta2, vs[j], (omb2 * gj) * gj);
+                ms[j] = mj;
+                vs[j] = vj;
+                float upd = (mj * bc1) / (sqrtf(vj * bc2) + eps);
+                p[j] = fmaf(-lr, fmaf(wd, p[j], upd), p[j]);
+            }
+            if (small_off[s] == OPT_NOT_SMALL) {
+                q->absmax_m[b] = quant8_block_quantize_fast(mb, len, &ix[0], 1, q->qm + start);
+                q->absmax_v[b] = quant8_block_quantize_fast(vb, len, &ix[1], 0, q->qv + start);
+            }
+        }
+    }
+}
+
+// SGD with momentum buffer buf (NULL when momentum is 0) and optional Nesterov momentum.
+static inline void sgd_update_cpu(float* params, const float* grads, float* buf, const OptSegment* segs, int nseg,
+                                  const OptStepArgs* a, int nesterov, float grad_scale) {
+    const float mu = a->momentum, omd = a->one_minus_dampening;
+    const int first = a->first_step;
+    #pragma omp parallel
+    for (int s = 0; s < nseg; s++) {
+        const float lr = a->lr * segs[s].lr_mult, wd = segs[s].weight_decay;
+        const size_t off = segs[s].offset, n = segs[s].count;
+        float* p = params + off;
+        const float* g = grads + off;
+        if (buf == NULL) {
+            #pragma omp for simd schedule(static) nowait
+            for (size_t i = 0; i < n; i++) p[i] = fmaf(-lr, fmaf(wd, p[i], g[i] * grad_scale), p[i]);
+            continue;
+        }
+        float* bs = buf + off;
+        if (first) { // the buffer starts as g (no dampening on the first step, as PyTorch)
+            #pragma omp for simd schedule(static) nowait
+            for (size_t i = 0; i < n; i++) {
+                float gi = g[i] * grad_scale;
+                bs[i] = gi;
+                float d = nesterov ? fmaf(mu, gi, gi) : gi;
+                p[i] = fmaf(-lr, fmaf(wd, p[i], d), p[i]);
+            }
+        } else if (nesterov) {
+            #pragma omp for simd schedule(static) nowait
+            for (size_t i = 0; i < n; i++) {
+                float gi = g[i] * grad_scale;
+                float b = fmaf(mu, bs[i], omd * gi);
+                bs[i] = b;
+                p[i] = fmaf(-lr, fmaf(wd, p[i], fmaf(mu, b, gi)), p[i]);
+            }
+        } else {
+            #pragma omp for simd schedule(static) nowait
+            for (size_t i = 0; i < n; i++) {
+                float gi = g[i] * grad_scale;
+                float b = fmaf(mu, bs[i], omd * gi);
+                bs[i] = b;
+                p[i] = fmaf(-lr, fmaf(wd, p[i], b), p[i]);
+            }
+        }
+    }
+}
+
+// sign(c) as Lion uses it: +-1, and 0 (or NaN) passed through.
+OPTIM_HD float optim_sign(float c) { return c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : c); }
+
+// Lion with momentum m.
+static inline void lion_update_cpu(float* params, const float* grads, float* m, const OptSegment* segs, int nseg,
+                                   const OptStepArgs* a, float grad_scale) {
+    const float beta1 = a->beta1, beta2 = a->beta2, omb1 = a->one_minus_beta1, omb2 = a->one_minus_beta2;
+    #pragma omp parallel
+    for (int s = 0; s < nseg; s++) {
+        const float lr = a->lr * segs[s].lr_mult, wd = segs[s].weight_decay;
+        const size_t off = segs[s].offset, n = segs[s].count;
+        float* p = params + off;
+        const float* g = grads + off;
+        float* ms = m + off;
+        #pragma omp for simd schedule(static) nowait
+        for (size_t i = 0; i < n; i++) {
+            float gi = g[i] * grad_scale;
+            float c = fmaf(beta1, ms[i], omb1 * gi);
+            ms[i] = fmaf(beta2, ms[i], omb2 * gi);
+            p[i] = fmaf(-lr, fmaf(wd, p[i], optim_sign(c)), p[i]);
+        }
+    }
+}
+
+// LAMB's direction u of one element from the updated m, v (every pass computes it this way).
+OPTIM_HD float lamb_direction(float p, float m, float v, float wd, float bc1, float bc2, float eps) {
+    float upd = (m * bc1) / (sqrtf(v * bc2) + eps);
+    return fmaf(wd, p, upd);
+}
+
+// The trust ratio of a segment from its sums of squares.
+OPTIM_HD float lamb_trust_ratio(double sum_p2, double sum_u2) {
+    double pn = sqrt(sum_p2), un = sqrt(sum_u2);
+    return (pn > 0.0 && un > 0.0) ? (float)(pn / un) : 1.0f;
+}
+
+// LAMB. partials: (2 * nblocks) scratch, the sums of p^2 (first half) and u^2 per block; trust:
+// (nseg) the trust ratio of each segment, written (the caller may read it after the step).
+static inline void lamb_update_cpu(float* params, const float* grads, float* m, float* v, float* partials,
+                                   float* trust, const OptSegment* segs, int nseg, const size_t* block0,
+                                   const OptStepArgs* a, float grad_scale) {
+    const float beta1 = a->beta1, beta2 = a->beta2, omb1 = a->one_minus_beta1, omb2 = a->one_minus_beta2;
+    const float eps = a->eps, bc1 = a->inv_bias_corr1, bc2 = a->inv_bias_corr2;
+    const size_t nblocks = block0[nseg];
+    #pragma omp parallel
+    {
+        float ap[OPT_BLOCK / 2], au[OPT_BLOCK / 2], tp[256], tu[256];
+        // pass 1: moments, and the block sums of p^2 and u^2 in the GPU's order
+        #pragma omp for schedule(static)
+        for (size_t b = 0; b < nblocks; b++) {
+            const int s = optim_block_segment(block0, nseg, b);
+            const size_t rel = (b - block0[s]) * OPT_BLOCK, start = segs[s].offset + rel;
+            const size_t rest = segs[s].count - rel, len = rest < OPT_BLOCK ? rest : OPT_BLOCK;
+            const float wd = segs[s].weight_decay;
+            for (size_t j = 0; j < OPT_BLOCK / 2; j++) ap[j] = au[j] = 0.0f;
+            for (size_t h = 0; h < 2; h++) { // lane l accumulates elements l, then l + OPT_BLOCK / 2
+                const size_t j0 = h * (OPT_BLOCK / 2);
+                const size_t cnt = len > j0 ? (len - j0 < OPT_BLOCK / 2 ? len - j0 : OPT_BLOCK / 2) : 0;
+                const float* p = params + start + j0;
+                const float* g = grads + start + j0;
+                float *ms = m + start + j0, *vs = v + start + j0;
+                #pragma omp simd
+                for (size_t l = 0; l < cnt; l++) {
+                    float gl = g[l] * grad_scale;
+                    float ml = fmaf(beta1, ms[l], omb1 * gl);
+                    float vl = fmaf(beta2, vs[l], (omb2 * gl) * gl);
+                    ms[l] = ml;
+                    vs[l] = vl;
+                    float u = lamb_direction(p[l], ml, vl, wd, bc1, bc2, eps);
+                    ap[l] = fmaf(p[l], p[l], ap[l]);
+                    au[l] = fmaf(u, u, au[l]);
+                }
+            }
+            for (int t = 0; t < 256; t++) {
+                tp[t] = ((ap[4 * t] + ap[4 * t + 1]) + ap[4 * t + 2]) + ap[4 * t + 3];
+                tu[t] = ((au[4 * t] + au[4 * t + 1]) + au[4 * t + 2]) + au[4 * t + 3];
+            }
+            partials[b] = optim_tree256_f32(tp);
+            partials[nblocks + b] = optim_tree256_f32(tu);
+        }
+        // per segment, the trust ratio from the block sums (in double, fixed order)
+        #pragma omp for schedule(static)
+        for (int s = 0; s < nseg; s++) {
+            double lp[256], lu[256];
+            for (int t = 0; t < 256; t++) lp[t] = lu[t] = 0.0;
+            for (size_t c = 0; c < block0[s + 1] - block0[s]; c++) {
+                lp[c % 256] += (double)partials[block0[s] + c];
+                lu[c % 256] += (double)partials[nblocks + block0[s] + c];
+            }
+            trust[s] = lamb_trust_ratio(optim_tree256_f64(lp), optim_tree256_f64(lu));
+        }
+        // pass 2: the update (the implicit barrier above: every trust ratio is known)
+        for (int s = 0; s < nseg; s++) {
+            const float step = (a->lr * segs[s].lr_mult) * trust[s], wd = segs[s].weight_decay;
+            const size_t off = segs[s].offset, n = segs[s].count;
+            float* p = params + off;
+            const float *ms = m + off, *vs = v + off;
+            #pragma omp for simd schedule(static) nowait
+            for (size_t i = 0; i < n; i++) p[i] = fmaf(-step, lamb_direction(p[i], ms[i], vs[i], wd, bc1, bc2, eps), p[i]);
         }
     }
 }

@@ -12,7 +12,8 @@
    5   production: llmc/adamw.cuh (included, not copied), in its variants (fp32; bf16 + master +
        stochastic rounding; bf16 without master; fp32 params with bf16 grads; AMSGrad)
    6a  bf16 m and v with stochastic rounding (llmc/adamw_lowp.cuh)
-   6b  8-bit blockwise-quantized m and v, dynamic map + per-block absmax (llmc/adamw_lowp.cuh)
+   6b  8-bit blockwise-quantized m and v, dynamic map + per-block absmax, blocks per tensor, small
+       tensors in fp32 (llmc/adamw_lowp.cuh, llmc/quant8.h)
  Every version takes per-tensor weight decay and lr multipliers from the same segment table and
  the gradient scale from the deterministic global-norm clip (llmc/global_norm.cuh), which --check
  also verifies (reproducible bits, agreement with float64). Version 5 fp32 is also compared bit
@@ -339,6 +340,9 @@ struct Bufs {
     float* absm = nullptr;      // 8-bit state: per-block absmax
     float* absv = nullptr;
     float* maps = nullptr;
+    float* m32 = nullptr;       // 8-bit state: fp32 m, v of the small tensors
+    float* v32 = nullptr;
+    OptBlockTables q8t = {};    // 8-bit state: block tables on the device
     AdamWSegment* segs = nullptr;
     int nseg = 0;
     float* scale = nullptr;     // [0] clip scale, [1] norm, [2] sum of squares
@@ -373,12 +377,12 @@ static void run_v5(const Case&, Bufs& b, const Problem&, const AdamWParams& hp, 
     adamw_update(buf, b.n, b.segs, b.nseg, hp, step, b.scale, st);
 }
 static void run_v6a(const Case&, Bufs& b, const Problem&, const AdamWParams& hp, int step, cudaStream_t st) {
-    adamw_update_bf16_state((float*)b.p, (const float*)b.g, (__nv_bfloat16*)b.m, (__nv_bfloat16*)b.v, nullptr, b.n,
+    adamw_update_bf16_state((float*)b.p, (float*)nullptr, (const float*)b.g, (__nv_bfloat16*)b.m, (__nv_bfloat16*)b.v, nullptr, b.n,
                             b.segs, b.nseg, hp, step, b.scale, st);
 }
 static void run_v6b(const Case&, Bufs& b, const Problem&, const AdamWParams& hp, int step, cudaStream_t st) {
-    adamw_update_8bit((float*)b.p, (const float*)b.g, (unsigned char*)b.m, (unsigned char*)b.v, b.absm, b.absv,
-                      b.maps, b.n, b.segs, b.nseg, hp, step, b.scale, st);
+    Adamw8Buffers q = {(unsigned char*)b.m, (unsigned char*)b.v, b.absm, b.absv, b.m32, b.v32, b.maps};
+    adamw_update_8bit((float*)b.p, (float*)nullptr, (const float*)b.g, q, b.n, b.segs, b.q8t, b.nseg, hp, step, b.scale, st);
 }
 
 static const Case kCases[] = {
@@ -416,13 +420,15 @@ static void alloc_case(const Case& c, const Problem& pb, Bufs& b) {
     if (c.master) cudaCheck(cudaMalloc((void**)&b.master, pb.n * 4));
     if (c.amsgrad) cudaCheck(cudaMalloc((void**)&b.vmax, pb.n * 4));
     if (c.state == S_Q8) {
-        size_t nq = CEIL_DIV(pb.n, (size_t)ADAMW8_QBLOCK);
-        cudaCheck(cudaMalloc((void**)&b.absm, nq * 4));
-        cudaCheck(cudaMalloc((void**)&b.absv, nq * 4));
-        cudaCheck(cudaMalloc((void**)&b.maps, 512 * 4));
-        std::vector<float> maps(512);
-        adamw8_codebooks(maps.data(), maps.data() + 256);
-        cudaCheck(cudaMemcpy(b.maps, maps.data(), 512 * 4, cudaMemcpyHostToDevice));
+        b.q8t = opt_block_tables_upload(pb.segs.data(), (int)pb.segs.size(), true);
+        cudaCheck(cudaMalloc((void**)&b.absm, std::max<size_t>(b.q8t.nblocks, 1) * 4));
+        cudaCheck(cudaMalloc((void**)&b.absv, std::max<size_t>(b.q8t.nblocks, 1) * 4));
+        cudaCheck(cudaMalloc((void**)&b.m32, std::max<size_t>(b.q8t.nsmall, 1) * 4));
+        cudaCheck(cudaMalloc((void**)&b.v32, std::max<size_t>(b.q8t.nsmall, 1) * 4));
+        cudaCheck(cudaMalloc((void**)&b.maps, QUANT8_MAP_FLOATS * 4));
+        std::vector<float> maps(QUANT8_MAP_FLOATS);
+        quant8_maps(maps.data(), maps.data() + 256);
+        cudaCheck(cudaMemcpy(b.maps, maps.data(), QUANT8_MAP_FLOATS * 4, cudaMemcpyHostToDevice));
     }
     b.segs = adamw_segments_upload(pb.segs.data(), (int)pb.segs.size(), pb.n);
     b.nseg = (int)pb.segs.size();
@@ -431,8 +437,9 @@ static void alloc_case(const Case& c, const Problem& pb, Bufs& b) {
 }
 
 static void free_case(Bufs& b) {
-    void* ps[] = {b.p, b.g, b.master, b.m, b.v, b.vmax, b.absm, b.absv, b.maps, b.segs, b.scale, b.scratch};
+    void* ps[] = {b.p, b.g, b.master, b.m, b.v, b.vmax, b.absm, b.absv, b.maps, b.m32, b.v32, b.segs, b.scale, b.scratch};
     for (void* p : ps) cudaCheck(cudaFree(p));
+    if (b.q8t.block0 != nullptr) opt_block_tables_free(&b.q8t);
     b = Bufs();
 }
 
@@ -458,9 +465,10 @@ static std::vector<float> init_case(const Case& c, const Problem& pb, Bufs& b) {
     cudaCheck(cudaMemset(b.v, c.state == S_Q8 ? ADAMW8_ZERO_V : 0, pb.n * se));
     if (c.amsgrad) cudaCheck(cudaMemset(b.vmax, 0, pb.n * 4));
     if (c.state == S_Q8) {
-        size_t nq = CEIL_DIV(pb.n, (size_t)ADAMW8_QBLOCK);
-        cudaCheck(cudaMemset(b.absm, 0, nq * 4));
-        cudaCheck(cudaMemset(b.absv, 0, nq * 4));
+        cudaCheck(cudaMemset(b.absm, 0, std::max<size_t>(b.q8t.nblocks, 1) * 4));
+        cudaCheck(cudaMemset(b.absv, 0, std::max<size_t>(b.q8t.nblocks, 1) * 4));
+        cudaCheck(cudaMemset(b.m32, 0, std::max<size_t>(b.q8t.nsmall, 1) * 4));
+        cudaCheck(cudaMemset(b.v32, 0, std::max<size_t>(b.q8t.nsmall, 1) * 4));
     }
     return p0;
 }
@@ -583,16 +591,44 @@ static std::vector<double> download(const void* d, size_t n, int kind) { // kind
     return out;
 }
 
-static std::vector<double> download_q8(const void* codes, const float* absmax, const float* maps, size_t n, bool is_m) {
+// The quantization block of every element (blocks per tensor: optim_blocks_build), and each
+// tensor's packed fp32 offset when it is small (optim_small_build).
+struct Q8Layout {
+    std::vector<size_t> block0, small_off, block_of;
+};
+static Q8Layout q8_layout(const Problem& pb) {
+    Q8Layout L;
+    int nseg = (int)pb.segs.size();
+    L.block0.resize(nseg + 1);
+    L.small_off.resize(nseg);
+    optim_blocks_build(pb.segs.data(), nseg, L.block0.data());
+    optim_small_build(pb.segs.data(), nseg, L.small_off.data());
+    L.block_of.resize(pb.n);
+    for (int s = 0; s < nseg; s++)
+        for (size_t k = 0; k < pb.segs[s].count; k++) L.block_of[pb.segs[s].offset + k] = L.block0[s] + k / ADAMW8_QBLOCK;
+    return L;
+}
+
+// Dequantized 8-bit state (codes * block absmax; small tensors from the packed fp32 state).
+static std::vector<double> download_q8(const void* codes, const float* absmax, const float* f32, const float* maps,
+                                       const Problem& pb, const Bufs& b, bool is_m) {
+    const size_t n = pb.n;
+    Q8Layout L = q8_layout(pb);
     std::vector<unsigned char> c(n);
-    size_t nq = CEIL_DIV(n, (size_t)ADAMW8_QBLOCK);
-    std::vector<float> am(nq), map(512);
+    std::vector<float> am(std::max<size_t>(b.q8t.nblocks, 1)), small(std::max<size_t>(b.q8t.nsmall, 1)), map(QUANT8_MAP_FLOATS);
     cudaCheck(cudaMemcpy(c.data(), codes, n, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(am.data(), absmax, nq * 4, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(map.data(), maps, 512 * 4, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(am.data(), absmax, am.size() * 4, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(small.data(), f32, small.size() * 4, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(map.data(), maps, QUANT8_MAP_FLOATS * 4, cudaMemcpyDeviceToHost));
     std::vector<double> out(n);
-#pragma omp parallel for schedule(static) if ((long long)n > OMP_MIN)
-    for (long long i = 0; i < (long long)n; i++) out[i] = (double)map[(is_m ? 0 : 256) + c[i]] * am[i / ADAMW8_QBLOCK];
+    for (size_t s = 0; s < pb.segs.size(); s++) {
+        const AdamWSegment& sg = pb.segs[s];
+        for (size_t k = 0; k < sg.count; k++) {
+            size_t i = sg.offset + k;
+            out[i] = L.small_off[s] != OPT_NOT_SMALL ? (double)small[L.small_off[s] + k]
+                                                     : (double)map[(is_m ? 0 : 256) + c[i]] * am[L.block_of[i]];
+        }
+    }
     return out;
 }
 
@@ -635,8 +671,8 @@ static bool check_case(const Case& c, const Problem& pb, const Bufs& b, const Re
         mgot = download(b.m, n, 1);
         vgot = download(b.v, n, 1);
     } else {
-        mgot = download_q8(b.m, b.absm, b.maps, n, true);
-        vgot = download_q8(b.v, b.absv, b.maps, n, false);
+        mgot = download_q8(b.m, b.absm, b.m32, b.maps, pb, b, true);
+        vgot = download_q8(b.v, b.absv, b.v32, b.maps, pb, b, false);
     }
     double wm = 0, wv = 0, wp = 0, wx = 0;
     if (c.state == S_F32) {
@@ -647,14 +683,15 @@ static bool check_case(const Case& c, const Problem& pb, const Bufs& b, const Re
         wm = compare("m", pb, mgot, r.m, [&](size_t i) { return km * 0x1p-7 * r.m_absmax[i] + 1e-30; }, bad);
         wv = compare("v", pb, vgot, r.v, [&](size_t i) { return kv * 0x1p-7 * r.v_max[i] + 1e-30; }, bad);
     } else {
-        std::vector<double> bm(CEIL_DIV(n, (size_t)ADAMW8_QBLOCK), 0.0), bv(bm.size(), 0.0);
+        Q8Layout L = q8_layout(pb);
+        std::vector<double> bm(L.block0.back(), 0.0), bv(bm.size(), 0.0);
         for (size_t i = 0; i < n; i++) {
-            bm[i / ADAMW8_QBLOCK] = std::max(bm[i / ADAMW8_QBLOCK], r.m_absmax[i]);
-            bv[i / ADAMW8_QBLOCK] = std::max(bv[i / ADAMW8_QBLOCK], r.v_max[i]);
+            bm[L.block_of[i]] = std::max(bm[L.block_of[i]], r.m_absmax[i]);
+            bv[L.block_of[i]] = std::max(bv[L.block_of[i]], r.v_max[i]);
         }
         double km = std::min<double>(t, 1.0 / (1.0 - hp.beta1)), kv = std::min<double>(t, 1.0 / (1.0 - hp.beta2));
-        wm = compare("m", pb, mgot, r.m, [&](size_t i) { return km * 0.0072 * bm[i / ADAMW8_QBLOCK] + 1e-30; }, bad);
-        wv = compare("v", pb, vgot, r.v, [&](size_t i) { return kv * 0.0037 * bv[i / ADAMW8_QBLOCK] + 1e-30; }, bad);
+        wm = compare("m", pb, mgot, r.m, [&](size_t i) { return km * 0.0072 * bm[L.block_of[i]] + 1e-30; }, bad);
+        wv = compare("v", pb, vgot, r.v, [&](size_t i) { return kv * 0.0037 * bv[L.block_of[i]] + 1e-30; }, bad);
     }
     // parameters: the fp32 ones (params or master) against float64
     std::vector<double> pg = c.master ? download(b.master, n, 0) : download(b.p, n, c.ptype == P_F32 ? 0 : 1);

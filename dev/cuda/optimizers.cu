@@ -1,0 +1,681 @@
+/*
+ optimizers.cu: the optimizer family lab. Every optimizer x state precision x parameter format
+ through the GPU entry point optimizer_step_gpu (llmc/optimizers.cuh, which also routes AdamW to
+ llmc/adamw.cuh and llmc/adamw_lowp.cuh), one driver with two modes:
+
+   --check (default)  per case and problem, S steps with a clip scale (odd steps 0.7), then
+     (1) against the CPU implementation, optimizer_step_cpu of llmc/optim_state.h, run on the same
+         inputs: BIT FOR BIT, parameters and the whole state block (moments, codes, absmax, LAMB's
+         block sums and trust ratios). Both sides spell out the same fmaf calls, LAMB's sums have
+         one fixed order, the 8-bit codes come from one map (llmc/quant8.h) and the random bits of
+         stochastic rounding from one hash (llmc/srng.h). bf16 parameters: the CPU twin keeps fp32
+         parameters = the master weights, and without master weights rounds them after each step
+         with the device's rule (the same bits), so the kernel's inputs stay identical.
+     (2) against a float64 reference written here from the formulas, with the tolerances below.
+   --bench  device-event timing of one step at n parameters (--gpt2: the 148 tensors of GPT-2 124M,
+     n = 124,475,904): GB/s from the bytes each step moves, and % of the device-to-device copy.
+
+ Tolerances against float64 (t = step):
+   fp32 params (or the master): 1e-6 t |p| + 1e-5 lr t; bf16 params without master add
+     t * ulp_bf16(max |p| so far) (one rounding per step); with master, |bf16 p - master| < 1 ulp.
+   fp32 state: 2e-6 t |x| + 1e-6 max_t |x| (cancellation in the moments).
+   bf16 state (AdamW): min(t, 1/(1-beta)) 2^-7 max_t |x|, p + 0.1 lr t.
+   int8 state (AdamW): m min(t, 1/(1-beta1)) 0.0072 x the block's max_t |m|, v with 0.0037; p +
+     0.5 lr t (the bounds of llmc/quant8.h; see dev/test/test_optim.c).
+   LAMB's update is invariant to the scale of u, but the ratio is not: it is not compared here
+     (test_optim does, with its bound); its effect, trust * u, is in the parameters.
+   Lion: elements whose float64 c is nonzero but within 1e-5 of its terms are excluded (< 0.1%).
+
+ usage: optimizers [--check | --bench] [-c CASE] [-n N | --gpt2] [-s STEPS] [-r REPEATS] [-q]
+ To add a case: a row in kCases (an OptimizerConfig and a parameter format).
+*/
+#include "llmc/cuda_common.h"
+#include "llmc/optimizers.cuh"
+#include "llmc/optim_state.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <algorithm>
+#include <string>
+#include <vector>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static bool g_quiet = false;
+#define OMP_MIN (1LL << 20) // host loops use threads only for large problems (the harness shares the CPU)
+
+// ----------------------------------------------------------------------------
+// problems
+
+struct Problem {
+    std::string name;
+    size_t n = 0;
+    std::vector<OptSegment> segs;
+};
+
+static void add_seg(Problem& pb, size_t count, float wd, float lr_mult) {
+    pb.segs.push_back(OptSegment{pb.n, count, wd, lr_mult});
+    pb.n += count;
+}
+
+static double unit(uint64_t seed, uint64_t i) { // uniform in [0, 1)
+    return (double)(srng_mix64(seed * 0x9e3779b97f4a7c15ULL ^ (i + 1) * 0xd1b54a32d192ed03ULL) >> 11) * 0x1.0p-53;
+}
+static double normalish(uint64_t seed, uint64_t i) {
+    return (unit(seed, 4 * i) + unit(seed, 4 * i + 1) + unit(seed, 4 * i + 2) + unit(seed, 4 * i + 3) - 2.0) * 1.732;
+}
+
+// GPT-2 with one segment per tensor as PyTorch has them (per layer), weight decay on 2-D ones.
+static Problem gpt2_problem(const char* name, size_t V, size_t C, size_t L, size_t T) {
+    Problem pb;
+    pb.name = name;
+    add_seg(pb, V * C, 0.1f, 1.0f);
+    add_seg(pb, T * C, 0.1f, 1.0f);
+    for (size_t l = 0; l < L; l++) {
+        const size_t sizes[12] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
+        const bool decay[12] = {0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0};
+        for (int k = 0; k < 12; k++) add_seg(pb, sizes[k], decay[k] ? 0.1f : 0.0f, 1.0f);
+    }
+    add_seg(pb, C, 0.0f, 1.0f);
+    add_seg(pb, C, 0.0f, 1.0f);
+    return pb;
+}
+
+// n elements in tensors of random sizes (40% tiny: boundaries inside 128-bit words), some over
+// the int8 threshold and several LAMB blocks long.
+static Problem random_problem(size_t n, uint64_t seed) {
+    Problem pb;
+    pb.name = "random tensors, n=" + std::to_string(n);
+    const float wds[3] = {0.0f, 0.1f, 0.01f}, lrs[3] = {1.0f, 0.5f, 2.0f};
+    for (uint64_t k = 0; pb.n < n; k++) {
+        size_t c = unit(seed, 3 * k) < 0.4 ? 1 + (size_t)(unit(seed, 3 * k + 1) * 9)
+                                           : 1 + (size_t)(unit(seed, 3 * k + 1) * (n / 8 + 1));
+        c = std::min(c, n - pb.n);
+        add_seg(pb, c, wds[(size_t)(unit(seed, 3 * k + 2) * 3)], lrs[k % 3]);
+    }
+    return pb;
+}
+
+static void init_params(const Problem& pb, std::vector<float>& p) {
+    p.resize(pb.n);
+    for (size_t s = 0; s < pb.segs.size(); s++) {
+        const OptSegment& sg = pb.segs[s];
+#pragma omp parallel for schedule(static) if ((long long)sg.count > OMP_MIN)
+        for (long long k = 0; k < (long long)sg.count; k++) {
+            size_t i = sg.offset + (size_t)k;
+            p[i] = (float)(s % 4 == 3 ? 1.0 + 0.1 * normalish(11, i) : 0.02 * normalish(11, i));
+        }
+    }
+}
+
+// Step t's gradients: a per-tensor scale (1e-4 .. 1e-2) times a unit variate; every 7th tensor 0.
+static void make_grads(const Problem& pb, int t, std::vector<float>& g) {
+    g.resize(pb.n);
+    for (size_t s = 0; s < pb.segs.size(); s++) {
+        const OptSegment& sg = pb.segs[s];
+        double sc = s % 7 == 6 ? 0.0 : pow(10.0, -4.0 + 2.0 * unit(77, s));
+#pragma omp parallel for schedule(static) if ((long long)sg.count > OMP_MIN)
+        for (long long k = 0; k < (long long)sg.count; k++) {
+            size_t i = sg.offset + (size_t)k;
+            g[i] = (float)(sc * normalish(5, (uint64_t)t * 0x100000000ULL + i));
+        }
+    }
+}
+
+static float clip_scale_of_step(int t) { return t % 2 ? 0.7f : 1.0f; }
+
+// ----------------------------------------------------------------------------
+// cases
+
+struct Case {
+    const char* id;   // -c selects by id (several rows may share one)
+    const char* name;
+    OptimizerConfig cfg;
+    bool bf16_params, master, bf16_grads, stochastic;
+    float lr;
+};
+
+static OptimizerConfig cfg_of(OptimizerKind k, OptStatePrecision st = OPT_STATE_FP32, int amsgrad = 0,
+                              int nesterov = 0, float momentum = -1.0f, float dampening = 0.0f) {
+    OptimizerConfig c = optimizer_config_default(k);
+    c.state = st;
+    c.amsgrad = amsgrad;
+    c.nesterov = nesterov;
+    if (momentum >= 0.0f) c.momentum = momentum;
+    c.dampening = dampening;
+    c.seed = 1234;
+    return c;
+}
+
+static const Case kCases[] = {
+    {"sgd", "sgd momentum", cfg_of(OPT_SGD), false, false, false, false, 0.05f},
+    {"sgd", "sgd momentum, dampening", cfg_of(OPT_SGD, OPT_STATE_FP32, 0, 0, 0.8f, 0.2f), false, false, false, false, 0.05f},
+    {"sgd", "sgd nesterov", cfg_of(OPT_SGD, OPT_STATE_FP32, 0, 1), false, false, false, false, 0.05f},
+    {"sgd", "sgd plain", cfg_of(OPT_SGD, OPT_STATE_FP32, 0, 0, 0.0f), false, false, false, false, 0.05f},
+    {"sgd", "sgd nesterov bf16+master+SR", cfg_of(OPT_SGD, OPT_STATE_FP32, 0, 1), true, true, true, true, 0.05f},
+    {"sgd", "sgd plain bf16 RN", cfg_of(OPT_SGD, OPT_STATE_FP32, 0, 0, 0.0f), true, false, true, false, 0.05f},
+    {"lion", "lion", cfg_of(OPT_LION), false, false, false, false, 1e-3f},
+    {"lion", "lion bf16 SR (no master)", cfg_of(OPT_LION), true, false, true, true, 1e-3f},
+    {"lion", "lion fp32 p, bf16 g", cfg_of(OPT_LION), false, false, true, false, 1e-3f},
+    {"lamb", "lamb", cfg_of(OPT_LAMB), false, false, false, false, 1e-2f},
+    {"lamb", "lamb bf16+master+SR", cfg_of(OPT_LAMB), true, true, true, true, 1e-2f},
+    {"lamb", "lamb bf16 SR (no master)", cfg_of(OPT_LAMB), true, false, true, true, 1e-2f},
+    {"adamw", "adamw", cfg_of(OPT_ADAMW), false, false, false, false, 1e-3f},
+    {"adamw", "adamw amsgrad", cfg_of(OPT_ADAMW, OPT_STATE_FP32, 1), false, false, false, false, 1e-3f},
+    {"adamw-bf16", "adamw bf16 state", cfg_of(OPT_ADAMW, OPT_STATE_BF16), false, false, false, false, 1e-3f},
+    {"adamw-bf16", "adamw bf16 state amsgrad", cfg_of(OPT_ADAMW, OPT_STATE_BF16, 1), false, false, false, false, 1e-3f},
+    {"adamw-bf16", "adamw bf16 state, bf16+master+SR", cfg_of(OPT_ADAMW, OPT_STATE_BF16), true, true, true, true, 1e-3f},
+    {"adamw-int8", "adamw int8 state", cfg_of(OPT_ADAMW, OPT_STATE_INT8), false, false, false, false, 1e-3f},
+    {"adamw-int8", "adamw int8 state, bf16+master+SR", cfg_of(OPT_ADAMW, OPT_STATE_INT8), true, true, true, true, 1e-3f},
+    {"adamw-int8", "adamw int8 state, bf16 RN", cfg_of(OPT_ADAMW, OPT_STATE_INT8), true, false, false, false, 1e-3f},
+};
+
+// Bytes one step moves per parameter (reads + writes).
+static int bytes_per_param(const Case& c) {
+    const OptimizerConfig& k = c.cfg;
+    const int ps = c.bf16_params ? 2 : 4, g = c.bf16_grads ? 2 : 4;
+    const int pr = c.master ? 4 : ps, pw = (c.master ? 4 : 0) + ps;
+    switch (k.kind) {
+        case OPT_ADAMW: {
+            int st = k.state == OPT_STATE_FP32 ? 16 : k.state == OPT_STATE_BF16 ? 8 : 4;
+            if (k.amsgrad) st += k.state == OPT_STATE_FP32 ? 8 : 4;
+            return g + st + pr + pw;
+        }
+        case OPT_SGD: return g + (k.momentum != 0.0f ? 8 : 0) + pr + pw;
+        case OPT_LION: return g + 8 + pr + pw;
+        case OPT_LAMB: return (pr + g + 16) + (pr + 8 + pw); // moments pass (m, v read and written), update pass
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// device buffers of one case
+
+struct Dev {
+    void* p = nullptr;     // fp32 or bf16
+    float* master = nullptr;
+    void* g = nullptr;     // fp32 or bf16
+    float* scale = nullptr;
+    OptimizerState st = {};
+};
+
+static void dev_alloc(const Case& c, const Problem& pb, Dev& d) {
+    cudaCheck(cudaMalloc(&d.p, pb.n * (c.bf16_params ? 2 : 4)));
+    cudaCheck(cudaMalloc(&d.g, pb.n * (c.bf16_grads ? 2 : 4)));
+    if (c.master) cudaCheck(cudaMalloc((void**)&d.master, pb.n * 4));
+    cudaCheck(cudaMalloc((void**)&d.scale, sizeof(float)));
+    optimizer_state_init_device(&d.st, &c.cfg, pb.segs.data(), (int)pb.segs.size(), pb.n);
+}
+
+static void dev_free(Dev& d) {
+    cudaCheck(cudaFree(d.p));
+    cudaCheck(cudaFree(d.g));
+    cudaCheck(cudaFree(d.master));
+    cudaCheck(cudaFree(d.scale));
+    optimizer_state_free_device(&d.st);
+    d = Dev();
+}
+
+// Uploads parameters (bf16 params: rounded to nearest; the master = the same values). Returns
+// the values the device holds as fp32.
+static std::vector<float> dev_upload_params(const Case& c, Dev& d, const std::vector<float>& p0) {
+    std::vector<float> held(p0);
+    if (c.bf16_params) {
+        std::vector<uint16_t> h(p0.size());
+        for (size_t i = 0; i < p0.size(); i++) {
+            h[i] = bf16_bits_round_nearest(p0[i]);
+            held[i] = bf16_bits_to_float(h[i]);
+        }
+        cudaCheck(cudaMemcpy(d.p, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+    } else {
+        cudaCheck(cudaMemcpy(d.p, p0.data(), p0.size() * 4, cudaMemcpyHostToDevice));
+    }
+    if (c.master) cudaCheck(cudaMemcpy(d.master, held.data(), held.size() * 4, cudaMemcpyHostToDevice));
+    return held;
+}
+
+// Uploads step t's gradients; g becomes what the device sees (bf16: rounded to nearest).
+static void dev_upload_grads(const Case& c, Dev& d, std::vector<float>& g, float scale) {
+    if (c.bf16_grads) {
+        std::vector<uint16_t> h(g.size());
+        for (size_t i = 0; i < g.size(); i++) {
+            h[i] = bf16_bits_round_nearest(g[i]);
+            g[i] = bf16_bits_to_float(h[i]);
+        }
+        cudaCheck(cudaMemcpy(d.g, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+    } else {
+        cudaCheck(cudaMemcpy(d.g, g.data(), g.size() * 4, cudaMemcpyHostToDevice));
+    }
+    cudaCheck(cudaMemcpy(d.scale, &scale, sizeof scale, cudaMemcpyHostToDevice));
+}
+
+static void dev_step(const Case& c, Dev& d, int t, cudaStream_t stream) {
+    const bool sr = c.stochastic;
+    if (c.bf16_params && c.bf16_grads)
+        optimizer_step_gpu(&d.st, (__nv_bfloat16*)d.p, d.master, (const __nv_bfloat16*)d.g, c.lr, t, sr, d.scale, stream);
+    else if (c.bf16_params)
+        optimizer_step_gpu(&d.st, (__nv_bfloat16*)d.p, d.master, (const float*)d.g, c.lr, t, sr, d.scale, stream);
+    else if (c.bf16_grads)
+        optimizer_step_gpu(&d.st, (float*)d.p, d.master, (const __nv_bfloat16*)d.g, c.lr, t, sr, d.scale, stream);
+    else
+        optimizer_step_gpu(&d.st, (float*)d.p, d.master, (const float*)d.g, c.lr, t, sr, d.scale, stream);
+}
+
+// The device's parameters as fp32 (the bf16 ones widened), and its master weights.
+static std::vector<float> dev_params(const Case& c, const Dev& d, size_t n) {
+    std::vector<float> out(n);
+    if (c.bf16_params) {
+        std::vector<uint16_t> h(n);
+        cudaCheck(cudaMemcpy(h.data(), d.p, n * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++) out[i] = bf16_bits_to_float(h[i]);
+    } else {
+        cudaCheck(cudaMemcpy(out.data(), d.p, n * 4, cudaMemcpyDeviceToHost));
+    }
+    return out;
+}
+
+// ----------------------------------------------------------------------------
+// float64 reference
+
+struct Ref {
+    std::vector<double> p, m, v, vmax, m_hist, v_hist, p_hist;
+    std::vector<unsigned char> excluded;
+};
+
+static void ref_init(Ref& r, const std::vector<float>& p0) {
+    const size_t n = p0.size();
+    r.p.assign(p0.begin(), p0.end());
+    r.p_hist.resize(n);
+    for (size_t i = 0; i < n; i++) r.p_hist[i] = fabs(r.p[i]);
+    r.m.assign(n, 0.0);
+    r.v.assign(n, 0.0);
+    r.vmax.assign(n, 0.0);
+    r.m_hist.assign(n, 0.0);
+    r.v_hist.assign(n, 0.0);
+    r.excluded.assign(n, 0);
+}
+
+static void ref_step(Ref& r, const Problem& pb, const OptimizerConfig& c, const std::vector<float>& grads, double scale,
+                     double lr0, int t) {
+    const double b1 = c.beta1, b2 = c.beta2, eps = c.eps, mu = c.momentum, damp = c.dampening;
+    const double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
+    for (const OptSegment& sg : pb.segs) {
+        const double lr = lr0 * sg.lr_mult, wd = sg.weight_decay;
+        double pp = 0.0, uu = 0.0;
+        for (size_t k = 0; k < sg.count; k++) {
+            const size_t i = sg.offset + k;
+            const double g = (double)grads[i] * scale, p = r.p[i];
+            if (c.kind == OPT_ADAMW || c.kind == OPT_LAMB) {
+                r.m[i] = b1 * r.m[i] + (1.0 - b1) * g;
+                r.v[i] = b2 * r.v[i] + (1.0 - b2) * g * g;
+                double vv = r.v[i];
+                if (c.amsgrad) vv = r.vmax[i] = std::max(r.vmax[i], r.v[i]);
+                const double u = (r.m[i] / bc1) / (sqrt(vv / bc2) + eps) + wd * p;
+                if (c.kind == OPT_ADAMW) r.p[i] = p - lr * u;
+                pp += p * p;
+                uu += u * u;
+            } else if (c.kind == OPT_SGD) {
+                double d = g;
+                if (mu != 0.0) {
+                    r.m[i] = t == 1 ? g : mu * r.m[i] + (1.0 - damp) * g;
+                    d = c.nesterov ? g + mu * r.m[i] : r.m[i];
+                }
+                r.p[i] = p - lr * (d + wd * p);
+            } else { // Lion
+                const double t1 = b1 * r.m[i], t2 = (1.0 - b1) * g, cc = t1 + t2;
+                if (fabs(cc) <= 1e-5 * (fabs(t1) + fabs(t2)) && cc != 0.0) r.excluded[i] = 1;
+                r.p[i] = p - lr * ((cc > 0.0 ? 1.0 : cc < 0.0 ? -1.0 : 0.0) + wd * p);
+                r.m[i] = b2 * r.m[i] + (1.0 - b2) * g;
+            }
+        }
+        if (c.kind == OPT_LAMB) {
+            const double trust = pp > 0.0 && uu > 0.0 ? sqrt(pp) / sqrt(uu) : 1.0;
+            for (size_t k = 0; k < sg.count; k++) {
+                const size_t i = sg.offset + k;
+                const double u = (r.m[i] / bc1) / (sqrt(r.v[i] / bc2) + eps) + wd * r.p[i];
+                r.p[i] -= lr * trust * u;
+            }
+        }
+    }
+    for (size_t i = 0; i < pb.n; i++) {
+        r.m_hist[i] = std::max(r.m_hist[i], fabs(r.m[i]));
+        r.v_hist[i] = std::max(r.v_hist[i], fabs(r.v[i]));
+        r.p_hist[i] = std::max(r.p_hist[i], fabs(r.p[i]));
+    }
+}
+
+static double ulp_bf16(double x) { // spacing of bf16 numbers at |x| (normal range)
+    int e;
+    frexp(fabs(x) > 1e-38 ? x : 1e-38, &e);
+    return ldexp(1.0, e - 8);
+}
+
+// The state of element i (of segment s) as values, whatever its storage (host copy of the block).
+static void state_values(const OptimizerState& st, const unsigned char* blk, size_t i, int s, double& m, double& v) {
+    auto at = [&](const void* p) { return blk + ((const unsigned char*)p - (const unsigned char*)st.memory); };
+    m = v = 0.0;
+    if (st.m) m = ((const float*)at(st.m))[i];
+    if (st.v) v = ((const float*)at(st.v))[i];
+    if (st.m16) {
+        m = bf16_bits_to_float(((const uint16_t*)at(st.m16))[i]);
+        v = bf16_bits_to_float(((const uint16_t*)at(st.v16))[i]);
+    }
+    if (st.qm) {
+        const size_t k = i - st.segs[s].offset;
+        if (st.small_off[s] != OPT_NOT_SMALL) {
+            m = ((const float*)at(st.m32))[st.small_off[s] + k];
+            v = ((const float*)at(st.v32))[st.small_off[s] + k];
+        } else {
+            const size_t b = st.block0[s] + k / OPT_BLOCK;
+            const float* maps = (const float*)at(st.maps);
+            m = (double)maps[((const unsigned char*)at(st.qm))[i]] * ((const float*)at(st.absmax_m))[b];
+            v = (double)maps[256 + ((const unsigned char*)at(st.qv))[i]] * ((const float*)at(st.absmax_v))[b];
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// --check
+
+struct Worst {
+    double p = 0, m = 0, v = 0;
+    long long bad = 0;
+    std::string first;
+};
+
+static void tally(Worst& w, double& slot, const char* what, size_t i, double got, double want, double tol) {
+    double r = fabs(got - want) / tol;
+    if (r != r) r = INFINITY;
+    if (r > 1.0) {
+        if (w.bad == 0) {
+            char b[192];
+            snprintf(b, sizeof b, "%s[%zu] got %.9g want %.9g tol %.3g", what, i, got, want, tol);
+            w.first = b;
+        }
+        w.bad++;
+    }
+    slot = std::max(slot, r);
+}
+
+static long long diff_bytes(const void* a, const void* b, size_t bytes) {
+    const unsigned char *x = (const unsigned char*)a, *y = (const unsigned char*)b;
+    long long d = 0;
+    for (size_t i = 0; i < bytes; i++) d += x[i] != y[i];
+    return d;
+}
+
+static bool check_one(const Case& c, const Problem& pb, int steps) {
+    const size_t n = pb.n;
+    Dev d;
+    dev_alloc(c, pb, d);
+    std::vector<float> p0;
+    init_params(pb, p0);
+    std::vector<float> tw = dev_upload_params(c, d, p0); // the CPU twin's fp32 parameters
+    OptimizerState cs;
+    optimizer_state_init(&cs, &c.cfg, pb.segs.data(), (int)pb.segs.size(), n, nullptr);
+    Ref r;
+    ref_init(r, tw);
+    std::vector<float> g;
+    std::vector<unsigned char> blk(d.st.bytes);
+    bool ok = true;
+#ifdef _OPENMP
+    const int threads = omp_get_max_threads();
+    if ((long long)n < OMP_MIN) omp_set_num_threads(1); // no spinning team next to the harness
+#endif
+    for (int t = 1; t <= steps; t++) {
+        make_grads(pb, t, g);
+        const float scale = clip_scale_of_step(t);
+        dev_upload_grads(c, d, g, scale);
+        dev_step(c, d, t, 0);
+        cudaCheck(cudaDeviceSynchronize());
+        optimizer_step_cpu(&cs, tw.data(), g.data(), c.lr, t, scale);
+        if (c.bf16_params && !c.master) { // the twin reads back what the device stored
+            const unsigned long long key = srng_step_key(c.cfg.seed, t);
+            for (size_t i = 0; i < n; i++)
+                tw[i] = bf16_bits_to_float(c.stochastic ? bf16_bits_round_stochastic(tw[i], srng_bits(key, i, 0))
+                                                        : bf16_bits_round_nearest(tw[i]));
+        }
+        ref_step(r, pb, c.cfg, g, (double)scale, (double)c.lr, t);
+        if (t != 1 && t != 2 && t != steps) continue;
+        // (1) bits against the CPU implementation
+        std::vector<float> dp = dev_params(c, d, n), dm;
+        if (c.master) {
+            dm.resize(n);
+            cudaCheck(cudaMemcpy(dm.data(), d.master, n * 4, cudaMemcpyDeviceToHost));
+        }
+        cudaCheck(cudaMemcpy(blk.data(), d.st.memory, d.st.bytes, cudaMemcpyDeviceToHost));
+        long long dparam = 0;
+        if (c.master) {
+            dparam = diff_bytes(dm.data(), tw.data(), n * 4);
+            const unsigned long long key = srng_step_key(c.cfg.seed, t);
+            for (size_t i = 0; i < n; i++) {
+                float want = bf16_bits_to_float(c.stochastic ? bf16_bits_round_stochastic(tw[i], srng_bits(key, i, 0))
+                                                             : bf16_bits_round_nearest(tw[i]));
+                dparam += memcmp(&dp[i], &want, 4) != 0;
+            }
+        } else {
+            dparam = diff_bytes(dp.data(), tw.data(), n * 4);
+        }
+        const long long dstate = diff_bytes(blk.data(), cs.memory, cs.bytes);
+        const bool same = dparam == 0 && dstate == 0 && cs.bytes == d.st.bytes;
+        // (2) against float64
+        Worst w;
+        const std::vector<float>& pf = c.master ? dm : dp; // the fp32 parameters (or the bf16 ones)
+        const bool bf16_p = c.bf16_params && !c.master;
+        for (size_t s = 0; s < pb.segs.size(); s++) {
+            const OptSegment& sg = pb.segs[s];
+            const double lr_eff = (double)c.lr * sg.lr_mult;
+            double bm = 0.0, bv = 0.0;
+            for (size_t k = 0; k < sg.count; k++) {
+                const size_t i = sg.offset + k;
+                if (c.cfg.kind == OPT_LION && r.excluded[i]) continue;
+                if (c.cfg.state == OPT_STATE_INT8 && k % OPT_BLOCK == 0) {
+                    bm = bv = 0.0;
+                    for (size_t j = k; j < sg.count && j < k + OPT_BLOCK; j++) {
+                        bm = std::max(bm, r.m_hist[sg.offset + j]);
+                        bv = std::max(bv, r.v_hist[sg.offset + j]);
+                    }
+                }
+                double ptol = 1e-6 * t * fabs(r.p[i]) + 1e-5 * lr_eff * t + 1e-30;
+                double mtol = 2e-6 * t * fabs(r.m[i]) + 1e-6 * r.m_hist[i] + 1e-30;
+                double vtol = 2e-6 * t * fabs(r.v[i]) + 1e-6 * r.v_hist[i] + 1e-30;
+                if (bf16_p) ptol += t * ulp_bf16(std::max(r.p_hist[i], (double)fabsf(pf[i])));
+                const bool small = cs.small_off[s] != OPT_NOT_SMALL;
+                if (c.cfg.state == OPT_STATE_BF16) {
+                    const double km = std::min<double>(t, 1.0 / (1.0 - c.cfg.beta1)), kv = std::min<double>(t, 1.0 / (1.0 - c.cfg.beta2));
+                    mtol = km * 0x1p-7 * r.m_hist[i] + 1e-30;
+                    vtol = kv * 0x1p-7 * r.v_hist[i] + 1e-30;
+                    ptol += 0.1 * lr_eff * t;
+                } else if (c.cfg.state == OPT_STATE_INT8 && !small) {
+                    const double km = std::min<double>(t, 1.0 / (1.0 - c.cfg.beta1)), kv = std::min<double>(t, 1.0 / (1.0 - c.cfg.beta2));
+                    mtol = km * 0.0072 * bm + 1e-30;
+                    vtol = kv * 0.0037 * bv + 1e-30;
+                    ptol += 0.5 * lr_eff * t;
+                }
+                tally(w, w.p, "p", i, pf[i], r.p[i], ptol);
+                if (c.master && fabs((double)dp[i] - dm[i]) >= ulp_bf16(dm[i])) tally(w, w.p, "p(bf16)-master", i, dp[i], dm[i], ulp_bf16(dm[i]));
+                double m, v;
+                state_values(d.st, blk.data(), i, (int)s, m, v);
+                if (c.cfg.kind != OPT_SGD || c.cfg.momentum != 0.0f) tally(w, w.m, "m", i, m, r.m[i], mtol);
+                if (c.cfg.kind == OPT_ADAMW || c.cfg.kind == OPT_LAMB) tally(w, w.v, "v", i, v, r.v[i], vtol);
+            }
+        }
+        long long excl = 0;
+        for (unsigned char e : r.excluded) excl += e;
+        const bool good = same && w.bad == 0 && excl * 1000 <= (long long)n;
+        if (!g_quiet || !good) {
+            printf("    %-34s step %d: CPU twin %s (%lld param, %lld state bytes differ); float64 worst err/tol p %.3f m %.3f v %.3f%s%s  %s\n",
+                   c.name, t, same ? "bit-identical" : "DIFFERS", dparam, dstate, w.p, w.m, w.v,
+                   w.bad ? ", first bad: " : "", w.first.c_str(), good ? "ok" : "FAIL");
+        }
+        ok = ok && good;
+    }
+#ifdef _OPENMP
+    omp_set_num_threads(threads);
+#endif
+    optimizer_state_free(&cs);
+    dev_free(d);
+    return ok;
+}
+
+// ----------------------------------------------------------------------------
+// --bench
+
+template <typename F>
+static float time_median_ms(int repeats, void* flush, size_t flush_bytes, F body) {
+    cudaEvent_t a, e;
+    cudaCheck(cudaEventCreate(&a));
+    cudaCheck(cudaEventCreate(&e));
+    std::vector<float> ms;
+    for (int r = 0; r < repeats; r++) {
+        cudaCheck(cudaMemsetAsync(flush, r & 0xff, flush_bytes, 0)); // L2 flush
+        cudaCheck(cudaEventRecord(a, 0));
+        body();
+        cudaCheck(cudaEventRecord(e, 0));
+        cudaCheck(cudaEventSynchronize(e));
+        float x;
+        cudaCheck(cudaEventElapsedTime(&x, a, e));
+        ms.push_back(x);
+    }
+    cudaCheck(cudaEventDestroy(a));
+    cudaCheck(cudaEventDestroy(e));
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+}
+
+static int bench(const std::vector<const Case*>& cases, const Problem& pb, int repeats) {
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    const size_t flush_bytes = (size_t)std::max(prop.l2CacheSize, 1 << 20) * 2;
+    void* flush;
+    cudaCheck(cudaMalloc(&flush, flush_bytes));
+    const size_t cbytes = std::max<size_t>(pb.n * 14, 1 << 20); // copy as much as fp32 AdamW moves
+    void *src, *dst;
+    cudaCheck(cudaMalloc(&src, cbytes));
+    cudaCheck(cudaMalloc(&dst, cbytes));
+    cudaCheck(cudaMemset(src, 1, cbytes));
+    const float copy_ms = time_median_ms(repeats, flush, flush_bytes,
+                                         [&] { cudaCheck(cudaMemcpyAsync(dst, src, cbytes, cudaMemcpyDeviceToDevice, 0)); });
+    const double copy_gbs = 2.0 * cbytes / (copy_ms * 1e-3) / 1e9;
+    cudaCheck(cudaFree(src));
+    cudaCheck(cudaFree(dst));
+    printf("optimizers bench: %s (n = %zu, %zu tensors), device \"%s\"%s\n", pb.name.c_str(), pb.n, pb.segs.size(),
+           prop.name, LS_HARNESS ? " (CPU harness: host times, not GPU times)" : "");
+    printf("  device-to-device copy: %.1f GB/s\n", copy_gbs);
+    printf("  %-36s %8s %8s %11s %9s %8s\n", "case", "state B", "moved B", "median ms", "GB/s", "% copy");
+    std::vector<float> p0, g;
+    init_params(pb, p0);
+    make_grads(pb, 1, g);
+    for (const Case* c : cases) {
+        Dev d;
+        dev_alloc(*c, pb, d);
+        dev_upload_params(*c, d, p0);
+        std::vector<float> gc(g);
+        dev_upload_grads(*c, d, gc, 1.0f);
+        int step = 0;
+        for (int w = 0; w < 3; w++) dev_step(*c, d, ++step, 0); // warm-up
+        const float ms = time_median_ms(repeats, flush, flush_bytes, [&] { dev_step(*c, d, ++step, 0); });
+        cudaCheck(cudaDeviceSynchronize());
+        const int bpp = bytes_per_param(*c);
+        const double gbs = (double)bpp * pb.n / (ms * 1e-3) / 1e9;
+        printf("  %-36s %8.3f %8d %11.4f %9.1f %7.1f%%\n", c->name, (double)d.st.bytes / pb.n, bpp, ms, gbs,
+               100.0 * gbs / copy_gbs);
+        dev_free(d);
+    }
+    cudaCheck(cudaFree(flush));
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+
+static void usage(const char* prog) {
+    fprintf(stderr,
+            "usage: %s [--check | --bench] [-c CASE] [-n N | --gpt2] [-s STEPS] [-r REPEATS] [-q]\n"
+            "  -c CASE     sgd lion lamb adamw adamw-bf16 adamw-int8, or all (default)\n"
+            "  -n N        number of parameters, 1..2^33, split into random tensors\n"
+            "  --gpt2      the 148 tensors of GPT-2 124M (n = 124475904)\n"
+            "  -s STEPS    optimizer steps of --check, 1..1000 (default 5)\n"
+            "  -r REPEATS  timed repeats of --bench, 1..1000 (default 20)\n"
+            "  -q          --check prints failures and the summary only\n",
+            prog);
+    exit(2);
+}
+
+static long long parse_int(const char* prog, const char* flag, const char* s, long long lo, long long hi) {
+    char* end = nullptr;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
+        fprintf(stderr, "%s: %s '%s': expected an integer in [%lld, %lld]\n", prog, flag, s, lo, hi);
+        usage(prog);
+    }
+    return v;
+}
+
+int main(int argc, char** argv) {
+    bool do_bench = false, gpt2 = false;
+    const char* which = "all";
+    long long n = 0, steps = 5, repeats = 20;
+    for (int i = 1; i < argc; i++) {
+        const char* a = argv[i];
+        auto need = [&](void) -> const char* {
+            if (i + 1 >= argc) { fprintf(stderr, "%s: %s needs a value\n", argv[0], a); usage(argv[0]); }
+            return argv[++i];
+        };
+        if (strcmp(a, "--check") == 0) do_bench = false;
+        else if (strcmp(a, "--bench") == 0) do_bench = true;
+        else if (strcmp(a, "--gpt2") == 0) gpt2 = true;
+        else if (strcmp(a, "-q") == 0) g_quiet = true;
+        else if (strcmp(a, "-c") == 0) which = need();
+        else if (strcmp(a, "-n") == 0) n = parse_int(argv[0], "-n", need(), 1, 1LL << 33);
+        else if (strcmp(a, "-s") == 0) steps = parse_int(argv[0], "-s", need(), 1, 1000);
+        else if (strcmp(a, "-r") == 0) repeats = parse_int(argv[0], "-r", need(), 1, 1000);
+        else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) usage(argv[0]);
+        else { fprintf(stderr, "%s: unknown argument '%s'\n", argv[0], a); usage(argv[0]); }
+    }
+    if (gpt2 && n != 0) { fprintf(stderr, "%s: -n and --gpt2 exclude each other\n", argv[0]); usage(argv[0]); }
+    std::vector<const Case*> cases;
+    for (const Case& c : kCases)
+        if (strcmp(which, "all") == 0 || strcmp(which, c.id) == 0) cases.push_back(&c);
+    if (cases.empty()) { fprintf(stderr, "%s: -c '%s': no such case\n", argv[0], which); usage(argv[0]); }
+
+    std::vector<Problem> problems;
+    if (gpt2) problems.push_back(gpt2_problem("GPT-2 124M", 50304, 768, 12, 1024));
+    else if (n > 0) problems.push_back(random_problem((size_t)n, 42));
+    else if (do_bench) problems.push_back(random_problem(LS_HARNESS ? 100000 : 124475904, 42));
+    else {
+        Problem one;
+        one.name = "one element";
+        add_seg(one, 1, 0.1f, 1.0f);
+        problems.push_back(one);
+        problems.push_back(random_problem(7, 1));
+        problems.push_back(random_problem(4099, 2));
+        problems.push_back(gpt2_problem("mini GPT-2 (V=101 C=20 L=2 T=16)", 101, 20, 2, 16));
+        problems.push_back(random_problem(50001, 3));
+    }
+    if (do_bench) return bench(cases, problems[0], (int)repeats);
+
+#if LS_HARNESS
+    if (!g_quiet) printf("optimizers --check (CPU harness, order %s)\n", ls_harness::order_name(ls_harness::config().order));
+#else
+    if (!g_quiet) printf("optimizers --check (GPU)\n");
+#endif
+    int failed = 0, total = 0;
+    for (const Problem& pb : problems) {
+        if (!g_quiet) printf("  problem: %s (n = %zu, %zu tensors), %lld steps\n", pb.name.c_str(), pb.n, pb.segs.size(), steps);
+        for (const Case* c : cases) {
+            total++;
+            if (!check_one(*c, pb, (int)steps)) {
+                failed++;
+                if (g_quiet) printf("  FAILED: %s on %s\n", c->name, pb.name.c_str());
+            }
+        }
+    }
+    printf("optimizers --check: %d of %d cases passed (%zu problems x %zu cases, %lld steps)\n", total - failed, total,
+           problems.size(), cases.size(), steps);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,28 @@
+# rules for the optimizer family's tests (included by the top-level Makefile)
+#
+#   make test-optim    the CPU optimizers of llmc/optim.h: unit tests against a float64 reference
+#                      and bit-level properties ($(BUILD)/test_optim), then dev/reference/optim_ref.py
+#                      against PyTorch (torch.optim.SGD and AdamW; LAMB and Lion from their papers'
+#                      formulas in torch ops). A few seconds.
+#   make bench-optim   CPU GB/s of every optimizer at GPT-2 124M against AdamW's access pattern, and
+#                      the state bytes per parameter of every optimizer x state precision.
+# `make test` runs test-optim (TEST_PHONY); `make test-san` runs it on the ASan+UBSan build.
+# The GPU kernels of the family are checked by dev/cuda/optimizers.cu (dev/cuda/rules.mk).
+
+.PHONY: test-optim bench-optim
+
+$(BUILD)/test_optim: dev/test/test_optim.c $(LLMC_HEADERS)
+	@mkdir -p $(@D)
+	@echo "  CC    $@"
+	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
+
+test-optim: $(BUILD)/test_optim
+	$(BUILD)/test_optim -q
+	$(TORCH_PYTHON) dev/reference/optim_ref.py --bin $(BUILD)/test_optim
+
+bench-optim: $(BUILD)/test_optim
+	$(BUILD)/test_optim --bench
+
+TEST_TARGETS += $(BUILD)/test_optim
+TEST_PHONY += test-optim
+TEST_SAN_PHONY += test-optim

@@ -1,0 +1,954 @@
+/*
+ test_optim.c: the CPU optimizer family (llmc/optim.h, llmc/optim_state.h). One driver, three modes.
+
+   test_optim [--units] [-q]  unit tests, one line each (-q: failures only), exit 1 on a failure
+                          (about a second; `make test-optim`):
+                          every optimizer x state precision against a float64 reference written
+                          here from the formulas, bits independent of the thread count, the clip
+                          scale, int8's fp32 small tensors, LAMB's trust ratio edge cases, bf16
+                          stochastic rounding, the 8-bit maps, the config checks, the state bytes.
+   test_optim --run ...   raw-file driver for dev/reference/optim_ref.py (PyTorch): runs S steps
+                          of one configuration on parameters and gradients read from a file and
+                          writes the parameters after every step (usage below).
+   test_optim --bench     GB/s of every optimizer (--only WORD: those whose name has WORD) at GPT-2
+                          124M (d12; --desc to change) against a probe with AdamW's access
+                          pattern (dev/cpu/adamw_bench.c's), and the state bytes per parameter of
+                          every optimizer x state precision.
+
+ Tolerances of the float64 comparisons (t = steps so far):
+   fp32 state: p within 1e-6 t |p| + 1e-5 lr t (a few fp32 roundings per step; the error of an
+     update is a few ulps of lr); m, v within 2e-6 t |x| + 1e-6 max_t |x| (the largest value the
+     element has had: cancellation in the moments).
+   bf16 state (AdamW): m, v within min(t, 1/(1-beta)) 2^-7 max_t |x| (one bf16 rounding per step,
+     decaying with beta); p within 0.1 lr t (the update sees rounded moments).
+   int8 state (AdamW): m within min(t, 1/(1-beta1)) 0.0072 x the block's max_t |m| (half the
+     largest code gap, llmc/quant8.h), v likewise with 0.0037; p within 0.5 lr t (m / sqrt(v) of
+     elements far below their block's absmax changes by tens of %).
+   LAMB's trust ratio within 1e-6 + (e1 + e2 / 2) S relative: e1, e2 are the relative errors of the
+     fp32 bias corrections 1 / (1 - beta^t) (1 - beta2^t cancels: e2 ~ 7e-6 at t = 2 for beta2 =
+     0.999), which scale the Adam part `upd` of u = upd + wd p by (1 + e1 - e2 / 2); to first order
+     ||u|| then moves by that times S = |sum(upd u)| / sum(u^2) (~1; a 3-element tensor shows 1.3).
+     trust * upd is invariant, so the parameters keep the fp32 bound.
+   Lion: sign(c) is discontinuous at 0; an element whose float64 c is nonzero but within 1e-5 of
+     the size of its terms is excluded from then on (counted; must stay under 0.1%).
+*/
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include "llmc/utils.h"
+#include "llmc/config.h"
+#include "llmc/params.h"
+#include "llmc/logger.h"
+#include "llmc/optim.h"
+#include "llmc/optim_state.h"
+
+static int g_failed = 0;
+static int g_quiet = 0; // -q: failures and the summary only
+
+static void report(const char* name, int ok, const char* detail) {
+    if (!ok || !g_quiet) printf("  %-54s %s%s%s\n", name, ok ? "ok" : "FAIL", detail[0] ? "  " : "", detail);
+    if (!ok) g_failed++;
+}
+
+// ----------------------------------------------------------------------------
+// deterministic data
+
+static double unit01(uint64_t seed, uint64_t i) { // uniform in [0, 1)
+    return (double)(srng_mix64(seed * 0x9e3779b97f4a7c15ULL ^ (i + 1) * 0xd1b54a32d192ed03ULL) >> 11) * 0x1.0p-53;
+}
+static double normalish(uint64_t seed, uint64_t i) { // mean 0, variance 1 (sum of 4 uniforms)
+    return (unit01(seed, 4 * i) + unit01(seed, 4 * i + 1) + unit01(seed, 4 * i + 2) + unit01(seed, 4 * i + 3) - 2.0) * 1.732;
+}
+
+typedef struct {
+    OptSegment segs[64];
+    int nseg;
+    size_t n;
+} Problem;
+
+static void add_seg(Problem* pb, size_t count, float wd, float lr_mult) {
+    pb->segs[pb->nseg] = (OptSegment){pb->n, count, wd, lr_mult};
+    pb->nseg++;
+    pb->n += count;
+}
+
+// Tensors of awkward sizes: single elements, odd sizes (boundaries inside SIMD words), sizes at
+// the int8 threshold and at block multiples +-1, a zero-gradient tensor, a multi-block one.
+static Problem problem_mixed(void) {
+    Problem pb;
+    memset(&pb, 0, sizeof pb);
+    size_t sizes[] = {1, 7, 4096, 4095, 5003, 2048, 2049, 3, 6145, 48 * 64, 64, 9000, 13, 4097};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+        add_seg(&pb, sizes[k], k % 2 ? 0.1f : 0.0f, k % 3 == 2 ? 0.5f : 1.0f);
+    return pb;
+}
+
+static void init_params(const Problem* pb, float* p) {
+    for (int s = 0; s < pb->nseg; s++) {
+        const OptSegment* sg = &pb->segs[s];
+        for (size_t k = 0; k < sg->count; k++) { // norm-like tensors near 1, the others N(0, 0.02)-like
+            size_t i = sg->offset + k;
+            p[i] = (float)(s % 4 == 3 ? 1.0 + 0.1 * normalish(11, i) : 0.02 * normalish(11, i));
+        }
+    }
+}
+
+// Gradients of step t: a per-tensor scale (1e-4 .. 1e-2) times a unit variate; tensor 10 has zero
+// gradients (LAMB: u = wd * p only).
+static void make_grads(const Problem* pb, int t, float* g) {
+    for (int s = 0; s < pb->nseg; s++) {
+        const OptSegment* sg = &pb->segs[s];
+        double sc = s == 10 ? 0.0 : pow(10.0, -4.0 + 2.0 * unit01(77, (uint64_t)s));
+        for (size_t k = 0; k < sg->count; k++) {
+            size_t i = sg->offset + k;
+            g[i] = (float)(sc * normalish(5, (uint64_t)t * 0x100000000ULL + i));
+        }
+    }
+}
+
+static float clip_scale_of_step(int t) { return t % 2 ? 0.7f : 1.0f; } // odd steps clip
+
+// ----------------------------------------------------------------------------
+// float64 reference of every optimizer, from the formulas (independent of llmc/optim.h)
+
+typedef struct {
+    double *p, *m, *v, *vmax;
+    double *m_hist, *v_hist, *p_hist; // largest |m|, v, |p| the element has had
+    unsigned char* excluded;          // Lion: elements past an ambiguous sign
+    double trust[64];
+    double sens[64];                  // LAMB: sum(upd u) / sum(u^2), u = upd + wd p (see the banner)
+} Ref;
+
+static void ref_init(Ref* r, const float* p0, size_t n) {
+    r->p = (double*)callocCheck(n, sizeof(double));
+    r->m = (double*)callocCheck(n, sizeof(double));
+    r->v = (double*)callocCheck(n, sizeof(double));
+    r->vmax = (double*)callocCheck(n, sizeof(double));
+    r->m_hist = (double*)callocCheck(n, sizeof(double));
+    r->v_hist = (double*)callocCheck(n, sizeof(double));
+    r->p_hist = (double*)callocCheck(n, sizeof(double));
+    r->excluded = (unsigned char*)callocCheck(n, 1);
+    for (size_t i = 0; i < n; i++) {
+        r->p[i] = p0[i];
+        r->p_hist[i] = fabs(r->p[i]);
+    }
+}
+
+static void ref_free(Ref* r) {
+    free(r->p); free(r->m); free(r->v); free(r->vmax); free(r->m_hist); free(r->v_hist); free(r->p_hist);
+    free(r->excluded);
+}
+
+static void ref_step(Ref* r, const Problem* pb, const OptimizerConfig* c, const float* grads, double scale, double lr0,
+                     int t) {
+    const double b1 = c->beta1, b2 = c->beta2, eps = c->eps, mu = c->momentum, damp = c->dampening;
+    const double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
+    for (int s = 0; s < pb->nseg; s++) {
+        const OptSegment* sg = &pb->segs[s];
+        const double lr = lr0 * sg->lr_mult, wd = sg->weight_decay;
+        double pp = 0.0, uu = 0.0, du = 0.0;
+        for (size_t k = 0; k < sg->count; k++) {
+            size_t i = sg->offset + k;
+            double g = (double)grads[i] * scale, p = r->p[i];
+            if (c->kind == OPT_ADAMW || c->kind == OPT_LAMB) {
+                r->m[i] = b1 * r->m[i] + (1.0 - b1) * g;
+                r->v[i] = b2 * r->v[i] + (1.0 - b2) * g * g;
+                double vv = r->v[i];
+                if (c->amsgrad) {
+                    r->vmax[i] = fmax(r->vmax[i], r->v[i]);
+                    vv = r->vmax[i];
+                }
+                double upd = (r->m[i] / bc1) / (sqrt(vv / bc2) + eps), u = upd + wd * p;
+                if (c->kind == OPT_ADAMW) r->p[i] = p - lr * u;
+                pp += p * p;
+                uu += u * u;
+                du += upd * u;
+            } else if (c->kind == OPT_SGD) {
+                double d = g;
+                if (mu != 0.0) {
+                    r->m[i] = t == 1 ? g : mu * r->m[i] + (1.0 - damp) * g;
+                    d = c->nesterov ? g + mu * r->m[i] : r->m[i];
+                }
+                r->p[i] = p - lr * (d + wd * p);
+            } else { // Lion
+                double t1 = b1 * r->m[i], t2 = (1.0 - b1) * g, cc = t1 + t2;
+                if (fabs(cc) <= 1e-5 * (fabs(t1) + fabs(t2)) && cc != 0.0) r->excluded[i] = 1; // exact 0s agree
+                double sgn = cc > 0.0 ? 1.0 : cc < 0.0 ? -1.0 : 0.0;
+                r->p[i] = p - lr * (sgn + wd * p);
+                r->m[i] = b2 * r->m[i] + (1.0 - b2) * g;
+            }
+        }
+        if (c->kind == OPT_LAMB) {
+            double pn = sqrt(pp), un = sqrt(uu);
+            double trust = pn > 0.0 && un > 0.0 ? pn / un : 1.0;
+            r->trust[s] = trust;
+            r->sens[s] = uu > 0.0 ? fabs(du) / uu : 0.0;
+            for (size_t k = 0; k < sg->count; k++) {
+                size_t i = sg->offset + k;
+                double p = r->p[i];
+                double u = (r->m[i] / bc1) / (sqrt(r->v[i] / bc2) + eps) + wd * p;
+                r->p[i] = p - lr * trust * u;
+            }
+        }
+    }
+    for (size_t i = 0; i < pb->n; i++) {
+        r->m_hist[i] = fmax(r->m_hist[i], fabs(r->m[i]));
+        r->v_hist[i] = fmax(r->v_hist[i], fabs(r->v[i]));
+        r->p_hist[i] = fmax(r->p_hist[i], fabs(r->p[i]));
+    }
+}
+
+// ----------------------------------------------------------------------------
+// comparisons
+
+typedef struct {
+    long long bad, excluded;
+    double worst; // max |err| / tol
+    size_t first_bad;
+    double got, want, tol;
+} Cmp;
+
+static void cmp_add(Cmp* c, size_t i, double got, double want, double tol) {
+    double r = fabs(got - want) / tol;
+    if (r != r) r = INFINITY;
+    if (r > 1.0) {
+        if (c->bad == 0) { c->first_bad = i; c->got = got; c->want = want; c->tol = tol; }
+        c->bad++;
+    }
+    if (r > c->worst) c->worst = r;
+}
+
+static void cmp_detail(const Cmp* c, const char* what, char* buf, size_t size) {
+    size_t len = strlen(buf);
+    if (c->bad) {
+        snprintf(buf + len, size - len, "%s: %lld bad, first [%zu] got %.9g want %.9g tol %.3g; ", what, c->bad,
+                 c->first_bad, c->got, c->want, c->tol);
+    } else {
+        snprintf(buf + len, size - len, "%s %.3f ", what, c->worst);
+    }
+}
+
+// The optimizer's m, v of element i as fp32 values (whatever the storage).
+static void state_values(const OptimizerState* st, const Problem* pb, size_t i, int s, double* m, double* v) {
+    *m = *v = 0.0;
+    if (st->m != NULL) *m = st->m[i];
+    if (st->v != NULL) *v = st->v[i];
+    if (st->m16 != NULL) { *m = bf16_bits_to_float(st->m16[i]); *v = bf16_bits_to_float(st->v16[i]); }
+    if (st->qm != NULL) {
+        const size_t k = i - pb->segs[s].offset;
+        if (st->small_off[s] != OPT_NOT_SMALL) {
+            *m = st->m32[st->small_off[s] + k];
+            *v = st->v32[st->small_off[s] + k];
+        } else {
+            size_t b = st->block0[s] + k / OPT_BLOCK;
+            *m = (double)st->maps[st->qm[i]] * st->absmax_m[b];
+            *v = (double)st->maps[256 + st->qv[i]] * st->absmax_v[b];
+        }
+    }
+}
+
+static const char* config_name(const OptimizerConfig* c, char* buf, size_t size) {
+    snprintf(buf, size, "%s%s%s%s state %s", optimizer_kind_name(c->kind), c->amsgrad ? "+amsgrad" : "",
+             c->nesterov ? "+nesterov" : "",
+             c->kind == OPT_SGD ? (c->momentum == 0.0f ? " (no momentum)" : c->dampening != 0.0f ? " (dampening)" : "") : "",
+             opt_state_name(c->state));
+    return buf;
+}
+
+// S steps of cfg on the mixed problem against the float64 reference.
+static void test_vs_float64(const OptimizerConfig* cfg, int steps, float lr) {
+    Problem pb = problem_mixed();
+    const size_t n = pb.n;
+    float* p = (float*)mallocCheck(n * sizeof(float));
+    float* g = (float*)mallocCheck(n * sizeof(float));
+    init_params(&pb, p);
+    Ref r;
+    ref_init(&r, p, n);
+    OptimizerState st;
+    optimizer_state_init(&st, cfg, pb.segs, pb.nseg, n, NULL);
+    Cmp cp = {0}, cm = {0}, cv = {0}, ct = {0};
+    for (int t = 1; t <= steps; t++) {
+        make_grads(&pb, t, g);
+        float scale = clip_scale_of_step(t);
+        optimizer_step_cpu(&st, p, g, lr, t, scale);
+        ref_step(&r, &pb, cfg, g, (double)scale, (double)lr, t);
+        for (int s = 0; s < pb.nseg; s++) {
+            const OptSegment* sg = &pb.segs[s];
+            const double lr_eff = (double)lr * sg->lr_mult;
+            double bm = 0.0, bv = 0.0; // int8: the block's largest reference |m|, v so far
+            for (size_t k = 0; k < sg->count; k++) {
+                const size_t i = sg->offset + k;
+                if (cfg->kind == OPT_LION && r.excluded[i]) continue;
+                if (cfg->state == OPT_STATE_INT8 && k % OPT_BLOCK == 0) {
+                    bm = bv = 0.0;
+                    for (size_t j = k; j < sg->count && j < k + OPT_BLOCK; j++) {
+                        bm = fmax(bm, r.m_hist[sg->offset + j]);
+                        bv = fmax(bv, r.v_hist[sg->offset + j]);
+                    }
+                }
+                double ptol = 1e-6 * t * fabs(r.p[i]) + 1e-5 * lr_eff * t + 1e-30;
+                double mtol = 2e-6 * t * fabs(r.m[i]) + 1e-6 * r.m_hist[i] + 1e-30;
+                double vtol = 2e-6 * t * fabs(r.v[i]) + 1e-6 * r.v_hist[i] + 1e-30;
+                const int small = st.small_off[s] != OPT_NOT_SMALL;
+                if (cfg->state == OPT_STATE_BF16) {
+                    double km = fmin(t, 1.0 / (1.0 - cfg->beta1)), kv = fmin(t, 1.0 / (1.0 - cfg->beta2));
+                    mtol = km * 0x1p-7 * r.m_hist[i] + 1e-30;
+                    vtol = kv * 0x1p-7 * r.v_hist[i] + 1e-30;
+                    ptol += 0.1 * lr_eff * t;
+                } else if (cfg->state == OPT_STATE_INT8 && !small) {
+                    double km = fmin(t, 1.0 / (1.0 - cfg->beta1)), kv = fmin(t, 1.0 / (1.0 - cfg->beta2));
+                    mtol = km * 0.0072 * bm + 1e-30;
+                    vtol = kv * 0.0037 * bv + 1e-30;
+                    ptol += 0.5 * lr_eff * t;
+                }
+                cmp_add(&cp, i, p[i], r.p[i], ptol);
+                double m, v;
+                state_values(&st, &pb, i, s, &m, &v);
+                if (cfg->kind != OPT_SGD || cfg->momentum != 0.0f) cmp_add(&cm, i, m, r.m[i], mtol);
+                if (cfg->kind == OPT_ADAMW || cfg->kind == OPT_LAMB) cmp_add(&cv, i, v, r.v[i], vtol);
+                if (cfg->amsgrad && cfg->state == OPT_STATE_FP32) cmp_add(&cv, i, st.vmax[i], r.vmax[i], vtol);
+            }
+            if (cfg->kind == OPT_LAMB) { // the fp32 bias corrections scale u, hence the ratio (not trust * u)
+                double e1 = fabs((1.0f / (1.0f - powf(cfg->beta1, (float)t))) * (1.0 - pow(cfg->beta1, t)) - 1.0);
+                double e2 = fabs((1.0f / (1.0f - powf(cfg->beta2, (float)t))) * (1.0 - pow(cfg->beta2, t)) - 1.0);
+                cmp_add(&ct, (size_t)s, st.trust[s], r.trust[s], (1e-6 + (e1 + 0.5 * e2) * r.sens[s]) * r.trust[s]);
+            }
+        }
+    }
+    long long excl = 0;
+    for (size_t i = 0; i < n; i++) excl += r.excluded[i];
+    char name[192], cname[96], detail[512] = "";
+    snprintf(name, sizeof name, "%s vs float64, %d steps", config_name(cfg, cname, sizeof cname), steps);
+    cmp_detail(&cp, "p", detail, sizeof detail);
+    if (cfg->kind != OPT_SGD || cfg->momentum != 0.0f) cmp_detail(&cm, "m", detail, sizeof detail);
+    if (cfg->kind == OPT_ADAMW || cfg->kind == OPT_LAMB) cmp_detail(&cv, "v", detail, sizeof detail);
+    if (cfg->kind == OPT_LAMB) cmp_detail(&ct, "trust", detail, sizeof detail);
+    if (cfg->kind == OPT_LION) {
+        size_t len = strlen(detail);
+        snprintf(detail + len, sizeof detail - len, "(%lld of %zu excluded: sign of ~0)", excl, n);
+    }
+    report(name, cp.bad == 0 && cm.bad == 0 && cv.bad == 0 && ct.bad == 0 && excl * 1000 < (long long)n, detail);
+    optimizer_state_free(&st);
+    ref_free(&r);
+    free(p);
+    free(g);
+}
+
+// ----------------------------------------------------------------------------
+// bit-level properties
+
+// Runs `steps` steps of cfg with `threads` OpenMP threads; returns params and the whole state
+// block (malloc'd, caller frees). pre_scaled: multiply the gradients by the clip scale in float
+// first and pass scale 1.
+static void run_cfg(const OptimizerConfig* cfg, const Problem* pb, int steps, int threads, int pre_scaled,
+                    float** p_out, unsigned char** state_out, size_t* state_bytes) {
+    const size_t n = pb->n;
+    float* p = (float*)mallocCheck(n * sizeof(float));
+    float* g = (float*)mallocCheck(n * sizeof(float));
+    init_params(pb, p);
+    OptimizerState st;
+    optimizer_state_init(&st, cfg, pb->segs, pb->nseg, n, NULL);
+#ifdef _OPENMP
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+#else
+    (void)threads;
+#endif
+    for (int t = 1; t <= steps; t++) {
+        make_grads(pb, t, g);
+        float scale = clip_scale_of_step(t);
+        if (pre_scaled) {
+            for (size_t i = 0; i < n; i++) g[i] = g[i] * scale;
+            scale = 1.0f;
+        }
+        optimizer_step_cpu(&st, p, g, 1e-3f, t, scale);
+    }
+#ifdef _OPENMP
+    omp_set_num_threads(saved);
+#endif
+    *state_out = (unsigned char*)mallocCheck(st.bytes);
+    memcpy(*state_out, st.memory, st.bytes);
+    *state_bytes = st.bytes;
+    *p_out = p;
+    optimizer_state_free(&st);
+    free(g);
+}
+
+static long long count_diff_bits(const void* a, const void* b, size_t bytes) {
+    const unsigned char *x = (const unsigned char*)a, *y = (const unsigned char*)b;
+    long long d = 0;
+    for (size_t i = 0; i < bytes; i++) d += x[i] != y[i];
+    return d;
+}
+
+// Same bits with 1 and 2 threads, and with the clip scale given or applied to the gradients.
+static void test_bits(const OptimizerConfig* cfg) {
+    Problem pb = problem_mixed();
+    float *p1, *p2, *p3;
+    unsigned char *s1, *s2, *s3;
+    size_t b1, b2, b3;
+    run_cfg(cfg, &pb, 4, 1, 0, &p1, &s1, &b1);
+    run_cfg(cfg, &pb, 4, 2, 0, &p2, &s2, &b2);
+    run_cfg(cfg, &pb, 4, 2, 1, &p3, &s3, &b3);
+    long long dt = count_diff_bits(p1, p2, pb.n * 4) + count_diff_bits(s1, s2, b1);
+    long long ds = count_diff_bits(p1, p3, pb.n * 4) + count_diff_bits(s1, s3, b1);
+    char name[192], cname[96], detail[128];
+    snprintf(name, sizeof name, "%s: bits, 1 vs 2 threads; clip scale", config_name(cfg, cname, sizeof cname));
+    snprintf(detail, sizeof detail, "%lld / %lld bytes differ", dt, ds);
+    report(name, dt == 0 && ds == 0 && b1 == b2 && b1 == b3, detail);
+    free(p1); free(p2); free(p3); free(s1); free(s2); free(s3);
+}
+
+// Step 1 of AMSGrad is AdamW's step 1 (vmax = max(0, v) = v); int8 state leaves the small tensors'
+// updates bit-identical to fp32 AdamW; the dispatcher's fp32 AdamW is adamw_update_cpu.
+static void test_adamw_identities(void) {
+    Problem pb = problem_mixed();
+    OptimizerConfig base = optimizer_config_default(OPT_ADAMW);
+    OptimizerConfig ams = base, q8 = base;
+    ams.amsgrad = 1;
+    q8.state = OPT_STATE_INT8;
+    float *pa, *pb1, *pq;
+    unsigned char *sa, *sb, *sq;
+    size_t ba, bb, bq;
+    run_cfg(&base, &pb, 1, 2, 0, &pa, &sa, &ba);
+    run_cfg(&ams, &pb, 1, 2, 0, &pb1, &sb, &bb);
+    report("adamw+amsgrad step 1 == adamw step 1 (bits)", count_diff_bits(pa, pb1, pb.n * 4) == 0, "");
+    free(pa); free(pb1); free(sa); free(sb);
+    run_cfg(&base, &pb, 5, 2, 0, &pa, &sa, &ba);
+    run_cfg(&q8, &pb, 5, 2, 0, &pq, &sq, &bq);
+    long long same = 0, small = 0, big_same = 0, big = 0;
+    for (int s = 0; s < pb.nseg; s++) {
+        const OptSegment* sg = &pb.segs[s];
+        long long d = count_diff_bits(pa + sg->offset, pq + sg->offset, sg->count * 4);
+        if (sg->count < QUANT8_MIN_ELEMS) { small += (long long)sg->count; same += d == 0 ? (long long)sg->count : 0; }
+        else { big += (long long)sg->count; big_same += d == 0; }
+    }
+    char detail[128];
+    snprintf(detail, sizeof detail, "%lld of %lld small-tensor params equal; quantized tensors differ", same, small);
+    report("adamw int8: tensors < QUANT8_MIN_ELEMS update as fp32 AdamW", same == small && big_same == 0 && big > 0, detail);
+    free(pa); free(pq); free(sa); free(sq);
+
+    // the dispatcher's fp32 AdamW and adamw_update_cpu
+    float* p = (float*)mallocCheck(pb.n * 4);
+    float* q = (float*)mallocCheck(pb.n * 4);
+    float* g = (float*)mallocCheck(pb.n * 4);
+    float* m = (float*)callocCheck(pb.n, 4);
+    float* v = (float*)callocCheck(pb.n, 4);
+    init_params(&pb, p);
+    memcpy(q, p, pb.n * 4);
+    OptimizerState st;
+    optimizer_state_init(&st, &base, pb.segs, pb.nseg, pb.n, NULL);
+    AdamWHyper h = {2e-3f, base.beta1, base.beta2, base.eps, 0.0f, 0.0f};
+    for (int t = 1; t <= 3; t++) {
+        make_grads(&pb, t, g);
+        optimizer_step_cpu(&st, p, g, 2e-3f, t, 0.5f);
+        adamw_update_cpu(q, g, m, v, pb.segs, pb.nseg, &h, t, 0.5f);
+    }
+    report("optimizer_step_cpu adamw fp32 == adamw_update_cpu (bits)",
+           count_diff_bits(p, q, pb.n * 4) == 0 && count_diff_bits(st.m, m, pb.n * 4) == 0, "");
+    optimizer_state_free(&st);
+    free(p); free(q); free(g); free(m); free(v);
+}
+
+// LAMB: a tensor of zeros has ||p|| = 0 -> trust 1 (the step is lr * u); a tensor with zero
+// gradients and no weight decay has u = 0 -> trust 1, and stays as it is.
+static void test_lamb_edges(void) {
+    Problem pb;
+    memset(&pb, 0, sizeof pb);
+    add_seg(&pb, 100, 0.0f, 1.0f); // zero params
+    add_seg(&pb, 50, 0.0f, 1.0f);  // zero grads, no decay
+    add_seg(&pb, 5000, 0.1f, 1.0f);
+    float* p = (float*)mallocCheck(pb.n * 4);
+    float* g = (float*)mallocCheck(pb.n * 4);
+    for (size_t i = 0; i < pb.n; i++) {
+        p[i] = i < 100 ? 0.0f : (float)(0.5 + 0.01 * normalish(3, i));
+        g[i] = i >= 100 && i < 150 ? 0.0f : (float)(0.01 * normalish(4, i));
+    }
+    float keep[50];
+    memcpy(keep, p + 100, sizeof keep);
+    OptimizerConfig c = optimizer_config_default(OPT_LAMB);
+    OptimizerState st;
+    optimizer_state_init(&st, &c, pb.segs, pb.nseg, pb.n, NULL);
+    optimizer_step_cpu(&st, p, g, 0.01f, 1, 1.0f);
+    // step 1: m_hat = g, v_hat = g^2 -> u = g / (|g| + eps) ~ sign(g)
+    int ok_zero = st.trust[0] == 1.0f;
+    for (size_t i = 0; i < 100 && ok_zero; i++) {
+        float u = g[i] / (fabsf(g[i]) + c.eps);
+        ok_zero = fabsf(p[i] + 0.01f * u) <= 1e-7f;
+    }
+    int ok_still = st.trust[1] == 1.0f && memcmp(keep, p + 100, sizeof keep) == 0;
+    double pp = 0.0, uu = 0.0; // tensor 2: trust = ||p|| / ||u|| from the initial p
+    for (size_t i = 150; i < pb.n; i++) {
+        double p0 = 0.5 + 0.01 * normalish(3, i), gi = (double)(float)(0.01 * normalish(4, i));
+        double u = (double)(float)p0 * 0.1 + gi / (fabs(gi) + c.eps);
+        pp += (double)(float)p0 * (double)(float)p0;
+        uu += u * u;
+    }
+    double want = sqrt(pp) / sqrt(uu);
+    char detail[128];
+    snprintf(detail, sizeof detail, "trust %.7g %.7g %.7g (want 1, 1, %.7g)", st.trust[0], st.trust[1], st.trust[2], want);
+    report("lamb: zero params / zero update -> trust 1; ratio", ok_zero && ok_still && fabs(st.trust[2] - want) <= 1e-6 * want, detail);
+    optimizer_state_free(&st);
+    free(p);
+    free(g);
+}
+
+// Lion's step is lr * (sign(c) + wd p): every parameter moves by exactly lr (no decay) at step 1.
+static void test_lion_sign(void) {
+    Problem pb;
+    memset(&pb, 0, sizeof pb);
+    add_seg(&pb, 1000, 0.0f, 1.0f);
+    float p[1000], g[1000];
+    for (int i = 0; i < 1000; i++) { p[i] = 0.25f; g[i] = i == 7 ? 0.0f : (float)normalish(9, (uint64_t)i) * 1e-3f; }
+    OptimizerConfig c = optimizer_config_default(OPT_LION);
+    OptimizerState st;
+    optimizer_state_init(&st, &c, pb.segs, pb.nseg, pb.n, NULL);
+    optimizer_step_cpu(&st, p, g, 1.0f / 64, 1, 1.0f);
+    int ok = 1;
+    for (int i = 0; i < 1000; i++) {
+        float want = g[i] > 0 ? 0.25f - 1.0f / 64 : g[i] < 0 ? 0.25f + 1.0f / 64 : 0.25f;
+        ok &= p[i] == want;
+    }
+    report("lion: step 1 moves every parameter by lr * sign(g) exactly", ok, "");
+    optimizer_state_free(&st);
+}
+
+// ----------------------------------------------------------------------------
+// bf16 rounding and the 8-bit maps
+
+static void test_bf16_rounding(void) {
+    // round to nearest even on raw bits: ties, NaN, infinity, the largest finite value
+    struct { uint32_t in; uint16_t want; } cases[] = {
+        {0x3f808000u, 0x3f80u}, {0x3f818000u, 0x3f82u}, {0x3f808001u, 0x3f81u}, {0x7fc00001u, 0x7fffu},
+        {0x7f800000u, 0x7f80u}, {0xff800000u, 0xff80u}, {0x7f7fffffu, 0x7f80u}, {0x80000000u, 0x8000u},
+    };
+    int ok = 1;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        float x;
+        memcpy(&x, &cases[k].in, 4);
+        ok &= bf16_bits_round_nearest(x) == cases[k].want;
+    }
+    // stochastic rounding is unbiased: the mean over many draws of x between two bf16 neighbours
+    const float xs[3] = {1.0f + 0x1p-9f, -3.14159f, 1e-20f};
+    double worst = 0.0;
+    for (int k = 0; k < 3; k++) {
+        double sum = 0.0;
+        const int N = 200000;
+        unsigned long long key = srng_step_key(42, k + 1);
+        for (int i = 0; i < N; i++) sum += bf16_bits_to_float(bf16_bits_round_stochastic(xs[k], srng_bits(key, (size_t)i, 1)));
+        uint32_t u;
+        memcpy(&u, &xs[k], 4);
+        const uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1); // toward zero, away from zero
+        double ulp = fabs((double)bf16_bits_to_float(hi) - bf16_bits_to_float(lo));
+        double bias = fabs(sum / N - xs[k]) / ulp; // std of the mean <= 0.5 / sqrt(N) = 0.0011
+        worst = fmax(worst, bias);
+        // and every draw is one of the two neighbours
+        for (int i = 0; i < 1000; i++) {
+            uint16_t r = bf16_bits_round_stochastic(xs[k], srng_bits(key, (size_t)i, 2));
+            ok &= r == lo || r == hi;
+        }
+    }
+    char detail[96];
+    snprintf(detail, sizeof detail, "worst |mean - x| = %.4f ulp (<= 0.006)", worst);
+    report("bf16 rounding: nearest-even cases, stochastic unbiased", ok && worst <= 0.006, detail);
+}
+
+static void test_quant8(void) {
+    float maps[QUANT8_MAP_FLOATS];
+    quant8_maps(maps, maps + 256);
+    const float *sm = maps, *um = maps + 256;
+    int ok = sm[0] == -1.0f && sm[255] == 1.0f && um[0] == 0.0f && um[255] == 1.0f;
+    ok &= sm[QUANT8_ZERO_SIGNED] == 0.0f && um[QUANT8_ZERO_UNSIGNED] == 0.0f;
+    for (int k = 1; k < 256; k++) ok &= sm[k] >= sm[k - 1] && um[k] > um[k - 1];
+    for (int k = 0; k < 127; k++) ok &= sm[k] == -sm[255 - k];
+    for (int k = 0; k < 256; k++) {
+        if (k != 127) ok &= quant8_quantize(sm, sm[k]) == k; // -0 (127) quantizes to +0 (128)
+        ok &= quant8_quantize(um, um[k]) == k;
+    }
+    // round trip of random blocks: within half the largest code gap of the absmax
+    double worst_s = 0.0, worst_u = 0.0;
+    float x[QUANT8_BLOCK], y[QUANT8_BLOCK];
+    unsigned char codes[QUANT8_BLOCK];
+    for (int rep = 0; rep < 20; rep++) {
+        for (int j = 0; j < QUANT8_BLOCK; j++) x[j] = (float)(normalish(100 + rep, (uint64_t)j) * pow(10.0, -3.0 * unit01(200 + rep, (uint64_t)j)));
+        float am = quant8_block_quantize(x, QUANT8_BLOCK, sm, 1, codes);
+        quant8_block_dequantize(codes, QUANT8_BLOCK, am, sm, y);
+        for (int j = 0; j < QUANT8_BLOCK; j++) worst_s = fmax(worst_s, fabs((double)y[j] - x[j]) / am);
+        for (int j = 0; j < QUANT8_BLOCK; j++) x[j] = x[j] * x[j];
+        am = quant8_block_quantize(x, QUANT8_BLOCK, um, 0, codes);
+        quant8_block_dequantize(codes, QUANT8_BLOCK, am, um, y);
+        for (int j = 0; j < QUANT8_BLOCK; j++) worst_u = fmax(worst_u, fabs((double)y[j] - x[j]) / am);
+    }
+    // the CPU's index gives the binary search's codes: every map entry, its neighbours and the
+    // midpoints between entries (the tie rule), +-0, +-inf, NaN, and 4 floats in each bucket
+    Quant8Index ix[2];
+    ok &= quant8_index_build(sm, &ix[0]) && quant8_index_build(um, &ix[1]);
+    long long mism = 0, tried = 0;
+    for (int w = 0; w < 2; w++) {
+        const float* mp = w ? um : sm;
+        float probes[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.0000001f, -1.0000001f, 2.0f, -2.0f};
+        for (size_t k = 0; k < sizeof probes / sizeof probes[0]; k++, tried++) mism += quant8_quantize_fast(&ix[w], probes[k]) != quant8_quantize(mp, probes[k]);
+        for (int k = 0; k < 256; k++) {
+            float mid = k < 255 ? (float)(0.5 * ((double)mp[k] + mp[k + 1])) : mp[k];
+            float xs4[6] = {mp[k], nextafterf(mp[k], -2.0f), nextafterf(mp[k], 2.0f), mid, nextafterf(mid, -2.0f), nextafterf(mid, 2.0f)};
+            for (int j = 0; j < 6; j++, tried++) mism += quant8_quantize_fast(&ix[w], xs4[j]) != quant8_quantize(mp, xs4[j]);
+        }
+        for (uint32_t b = 0; b < 65536; b++) {
+            const uint32_t lows[4] = {0u, 0xffffu, 0x8000u, (uint32_t)(srng_mix64(b) & 0xffffu)};
+            for (int j = 0; j < 4; j++, tried++) {
+                uint32_t bits = b << 16 | lows[j];
+                float x;
+                memcpy(&x, &bits, 4);
+                mism += quant8_quantize_fast(&ix[w], x) != quant8_quantize(mp, x);
+            }
+        }
+    }
+    ok &= mism == 0;
+    char detail[192];
+    snprintf(detail, sizeof detail, "round trip <= %.5f (signed, bound 0.00704), %.5f (unsigned, bound 0.00352) of absmax; "
+             "fast quantize: %lld of %lld differ", worst_s, worst_u, mism, tried);
+    report("quant8: maps sorted/symmetric, codes round-trip, error bound", ok && worst_s <= 0.9 / 128 + 1e-7 && worst_u <= 0.9 / 256 + 1e-7, detail);
+}
+
+// ----------------------------------------------------------------------------
+// configuration, segments, bytes
+
+static void test_config_check(void) {
+    char why[256];
+    int ok = 1;
+    struct { OptimizerKind kind; OptStatePrecision st; int ams, nest; float mom, damp; const char* needle; } bad[] = {
+        {OPT_SGD, OPT_STATE_BF16, 0, 0, 0.9f, 0.0f, "--opt-state bf16"},
+        {OPT_LION, OPT_STATE_INT8, 0, 0, 0.0f, 0.0f, "--opt-state int8"},
+        {OPT_LAMB, OPT_STATE_FP32, 1, 0, 0.0f, 0.0f, "--amsgrad"},
+        {OPT_ADAMW, OPT_STATE_INT8, 1, 0, 0.0f, 0.0f, "--amsgrad with --opt-state int8"},
+        {OPT_ADAMW, OPT_STATE_FP32, 0, 1, 0.0f, 0.0f, "--nesterov"},
+        {OPT_SGD, OPT_STATE_FP32, 0, 1, 0.0f, 0.0f, "--nesterov needs --momentum"},
+        {OPT_SGD, OPT_STATE_FP32, 0, 1, 0.9f, 0.1f, "--nesterov needs --momentum"},
+        {OPT_LION, OPT_STATE_FP32, 0, 0, 0.9f, 0.0f, "--momentum"},
+        {OPT_SGD, OPT_STATE_FP32, 0, 0, 1.5f, 0.0f, "--momentum 1.5"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        OptimizerConfig c = optimizer_config_default(bad[k].kind);
+        c.state = bad[k].st;
+        c.amsgrad = bad[k].ams;
+        c.nesterov = bad[k].nest;
+        c.momentum = bad[k].mom;
+        c.dampening = bad[k].damp;
+        int accepted = optimizer_config_check(&c, why, sizeof why);
+        if (accepted || strstr(why, bad[k].needle) == NULL) {
+            printf("    config %zu: %s: '%s'\n", k, accepted ? "accepted" : "message lacks the flag", why);
+            ok = 0;
+        }
+    }
+    OptimizerKind kinds[4] = {OPT_ADAMW, OPT_SGD, OPT_LAMB, OPT_LION};
+    for (int k = 0; k < 4; k++) {
+        OptimizerConfig c = optimizer_config_default(kinds[k]);
+        ok &= optimizer_config_check(&c, why, sizeof why);
+        OptimizerKind back = OPT_ADAMW;
+        ok &= optimizer_kind_parse(optimizer_kind_name(kinds[k]), &back) && back == kinds[k];
+    }
+    OptStatePrecision sp = OPT_STATE_FP32;
+    ok &= opt_state_parse("int8", &sp) && sp == OPT_STATE_INT8 && !opt_state_parse("fp16", &sp);
+    OptimizerKind kk = OPT_ADAMW;
+    ok &= !optimizer_kind_parse("adam", &kk);
+    report("config checks name the conflicting flags; names parse", ok, "");
+}
+
+// The per-layer segments of GPT-2 124M.
+static int gpt2_segments(const char* desc, OptSegment** segs, size_t* n) {
+    GPT2Config c;
+    if (!gpt2_config_from_descriptor(desc, &c)) ls_fatal("test_optim: --desc '%s' is not a model descriptor", desc);
+    ParamTable pt;
+    param_table_build(&pt, &c);
+    int nseg = optim_segments_count_layers(&pt);
+    *segs = (OptSegment*)mallocCheck((size_t)nseg * sizeof(OptSegment));
+    int k = optim_segments_build_layers(&pt, 0.1f, *segs);
+    if (k != nseg) ls_fatal("test_optim: %d segments built, %d counted", k, nseg);
+    *n = pt.total;
+    return nseg;
+}
+
+typedef struct { const char* name; OptimizerConfig cfg; int bytes_moved; } Variant;
+
+static int variants(Variant* v) {
+    int k = 0;
+    OptimizerConfig a = optimizer_config_default(OPT_ADAMW);
+    v[k++] = (Variant){"adamw fp32", a, 28};
+    a.amsgrad = 1;
+    v[k++] = (Variant){"adamw fp32 amsgrad", a, 36};
+    a.amsgrad = 0;
+    a.state = OPT_STATE_BF16;
+    v[k++] = (Variant){"adamw bf16 state", a, 20};
+    a.amsgrad = 1;
+    v[k++] = (Variant){"adamw bf16 state amsgrad", a, 24};
+    a.amsgrad = 0;
+    a.state = OPT_STATE_INT8;
+    v[k++] = (Variant){"adamw int8 state", a, 16};
+    OptimizerConfig s = optimizer_config_default(OPT_SGD);
+    v[k++] = (Variant){"sgd momentum", s, 20};
+    s.nesterov = 1;
+    v[k++] = (Variant){"sgd nesterov", s, 20};
+    s.nesterov = 0;
+    s.momentum = 0.0f;
+    v[k++] = (Variant){"sgd (no momentum)", s, 12};
+    v[k++] = (Variant){"lamb", optimizer_config_default(OPT_LAMB), 40};
+    v[k++] = (Variant){"lion", optimizer_config_default(OPT_LION), 20};
+    return k;
+}
+
+static void test_segments_and_bytes(void) {
+    OptSegment* segs;
+    size_t n;
+    int nseg = gpt2_segments("d12", &segs, &n);
+    int ok = nseg == 4 + 12 * 12 && segs[0].offset == 0;
+    size_t next = 0, small = 0;
+    for (int s = 0; s < nseg; s++) {
+        ok &= segs[s].offset == next;
+        next += segs[s].count;
+        if (segs[s].count < QUANT8_MIN_ELEMS) small += segs[s].count;
+    }
+    ok &= next == n;
+    size_t block0[4 + 12 * 12 + 1];
+    size_t nblocks = optim_blocks_build(segs, nseg, block0);
+    Variant v[16];
+    int nv = variants(v);
+    const size_t want[] = {8 * n, 12 * n, 4 * n, 6 * n, 2 * n, 4 * n, 4 * n, 0, 8 * n, 4 * n};
+    char detail[256] = "";
+    for (int k = 0; k < nv; k++) {
+        size_t b = optimizer_state_bytes(&v[k].cfg, segs, nseg, n);
+        size_t extra = 0; // beyond the per-parameter arrays: what each layout adds, 64-byte aligned
+        if (v[k].cfg.state == OPT_STATE_INT8) extra = 8 * nblocks + 8 * small + 4 * QUANT8_MAP_FLOATS;
+        if (v[k].cfg.kind == OPT_LAMB) extra = 8 * nblocks + 4 * (size_t)nseg;
+        if (b < want[k] + extra || b > want[k] + extra + 64 * 16) {
+            size_t len = strlen(detail);
+            snprintf(detail + len, sizeof detail - len, "%s: %zu B, want %zu + %zu; ", v[k].name, b, want[k], extra);
+            ok = 0;
+        }
+    }
+    // a borrowed block is used, not freed
+    Problem pb = problem_mixed();
+    OptimizerConfig c = optimizer_config_default(OPT_LAMB);
+    size_t bytes = optimizer_state_bytes(&c, pb.segs, pb.nseg, pb.n);
+    void* mem = NULL;
+    if (posix_memalign(&mem, 64, bytes) != 0) ls_fatal("posix_memalign failed");
+    OptimizerState st;
+    optimizer_state_init(&st, &c, pb.segs, pb.nseg, pb.n, mem);
+    ok &= st.memory == mem && !st.owns_memory && st.bytes == bytes && (void*)st.m == mem;
+    optimizer_state_free(&st);
+    optimizer_state_free(&st); // a freed state frees nothing
+    free(mem);
+    report("segments per layer (148 for d12); state bytes = formula", ok, detail);
+    free(segs);
+}
+
+// ----------------------------------------------------------------------------
+// --run: the raw-file driver for dev/reference/optim_ref.py
+
+static void run_usage(void) {
+    fprintf(stderr,
+            "usage: test_optim --run --optimizer adamw|sgd|lamb|lion [--opt-state fp32|bf16|int8] [--amsgrad]\n"
+            "         [--nesterov] [--momentum M] [--dampening D] [--beta1 B] [--beta2 B] [--eps E] --lr LR\n"
+            "         --steps S --segments COUNT:WD:LRMULT,... --in FILE --out FILE\n"
+            "  FILE in: n float32 parameters, then S x n float32 gradients (n = the sum of COUNTs)\n"
+            "  FILE out: S x n float32, the parameters after each step\n");
+    exit(2);
+}
+
+static int run_main(int argc, char** argv) {
+    OptimizerKind kind = OPT_ADAMW;
+    OptStatePrecision state = OPT_STATE_FP32;
+    int have_kind = 0, steps = 0, amsgrad = 0, nesterov = 0;
+    float lr = 0.0f;
+    const char *in = NULL, *out = NULL, *segspec = NULL;
+    float beta1 = NAN, beta2 = NAN, eps = NAN, momentum = NAN, dampening = 0.0f;
+    for (int i = 2; i < argc; i++) {
+        const char* a = argv[i];
+        if (strcmp(a, "--amsgrad") == 0) { amsgrad = 1; continue; }
+        if (strcmp(a, "--nesterov") == 0) { nesterov = 1; continue; }
+        if (i + 1 >= argc) run_usage();
+        const char* val = argv[++i];
+        if (strcmp(a, "--optimizer") == 0) {
+            if (!optimizer_kind_parse(val, &kind)) ls_fatal("--optimizer '%s': expected adamw, sgd, lamb or lion", val);
+            have_kind = 1;
+        } else if (strcmp(a, "--opt-state") == 0) {
+            if (!opt_state_parse(val, &state)) ls_fatal("--opt-state '%s': expected fp32, bf16 or int8", val);
+        } else if (strcmp(a, "--momentum") == 0) momentum = strtof(val, NULL);
+        else if (strcmp(a, "--dampening") == 0) dampening = strtof(val, NULL);
+        else if (strcmp(a, "--beta1") == 0) beta1 = strtof(val, NULL);
+        else if (strcmp(a, "--beta2") == 0) beta2 = strtof(val, NULL);
+        else if (strcmp(a, "--eps") == 0) eps = strtof(val, NULL);
+        else if (strcmp(a, "--lr") == 0) lr = strtof(val, NULL);
+        else if (strcmp(a, "--steps") == 0) steps = atoi(val);
+        else if (strcmp(a, "--segments") == 0) segspec = val;
+        else if (strcmp(a, "--in") == 0) in = val;
+        else if (strcmp(a, "--out") == 0) out = val;
+        else run_usage();
+    }
+    if (!have_kind || !in || !out || !segspec || steps < 1 || steps > 1000) run_usage();
+    OptimizerConfig c = optimizer_config_default(kind);
+    c.state = state;
+    c.amsgrad = amsgrad;
+    c.nesterov = nesterov;
+    if (!isnan(beta1)) c.beta1 = beta1;
+    if (!isnan(beta2)) c.beta2 = beta2;
+    if (!isnan(eps)) c.eps = eps;
+    if (!isnan(momentum)) c.momentum = momentum;
+    c.dampening = dampening;
+    char why[256];
+    if (!optimizer_config_check(&c, why, sizeof why)) ls_fatal("%s", why);
+    // segments "count:wd:lrmult,..."
+    int cap = 16, nseg = 0;
+    OptSegment* segs = (OptSegment*)mallocCheck((size_t)cap * sizeof(OptSegment));
+    size_t n = 0;
+    for (const char* s = segspec; *s;) {
+        char* end;
+        unsigned long long cnt = strtoull(s, &end, 10);
+        float wd = 0.0f, lm = 1.0f;
+        if (*end == ':') wd = strtof(end + 1, &end);
+        if (*end == ':') lm = strtof(end + 1, &end);
+        if (cnt == 0 || (*end != ',' && *end != '\0')) ls_fatal("--segments '%s': expected COUNT:WD:LRMULT,...", segspec);
+        if (nseg == cap) { cap *= 2; segs = (OptSegment*)realloc(segs, (size_t)cap * sizeof(OptSegment)); if (!segs) ls_fatal("oom"); }
+        segs[nseg++] = (OptSegment){n, (size_t)cnt, wd, lm};
+        n += (size_t)cnt;
+        s = *end == ',' ? end + 1 : end;
+    }
+    float* p = (float*)mallocCheck(n * sizeof(float));
+    float* g = (float*)mallocCheck((size_t)steps * n * sizeof(float));
+    FILE* f = fopenCheck(in, "rb");
+    freadCheck(p, sizeof(float), n, f, in);
+    freadCheck(g, sizeof(float), (size_t)steps * n, f, in);
+    fcloseCheck(f);
+    OptimizerState st;
+    optimizer_state_init(&st, &c, segs, nseg, n, NULL);
+    f = fopenCheck(out, "wb");
+    for (int t = 1; t <= steps; t++) {
+        optimizer_step_cpu(&st, p, g + (size_t)(t - 1) * n, lr, t, 1.0f);
+        fwriteCheck(p, sizeof(float), n, f, out);
+    }
+    fcloseCheck(f);
+    optimizer_state_free(&st);
+    free(p);
+    free(g);
+    free(segs);
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// --bench
+
+static int cmp_double(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
+
+// AdamW's access pattern (read p g m v, write p m v) with minimal arithmetic: the memory ceiling.
+static void probe_adamw_pattern(float* p, const float* g, float* m, float* v, size_t n, float a) {
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i];
+        m[i] = m[i] * a + gi;
+        v[i] = v[i] * a + gi;
+        p[i] = p[i] * a + gi;
+    }
+}
+
+static int bench_main(int argc, char** argv) {
+    const char* desc = "d12";
+    const char* only = "";
+    int repeats = 5;
+    for (int i = 2; i < argc; i++) {
+        if (i + 1 >= argc) ls_fatal("test_optim --bench: %s needs a value (--desc D --repeats N --only WORD)", argv[i]);
+        if (strcmp(argv[i], "--desc") == 0) desc = argv[++i];
+        else if (strcmp(argv[i], "--repeats") == 0) repeats = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--only") == 0) only = argv[++i];
+        else ls_fatal("test_optim --bench: unknown flag %s (--desc D --repeats N --only WORD)", argv[i]);
+    }
+    if (repeats < 1 || repeats > 100) ls_fatal("test_optim --bench: --repeats must be in [1, 100]");
+    OptSegment* segs;
+    size_t n;
+    int nseg = gpt2_segments(desc, &segs, &n);
+    float* p = (float*)mallocCheck(n * 4);
+    float* g = (float*)mallocCheck(n * 4);
+    float* m = (float*)mallocCheck(n * 4);
+    float* v = (float*)mallocCheck(n * 4);
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        p[i] = 0.01f * (float)(i % 101); g[i] = 0.001f * (float)(i % 37) - 0.018f; m[i] = 0.0f; v[i] = 0.0f;
+    }
+    double* t = (double*)mallocCheck((size_t)repeats * sizeof(double));
+    for (int r = -1; r < repeats; r++) {
+        double t0 = wall_seconds();
+        probe_adamw_pattern(p, g, m, v, n, 0.999f);
+        if (r >= 0) t[r] = wall_seconds() - t0;
+    }
+    qsort(t, (size_t)repeats, sizeof(double), cmp_double);
+    const double probe_gbs = 28.0 * (double)n / t[repeats / 2] / 1e9;
+    free(m);
+    free(v);
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    printf("test_optim --bench: %s, %zu parameters in %d tensors, %d threads, median of %d\n\n", desc, n, nseg, threads,
+           repeats);
+    printf("| optimizer | state B/param | moved B/param | ms | GB/s | %% of probe |\n|---|---|---|---|---|---|\n");
+    printf("| probe (AdamW access pattern) | | 28 | %.1f | %.1f | 100%% |\n", 1e3 * t[repeats / 2], probe_gbs);
+    Variant vs[16];
+    int nv = variants(vs);
+    for (int k = 0; k < nv; k++) {
+        if (strstr(vs[k].name, only) == NULL) continue;
+        OptimizerState st;
+        optimizer_state_init(&st, &vs[k].cfg, segs, nseg, n, NULL);
+        for (int r = -1; r < repeats; r++) {
+            double t0 = wall_seconds();
+            optimizer_step_cpu(&st, p, g, 1e-4f, r + 2, 1.0f);
+            if (r >= 0) t[r] = wall_seconds() - t0;
+        }
+        qsort(t, (size_t)repeats, sizeof(double), cmp_double);
+        double ms = 1e3 * t[repeats / 2], gbs = vs[k].bytes_moved * (double)n / t[repeats / 2] / 1e9;
+        printf("| %s | %.3f | %d | %.1f | %.1f | %.0f%% |\n", vs[k].name, (double)st.bytes / (double)n,
+               vs[k].bytes_moved, ms, gbs, 100.0 * gbs / probe_gbs);
+        optimizer_state_free(&st);
+    }
+    free(p);
+    free(g);
+    free(t);
+    free(segs);
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+
+int main(int argc, char** argv) {
+    if (argc > 1 && strcmp(argv[1], "--run") == 0) return run_main(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "--bench") == 0) return bench_main(argc, argv);
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-q") == 0) g_quiet = 1;
+        else if (strcmp(argv[i], "--units") != 0) {
+            fprintf(stderr, "usage: test_optim [--units] [-q] | --run ... | --bench [--desc D] [--repeats N] [--only WORD]\n");
+            return 2;
+        }
+    }
+    if (!g_quiet) printf("test_optim: the CPU optimizer family (llmc/optim.h, llmc/optim_state.h)\n");
+    Variant vs[16];
+    int nv = variants(vs);
+    for (int k = 0; k < nv; k++) test_vs_float64(&vs[k].cfg, 5, 1e-3f);
+    OptimizerConfig damp = optimizer_config_default(OPT_SGD);
+    damp.dampening = 0.2f;
+    test_vs_float64(&damp, 5, 1e-3f);
+    for (int k = 0; k < nv; k++) test_bits(&vs[k].cfg);
+    test_adamw_identities();
+    test_lamb_edges();
+    test_lion_sign();
+    test_bf16_rounding();
+    test_quant8();
+    test_config_check();
+    test_segments_and_bytes();
+    printf("test_optim: %s (%d failed)\n", g_failed ? "FAILED" : "all passed", g_failed);
+    return g_failed ? 1 : 0;
+}

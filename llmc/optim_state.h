@@ -1,0 +1,340 @@
+/*
+ optim_state.h: the optimizer family's state and its one CPU entry point. An OptimizerState owns
+ (or borrows) one block of memory holding everything the optimizer keeps between steps, carved
+ with 64-byte aligned offsets; optimizer_state_bytes() is its exact size for the memory model, and
+ optimizer_step_cpu() runs the fused update of llmc/optim.h that the configuration names.
+
+   OptimizerConfig cfg = optimizer_config_default(OPT_LION);     // then set what the flags say
+   char why[256];
+   if (!optimizer_config_check(&cfg, why, sizeof why)) ls_fatal("%s", why);  // names the flags
+   OptimizerState st;
+   optimizer_state_init(&st, &cfg, segs, nseg, n, NULL);          // NULL: it allocates
+   optimizer_step_cpu(&st, params, grads, lr, step, clip_scale);  // step = 1, 2, ...
+   optimizer_state_free(&st);
+
+ State per parameter (the memory table's numbers; per block of OPT_BLOCK elements, per element of
+ the tensors under QUANT8_MIN_ELEMS, per segment; each buffer starts 64-byte aligned):
+   adamw fp32 8 B (+4 B AMSGrad) | bf16 4 B (+2 B AMSGrad) | int8 2 B + 8 B/block + 8 B/small
+   element + 2 KB maps | sgd 4 B (0 without momentum) | lion 4 B | lamb 8 B + 8 B/block + 4 B/segment.
+ GPT-2 124M with per-layer segments (optim_segments_build_layers): int8 2.012 B, lamb 8.004 B.
+ Not counted: the host copies of the segment and block tables (a few KB) and, for int8 state on
+ the CPU, the quantize indexes (2 x 257 KB, quant8_index_build).
+ The GPU uses the same layout in device memory (llmc/optimizers.cuh: optimizer_state_init_device,
+ optimizer_step_gpu). BAdam's reset: optimizer_state_zero (host) / optimizer_state_zero_device,
+ then steps count from 1 again.
+
+ Combinations: bf16 and int8 state are implemented for AdamW (the kernels of dev/cuda/adamw.cu
+ versions 6a, 6b); AMSGrad with int8 state is not; Nesterov needs momentum > 0 and no dampening
+ (as torch.optim.SGD). optimizer_config_check says which flags conflict.
+*/
+#ifndef LLMC_OPTIM_STATE_H
+#define LLMC_OPTIM_STATE_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "llmc/optim.h"
+#include "llmc/quant8.h"
+#include "llmc/utils.h"
+
+// The flags' words, in enum order (CLI_CHOICE tables can use them: the index is the enum value).
+static const char* const optimizer_kind_choices[] = {"adamw", "sgd", "lamb", "lion", NULL};
+static const char* const opt_state_choices[] = {"fp32", "bf16", "int8", NULL};
+
+static inline const char* optimizer_kind_name(OptimizerKind k) {
+    return (int)k >= (int)OPT_ADAMW && (int)k <= (int)OPT_LION ? optimizer_kind_choices[k] : "?";
+}
+static inline const char* opt_state_name(OptStatePrecision p) {
+    return (int)p >= (int)OPT_STATE_FP32 && (int)p <= (int)OPT_STATE_INT8 ? opt_state_choices[p] : "?";
+}
+// 1 and *out set when s names a kind (--optimizer adamw|sgd|lamb|lion), else 0.
+static inline int optimizer_kind_parse(const char* s, OptimizerKind* out) {
+    for (int k = OPT_ADAMW; k <= OPT_LION; k++) {
+        if (strcmp(s, optimizer_kind_choices[k]) == 0) { *out = (OptimizerKind)k; return 1; }
+    }
+    return 0;
+}
+// 1 and *out set when s names a precision (--opt-state fp32|bf16|int8), else 0.
+static inline int opt_state_parse(const char* s, OptStatePrecision* out) {
+    for (int p = OPT_STATE_FP32; p <= OPT_STATE_INT8; p++) {
+        if (strcmp(s, opt_state_choices[p]) == 0) { *out = (OptStatePrecision)p; return 1; }
+    }
+    return 0;
+}
+
+// The usual hyperparameters of each optimizer (the papers' / PyTorch's defaults; AdamW's betas
+// are GPT-2 training's 0.9, 0.95). seed 0, fp32 state.
+static inline OptimizerConfig optimizer_config_default(OptimizerKind kind) {
+    OptimizerConfig c;
+    memset(&c, 0, sizeof c);
+    c.kind = kind;
+    c.state = OPT_STATE_FP32;
+    c.beta1 = 0.9f;
+    c.beta2 = kind == OPT_LION ? 0.99f : kind == OPT_LAMB ? 0.999f : 0.95f;
+    c.eps = kind == OPT_LAMB ? 1e-6f : 1e-8f;
+    c.momentum = kind == OPT_SGD ? 0.9f : 0.0f;
+    return c;
+}
+
+// 1 when the configuration is usable; else 0 with a message naming the offending flags.
+static inline int optimizer_config_check(const OptimizerConfig* c, char* msg, size_t size) {
+    const char* kn = optimizer_kind_name(c->kind);
+    msg[0] = '\0';
+    if ((int)c->kind < (int)OPT_ADAMW || (int)c->kind > (int)OPT_LION) {
+        snprintf(msg, size, "--optimizer: unknown optimizer %d (adamw, sgd, lamb or lion)", (int)c->kind);
+    } else if ((int)c->state < (int)OPT_STATE_FP32 || (int)c->state > (int)OPT_STATE_INT8) {
+        snprintf(msg, size, "--opt-state: unknown state precision %d (fp32, bf16 or int8)", (int)c->state);
+    } else if (c->state != OPT_STATE_FP32 && c->kind != OPT_ADAMW) {
+        snprintf(msg, size, "--opt-state %s is implemented for --optimizer adamw only (got --optimizer %s)",
+                 opt_state_name(c->state), kn);
+    } else if (c->amsgrad && c->kind != OPT_ADAMW) {
+        snprintf(msg, size, "--amsgrad is an AdamW option (got --optimizer %s)", kn);
+    } else if (c->amsgrad && c->state == OPT_STATE_INT8) {
+        snprintf(msg, size, "--amsgrad with --opt-state int8 is not supported (use fp32 or bf16 state)");
+    } else if (c->nesterov && c->kind != OPT_SGD) {
+        snprintf(msg, size, "--nesterov is an SGD option (got --optimizer %s)", kn);
+    } else if (c->kind != OPT_SGD && (c->momentum != 0.0f || c->dampening != 0.0f)) {
+        snprintf(msg, size, "--momentum is an SGD option (got --optimizer %s; Lion's momentum is beta2)", kn);
+    } else if (c->kind == OPT_SGD && !(c->momentum >= 0.0f && c->momentum < 1.0f)) {
+        snprintf(msg, size, "--momentum %g: expected a value in [0, 1)", c->momentum);
+    } else if (c->kind == OPT_SGD && !(c->dampening >= 0.0f && c->dampening <= 1.0f)) {
+        snprintf(msg, size, "SGD dampening %g: expected a value in [0, 1]", c->dampening);
+    } else if (c->kind == OPT_SGD && c->nesterov && (c->momentum <= 0.0f || c->dampening != 0.0f)) {
+        snprintf(msg, size, "--nesterov needs --momentum > 0 and no dampening (got momentum %g, dampening %g)",
+                 c->momentum, c->dampening);
+    } else if (c->kind != OPT_SGD && !(c->beta1 >= 0.0f && c->beta1 < 1.0f && c->beta2 >= 0.0f && c->beta2 < 1.0f)) {
+        snprintf(msg, size, "--optimizer %s: beta1 %g, beta2 %g (each in [0, 1) expected)", kn, c->beta1, c->beta2);
+    } else if ((c->kind == OPT_ADAMW || c->kind == OPT_LAMB) && !(c->eps > 0.0f && isfinite(c->eps))) {
+        snprintf(msg, size, "--optimizer %s: eps %g (a positive number expected)", kn, c->eps);
+    }
+    return msg[0] == '\0';
+}
+
+// Fatal unless the segments are sorted, contiguous and non-empty, cover [0, n), and have finite,
+// non-negative weight decay and lr multipliers.
+static inline void optim_segments_check(const OptSegment* segs, int nseg, size_t n) {
+    if (nseg < 1 || segs == NULL) ls_fatal("optimizer: %d segments (at least 1 needed)", nseg);
+    size_t next = 0;
+    for (int s = 0; s < nseg; s++) {
+        if (segs[s].offset != next || segs[s].count == 0) {
+            ls_fatal("optimizer: segment %d covers [%zu, %zu) but must start at %zu and be non-empty", s,
+                     segs[s].offset, segs[s].offset + segs[s].count, next);
+        }
+        if (!(segs[s].weight_decay >= 0.0f && isfinite(segs[s].weight_decay)) ||
+            !(segs[s].lr_mult >= 0.0f && isfinite(segs[s].lr_mult))) {
+            ls_fatal("optimizer: segment %d has weight_decay %g, lr_mult %g (finite, >= 0 expected)", s,
+                     segs[s].weight_decay, segs[s].lr_mult);
+        }
+        next += segs[s].count;
+    }
+    if (next != n) ls_fatal("optimizer: the segments cover %zu elements, the parameters are %zu", next, n);
+}
+
+// ----------------------------------------------------------------------------
+// the state
+
+typedef struct {
+    OptimizerConfig cfg;
+    size_t n;              // parameters
+    int nseg;
+    OptSegment* segs;      // (nseg) the segment table (a copy)
+    size_t* block0;        // (nseg + 1) first OPT_BLOCK block of each segment; [nseg] = nblocks
+    size_t* small_off;     // (nseg) int8: offset of a small tensor's fp32 state, or OPT_NOT_SMALL
+    size_t nblocks, nsmall;
+    // state, carved from `memory`; NULL where the configuration has none
+    float* m;              // (n) fp32 first moment: AdamW, LAMB, Lion; SGD's momentum buffer
+    float* v;              // (n) fp32 second moment: AdamW, LAMB
+    float* vmax;           // (n) fp32 AMSGrad max of v
+    uint16_t* m16;         // (n) bf16 m (AdamW, --opt-state bf16)
+    uint16_t* v16;         // (n) bf16 v
+    uint16_t* vmax16;      // (n) bf16 vmax (AMSGrad)
+    unsigned char* qm;     // (n) int8 codes of m (AdamW, --opt-state int8)
+    unsigned char* qv;     // (n) int8 codes of v
+    float* absmax_m;       // (nblocks)
+    float* absmax_v;       // (nblocks)
+    float* m32;            // (nsmall) fp32 m, v of the tensors under QUANT8_MIN_ELEMS
+    float* v32;            // (nsmall)
+    float* maps;           // (QUANT8_MAP_FLOATS) the quantization maps
+    float* partials;       // (2 * nblocks) LAMB: per-block sums of p^2 and u^2
+    float* trust;          // (nseg) LAMB: the trust ratios of the last step
+    Quant8Index* q8_index; // (2) host int8 state: the CPU's quantize indexes (m, v); 130 KB, not state
+    void* memory;          // the block holding all of the above
+    size_t bytes;          // its size (optimizer_state_bytes)
+    int owns_memory;       // 1: the free function frees it
+    // a state in device memory (llmc/optimizers.cuh): the tables' device copies
+    int on_device;
+    OptSegment* d_segs;    // (nseg)
+    size_t* d_block0;      // (nseg + 1)
+    size_t* d_small_off;   // (nseg)
+} OptimizerState;
+
+static inline size_t optim_align64(size_t x) { return (x + 63) & ~(size_t)63; }
+
+// Sets every state pointer of st (cfg, n, nseg, nblocks, nsmall already set) to its place in a
+// block starting at `base` (host or device memory: only addresses are computed), and st->bytes.
+// base 0 computes the size only.
+static inline void optimizer_state_carve(OptimizerState* st, uintptr_t base) {
+    const OptimizerConfig* c = &st->cfg;
+    const size_t n = st->n;
+    const int adam = c->kind == OPT_ADAMW, ams = adam && c->amsgrad;
+    size_t off = 0;
+#define OPT_CARVE(field, T, count, needed)                                                   \
+    do {                                                                                     \
+        st->field = NULL;                                                                    \
+        if ((needed) && (count) > 0) {                                                       \
+            st->field = (T*)(base + off);                                                    \
+            off += optim_align64((size_t)(count) * sizeof(T));                               \
+        }                                                                                    \
+    } while (0)
+    const int f32 = c->state == OPT_STATE_FP32, b16 = c->state == OPT_STATE_BF16, i8 = c->state == OPT_STATE_INT8;
+    const int has_m = (adam && f32) || c->kind == OPT_LAMB || c->kind == OPT_LION ||
+                      (c->kind == OPT_SGD && c->momentum != 0.0f);
+    OPT_CARVE(m, float, n, has_m);
+    OPT_CARVE(v, float, n, (adam && f32) || c->kind == OPT_LAMB);
+    OPT_CARVE(vmax, float, n, ams && f32);
+    OPT_CARVE(m16, uint16_t, n, adam && b16);
+    OPT_CARVE(v16, uint16_t, n, adam && b16);
+    OPT_CARVE(vmax16, uint16_t, n, ams && b16);
+    OPT_CARVE(qm, unsigned char, n, adam && i8);
+    OPT_CARVE(qv, unsigned char, n, adam && i8);
+    OPT_CARVE(absmax_m, float, st->nblocks, adam && i8);
+    OPT_CARVE(absmax_v, float, st->nblocks, adam && i8);
+    OPT_CARVE(m32, float, st->nsmall, adam && i8);
+    OPT_CARVE(v32, float, st->nsmall, adam && i8);
+    OPT_CARVE(maps, float, QUANT8_MAP_FLOATS, adam && i8);
+    OPT_CARVE(partials, float, 2 * st->nblocks, c->kind == OPT_LAMB);
+    OPT_CARVE(trust, float, (size_t)st->nseg, c->kind == OPT_LAMB);
+#undef OPT_CARVE
+    st->bytes = off;
+}
+
+// Bytes of optimizer state for these parameters (the whole block optimizer_state_init carves;
+// the segment tables, a few KB of host memory, are not counted).
+static inline size_t optimizer_state_bytes(const OptimizerConfig* cfg, const OptSegment* segs, int nseg, size_t n) {
+    OptimizerState st;
+    memset(&st, 0, sizeof st);
+    st.cfg = *cfg;
+    st.n = n;
+    st.nseg = nseg;
+    size_t* tmp = (size_t*)mallocCheck(((size_t)nseg + 1) * sizeof(size_t));
+    st.nblocks = optim_blocks_build(segs, nseg, tmp);
+    st.nsmall = optim_small_build(segs, nseg, tmp);
+    free(tmp);
+    optimizer_state_carve(&st, 0);
+    return st.bytes;
+}
+
+// The state as a fresh run starts it: moments 0 (int8: the codes of 0, absmax 0), and the maps.
+// Host memory only (the GPU side: optimizer_state_zero_device in llmc/optimizers.cuh).
+static inline void optimizer_state_zero(OptimizerState* st) {
+    memset(st->memory, 0, st->bytes);
+    if (st->qm != NULL) memset(st->qm, QUANT8_ZERO_SIGNED, st->n);
+    if (st->qv != NULL) memset(st->qv, QUANT8_ZERO_UNSIGNED, st->n);
+    if (st->maps != NULL) quant8_maps(st->maps, st->maps + 256);
+    if (st->trust != NULL) {
+        for (int s = 0; s < st->nseg; s++) st->trust[s] = 1.0f;
+    }
+}
+
+// Fills in st's tables and carves the state. memory: NULL to allocate (owned, freed by
+// optimizer_state_free), else the caller's block of optimizer_state_bytes() bytes, 16-byte
+// aligned (borrowed; buffers start at multiples of 64 bytes from it). Fatal on an invalid configuration or segment table. Host memory is zeroed
+// (optimizer_state_zero); a device block (`device` 1) is left to the caller.
+static inline void optimizer_state_setup(OptimizerState* st, const OptimizerConfig* cfg, const OptSegment* segs,
+                                         int nseg, size_t n, void* memory, int device) {
+    char why[256];
+    if (!optimizer_config_check(cfg, why, sizeof why)) ls_fatal("%s", why);
+    optim_segments_check(segs, nseg, n);
+    if (device && memory == NULL) ls_fatal("optimizer: a device state needs its device memory");
+    memset(st, 0, sizeof *st);
+    st->cfg = *cfg;
+    st->n = n;
+    st->nseg = nseg;
+    st->segs = (OptSegment*)mallocCheck((size_t)nseg * sizeof(OptSegment));
+    memcpy(st->segs, segs, (size_t)nseg * sizeof(OptSegment));
+    st->block0 = (size_t*)mallocCheck(((size_t)nseg + 1) * sizeof(size_t));
+    st->small_off = (size_t*)mallocCheck((size_t)nseg * sizeof(size_t));
+    st->nblocks = optim_blocks_build(segs, nseg, st->block0);
+    st->nsmall = cfg->kind == OPT_ADAMW && cfg->state == OPT_STATE_INT8 ? optim_small_build(segs, nseg, st->small_off) : 0;
+    if (st->nsmall == 0) {
+        for (int s = 0; s < nseg; s++) st->small_off[s] = OPT_NOT_SMALL;
+    }
+    optimizer_state_carve(st, 0);
+    if (cfg->kind == OPT_ADAMW && cfg->state == OPT_STATE_INT8 && !device) {
+        float maps[QUANT8_MAP_FLOATS];
+        quant8_maps(maps, maps + 256);
+        st->q8_index = (Quant8Index*)mallocCheck(2 * sizeof(Quant8Index));
+        if (!quant8_index_build(maps, &st->q8_index[0]) || !quant8_index_build(maps + 256, &st->q8_index[1])) {
+            ls_fatal("optimizer: the 8-bit maps are denser than the quantize index allows (QUANT8_FAST_STEPS)");
+        }
+    }
+    if (memory == NULL && !device) {
+        if (posix_memalign(&memory, 64, st->bytes > 0 ? st->bytes : 64) != 0) {
+            ls_fatal("optimizer: out of host memory allocating %zu bytes of state", st->bytes);
+        }
+        st->owns_memory = 1;
+    }
+    if (((uintptr_t)memory & 15u) != 0) ls_fatal("optimizer: state memory %p is not 16-byte aligned", memory);
+    st->memory = memory;
+    optimizer_state_carve(st, (uintptr_t)memory);
+    if (!device) optimizer_state_zero(st);
+}
+
+static inline void optimizer_state_init(OptimizerState* st, const OptimizerConfig* cfg, const OptSegment* segs,
+                                        int nseg, size_t n, void* memory) {
+    optimizer_state_setup(st, cfg, segs, nseg, n, memory, 0);
+}
+
+// Frees what st owns; accepts a zeroed or already freed state. (A device state:
+// optimizer_state_free_device.)
+static inline void optimizer_state_free(OptimizerState* st) {
+    if (st == NULL) return;
+    if (st->on_device) ls_fatal("optimizer: optimizer_state_free on a device state (use optimizer_state_free_device)");
+    if (st->owns_memory) free(st->memory);
+    free(st->q8_index);
+    free(st->small_off);
+    free(st->block0);
+    free(st->segs);
+    memset(st, 0, sizeof *st);
+}
+
+// One step (step = 1, 2, ... since the state was zeroed) of the configured optimizer over all
+// parameters: params (n) updated in place from grads (n) times grad_scale (the clip scale).
+static inline void optimizer_step_cpu(OptimizerState* st, float* params, const float* grads, float lr, int step,
+                                      float grad_scale) {
+    if (step < 1) ls_fatal("optimizer: step %d (steps count from 1)", step);
+    if (!isfinite(lr)) ls_fatal("optimizer: learning rate %g", lr);
+    if (st->on_device) ls_fatal("optimizer: optimizer_step_cpu on a device state (use optimizer_step_gpu)");
+    const OptimizerConfig* c = &st->cfg;
+    const OptStepArgs a = optim_step_args(c, lr, step);
+    switch (c->kind) {
+        case OPT_ADAMW:
+            if (c->state == OPT_STATE_BF16) {
+                adamw_bf16_update_cpu(params, grads, st->m16, st->v16, st->vmax16, st->segs, st->nseg, &a, grad_scale);
+            } else if (c->state == OPT_STATE_INT8) {
+                Adamw8Buffers q = {st->qm, st->qv, st->absmax_m, st->absmax_v, st->m32, st->v32, st->maps};
+                adamw_int8_update_cpu(params, grads, &q, st->q8_index, st->segs, st->nseg, st->block0, st->small_off, &a,
+                                      grad_scale);
+            } else if (c->amsgrad) {
+                adamw_amsgrad_update_cpu(params, grads, st->m, st->v, st->vmax, st->segs, st->nseg, &a, grad_scale);
+            } else { // the trainer's AdamW itself
+                AdamWHyper h = {lr, c->beta1, c->beta2, c->eps, 0.0f, 0.0f};
+                adamw_update_cpu(params, grads, st->m, st->v, st->segs, st->nseg, &h, step, grad_scale);
+            }
+            break;
+        case OPT_SGD:
+            sgd_update_cpu(params, grads, st->m, st->segs, st->nseg, &a, c->nesterov, grad_scale);
+            break;
+        case OPT_LAMB:
+            lamb_update_cpu(params, grads, st->m, st->v, st->partials, st->trust, st->segs, st->nseg, st->block0, &a,
+                            grad_scale);
+            break;
+        case OPT_LION:
+            lion_update_cpu(params, grads, st->m, st->segs, st->nseg, &a, grad_scale);
+            break;
+    }
+}
+
+#endif // LLMC_OPTIM_STATE_H
