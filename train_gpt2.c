@@ -418,6 +418,10 @@ typedef struct {
     int zero_stage;
     size_t shard;          // ZeRO-1: elements per process (the buffers are padded to shard * processes)
     float* grad_shard;     // ZeRO-1: (shard) this process's shard of the summed gradients
+    // the optimizer family (llmc/optim_state.h): SGD, LAMB, Lion, AdamW with AMSGrad or bf16 / int8
+    // state; fp32 AdamW runs on m_memory / v_memory above
+    int use_family;
+    OptimizerState opt;
     int B, T;              // the largest batch the activations hold
     float* acts_memory;
     ActivationTensors acts;
@@ -455,6 +459,11 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     int procs = model->comm ? model->comm->size : 1;
     model->zero_stage = (opts && procs > 1) ? opts->zero_stage : 0;
     if (model->zero_stage >= 1 && model->use_badam) { ls_fatal("flags -z 1 and --badam: ZeRO-1 with BAdam is not supported; use -z 0"); }
+    model->use_family = opts ? train_options_uses_family(opts) : 0;
+    if (model->use_family && (model->use_badam || model->zero_stage >= 1)) {
+        ls_fatal("flags --optimizer/--opt-state/--amsgrad with %s: only fp32 AdamW is implemented there",
+                 model->use_badam ? "--badam" : "-z 1");
+    }
     size_t n_alloc = n, ns = model->state_elems, ng = ns;
     if (model->zero_stage >= 1) {  // padded to equal shards
         model->shard = zero_shard_elems(n, procs);
@@ -466,13 +475,25 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     model->params_memory = (float*)memAlloc(mc, MEM_PARAMS, n_alloc * sizeof(float));
     model->grads_memory = (float*)memAlloc(mc, MEM_GRADS, ng * sizeof(float));
     if (model->zero_stage >= 1) { model->grad_shard = (float*)memAlloc(mc, MEM_GRADS, model->shard * sizeof(float)); }
-    model->m_memory = (float*)memAlloc(mc, MEM_ADAM_M, ns * sizeof(float));
-    model->v_memory = (float*)memAlloc(mc, MEM_ADAM_V, ns * sizeof(float));
+    if (model->use_family) {  // one block of optimizer state instead of m and v
+        OptimizerConfig cfg = train_options_optimizer(opts);
+        int nseg = optim_segments_count_layers(&model->table);
+        OptSegment* segs = (OptSegment*)mallocCheck((size_t)nseg * sizeof(OptSegment));
+        optim_segments_build_layers(&model->table, opts->weight_decay, segs);
+        size_t bytes = optimizer_state_bytes(&cfg, segs, nseg, n);
+        void* block = memAlloc(mc, MEM_OPT_STATE, bytes);
+        optimizer_state_init(&model->opt, &cfg, segs, nseg, n, block);
+        free(segs);
+        ns = 0;
+    } else {
+        model->m_memory = (float*)memAlloc(mc, MEM_ADAM_M, ns * sizeof(float));
+        model->v_memory = (float*)memAlloc(mc, MEM_ADAM_V, ns * sizeof(float));
+        memset(model->m_memory, 0, ns * sizeof(float));
+        memset(model->v_memory, 0, ns * sizeof(float));
+    }
     model->state_elems = ns;
     memset(model->params_memory, 0, n_alloc * sizeof(float));
     memset(model->grads_memory, 0, ng * sizeof(float));
-    memset(model->m_memory, 0, ns * sizeof(float));
-    memset(model->v_memory, 0, ns * sizeof(float));
     param_pointers(&model->table, model->params_memory, &model->params);
     if (from_descriptor) {
         params_init_random(&model->table, model->params_memory, seed);
@@ -495,6 +516,11 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
 }
 
 static void gpt2_free(GPT2* model) {
+    if (model->use_family) {
+        free(model->opt.memory);  // ours (memAlloc), lent to the state
+        model->opt.memory = NULL;
+        optimizer_state_free(&model->opt);
+    }
     free(model->grad_shard);
     free(model->scratch_memory);
     free(model->acts_memory);
@@ -657,6 +683,12 @@ static float gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
         }
         return norm;
     }
+    if (model->use_family) {  // weight decay is in the state's segment table since the build
+        float norm = global_norm_cpu(model->grads_memory, model->num_parameters);
+        optimizer_step_cpu(&model->opt, model->params_memory, model->grads_memory, h->lr, step,
+                           clip_scale_of(norm, h->grad_clip));
+        return norm;
+    }
     if (model->num_segments == 0) {
         model->num_segments = optim_segments_build(&model->table, h->weight_decay, model->segments);
     }
@@ -703,11 +735,20 @@ static LS_UNUSED const float* gpt2_logits_row(GPT2* model, int t) {
 static LS_UNUSED void gpt2_checkpoint_write(GPT2* model, const char* model_path, const char* state_path, const RunState* rs) {
     if (rs->process_rank == 0) { model_file_write(model_path, &model->config, model->params_memory, MODEL_VERSION_FP32); }
     RunState r = *rs;
+    if (model->use_family) {  // the optimizer's whole state block, as 32-bit words
+        r.num_params = model->opt.bytes / sizeof(float);
+        state_file_write(state_path, &r, (const float*)model->opt.memory, NULL, NULL);
+        return;
+    }
     r.num_params = model->state_elems;  // BAdam: one block's state; ZeRO-1: this process's shard
     state_file_write(state_path, &r, model->m_memory, model->v_memory, NULL);
 }
 
 static LS_UNUSED void gpt2_state_read(GPT2* model, const char* state_path, RunState* rs) {
+    if (model->use_family) {
+        state_file_read(state_path, model->opt.bytes / sizeof(float), rs, (float*)model->opt.memory, NULL, NULL);
+        return;
+    }
     state_file_read(state_path, model->state_elems, rs, model->m_memory, model->v_memory, NULL);
 }
 
@@ -725,7 +766,17 @@ static LS_UNUSED void trainer_init(const TrainOptions* o) {
 }
 
 static LS_UNUSED MemoryReport trainer_memory_predicted(const GPT2Config* c, const TrainOptions* o) {
-    CpuMemoryOptions mo = {0, o->zero_stage, o->comm ? o->comm->size : 1};
+    CpuMemoryOptions mo = {0, o->zero_stage, o->comm ? o->comm->size : 1, 0};
+    if (train_options_uses_family(o)) {
+        OptimizerConfig cfg = train_options_optimizer(o);
+        ParamTable pt;
+        param_table_build(&pt, c);
+        int nseg = optim_segments_count_layers(&pt);
+        OptSegment* segs = (OptSegment*)mallocCheck((size_t)nseg * sizeof(OptSegment));
+        optim_segments_build_layers(&pt, o->weight_decay, segs);
+        mo.opt_state_bytes = optimizer_state_bytes(&cfg, segs, nseg, pt.total);
+        free(segs);
+    }
     if (o->badam > 0) {
         ParamTable pt;
         param_table_build(&pt, c);

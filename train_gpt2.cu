@@ -269,6 +269,10 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
                  c->channels / c->num_heads, (int)x128::size);
     }
     gpu_check_flags(opts);
+    if (opts && train_options_uses_family(opts)) {
+        ls_fatal("flags --optimizer/--opt-state/--amsgrad: the GPU trainer runs fp32 AdamW only for now (the family's kernels "
+                 "are in llmc/optimizers.cuh; the CPU trainer ./train_gpt2 runs them all)");
+    }
     model->recompute = opts ? opts->recompute : 1;
     int master = FLOATX_IS_BF16 && (opts ? opts->master_weights : 1);
     model->use_master = master;

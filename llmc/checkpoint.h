@@ -192,7 +192,8 @@ typedef struct {
     uint64_t sampler_rng;  // state of the text sampler's generator
 } RunState;
 
-// master may be NULL (no master weights).
+// master may be NULL (no master weights); v NULL: m is the optimizer's whole state block
+// (num_params 32-bit words; header[5] = 2).
 static inline void state_file_write(const char* path, const RunState* s, const float* m, const float* v,
                                     const float* master) {
     int header[HEADER_INTS];
@@ -202,7 +203,7 @@ static inline void state_file_write(const char* path, const RunState* s, const f
     header[2] = s->num_processes;
     header[3] = s->process_rank;
     header[4] = s->step;
-    header[5] = s->has_m_v;
+    header[5] = v ? s->has_m_v : 2;
     memcpy(&header[6], &s->num_params, 8);
     memcpy(&header[8], &s->data_epoch, 8);
     memcpy(&header[10], &s->data_sample, 8);
@@ -210,7 +211,7 @@ static inline void state_file_write(const char* path, const RunState* s, const f
     header[14] = master != NULL;
     uint32_t crc = crc32_update(0, NULL, 0);
     crc = crc32_update(crc, m, s->num_params * sizeof(float));
-    crc = crc32_update(crc, v, s->num_params * sizeof(float));
+    if (v) { crc = crc32_update(crc, v, s->num_params * sizeof(float)); }
     if (master) { crc = crc32_update(crc, master, s->num_params * sizeof(float)); }
     header[15] = CHECKSUM_TAG;
     memcpy(&header[16], &crc, 4);
@@ -218,7 +219,7 @@ static inline void state_file_write(const char* path, const RunState* s, const f
     atomic_file_open(&af, path);
     fwriteCheck(header, sizeof(int), HEADER_INTS, af.fp, path);
     fwriteCheck(m, sizeof(float), s->num_params, af.fp, path);
-    fwriteCheck(v, sizeof(float), s->num_params, af.fp, path);
+    if (v) { fwriteCheck(v, sizeof(float), s->num_params, af.fp, path); }
     if (master) { fwriteCheck(master, sizeof(float), s->num_params, af.fp, path); }
     atomic_file_commit(&af);
 }
@@ -267,21 +268,26 @@ static inline void state_file_read(const char* path, size_t num_params, RunState
                  (unsigned long long)s->num_params, num_params);
     }
     int has_master = header[14];
+    if ((header[5] == 2) != (v == NULL)) {
+        ls_fatal("state file '%s': holds %s, this run expects %s (flags --optimizer/--opt-state/--amsgrad)", path,
+                 header[5] == 2 ? "an optimizer-family state block" : "AdamW m and v",
+                 v == NULL ? "an optimizer-family state block" : "AdamW m and v");
+    }
     if (has_master != (master != NULL)) {
         ls_fatal("state file '%s': %s master weights, this run %s (flag -w)", path, has_master ? "has" : "has no",
                  master ? "keeps them" : "does not");
     }
-    long long expected = (long long)HEADER_INTS * 4 + (2LL + has_master) * (long long)num_params * 4;
+    long long expected = (long long)HEADER_INTS * 4 + ((v ? 2LL : 1LL) + has_master) * (long long)num_params * 4;
     long long size = file_size_of(fp);
     if (size != expected) { ls_fatal("state file '%s': size %lld bytes, expected %lld", path, size, expected); }
     fseek(fp, HEADER_INTS * 4, SEEK_SET);
     freadCheck(m, sizeof(float), num_params, fp, path);
-    freadCheck(v, sizeof(float), num_params, fp, path);
+    if (v) { freadCheck(v, sizeof(float), num_params, fp, path); }
     if (master) { freadCheck(master, sizeof(float), num_params, fp, path); }
     fclose(fp);
     uint32_t crc = crc32_update(0, NULL, 0);
     crc = crc32_update(crc, m, num_params * sizeof(float));
-    crc = crc32_update(crc, v, num_params * sizeof(float));
+    if (v) { crc = crc32_update(crc, v, num_params * sizeof(float)); }
     if (master) { crc = crc32_update(crc, master, num_params * sizeof(float)); }
     checksum_verify(path, header, 15, 16, crc);
 }

@@ -31,12 +31,13 @@ typedef enum {
     MEM_ACTS,
     MEM_SCRATCH,
     MEM_WORKSPACE,
+    MEM_OPT_STATE,
     MEM_COUNT
 } MemCategory;
 
 static const char* const mem_category_names[MEM_COUNT] = {
     "parameters", "master weights", "gradients", "AdamW m", "AdamW v", "activations", "backward scratch",
-    "cuBLASLt workspace",
+    "cuBLASLt workspace", "optimizer state",
 };
 
 typedef struct {
@@ -95,6 +96,8 @@ typedef struct {
     size_t badam_block;  // BAdam: elements of the largest block (0: BAdam off)
     int zero_stage;      // 1: ZeRO-1 over num_processes
     int num_processes;
+    size_t opt_state_bytes;  // > 0: an optimizer other than fp32 AdamW (llmc/optim_state.h) holds this
+                             // block instead of m and v
 } CpuMemoryOptions;
 
 // The CPU trainer (fp32 everything), per process: B, T per process. Gradients, m and v hold all
@@ -113,6 +116,10 @@ static inline MemoryReport memory_model_cpu(const GPT2Config* c, int B, int T, c
     r.bytes[MEM_GRADS] = n * sizeof(float);
     r.bytes[MEM_ADAM_M] = n * sizeof(float);
     r.bytes[MEM_ADAM_V] = n * sizeof(float);
+    if (o && o->opt_state_bytes > 0) {
+        r.bytes[MEM_ADAM_M] = r.bytes[MEM_ADAM_V] = 0;
+        r.bytes[MEM_OPT_STATE] = o->opt_state_bytes;
+    }
     if (o && o->zero_stage >= 1 && o->num_processes > 1) {
         size_t shard = zero_shard_elems(np, o->num_processes), padded = shard * (size_t)o->num_processes;
         r.bytes[MEM_PARAMS] = padded * sizeof(float);
@@ -252,7 +259,7 @@ static inline double mib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0
 static inline void memory_report_print(FILE* out, const MemoryReport* r, size_t num_params) {
     size_t total = memory_report_total(r);
     size_t param_related = r->bytes[MEM_PARAMS] + r->bytes[MEM_MASTER] + r->bytes[MEM_GRADS] + r->bytes[MEM_ADAM_M] +
-                           r->bytes[MEM_ADAM_V];
+                           r->bytes[MEM_ADAM_V] + r->bytes[MEM_OPT_STATE];
     size_t optimizer_side = param_related - r->bytes[MEM_PARAMS];
     fprintf(out, "+-----------------------+------------+-------------+\n");
     fprintf(out, "| memory                |        MiB | bytes/param |\n");
@@ -270,7 +277,7 @@ static inline void memory_report_print(FILE* out, const MemoryReport* r, size_t 
     fprintf(out, "| total                 | %10.1f |             |\n", mib(total));
     fprintf(out, "+-----------------------+------------+-------------+\n");
     if (r->host_pinned) { fprintf(out, "offloaded to pinned host memory: %.1f MiB (m, v, master)\n", mib(r->host_pinned)); }
-    fprintf(out, "parameters: %zu; optimizer side (master + gradients + m + v): %.1f MiB = %.0f%% of parameter-related memory\n",
+    fprintf(out, "parameters: %zu; optimizer side (master weights, gradients, optimizer state): %.1f MiB = %.0f%% of parameter-related memory\n",
             num_params, mib(optimizer_side), 100.0 * (double)optimizer_side / (double)param_related);
 }
 

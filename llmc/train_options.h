@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include "llmc/cli.h"
 #include "llmc/comm.h"
+#include "llmc/optim_state.h"
 #include "llmc/config.h"
 #include "llmc/schedulers.h"
 
@@ -46,6 +47,11 @@ typedef struct {
     int badam;                // BAdam: switch the active block every K steps (0: off, full AdamW)
     int badam_order;          // BadamOrder
     int badam_embed;          // 1: the embeddings + final layernorm are a block too
+    int optimizer;            // OptimizerKind
+    int opt_state;            // OptStatePrecision of the optimizer state
+    int amsgrad;              // AdamW with AMSGrad
+    int nesterov;             // SGD with Nesterov momentum
+    float momentum;           // SGD momentum (-1: the optimizer's default, 0.9)
     int zero_stage;           // -z 0: gradient all-reduce, 1: ZeRO-1 (sharded optimizer state)
     const Comm* comm;         // the processes of the run (set by train_main, not a flag; NULL: one)
     // GPU trainer only
@@ -91,6 +97,11 @@ static const CliFlag train_flags[] = {
     {NULL, "threads", CLI_INT, OPT(threads), 0, 4096, NULL, CLI_BOTH, "CPU threads (0: all cores)"},
     {NULL, "dry-run", CLI_SWITCH, OPT(dry_run), 0, 1, NULL, CLI_BOTH, "check flags, build the model, print the memory table and exit"},
     {NULL, "memory-report", CLI_SWITCH, OPT(memory_report), 0, 1, NULL, CLI_BOTH, "print the predicted memory table for these flags and exit (allocates nothing; no GPU needed)"},
+    {NULL, "optimizer", CLI_CHOICE, OPT(optimizer), 0, 0, optimizer_kind_choices, CLI_BOTH, "the optimizer (GPU trainer: adamw only, for now)"},
+    {NULL, "opt-state", CLI_CHOICE, OPT(opt_state), 0, 0, opt_state_choices, CLI_BOTH, "precision of the AdamW state m, v (GPU trainer: fp32 only, for now)"},
+    {NULL, "amsgrad", CLI_SWITCH, OPT(amsgrad), 0, 1, NULL, CLI_BOTH, "AdamW with AMSGrad (the running max of v)"},
+    {NULL, "nesterov", CLI_SWITCH, OPT(nesterov), 0, 1, NULL, CLI_BOTH, "SGD with Nesterov momentum"},
+    {NULL, "momentum", CLI_FLOAT, OPT(momentum), -1, 0.9999, NULL, CLI_BOTH, "SGD momentum (-1: 0.9)"},
     {NULL, "badam", CLI_INT, OPT(badam), 0, 1e6, NULL, CLI_BOTH, "BAdam: train one block of layers at a time, switching every K steps (0: off)"},
     {NULL, "badam-order", CLI_CHOICE, OPT(badam_order), 0, 0, badam_order_choices, CLI_BOTH, "BAdam block order"},
     {NULL, "badam-embed", CLI_SWITCH, OPT(badam_embed), 0, 1, NULL, CLI_BOTH, "BAdam: the embeddings and final layernorm form a block (else frozen)"},
@@ -131,6 +142,11 @@ static inline void train_options_defaults(TrainOptions* o) {
     o->grad_clip = 1.0f;
     o->seed = 42;
     o->threads = 0;
+    o->optimizer = OPT_ADAMW;
+    o->opt_state = OPT_STATE_FP32;
+    o->amsgrad = 0;
+    o->nesterov = 0;
+    o->momentum = -1.0f;
     o->badam = 0;
     o->badam_order = 0;
     o->badam_embed = 1;
@@ -168,6 +184,27 @@ static inline void gpt2_describe(const GPT2Config* c, size_t num_parameters, con
     printf("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %zu parameters\n", c->num_layers, c->channels,
            c->num_heads, c->vocab_size, c->padded_vocab_size, c->max_seq_len, num_parameters);
     printf("batch: B=%d T=%d, gradient accumulation %d, %d tokens per step\n", o->B, o->T, accum, o->B * o->T * accum);
+}
+
+// The optimizer the flags ask for; fatal (naming the flags) when they do not fit together.
+static inline OptimizerConfig train_options_optimizer(const TrainOptions* o) {
+    OptimizerConfig c = optimizer_config_default((OptimizerKind)o->optimizer);
+    c.state = (OptStatePrecision)o->opt_state;
+    c.beta1 = o->beta1;
+    c.beta2 = o->beta2;
+    c.eps = o->eps;
+    c.amsgrad = o->amsgrad;
+    c.nesterov = o->nesterov;
+    if (o->momentum >= 0.0f) { c.momentum = o->momentum; }
+    c.seed = (unsigned long long)o->seed;
+    char why[256];
+    if (!optimizer_config_check(&c, why, sizeof(why))) { ls_fatal("%s", why); }
+    return c;
+}
+
+// fp32 AdamW without AMSGrad is the trainers' own fused path; anything else the optimizer family.
+static inline int train_options_uses_family(const TrainOptions* o) {
+    return o->optimizer != OPT_ADAMW || o->opt_state != OPT_STATE_FP32 || o->amsgrad;
 }
 
 #endif // LLMC_TRAIN_OPTIONS_H
