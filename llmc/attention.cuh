@@ -48,41 +48,36 @@
 // ----------------------------------------------------------------------------
 // kernels
 
-// in (B, T, K, NH, hs) -> out (K, B, NH, T, hs): K = 3 splits qkv, K = 1 splits dout.
-// One thread per 16-byte chunk of the output; hs % x128::size == 0.
-static __global__ void attention_split_heads_kernel(floatX* out, const floatX* in, int B, int T, int K, int NH,
-                                                    int hs) {
+// Between the token-major layout (B, T, K, NH, hs) and the head-major one (K, B, NH, T, hs): K = 3
+// for qkv, K = 1 for dout. kToHeads: token-major in, head-major out (the split); else the inverse
+// (the merge). One thread per 16-byte chunk of the output; hs % x128::size == 0.
+template <bool kToHeads>
+static __global__ void attention_permute_heads_kernel(floatX* out, const floatX* in, int B, int T, int K, int NH,
+                                                      int hs) {
     const int chunks = hs / x128::size;
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)K * B * NH * T * chunks) return;
     size_t r = idx / chunks;
     const int d = (int)(idx % chunks) * x128::size;
-    const int t = (int)(r % T);
-    r /= T;
-    const int h = (int)(r % NH);
-    r /= NH;
-    const int b = (int)(r % B);
-    const int k = (int)(r / B);
-    const floatX* src = in + (((size_t)b * T + t) * K + k) * NH * hs + (size_t)h * hs + d;
-    store128(out + idx * x128::size, load128(src));
-}
-
-// in (K, B, NH, T, hs) -> out (B, T, K, NH, hs): the inverse of the split. One thread per output chunk.
-static __global__ void attention_merge_heads_kernel(floatX* out, const floatX* in, int B, int T, int K, int NH,
-                                                    int hs) {
-    const int chunks = hs / x128::size;
-    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)K * B * NH * T * chunks) return;
-    size_t r = idx / chunks;
-    const int d = (int)(idx % chunks) * x128::size;
-    const int h = (int)(r % NH);
-    r /= NH;
-    const int k = (int)(r % K);
-    r /= K;
-    const int t = (int)(r % T);
-    const int b = (int)(r / T);
-    const floatX* src = in + ((((size_t)k * B + b) * NH + h) * T + t) * hs + d;
-    store128(out + idx * x128::size, load128(src));
+    int b, t, k, h; // the chunk's coordinates, from the output's layout
+    if constexpr (kToHeads) {
+        t = (int)(r % T);
+        r /= T;
+        h = (int)(r % NH);
+        r /= NH;
+        b = (int)(r % B);
+        k = (int)(r / B);
+    } else {
+        h = (int)(r % NH);
+        r /= NH;
+        k = (int)(r % K);
+        r /= K;
+        t = (int)(r % T);
+        b = (int)(r / T);
+    }
+    const size_t src = kToHeads ? (((size_t)b * T + t) * K + k) * NH * hs + (size_t)h * hs + d
+                                : ((((size_t)k * B + b) * NH + h) * T + t) * hs + d;
+    store128(out + idx * x128::size, load128(in + src));
 }
 
 // V consecutive elements as floats: one 128-bit load when V == x128::size (p 16-byte aligned).
@@ -203,18 +198,24 @@ __global__ void attention_softmax_backward_kernel(floatX* datt, const floatX* at
 // ----------------------------------------------------------------------------
 // the steps (host); the lab times them one by one
 
-static inline void attention_split_heads(floatX* out, const floatX* in, int B, int T, int K, int NH, int hs,
-                                         cudaStream_t stream) {
+template <bool kToHeads>
+static inline void attention_permute_heads(floatX* out, const floatX* in, int B, int T, int K, int NH, int hs,
+                                           cudaStream_t stream) {
     const size_t n = (size_t)K * B * NH * T * (hs / x128::size);
-    launch(attention_split_heads_kernel, dim3((unsigned)CEIL_DIV(n, (size_t)ATTENTION_BLOCK)), dim3(ATTENTION_BLOCK),
-           0, stream, out, in, B, T, K, NH, hs);
+    launch(attention_permute_heads_kernel<kToHeads>, dim3((unsigned)CEIL_DIV(n, (size_t)ATTENTION_BLOCK)),
+           dim3(ATTENTION_BLOCK), 0, stream, out, in, B, T, K, NH, hs);
 }
 
+// in (B, T, K, NH, hs) -> out (K, B, NH, T, hs)
+static inline void attention_split_heads(floatX* out, const floatX* in, int B, int T, int K, int NH, int hs,
+                                         cudaStream_t stream) {
+    attention_permute_heads<true>(out, in, B, T, K, NH, hs, stream);
+}
+
+// in (K, B, NH, T, hs) -> out (B, T, K, NH, hs)
 static inline void attention_merge_heads(floatX* out, const floatX* in, int B, int T, int K, int NH, int hs,
                                          cudaStream_t stream) {
-    const size_t n = (size_t)K * B * NH * T * (hs / x128::size);
-    launch(attention_merge_heads_kernel, dim3((unsigned)CEIL_DIV(n, (size_t)ATTENTION_BLOCK)), dim3(ATTENTION_BLOCK),
-           0, stream, out, in, B, T, K, NH, hs);
+    attention_permute_heads<false>(out, in, B, T, K, NH, hs, stream);
 }
 
 static inline void attention_softmax_forward(floatX* att, int rows, int T, cudaStream_t stream) {

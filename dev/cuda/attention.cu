@@ -27,114 +27,9 @@
  Inputs are fresh random numbers on every run (the seed is printed; --seed S reproduces a run).
  usage: see usage() below.
 */
-#include "llmc/cuda_common.h"
-#include "llmc/cuda_precision.h"
+#include "lab.h"
 #include "llmc/matmul.cuh"
 #include "llmc/attention.cuh"
-
-#include <errno.h>
-#include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-#include <algorithm>
-#include <chrono>
-#include <vector>
-
-static bool g_quiet = false; // -q: failures and the summary only
-
-// ----------------------------------------------------------------------------
-// data
-
-static uint64_t mix64(uint64_t x) {
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
-// A seed for this run when --seed is not given: the clock and the process id (printed, so that a
-// failure can be reproduced with --seed).
-static long long fresh_seed(void) {
-    uint64_t t = (uint64_t)std::chrono::high_resolution_clock::now().time_since_epoch().count();
-    return (long long)(mix64(t ^ ((uint64_t)getpid() << 32)) >> 2);
-}
-
-// n values uniform in [-scale, scale), rounded to floatX (device and reference see the same numbers).
-static std::vector<float> random_x(size_t n, uint64_t seed, float scale) {
-    std::vector<float> v(n);
-    for (size_t i = 0; i < n; i++) {
-        double u = (double)(mix64(seed * 0x9e3779b97f4a7c15ULL + i) >> 11) * 0x1.0p-53;
-        v[i] = to_float(from_float((float)((2.0 * u - 1.0) * scale)));
-    }
-    return v;
-}
-
-static floatX* upload(const std::vector<float>& h) {
-    std::vector<floatX> x(h.size());
-    for (size_t i = 0; i < h.size(); i++) x[i] = from_float(h[i]);
-    floatX* d;
-    cudaCheck(cudaMalloc(&d, x.size() * sizeof(floatX)));
-    cudaCheck(cudaMemcpy(d, x.data(), x.size() * sizeof(floatX), cudaMemcpyHostToDevice));
-    return d;
-}
-
-static floatX* device_alloc(size_t n) {
-    floatX* d;
-    cudaCheck(cudaMalloc(&d, n * sizeof(floatX)));
-    return d;
-}
-
-static std::vector<float> download(const floatX* d, size_t n) {
-    std::vector<floatX> x(n);
-    cudaCheck(cudaMemcpy(x.data(), d, n * sizeof(floatX), cudaMemcpyDeviceToHost));
-    std::vector<float> h(n);
-    for (size_t i = 0; i < n; i++) h[i] = to_float(x[i]);
-    return h;
-}
-
-// ----------------------------------------------------------------------------
-// comparison
-
-static double round_x(double r) { return (double)to_float(from_float((float)r)); }
-static double ulp_x(double y) { return y == 0.0 ? 0.0 : ldexp(1.0, ilogb(y) - (FLOATX_IS_BF16 ? 7 : 23)); }
-
-// dims: the tensor's shape, for printing indices. FP32: |got - ref| <= rel_max * max|ref| + rel * |ref|;
-// BF16: |got - bf16(ref)| <= ulp + the same. First 10 mismatches printed; returns their count.
-static long compare(const char* what, const std::vector<float>& got, const std::vector<double>& ref,
-                    const std::vector<int>& dims, double rel_max, double rel, double* worst) {
-    double mx = 0.0;
-    for (double r : ref) mx = std::max(mx, fabs(r));
-    long bad = 0;
-    double w = 0.0;
-    for (size_t i = 0; i < ref.size(); i++) {
-        double r = FLOATX_IS_BF16 ? round_x(ref[i]) : ref[i];
-        double tol = rel_max * mx + rel * fabs(r) + (FLOATX_IS_BF16 ? ulp_x(r) : 0.0) + 1e-30;
-        double err = fabs((double)got[i] - r);
-        if (!(err <= tol)) {
-            if (bad < 10) {
-                char idx[96] = "";
-                size_t rest = i;
-                for (int d = (int)dims.size() - 1; d >= 0; d--) { // row-major coordinates, last dim fastest
-                    char part[24];
-                    snprintf(part, sizeof part, d ? ",%zu" : "%zu", rest % dims[d]);
-                    memmove(idx + strlen(part), idx, strlen(idx) + 1);
-                    memcpy(idx, part, strlen(part));
-                    rest /= dims[d];
-                }
-                printf("      %s[%s]: got %.8g, expected %.8g (err %.3g > tol %.3g)\n", what, idx, got[i], r, err, tol);
-            }
-            bad++;
-        }
-        w = std::max(w, err != err ? INFINITY : err / tol);
-    }
-    if (bad > 10) printf("      %s: %ld mismatches in all (of %zu)\n", what, bad, ref.size());
-    *worst = std::max(*worst, w);
-    return bad;
-}
 
 // ----------------------------------------------------------------------------
 // float64 reference (the CPU trainer's loops, in double)
@@ -210,7 +105,7 @@ static void ref_backward(std::vector<double>& dqkv, const std::vector<double>& d
 // The reference backward against central differences of L = sum(dout * out) on a tiny shape.
 static bool ref_selfcheck(void) {
     const int B = 1, T = 5, C = 8, NH = 2;
-    std::vector<float> qf = random_x((size_t)B * T * 3 * C, 501, 1.5f), gf = random_x((size_t)B * T * C, 502, 1.0f);
+    std::vector<float> qf = uniform_floatX((size_t)B * T * 3 * C, 501, 1.5f), gf = uniform_floatX((size_t)B * T * C, 502, 1.0f);
     std::vector<double> qkv(qf.begin(), qf.end()), g(gf.begin(), gf.end()), out, att, dqkv;
     ref_forward(out, att, qkv, B, T, C, NH);
     ref_backward(dqkv, g, qkv, att, B, T, C, NH);
@@ -258,32 +153,45 @@ struct Bufs {
     floatX *qkv, *out, *qkvr, *att, *dout, *dqkv, *dqkvr, *datt, *scratch;
 };
 
+// The buffers of one shape, qkv (B,T,3C) and dout (B,T,C) uploaded from the host.
+static Bufs bufs_alloc(const std::vector<float>& qkv, const std::vector<float>& dout, int B, int T, int C, int NH) {
+    const size_t BTC = (size_t)B * T * C, att_n = (size_t)B * NH * T * T;
+    Bufs d;
+    d.qkv = upload_X(qkv);
+    d.dout = upload_X(dout);
+    d.out = dev_alloc<floatX>(BTC);
+    d.qkvr = dev_alloc<floatX>(3 * BTC);
+    d.att = dev_alloc<floatX>(att_n);
+    d.dqkv = dev_alloc<floatX>(3 * BTC);
+    d.dqkvr = dev_alloc<floatX>(3 * BTC);
+    d.datt = dev_alloc<floatX>(att_n);
+    const size_t sb = attention_backward_scratch_bytes(B, T, C, NH);
+    d.scratch = NULL;
+    if (sb > 0) cudaCheck(cudaMalloc(&d.scratch, sb));
+    return d;
+}
+
+static void bufs_free(Bufs& d) {
+    floatX* bufs[] = {d.qkv, d.out, d.qkvr, d.att, d.dout, d.dqkv, d.dqkvr, d.datt};
+    for (floatX* p : bufs) cudaCheck(cudaFree(p));
+    if (d.scratch) cudaCheck(cudaFree(d.scratch));
+}
+
 static bool check_case(const CheckCase& k, uint64_t seed) {
     const int B = k.B, T = k.T, C = k.C, NH = k.NH, hs = C / NH;
     const size_t BTC = (size_t)B * T * C, att_n = (size_t)B * NH * T * T;
-    std::vector<float> qkv = random_x(3 * BTC, seed + 1, 1.5f), dout = random_x(BTC, seed + 2, 1.0f);
-    Bufs d;
-    d.qkv = upload(qkv);
-    d.dout = upload(dout);
-    d.out = device_alloc(BTC);
-    d.qkvr = device_alloc(3 * BTC);
-    d.att = device_alloc(att_n);
-    d.dqkv = device_alloc(3 * BTC);
-    d.dqkvr = device_alloc(3 * BTC);
-    d.datt = device_alloc(att_n);
-    size_t sb = attention_backward_scratch_bytes(B, T, C, NH);
-    d.scratch = NULL;
-    if (sb > 0) cudaCheck(cudaMalloc(&d.scratch, sb));
+    std::vector<float> qkv = uniform_floatX(3 * BTC, seed + 1, 1.5f), dout = uniform_floatX(BTC, seed + 2, 1.0f);
+    Bufs d = bufs_alloc(qkv, dout, B, T, C, NH);
 
     std::vector<float> got[2][4]; // qkvr, att, out, dqkv of two runs
     for (int rep = 0; rep < 2; rep++) {
         attention_forward(d.out, d.qkvr, d.att, d.qkv, B, T, C, NH, 0);
         attention_backward(d.dqkv, d.dqkvr, d.datt, d.scratch, d.dout, d.qkvr, d.att, B, T, C, NH, 0);
         cudaCheck(cudaDeviceSynchronize());
-        got[rep][0] = download(d.qkvr, 3 * BTC);
-        got[rep][1] = download(d.att, att_n);
-        got[rep][2] = download(d.out, BTC);
-        got[rep][3] = download(d.dqkv, 3 * BTC);
+        got[rep][0] = download_X<float>(d.qkvr, 3 * BTC);
+        got[rep][1] = download_X<float>(d.att, att_n);
+        got[rep][2] = download_X<float>(d.out, BTC);
+        got[rep][3] = download_X<float>(d.dqkv, 3 * BTC);
     }
 
     std::vector<double> qkv64(qkv.begin(), qkv.end()), dout64(dout.begin(), dout.end()), r_out, r_att, r_dqkv;
@@ -303,13 +211,11 @@ static bool check_case(const CheckCase& k, uint64_t seed) {
     const double rel_att_max = FLOATX_IS_BF16 ? 0.0 : 1e-5, rel_att = FLOATX_IS_BF16 ? 0x1.0p-5 : 0.0;
     long bad = 0;
     double worst = 0.0, worst_copy = 0.0;
-    bad += compare("qkvr", got[0][0], r_qkvr, {3, B, NH, T, hs}, 0.0, 0.0, &worst_copy);
-    bad += compare("att", got[0][1], r_att, {B, NH, T, T}, rel_att_max, rel_att, &worst);
-    bad += compare("out", got[0][2], r_out, {B, T, C}, rel_out, 0.0, &worst);
-    bad += compare("dqkv", got[0][3], r_dqkv, {B, T, 3 * C}, rel_out, 0.0, &worst);
-    bool same = true;
-    for (int t = 0; t < 4; t++) same = same && memcmp(got[0][t].data(), got[1][t].data(), got[0][t].size() * 4) == 0;
-    if (!same) {
+    bad += compare_shaped("qkvr", got[0][0], r_qkvr, {3, B, NH, T, hs}, 0.0, 0.0, &worst_copy);
+    bad += compare_shaped("att", got[0][1], r_att, {B, NH, T, T}, rel_att_max, rel_att, &worst);
+    bad += compare_shaped("out", got[0][2], r_out, {B, T, C}, rel_out, 0.0, &worst);
+    bad += compare_shaped("dqkv", got[0][3], r_dqkv, {B, T, 3 * C}, rel_out, 0.0, &worst);
+    if (!same_bits(got[0], got[1])) {
         printf("      not deterministic: two runs differ\n");
         bad++;
     }
@@ -317,82 +223,39 @@ static bool check_case(const CheckCase& k, uint64_t seed) {
         printf("  B=%d T=%3d C=%3d NH=%d hs=%2d  worst err/tol %.3f  %s  (%s)\n", B, T, C, NH, hs, worst,
                bad ? "FAIL" : "ok", k.note);
     }
-    floatX* bufs[] = {d.qkv, d.out, d.qkvr, d.att, d.dout, d.dqkv, d.dqkvr, d.datt};
-    for (floatX* p : bufs) cudaCheck(cudaFree(p));
-    if (d.scratch) cudaCheck(cudaFree(d.scratch));
+    bufs_free(d);
     return bad == 0;
 }
 
 // ----------------------------------------------------------------------------
 // bench
 
-template <typename F>
-static float median_ms(int repeats, F body) {
-    cudaEvent_t a, e;
-    cudaCheck(cudaEventCreate(&a));
-    cudaCheck(cudaEventCreate(&e));
-    body(); // warm-up (also picks the cuBLASLt algorithms)
-    std::vector<float> ms;
-    for (int r = 0; r < repeats; r++) {
-        cudaCheck(cudaEventRecord(a, 0));
-        body();
-        cudaCheck(cudaEventRecord(e, 0));
-        cudaCheck(cudaEventSynchronize(e));
-        float x;
-        cudaCheck(cudaEventElapsedTime(&x, a, e));
-        ms.push_back(x);
-    }
-    cudaCheck(cudaEventDestroy(a));
-    cudaCheck(cudaEventDestroy(e));
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-}
-
 static int bench(int B, int T, int C, int NH, int S, int repeats) {
     const int hs = C / NH, BNH = B * NH, rows = BNH * T;
     const size_t BTC = (size_t)B * T * C, att_n = (size_t)BNH * T * T;
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    Bufs d;
-    d.qkv = upload(random_x(3 * BTC, 1, 1.5f));
-    d.dout = upload(random_x(BTC, 2, 1.0f));
-    d.out = device_alloc(BTC);
-    d.qkvr = device_alloc(3 * BTC);
-    d.att = device_alloc(att_n);
-    d.dqkv = device_alloc(3 * BTC);
-    d.dqkvr = device_alloc(3 * BTC);
-    d.datt = device_alloc(att_n);
-    d.scratch = NULL;
-    size_t sb = attention_backward_scratch_bytes(B, T, C, NH);
-    if (sb > 0) cudaCheck(cudaMalloc(&d.scratch, sb));
+    Bufs d = bufs_alloc(uniform_floatX(3 * BTC, 1, 1.5f), uniform_floatX(BTC, 2, 1.0f), B, T, C, NH);
 
     // ceilings: an S^3 GEMM, and a device-to-device copy as large as att
-    floatX *sa = upload(random_x((size_t)S * S, 3, 1.0f)), *sbm = upload(random_x((size_t)S * S, 4, 1.0f));
-    floatX* sd = device_alloc((size_t)S * S);
-    GemmShape sq = gemm_shape(S, S, S, 0, 1);
-    double ceil_tf = 2.0 * S * (double)S * S /
-                     (median_ms(repeats, [&] { matmul_gemm(sd, sa, sbm, sq, GEMM_EPI_NONE, NULL, NULL, 0); }) * 1e-3) / 1e12;
-    float copy_ms = median_ms(repeats, [&] {
-        cudaCheck(cudaMemcpyAsync(d.datt, d.att, att_n * sizeof(floatX), cudaMemcpyDeviceToDevice, 0));
+    const GemmShape sq = gemm_shape(S, S, S, 0, 1);
+    const double ceil_tf = square_gemm_tflops(S, repeats, 3, 4, [&](floatX* dd, const floatX* a, const floatX* b) {
+        matmul_gemm(dd, a, b, sq, GEMM_EPI_NONE, NULL, NULL, 0);
     });
-    double copy_gbs = 2.0 * att_n * sizeof(floatX) / (copy_ms * 1e-3) / 1e9;
-    cudaCheck(cudaFree(sa));
-    cudaCheck(cudaFree(sbm));
-    cudaCheck(cudaFree(sd));
+    const double copy = copy_gbs(d.datt, d.att, att_n * sizeof(floatX), repeats, L2_WARM);
 
-    printf("attention bench (%s): B=%d T=%d C=%d NH=%d hs=%d, device \"%s\"%s\n", PRECISION_NAME, B, T, C, NH, hs,
-           prop.name, LS_HARNESS ? " (CPU harness: host times, not GPU times)" : "");
-    printf("  ceilings: %d^3 GEMM %.4g TFLOP/s, device copy %.4g GB/s (median of %d)\n", S, ceil_tf, copy_gbs, repeats);
+    printf("attention bench (%s): B=%d T=%d C=%d NH=%d hs=%d, %s\n", PRECISION_NAME, B, T, C, NH, hs,
+           lab_device().c_str());
+    printf("  ceilings: %d^3 GEMM %.4g TFLOP/s, device copy %.4g GB/s (median of %d)\n", S, ceil_tf, copy, repeats);
     const double gemm_flops = 2.0 * BNH * (double)T * T * hs; // one T x T x hs product, full square
     const double xs = sizeof(floatX);
-    float fwd = median_ms(repeats, [&] { attention_forward(d.out, d.qkvr, d.att, d.qkv, B, T, C, NH, 0); });
-    float bwd = median_ms(repeats, [&] {
+    auto warm_ms = [&](auto body) { return time_ms(repeats, body, L2_WARM); }; // as the library will run them
+    float fwd = warm_ms([&] { attention_forward(d.out, d.qkvr, d.att, d.qkv, B, T, C, NH, 0); });
+    float bwd = warm_ms([&] {
         attention_backward(d.dqkv, d.dqkvr, d.datt, d.scratch, d.dout, d.qkvr, d.att, B, T, C, NH, 0);
     });
     printf("  forward  %9.4f ms  (%.4g TFLOP/s of GEMM work, %.1f%% of the ceiling)\n", fwd,
-           2 * gemm_flops / (fwd * 1e-3) / 1e12, 100.0 * 2 * gemm_flops / (fwd * 1e-3) / 1e12 / ceil_tf);
+           tflops_of(2 * gemm_flops, fwd), 100.0 * tflops_of(2 * gemm_flops, fwd) / ceil_tf);
     printf("  backward %9.4f ms  (%.4g TFLOP/s of GEMM work, %.1f%% of the ceiling)\n", bwd,
-           4 * gemm_flops / (bwd * 1e-3) / 1e12, 100.0 * 4 * gemm_flops / (bwd * 1e-3) / 1e12 / ceil_tf);
+           tflops_of(4 * gemm_flops, bwd), 100.0 * tflops_of(4 * gemm_flops, bwd) / ceil_tf);
 
     // the steps one by one (the same calls the launchers make)
     struct Step {
@@ -408,43 +271,41 @@ static int bench(int B, int T, int C, int NH, int S, int repeats) {
     const double tri = (double)BNH * T * (T + 1) / 2.0;
     std::vector<Step> steps = {
         {"fwd split heads", 0, 2.0 * 3 * BTC * xs,
-         median_ms(repeats, [&] { attention_split_heads(d.qkvr, d.qkv, B, T, 3, NH, hs, 0); })},
-        {"fwd scores GEMM", gemm_flops, 0, median_ms(repeats, [&] {
+         warm_ms([&] { attention_split_heads(d.qkvr, d.qkv, B, T, 3, NH, hs, 0); })},
+        {"fwd scores GEMM", gemm_flops, 0, warm_ms([&] {
              matmul_gemm(d.att, q, k, attention_head_gemm(T, T, hs, 0, 1, BNH, scale), GEMM_EPI_NONE, NULL, NULL, 0);
          })},
-        {"fwd softmax", 0, (tri + att_n) * xs, median_ms(repeats, [&] { attention_softmax_forward(d.att, rows, T, 0); })},
+        {"fwd softmax", 0, (tri + att_n) * xs, warm_ms([&] { attention_softmax_forward(d.att, rows, T, 0); })},
         {"bwd split heads", 0, 2.0 * BTC * xs,
-         median_ms(repeats, [&] { attention_split_heads(dq, d.dout, B, T, 1, NH, hs, 0); })},
-        {"bwd datt GEMM", gemm_flops, 0, median_ms(repeats, [&] {
+         warm_ms([&] { attention_split_heads(dq, d.dout, B, T, 1, NH, hs, 0); })},
+        {"bwd datt GEMM", gemm_flops, 0, warm_ms([&] {
              matmul_gemm(d.datt, dq, v, attention_head_gemm(T, T, hs, 0, 1, BNH, 1.0f), GEMM_EPI_NONE, NULL, NULL, 0);
          })},
-        {"bwd dv GEMM", gemm_flops, 0, median_ms(repeats, [&] {
+        {"bwd dv GEMM", gemm_flops, 0, warm_ms([&] {
              matmul_gemm(dv, d.att, dq, attention_head_gemm(T, hs, T, 1, 0, BNH, 1.0f), GEMM_EPI_NONE, NULL, NULL, 0);
          })},
         {"bwd softmax", 0, (2 * tri + att_n) * xs,
-         median_ms(repeats, [&] { attention_softmax_backward(d.datt, d.att, rows, T, 0); })},
-        {"bwd dk GEMM", gemm_flops, 0, median_ms(repeats, [&] {
+         warm_ms([&] { attention_softmax_backward(d.datt, d.att, rows, T, 0); })},
+        {"bwd dk GEMM", gemm_flops, 0, warm_ms([&] {
              matmul_gemm(dk, d.datt, q, attention_head_gemm(T, hs, T, 1, 0, BNH, scale), GEMM_EPI_NONE, NULL, NULL, 0);
          })},
-        {"bwd dq GEMM", gemm_flops, 0, median_ms(repeats, [&] {
+        {"bwd dq GEMM", gemm_flops, 0, warm_ms([&] {
              matmul_gemm(dq, d.datt, k, attention_head_gemm(T, hs, T, 0, 0, BNH, scale), GEMM_EPI_NONE, NULL, NULL, 0);
          })},
         {"bwd merge heads", 0, 2.0 * 3 * BTC * xs,
-         median_ms(repeats, [&] { attention_merge_heads(d.dqkv, d.dqkvr, B, T, 3, NH, hs, 0); })},
+         warm_ms([&] { attention_merge_heads(d.dqkv, d.dqkvr, B, T, 3, NH, hs, 0); })},
     };
     printf("  %-16s %9s %12s %9s\n", "step", "ms", "rate", "% ceil");
     for (const Step& s : steps) {
         if (s.flops > 0) {
-            double tf = s.flops / (s.ms * 1e-3) / 1e12;
+            const double tf = tflops_of(s.flops, s.ms);
             printf("  %-16s %9.4f %7.4g TF/s %8.1f%%\n", s.name, s.ms, tf, 100.0 * tf / ceil_tf);
         } else {
-            double gbs = s.bytes / (s.ms * 1e-3) / 1e9;
-            printf("  %-16s %9.4f %7.4g GB/s %8.1f%%\n", s.name, s.ms, gbs, 100.0 * gbs / copy_gbs);
+            const double gbs = gbs_of(s.bytes, s.ms);
+            printf("  %-16s %9.4f %7.4g GB/s %8.1f%%\n", s.name, s.ms, gbs, 100.0 * gbs / copy);
         }
     }
-    floatX* bufs[] = {d.qkv, d.out, d.qkvr, d.att, d.dout, d.dqkv, d.dqkvr, d.datt};
-    for (floatX* p : bufs) cudaCheck(cudaFree(p));
-    if (d.scratch) cudaCheck(cudaFree(d.scratch));
+    bufs_free(d);
     return 0;
 }
 
@@ -467,58 +328,34 @@ static void usage(const char* prog) {
     exit(2);
 }
 
-static long long parse_int(const char* prog, const char* flag, const char* s, long long lo, long long hi) {
-    char* end = NULL;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
-        fprintf(stderr, "%s: %s '%s': expected an integer in [%lld, %lld]\n", prog, flag, s, lo, hi);
-        usage(prog);
-    }
-    return v;
-}
-
 int main(int argc, char** argv) {
     bool do_bench = false, bench_flag = false;
     long long B = 8, T = 1024, C = 768, NH = 12, S = 8192, repeats = 20, seed = -1;
-    for (int i = 1; i < argc; i++) {
-        const char* a = argv[i];
-        auto need = [&]() -> const char* {
-            if (i + 1 >= argc) { fprintf(stderr, "%s: %s needs a value\n", argv[0], a); usage(argv[0]); }
-            return argv[++i];
-        };
-        if (strcmp(a, "--check") == 0) do_bench = false;
-        else if (strcmp(a, "--bench") == 0) do_bench = true;
-        else if (strcmp(a, "-q") == 0) g_quiet = true;
-        else if (strcmp(a, "--seed") == 0) seed = parse_int(argv[0], a, need(), 0, 1LL << 62);
-        else if (strcmp(a, "-b") == 0) { B = parse_int(argv[0], a, need(), 1, 1024); bench_flag = true; }
-        else if (strcmp(a, "-t") == 0) { T = parse_int(argv[0], a, need(), 1, 65536); bench_flag = true; }
-        else if (strcmp(a, "-c") == 0) { C = parse_int(argv[0], a, need(), 8, 16384); bench_flag = true; }
-        else if (strcmp(a, "--nh") == 0) { NH = parse_int(argv[0], a, need(), 1, 1024); bench_flag = true; }
-        else if (strcmp(a, "-s") == 0) { S = parse_int(argv[0], a, need(), 8, 32768); bench_flag = true; }
-        else if (strcmp(a, "-r") == 0) { repeats = parse_int(argv[0], a, need(), 1, 1000); bench_flag = true; }
-        else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) usage(argv[0]);
-        else { fprintf(stderr, "%s: unknown argument '%s'\n", argv[0], a); usage(argv[0]); }
+    LabArgv args(argc, argv, usage);
+    while (args.next()) {
+        if (args.is("--check")) do_bench = false;
+        else if (args.is("--bench")) do_bench = true;
+        else if (args.is("-q")) g_quiet = true;
+        else if (args.is("--seed")) seed = args.integer(0, 1LL << 62);
+        else if (args.is("-b")) { B = args.integer(1, 1024); bench_flag = true; }
+        else if (args.is("-t")) { T = args.integer(1, 65536); bench_flag = true; }
+        else if (args.is("-c")) { C = args.integer(8, 16384); bench_flag = true; }
+        else if (args.is("--nh")) { NH = args.integer(1, 1024); bench_flag = true; }
+        else if (args.is("-s")) { S = args.integer(8, 32768); bench_flag = true; }
+        else if (args.is("-r")) { repeats = args.integer(1, 1000); bench_flag = true; }
+        else args.reject();
     }
-    if (bench_flag && !do_bench) { fprintf(stderr, "%s: -b, -t, -c, --nh, -s and -r apply to --bench\n", argv[0]); usage(argv[0]); }
-    if (C % NH != 0 || (C / NH) % 8 != 0) {
-        fprintf(stderr, "%s: -c %lld / --nh %lld: C must be NH times a multiple of 8\n", argv[0], C, NH);
-        usage(argv[0]);
-    }
-    if (S % 8 != 0) { fprintf(stderr, "%s: -s %lld: a multiple of 8 expected\n", argv[0], S); usage(argv[0]); }
+    if (bench_flag && !do_bench) args.fail("-b, -t, -c, --nh, -s and -r apply to --bench");
+    if (C % NH != 0 || (C / NH) % 8 != 0) args.fail("-c %lld / --nh %lld: C must be NH times a multiple of 8", C, NH);
+    if (S % 8 != 0) args.fail("-s %lld: a multiple of 8 expected", S);
 
-    if (seed < 0) seed = fresh_seed();
+    if (seed < 0) seed = lab_fresh_seed();
     matmul_init(MATMUL_WORKSPACE_DEFAULT);
     int rc = 0;
     if (do_bench) {
         rc = bench((int)B, (int)T, (int)C, (int)NH, (int)S, (int)repeats);
     } else {
-#if LS_HARNESS
-        if (!g_quiet) printf("attention --check (%s, CPU harness, order %s), seed %lld\n", PRECISION_NAME,
-                             ls_harness::order_name(ls_harness::config().order), seed);
-#else
-        if (!g_quiet) printf("attention --check (%s, GPU), seed %lld\n", PRECISION_NAME, seed);
-#endif
+        if (!g_quiet) printf("attention --check (%s, %s), seed %lld\n", PRECISION_NAME, lab_where(true).c_str(), seed);
         int failed = 0, total = 1;
         if (!ref_selfcheck()) failed++;
         uint64_t case_seed = mix64((uint64_t)seed);

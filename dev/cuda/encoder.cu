@@ -29,24 +29,10 @@
  usage: encoder [--check | --bench] [-v 1|all] [-s SEED] [-r REPEATS] [-q]
  To add a version: write launchers with the production signatures, add a kVersions row.
 */
-#include "llmc/cuda_common.h"
-#include "llmc/cuda_precision.h"
+#include "lab.h"
 #include "llmc/encoder.cuh"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-#include <algorithm>
 #include <chrono>
-#include <string>
-#include <vector>
 
 // ----------------------------------------------------------------------------
 // the versions
@@ -62,180 +48,6 @@ struct Version {
 static const Version kVersions[] = {
     {"1 production", encoder_forward, encoder_backward, encoder_backward_scratch_bytes},
 };
-static const int kNumVersions = (int)(sizeof kVersions / sizeof kVersions[0]);
-
-// ----------------------------------------------------------------------------
-// lab kit: random inputs, floatX conversions, comparison, timing, expected failures
-
-static bool g_quiet = false;
-
-struct Rng { // splitmix64
-    uint64_t s;
-    uint64_t next() {
-        uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-        return z ^ (z >> 31);
-    }
-    double uniform() { return (double)(next() >> 11) * 0x1.0p-53; } // [0, 1)
-    double normal() { return sqrt(-2.0 * log(1.0 - uniform())) * cos(6.283185307179586 * uniform()); }
-};
-
-// The value a floatX stores for x.
-static double as_floatX(double x) { return (double)to_float(from_float((float)x)); }
-
-// One unit in the last place of a bf16 at |x| (0 in the fp32 build: atol covers fp32 errors).
-static double ulp_floatX(double x) {
-    if (!FLOATX_IS_BF16) return 0.0;
-    int e;
-    frexp(fabs(x), &e);
-    return x == 0.0 ? 0x1.0p-133 : ldexp(1.0, e - 8); // |x| in [2^(e-1), 2^e): 8 significant bits
-}
-
-static std::vector<double> random_floatX(Rng& r, size_t n, double offset, double scale) {
-    std::vector<double> v(n);
-    for (double& x : v) x = as_floatX(offset + scale * r.normal());
-    return v;
-}
-
-template <typename T>
-static T* dev_alloc(size_t n) {
-    T* p = nullptr;
-    cudaCheck(cudaMalloc((void**)&p, std::max<size_t>(n, 1) * sizeof(T)));
-    return p;
-}
-
-static floatX* upload_X(const std::vector<double>& h) {
-    std::vector<floatX> t(h.size());
-    for (size_t i = 0; i < h.size(); i++) t[i] = from_float((float)h[i]);
-    floatX* d = dev_alloc<floatX>(h.size());
-    cudaCheck(cudaMemcpy(d, t.data(), h.size() * sizeof(floatX), cudaMemcpyHostToDevice));
-    return d;
-}
-
-[[maybe_unused]] static void copy_to_X(floatX* d, const std::vector<double>& h) {
-    std::vector<floatX> t(h.size());
-    for (size_t i = 0; i < h.size(); i++) t[i] = from_float((float)h[i]);
-    cudaCheck(cudaMemcpy(d, t.data(), h.size() * sizeof(floatX), cudaMemcpyHostToDevice));
-}
-
-static std::vector<double> download_X(const floatX* d, size_t n) {
-    std::vector<floatX> t(n);
-    cudaCheck(cudaMemcpy(t.data(), d, n * sizeof(floatX), cudaMemcpyDeviceToHost));
-    std::vector<double> h(n);
-    for (size_t i = 0; i < n; i++) h[i] = to_float(t[i]);
-    return h;
-}
-
-[[maybe_unused]] static std::vector<double> download_f(const float* d, size_t n) {
-    std::vector<float> t(n);
-    cudaCheck(cudaMemcpy(t.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
-    return std::vector<double>(t.begin(), t.end());
-}
-
-[[maybe_unused]] static std::vector<uint8_t> download_bytes(const void* d, size_t bytes) {
-    std::vector<uint8_t> t(bytes);
-    cudaCheck(cudaMemcpy(t.data(), d, bytes, cudaMemcpyDeviceToHost));
-    return t;
-}
-
-// |got - ref| <= rel * max(max|ref|, scale) + ulps * ulp_floatX(ref) for every element (NaN fails).
-// scale: the magnitude of the terms the outputs are computed from, where that can exceed the
-// outputs (cancellation). Prints the first 10 mismatches; returns the number of mismatches;
-// *worst = max error / tolerance.
-static int compare(const char* what, const std::vector<double>& got, const std::vector<double>& ref, double rel,
-                   double ulps, double* worst, double scale = 0.0) {
-    double maxref = scale;
-    for (double r : ref) maxref = std::max(maxref, fabs(r));
-    int bad = 0;
-    double w = 0.0;
-    for (size_t i = 0; i < ref.size(); i++) {
-        const double tol = rel * maxref + ulps * ulp_floatX(ref[i]) + 1e-300;
-        const double err = fabs(got[i] - ref[i]);
-        if (!(err <= tol)) {
-            if (bad < 10) {
-                printf("      %s[%zu]: got %.9g, expected %.9g (error %.3g, tolerance %.3g)\n", what, i, got[i], ref[i],
-                       err, tol);
-            }
-            bad++;
-        }
-        if (err == err) w = std::max(w, err / tol);
-    }
-    if (bad > 10) printf("      %s: %d mismatches in all\n", what, bad);
-    *worst = std::max(*worst, bad ? INFINITY : w);
-    return bad;
-}
-
-// Runs body in a child process: it must end with an error exit (a launcher's ls_fatal).
-template <typename F>
-static bool expect_fatal(const char* what, F body) {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) ls_fatal("fork: %s", strerror(errno));
-    if (pid == 0) {
-        int fd = open("/dev/null", O_WRONLY);
-        if (fd >= 0) dup2(fd, 2);
-        body();
-        _exit(0);
-    }
-    int st = 0;
-    if (waitpid(pid, &st, 0) != pid) ls_fatal("waitpid: %s", strerror(errno));
-    const bool ok = WIFEXITED(st) && WEXITSTATUS(st) != 0;
-    if (!ok || !g_quiet) printf("  precondition: %-58s %s\n", what, ok ? "rejected: ok" : "NOT REJECTED: FAIL");
-    return ok;
-}
-
-static float median(std::vector<float> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
-// Median milliseconds of body over `repeats` runs, each after an L2 flush (a memset of 2x the L2).
-template <typename F>
-static float time_ms(int repeats, F body) {
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    const size_t flush_bytes = (size_t)std::max(prop.l2CacheSize, 1 << 20) * 2;
-    void* flush = dev_alloc<uint8_t>(flush_bytes);
-    cudaEvent_t a, e;
-    cudaCheck(cudaEventCreate(&a));
-    cudaCheck(cudaEventCreate(&e));
-    body(); // warm-up
-    std::vector<float> ms;
-    for (int r = 0; r < repeats; r++) {
-        cudaCheck(cudaMemsetAsync(flush, r & 0xff, flush_bytes, 0));
-        cudaCheck(cudaEventRecord(a, 0));
-        body();
-        cudaCheck(cudaEventRecord(e, 0));
-        cudaCheck(cudaEventSynchronize(e));
-        float x;
-        cudaCheck(cudaEventElapsedTime(&x, a, e));
-        ms.push_back(x);
-    }
-    cudaCheck(cudaEventDestroy(a));
-    cudaCheck(cudaEventDestroy(e));
-    cudaCheck(cudaFree(flush));
-    return median(ms);
-}
-
-// Device-to-device copy bandwidth (bytes read + written per second) on a `bytes` buffer.
-static double copy_gbs(size_t bytes, int repeats) {
-    void* src = dev_alloc<uint8_t>(bytes);
-    void* dst = dev_alloc<uint8_t>(bytes);
-    cudaCheck(cudaMemset(src, 1, bytes));
-    float ms = time_ms(repeats, [&] { cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0)); });
-    cudaCheck(cudaFree(src));
-    cudaCheck(cudaFree(dst));
-    return 2.0 * bytes / (ms * 1e-3) / 1e9;
-}
-
-
-static int* upload_i(const std::vector<int>& h) {
-    int* d = dev_alloc<int>(h.size());
-    cudaCheck(cudaMemcpy(d, h.data(), h.size() * sizeof(int), cudaMemcpyHostToDevice));
-    return d;
-}
 
 // ----------------------------------------------------------------------------
 // check
@@ -409,33 +221,16 @@ static bool check_preconditions() {
 }
 
 static int run_check(const std::vector<const Version*>& versions, uint64_t seed) {
-    int failed = 0, total = 0;
-#if LS_HARNESS
-    const char* where = "CPU harness";
-#else
-    const char* where = "GPU";
-#endif
-    if (!g_quiet) printf("encoder --check (%s, %s, seed %llu)\n", PRECISION_NAME, where, (unsigned long long)seed);
-    for (const Case& cs : kCases) {
-        for (const Version* v : versions) {
-            total++;
-            Rng rng{seed ^ (uint64_t)(&cs - kCases) * 0x100000001b3ULL}; // the same inputs for every version
-            failed += !check_case(*v, cs, rng);
-        }
-    }
+    LabCheck check("encoder", seed);
+    check.cases(versions, kCases, check_case);
     if (FLOATX_IS_BF16) {
         for (const Version* v : versions) {
-            total++;
             Rng rng{seed ^ 0xb1a5ULL};
-            failed += !check_unbiased(*v, rng);
+            check.add(check_unbiased(*v, rng));
         }
     }
-    total++;
-    failed += !check_preconditions();
-    printf("encoder --check (%s): %d of %d checks passed%s\n", PRECISION_NAME, total - failed, total,
-           failed ? " (reproduce with -s <the seed above>)" : "");
-    if (failed && g_quiet) printf("  seed %llu\n", (unsigned long long)seed);
-    return failed ? 1 : 0;
+    check.add(check_preconditions());
+    return check.end();
 }
 
 // ----------------------------------------------------------------------------
@@ -445,10 +240,7 @@ static int run_bench(const std::vector<const Version*>& versions, int repeats) {
     const int B = LS_HARNESS ? 4 : 8, T = LS_HARNESS ? 64 : 1024, C = LS_HARNESS ? 96 : 768;
     const int V = LS_HARNESS ? 1000 : 50257, Vp = LS_HARNESS ? 1024 : 50304, N = B * T;
     const size_t NC = (size_t)N * C;
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    printf("encoder bench (%s): B = %d, T = %d, C = %d, Vp = %d, device \"%s\"%s\n", PRECISION_NAME, B, T, C, Vp,
-           prop.name, LS_HARNESS ? " (CPU harness: host times, not GPU times)" : "");
+    printf("encoder bench (%s): B = %d, T = %d, C = %d, Vp = %d, %s\n", PRECISION_NAME, B, T, C, Vp, lab_device().c_str());
     const double copy = copy_gbs(NC * sizeof(floatX) * 2, repeats);
     printf("  device-to-device copy: %.1f GB/s\n", copy);
     Rng rng{1};
@@ -462,7 +254,7 @@ static int run_bench(const std::vector<const Version*>& versions, int repeats) {
     floatX *out = dev_alloc<floatX>(NC), *dwte = upload_X(std::vector<double>((size_t)Vp * C, 0.0));
     floatX* dwpe = upload_X(std::vector<double>((size_t)T * C, 0.0));
     printf("  %d positions, %d distinct tokens\n", N, ngroups);
-    printf("  %-14s %-10s %10s %9s %8s   (bytes: the minimum traffic)\n", "version", "op", "median ms", "GB/s", "% copy");
+    lab_bench_header(10, "the minimum traffic");
     for (const Version* v : versions) {
         float* scratch = dev_alloc<float>(v->scratch_bytes(B, T, C) / sizeof(float));
         std::vector<int> staging;
@@ -470,16 +262,12 @@ static int run_bench(const std::vector<const Version*>& versions, int repeats) {
         for (int r = 0; r < repeats; r++) encoder_group_positions(staging, tok.data(), N);
         const double host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h0).count() / repeats;
         unsigned seed = 0;
-        struct Op { const char* name; double bytes; float ms; };
-        Op ops[2] = {
+        BenchOp ops[2] = {
             {"forward", 3.0 * NC * sizeof(floatX), time_ms(repeats, [&] { v->forward(out, d_tok, wte, wpe, B, T, C, 0); })},
             {"backward", (2.0 * NC + 2.0 * ngroups * C + 2.0 * T * C) * sizeof(floatX),
              time_ms(repeats, [&] { v->backward(dwte, dwpe, scratch, out, d_tok, tok.data(), B, T, C, ++seed, 0); })},
         };
-        for (const Op& op : ops) {
-            const double gbs = op.bytes / (op.ms * 1e-3) / 1e9;
-            printf("  %-14s %-10s %10.4f %9.1f %7.1f%%\n", v->name, op.name, op.ms, gbs, 100.0 * gbs / copy);
-        }
+        lab_bench_rows(v->name, ops, copy, 10);
         printf("  %-14s host-side grouping of the positions alone: %.4f ms\n", v->name, host_ms);
         cudaCheck(cudaFree(scratch));
     }
@@ -489,62 +277,7 @@ static int run_bench(const std::vector<const Version*>& versions, int repeats) {
 
 // ----------------------------------------------------------------------------
 static void usage(const char* prog) {
-    fprintf(stderr,
-            "usage: %s [--check | --bench] [-v VERSION] [-s SEED] [-r REPEATS] [-q]\n"
-            "  --check     compare with the float64 reference on small shapes (default)\n"
-            "  --bench     time at GPT-2 124M shapes (B = 8, T = 1024, C = 768, Vp = 50304)\n"
-            "  -v VERSION  1 (production) or all (default)\n"
-            "  -s SEED     random inputs of --check (default: a fresh seed, printed)\n"
-            "  -r REPEATS  timed repeats of --bench, 1..1000 (default 20)\n"
-            "  -q          --check prints failures and the summary only\n",
-            prog);
-    exit(2);
+    lab_usage(prog, "time at GPT-2 124M shapes (B = 8, T = 1024, C = 768, Vp = 50304)", "1 (production)");
 }
 
-static long long parse_int(const char* prog, const char* flag, const char* s, long long lo, long long hi) {
-    char* end = nullptr;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
-        fprintf(stderr, "%s: %s '%s': expected an integer in [%lld, %lld]\n", prog, flag, s, lo, hi);
-        usage(prog);
-    }
-    return v;
-}
-
-int main(int argc, char** argv) {
-    bool bench = false;
-    const char* version = "all";
-    long long repeats = 20;
-    uint64_t seed = (uint64_t)time(nullptr) * 1000003ULL ^ (uint64_t)getpid();
-    for (int i = 1; i < argc; i++) {
-        const char* a = argv[i];
-        auto need = [&]() -> const char* {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "%s: %s needs a value\n", argv[0], a);
-                usage(argv[0]);
-            }
-            return argv[++i];
-        };
-        if (strcmp(a, "--check") == 0) bench = false;
-        else if (strcmp(a, "--bench") == 0) bench = true;
-        else if (strcmp(a, "-q") == 0) g_quiet = true;
-        else if (strcmp(a, "-v") == 0) version = need();
-        else if (strcmp(a, "-s") == 0) seed = (uint64_t)parse_int(argv[0], "-s", need(), 0, INT64_MAX);
-        else if (strcmp(a, "-r") == 0) repeats = parse_int(argv[0], "-r", need(), 1, 1000);
-        else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) usage(argv[0]);
-        else {
-            fprintf(stderr, "%s: unknown argument '%s'\n", argv[0], a);
-            usage(argv[0]);
-        }
-    }
-    std::vector<const Version*> versions;
-    for (int k = 0; k < kNumVersions; k++) {
-        if (strcmp(version, "all") == 0 || atoi(version) == k + 1) versions.push_back(&kVersions[k]);
-    }
-    if (versions.empty() || (strcmp(version, "all") != 0 && std::to_string(atoi(version)) != version)) {
-        fprintf(stderr, "%s: -v '%s': expected 1..%d or all\n", argv[0], version, kNumVersions);
-        usage(argv[0]);
-    }
-    return bench ? run_bench(versions, (int)repeats) : run_check(versions, seed);
-}
+int main(int argc, char** argv) { return lab_main(argc, argv, usage, kVersions, run_check, run_bench); }

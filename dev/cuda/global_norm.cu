@@ -21,18 +21,11 @@
 
  usage: global_norm [--check | --bench] [-v 1|2|all] [-s SEED] [-r REPEATS] [-q]
 */
-#include "llmc/cuda_common.h"
-#include "llmc/cuda_precision.h"
+#include "lab.h"
 #include "llmc/global_norm.cuh"
 #include "llmc/optim.h"
 
-#include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <algorithm>
-#include <vector>
+#include <time.h>
 
 // ----------------------------------------------------------------------------
 // version 1: one float atomic per block
@@ -70,8 +63,6 @@ static const Version kVersions[] = {
 static const int kNumVersions = (int)(sizeof kVersions / sizeof kVersions[0]);
 
 // ----------------------------------------------------------------------------
-
-static bool g_quiet = false;
 
 static void usage(const char* msg) {
     fprintf(stderr, "global_norm: %s\nusage: global_norm [--check | --bench] [-v 1|2|all] [-s SEED] [-r REPEATS] [-q]\n", msg);
@@ -134,11 +125,6 @@ static bool check_size(const Version& ver, size_t n) {
     return ok;
 }
 
-static float median_ms(std::vector<float> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
 static void bench(int vmin, int vmax, int repeats) {
     const size_t n = 124475904;
     floatX* d_g = nullptr;
@@ -148,30 +134,14 @@ static void bench(int vmin, int vmax, int repeats) {
     cudaCheck(cudaMalloc((void**)&d_copy, n * sizeof(floatX)));
     cudaCheck(cudaMalloc((void**)&d_f, (GLOBAL_NORM_MAX_BLOCKS + 3) * sizeof(float)));
     cudaCheck(cudaMemset(d_g, 0, n * sizeof(floatX)));
-    cudaEvent_t e0, e1;
-    cudaCheck(cudaEventCreate(&e0));
-    cudaCheck(cudaEventCreate(&e1));
-    auto time = [&](auto body) {
-        std::vector<float> t;
-        for (int r = 0; r <= repeats; r++) {
-            cudaCheck(cudaEventRecord(e0));
-            body();
-            cudaCheck(cudaEventRecord(e1));
-            cudaCheck(cudaEventSynchronize(e1));
-            float ms;
-            cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
-            if (r > 0) t.push_back(ms);
-        }
-        return median_ms(t);
-    };
-    float copy_ms = time([&] { cudaCheck(cudaMemcpyAsync(d_copy, d_g, n * sizeof(floatX), cudaMemcpyDeviceToDevice)); });
-    double copy_gbs = 2.0 * n * sizeof(floatX) / (copy_ms * 1e-3) / 1e9;  // read + write
+    const double copy = copy_gbs(d_copy, d_g, n * sizeof(floatX), repeats, L2_WARM);
     printf("global_norm bench: n = %zu %s gradients, median of %d\n", n, PRECISION_NAME, repeats);
-    printf("| version | ms | GB/s | %% of copy (%.0f GB/s) |\n|---|---|---|---|\n", copy_gbs);
+    printf("| version | ms | GB/s | %% of copy (%.0f GB/s) |\n|---|---|---|---|\n", copy);
     for (int v = vmin; v <= vmax; v++) {
-        float ms = time([&] { kVersions[v].sumsq(d_f + GLOBAL_NORM_MAX_BLOCKS, d_g, n, d_f, 0); });
-        double gbs = (double)n * sizeof(floatX) / (ms * 1e-3) / 1e9;
-        printf("| %s | %.3f | %.0f | %.0f%% |\n", kVersions[v].name, ms, gbs, 100.0 * gbs / copy_gbs);
+        const float ms =
+            time_ms(repeats, [&] { kVersions[v].sumsq(d_f + GLOBAL_NORM_MAX_BLOCKS, d_g, n, d_f, 0); }, L2_WARM);
+        const double gbs = gbs_of((double)n * sizeof(floatX), ms);
+        printf("| %s | %.3f | %.0f | %.0f%% |\n", kVersions[v].name, ms, gbs, 100.0 * gbs / copy);
     }
     cudaCheck(cudaFree(d_g));
     cudaCheck(cudaFree(d_copy));

@@ -33,107 +33,8 @@
  Inputs are fresh random numbers on every run (the seed is printed; --seed S reproduces a run).
  usage: see usage() below.
 */
-#include "llmc/cuda_common.h"
-#include "llmc/cuda_precision.h"
+#include "lab.h"
 #include "llmc/matmul.cuh"
-
-#include <errno.h>
-#include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-#include <algorithm>
-#include <chrono>
-#include <vector>
-
-static bool g_quiet = false; // -q: failures and the summary only
-
-// ----------------------------------------------------------------------------
-// data: deterministic random floatX-representable values, host <-> device
-
-static uint64_t mix64(uint64_t x) {
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
-// A seed for this run when --seed is not given: the clock and the process id (printed, so that a
-// failure can be reproduced with --seed).
-static long long fresh_seed(void) {
-    uint64_t t = (uint64_t)std::chrono::high_resolution_clock::now().time_since_epoch().count();
-    return (long long)(mix64(t ^ ((uint64_t)getpid() << 32)) >> 2);
-}
-
-// n values uniform in [-scale, scale), rounded to floatX so that the device and the reference see
-// the same numbers. Each (seed, tensor) pair gives fresh values.
-static std::vector<float> random_x(size_t n, uint64_t seed, float scale) {
-    std::vector<float> v(n);
-    for (size_t i = 0; i < n; i++) {
-        double u = (double)(mix64(seed * 0x9e3779b97f4a7c15ULL + i) >> 11) * 0x1.0p-53;
-        v[i] = to_float(from_float((float)((2.0 * u - 1.0) * scale)));
-    }
-    return v;
-}
-
-static floatX* upload(const std::vector<float>& h) {
-    std::vector<floatX> x(h.size());
-    for (size_t i = 0; i < h.size(); i++) x[i] = from_float(h[i]);
-    floatX* d;
-    cudaCheck(cudaMalloc(&d, x.size() * sizeof(floatX)));
-    cudaCheck(cudaMemcpy(d, x.data(), x.size() * sizeof(floatX), cudaMemcpyHostToDevice));
-    return d;
-}
-
-static void upload_to(floatX* d, const std::vector<float>& h) {
-    std::vector<floatX> x(h.size());
-    for (size_t i = 0; i < h.size(); i++) x[i] = from_float(h[i]);
-    cudaCheck(cudaMemcpy(d, x.data(), x.size() * sizeof(floatX), cudaMemcpyHostToDevice));
-}
-
-static std::vector<float> download(const floatX* d, size_t n) {
-    std::vector<floatX> x(n);
-    cudaCheck(cudaMemcpy(x.data(), d, n * sizeof(floatX), cudaMemcpyDeviceToHost));
-    std::vector<float> h(n);
-    for (size_t i = 0; i < n; i++) h[i] = to_float(x[i]);
-    return h;
-}
-
-// ----------------------------------------------------------------------------
-// comparison with stated tolerances
-
-static double round_x(double r) { return (double)to_float(from_float((float)r)); }
-static double ulp_x(double y) { return y == 0.0 ? 0.0 : ldexp(1.0, ilogb(y) - (FLOATX_IS_BF16 ? 7 : 23)); }
-
-// Compares got (rows, cols) with the float64 reference: FP32 |got - ref| <= rel * max|ref|;
-// BF16 |got - bf16(ref)| <= ulp + rel * max|ref|. Prints the first 10 mismatches with indices.
-// Returns the number of mismatches; *worst gets the largest err/tol.
-static long compare(const char* what, const std::vector<float>& got, const std::vector<double>& ref, int cols,
-                    double rel, double* worst) {
-    double mx = 0.0;
-    for (double r : ref) mx = std::max(mx, fabs(r));
-    long bad = 0;
-    double w = 0.0;
-    for (size_t i = 0; i < ref.size(); i++) {
-        double r = FLOATX_IS_BF16 ? round_x(ref[i]) : ref[i];
-        double tol = rel * mx + (FLOATX_IS_BF16 ? ulp_x(r) : 0.0) + 1e-30;
-        double err = fabs((double)got[i] - r);
-        if (!(err <= tol)) { // NaN fails
-            if (bad < 10) {
-                printf("      %s[%zu, %zu]: got %.8g, expected %.8g (err %.3g > tol %.3g)\n", what, i / cols, i % cols,
-                       got[i], r, err, tol);
-            }
-            bad++;
-        }
-        if (err / tol > w || err != err) w = err != err ? INFINITY : err / tol;
-    }
-    if (bad > 10) printf("      %s: %ld mismatches in all (of %zu)\n", what, bad, ref.size());
-    *worst = std::max(*worst, w);
-    return bad;
-}
 
 // ----------------------------------------------------------------------------
 // float64 reference
@@ -192,8 +93,8 @@ static void ref_backward(std::vector<double>& dinp, std::vector<double>& dw, std
 // L = sum(g * y), y = x @ w^T + b, x = gelu(p). Returns true when every derivative agrees.
 static bool ref_selfcheck(void) {
     const int N = 3, C = 8, OC = 8;
-    std::vector<float> p = random_x((size_t)N * C, 901, 2.0f), w = random_x((size_t)OC * C, 902, 1.0f),
-                       b = random_x(OC, 903, 1.0f), g = random_x((size_t)N * OC, 904, 1.0f);
+    std::vector<float> p = uniform_floatX((size_t)N * C, 901, 2.0f), w = uniform_floatX((size_t)OC * C, 902, 1.0f),
+                       b = uniform_floatX(OC, 903, 1.0f), g = uniform_floatX((size_t)N * OC, 904, 1.0f);
     std::vector<float> zw((size_t)OC * C, 0.0f), zb(OC, 0.0f);
     auto loss = [&](const std::vector<double>& pd, const std::vector<double>& wd, const std::vector<double>& bd) {
         double L = 0.0;
@@ -279,18 +180,17 @@ static const CheckCase kChecks[] = {
 static bool check_case(const CheckCase& k, const Version& ver, uint64_t seed) {
     const int N = k.N, C = k.C, OC = k.OC;
     matmul_set_gelu_fusion(ver.gelu_fusion);
-    std::vector<float> inp = random_x((size_t)N * C, seed + 1, 1.0f);
-    std::vector<float> w = random_x((size_t)OC * C, seed + 2, 2.0f / sqrtf((float)C));
-    std::vector<float> b = random_x(OC, seed + 3, 0.5f);
-    std::vector<float> dout = random_x((size_t)N * OC, seed + 4, 1.0f);
-    std::vector<float> pre_in = random_x((size_t)N * C, seed + 5, 3.0f); // the GELU input before this layer
-    std::vector<float> dw0 = random_x((size_t)OC * C, seed + 6, 1.0f), db0 = random_x(OC, seed + 7, 1.0f);
+    std::vector<float> inp = uniform_floatX((size_t)N * C, seed + 1, 1.0f);
+    std::vector<float> w = uniform_floatX((size_t)OC * C, seed + 2, 2.0f / sqrtf((float)C));
+    std::vector<float> b = uniform_floatX(OC, seed + 3, 0.5f);
+    std::vector<float> dout = uniform_floatX((size_t)N * OC, seed + 4, 1.0f);
+    std::vector<float> pre_in = uniform_floatX((size_t)N * C, seed + 5, 3.0f); // the GELU input before this layer
+    std::vector<float> dw0 = uniform_floatX((size_t)OC * C, seed + 6, 1.0f), db0 = uniform_floatX(OC, seed + 7, 1.0f);
 
-    floatX *d_inp = upload(inp), *d_w = upload(w), *d_b = upload(b), *d_dout = upload(dout), *d_pre_in = upload(pre_in);
-    floatX *d_out, *d_pre, *d_dinp, *d_dw = upload(dw0), *d_db = upload(db0);
-    cudaCheck(cudaMalloc(&d_out, (size_t)N * OC * sizeof(floatX)));
-    cudaCheck(cudaMalloc(&d_pre, (size_t)N * OC * sizeof(floatX)));
-    cudaCheck(cudaMalloc(&d_dinp, (size_t)N * C * sizeof(floatX)));
+    floatX *d_inp = upload_X(inp), *d_w = upload_X(w), *d_b = upload_X(b), *d_dout = upload_X(dout);
+    floatX *d_pre_in = upload_X(pre_in), *d_dw = upload_X(dw0), *d_db = upload_X(db0);
+    floatX *d_out = dev_alloc<floatX>((size_t)N * OC), *d_pre = dev_alloc<floatX>((size_t)N * OC);
+    floatX* d_dinp = dev_alloc<floatX>((size_t)N * C);
     float* d_scratch;
     cudaCheck(cudaMalloc(&d_scratch, matmul_backward_scratch_bytes(N, OC)));
 
@@ -305,27 +205,31 @@ static bool check_case(const CheckCase& k, const Version& ver, uint64_t seed) {
     cudaCheck(cudaDeviceSynchronize());
     std::vector<double> r_out, r_pre;
     ref_forward(r_out, r_pre, inp, w, k.bias ? &b : NULL, N, C, OC, k.gelu);
-    bad += compare("out", download(d_out, (size_t)N * OC), r_out, OC, k.gelu ? rel_gelu : rel_plain, &worst);
-    if (k.gelu) bad += compare("pre_gelu", download(d_pre, (size_t)N * OC), r_pre, OC, rel_plain, &worst);
+    bad += compare_shaped("out", download_X<float>(d_out, (size_t)N * OC), r_out, {N, OC}, k.gelu ? rel_gelu : rel_plain,
+                          0.0, &worst, ", ");
+    if (k.gelu) {
+        bad += compare_shaped("pre_gelu", download_X<float>(d_pre, (size_t)N * OC), r_pre, {N, OC}, rel_plain, 0.0, &worst,
+                              ", ");
+    }
 
     // backward, twice from the same state: the results must be identical bits
     std::vector<float> got[2][3];
     for (int rep = 0; rep < 2; rep++) {
-        upload_to(d_dw, dw0);
-        upload_to(d_db, db0);
+        copy_to_X(d_dw, dw0);
+        copy_to_X(d_db, db0);
         matmul_backward(d_dinp, d_dw, k.bias ? d_db : NULL, d_scratch, d_dout, d_inp, d_w, k.gelu ? d_pre_in : NULL, N,
                         C, OC, 0);
         cudaCheck(cudaDeviceSynchronize());
-        got[rep][0] = download(d_dinp, (size_t)N * C);
-        got[rep][1] = download(d_dw, (size_t)OC * C);
-        got[rep][2] = download(d_db, OC);
+        got[rep][0] = download_X<float>(d_dinp, (size_t)N * C);
+        got[rep][1] = download_X<float>(d_dw, (size_t)OC * C);
+        got[rep][2] = download_X<float>(d_db, OC);
     }
     std::vector<double> r_dinp, r_dw, r_db;
     ref_backward(r_dinp, r_dw, r_db, dout, inp, w, k.gelu ? &pre_in : NULL, dw0, db0, N, C, OC);
-    bad += compare("dinp", got[0][0], r_dinp, C, k.gelu ? rel_gelu : rel_plain, &worst);
-    bad += compare("dweight", got[0][1], r_dw, C, rel_plain, &worst);
+    bad += compare_shaped("dinp", got[0][0], r_dinp, {N, C}, k.gelu ? rel_gelu : rel_plain, 0.0, &worst, ", ");
+    bad += compare_shaped("dweight", got[0][1], r_dw, {OC, C}, rel_plain, 0.0, &worst, ", ");
     if (k.bias) {
-        bad += compare("dbias", got[0][2], r_db, OC, rel_plain, &worst);
+        bad += compare_shaped("dbias", got[0][2], r_db, {1, OC}, rel_plain, 0.0, &worst, ", ");
     } else {
         for (int o = 0; o < OC; o++) { // dbias == NULL: the buffer is untouched
             if (got[0][2][o] != db0[o]) {
@@ -334,9 +238,7 @@ static bool check_case(const CheckCase& k, const Version& ver, uint64_t seed) {
             }
         }
     }
-    bool same = true;
-    for (int t = 0; t < 3; t++) same = same && memcmp(got[0][t].data(), got[1][t].data(), got[0][t].size() * 4) == 0;
-    if (!same) {
+    if (!same_bits(got[0], got[1])) {
         printf("      backward is not deterministic: two runs differ\n");
         bad++;
     }
@@ -362,44 +264,7 @@ static bool check_case(const CheckCase& k, const Version& ver, uint64_t seed) {
 // ----------------------------------------------------------------------------
 // bench
 
-template <typename F>
-static float median_ms(int repeats, F body) {
-    cudaEvent_t a, e;
-    cudaCheck(cudaEventCreate(&a));
-    cudaCheck(cudaEventCreate(&e));
-    body(); // warm-up (also picks the cuBLASLt algorithm)
-    std::vector<float> ms;
-    for (int r = 0; r < repeats; r++) {
-        cudaCheck(cudaEventRecord(a, 0));
-        body();
-        cudaCheck(cudaEventRecord(e, 0));
-        cudaCheck(cudaEventSynchronize(e));
-        float x;
-        cudaCheck(cudaEventElapsedTime(&x, a, e));
-        ms.push_back(x);
-    }
-    cudaCheck(cudaEventDestroy(a));
-    cudaCheck(cudaEventDestroy(e));
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-}
-
-static floatX* device_random(size_t n, uint64_t seed, float scale) {
-    std::vector<float> h = random_x(n, seed, scale);
-    return upload(h);
-}
-
-// TFLOP/s of an S x S x S GEMM through the same code path: the ceiling the layers are measured against.
-static double square_tflops(int S, int repeats) {
-    floatX *a = device_random((size_t)S * S, 11, 1.0f), *b = device_random((size_t)S * S, 12, 1.0f), *d;
-    cudaCheck(cudaMalloc(&d, (size_t)S * S * sizeof(floatX)));
-    GemmShape s = gemm_shape(S, S, S, 0, 1);
-    float ms = median_ms(repeats, [&] { matmul_gemm(d, a, b, s, GEMM_EPI_NONE, NULL, NULL, 0); });
-    cudaCheck(cudaFree(a));
-    cudaCheck(cudaFree(b));
-    cudaCheck(cudaFree(d));
-    return 2.0 * S * (double)S * S / (ms * 1e-3) / 1e12;
-}
+static floatX* device_random(size_t n, uint64_t seed, float scale) { return upload_X(uniform_floatX(n, seed, scale)); }
 
 struct BenchLayer {
     const char* name;
@@ -413,11 +278,12 @@ static int bench(const std::vector<const Version*>& versions, int N, int C, int 
         {"fc", 1, 4, true, true, false},      {"fcproj", 4, 1, true, false, true},
         {"lm_head", 1, 0, false, false, false},
     };
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    double ceiling = square_tflops(S, repeats);
-    printf("matmul bench (%s), device \"%s\"%s\n", PRECISION_NAME, prop.name,
-           LS_HARNESS ? " (CPU harness: host times, not GPU times)" : "");
+    // the ceiling: an S x S x S GEMM through the same code path
+    const GemmShape sq = gemm_shape(S, S, S, 0, 1);
+    const double ceiling = square_gemm_tflops(S, repeats, 11, 12, [&](floatX* d, const floatX* a, const floatX* b) {
+        matmul_gemm(d, a, b, sq, GEMM_EPI_NONE, NULL, NULL, 0);
+    });
+    printf("matmul bench (%s), %s\n", PRECISION_NAME, lab_device().c_str());
     printf("  ceiling: %d x %d x %d GEMM, %.4g TFLOP/s (median of %d)\n", S, S, S, ceiling, repeats);
     printf("  %-8s %6s %6s %6s %-4s %9s %9s %7s %9s %9s %7s\n", "layer", "N", "C_in", "OC", "v", "fwd ms", "TFLOP/s",
            "% ceil", "bwd ms", "TFLOP/s", "% ceil");
@@ -425,12 +291,10 @@ static int bench(const std::vector<const Version*>& versions, int N, int C, int 
         const int Cin = L.cin_mult * C, OC = L.cout_mult ? L.cout_mult * C : Vp;
         floatX *inp = device_random((size_t)N * Cin, 21, 1.0f), *w = device_random((size_t)OC * Cin, 22, 0.05f);
         floatX *b = device_random(OC, 23, 0.1f), *dout = device_random((size_t)N * OC, 24, 1.0f);
-        floatX *pre_in = device_random((size_t)N * Cin, 25, 1.0f), *out, *pre, *dinp, *dw, *db;
-        cudaCheck(cudaMalloc(&out, (size_t)N * OC * sizeof(floatX)));
-        cudaCheck(cudaMalloc(&pre, (size_t)N * OC * sizeof(floatX)));
-        cudaCheck(cudaMalloc(&dinp, (size_t)N * Cin * sizeof(floatX)));
-        cudaCheck(cudaMalloc(&dw, (size_t)OC * Cin * sizeof(floatX)));
-        cudaCheck(cudaMalloc(&db, (size_t)OC * sizeof(floatX)));
+        floatX* pre_in = device_random((size_t)N * Cin, 25, 1.0f);
+        floatX *out = dev_alloc<floatX>((size_t)N * OC), *pre = dev_alloc<floatX>((size_t)N * OC);
+        floatX *dinp = dev_alloc<floatX>((size_t)N * Cin), *dw = dev_alloc<floatX>((size_t)OC * Cin);
+        floatX* db = dev_alloc<floatX>(OC);
         cudaCheck(cudaMemset(dw, 0, (size_t)OC * Cin * sizeof(floatX)));
         cudaCheck(cudaMemset(db, 0, (size_t)OC * sizeof(floatX)));
         float* scratch;
@@ -439,14 +303,14 @@ static int bench(const std::vector<const Version*>& versions, int N, int C, int 
         for (const Version* v : versions) {
             if (v != versions[0] && !L.gelu_fwd && !L.gelu_bwd) break; // versions differ only on GELU layers
             matmul_set_gelu_fusion(v->gelu_fusion);
-            float fwd = median_ms(repeats, [&] {
+            const float fwd = time_ms(repeats, [&] {
                 matmul_forward(out, L.gelu_fwd ? pre : NULL, inp, w, L.bias ? b : NULL, N, Cin, OC, 0);
-            });
-            float bwd = median_ms(repeats, [&] {
+            }, L2_WARM);
+            const float bwd = time_ms(repeats, [&] {
                 matmul_backward(dinp, dw, L.bias ? db : NULL, scratch, dout, inp, w, L.gelu_bwd ? pre_in : NULL, N, Cin,
                                 OC, 0);
-            });
-            double tf = flops / (fwd * 1e-3) / 1e12, tb = 2.0 * flops / (bwd * 1e-3) / 1e12;
+            }, L2_WARM);
+            const double tf = tflops_of(flops, fwd), tb = tflops_of(2.0 * flops, bwd);
             printf("  %-8s %6d %6d %6d %-4s %9.4f %9.4g %6.1f%% %9.4f %9.4g %6.1f%%\n", L.name, N, Cin, OC,
                    (L.gelu_fwd || L.gelu_bwd) ? v->id : "-", fwd, tf, 100.0 * tf / ceiling, bwd, tb, 100.0 * tb / ceiling);
         }
@@ -478,63 +342,40 @@ static void usage(const char* prog) {
     exit(2);
 }
 
-static long long parse_int(const char* prog, const char* flag, const char* s, long long lo, long long hi,
-                           long long multiple) {
-    char* end = NULL;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi || v % multiple != 0) {
-        fprintf(stderr, "%s: %s '%s': expected an integer in [%lld, %lld]%s\n", prog, flag, s, lo, hi,
-                multiple > 1 ? " that is a multiple of 8" : "");
-        usage(prog);
-    }
-    return v;
-}
-
 int main(int argc, char** argv) {
     bool do_bench = false, tf32 = false, bench_flag = false;
     const char* version = "all";
     long long N = 8192, C = 768, Vp = 50304, S = 8192, repeats = 20, seed = -1;
-    for (int i = 1; i < argc; i++) {
-        const char* a = argv[i];
-        auto need = [&]() -> const char* {
-            if (i + 1 >= argc) { fprintf(stderr, "%s: %s needs a value\n", argv[0], a); usage(argv[0]); }
-            return argv[++i];
-        };
-        if (strcmp(a, "--check") == 0) do_bench = false;
-        else if (strcmp(a, "--bench") == 0) do_bench = true;
-        else if (strcmp(a, "-q") == 0) g_quiet = true;
-        else if (strcmp(a, "-v") == 0) version = need();
-        else if (strcmp(a, "--seed") == 0) seed = parse_int(argv[0], a, need(), 0, 1LL << 62, 1);
-        else if (strcmp(a, "-n") == 0) { N = parse_int(argv[0], a, need(), 1, 1 << 20, 1); bench_flag = true; }
-        else if (strcmp(a, "-c") == 0) { C = parse_int(argv[0], a, need(), 8, 16384, 8); bench_flag = true; }
-        else if (strcmp(a, "--vocab") == 0) { Vp = parse_int(argv[0], a, need(), 8, 262144, 8); bench_flag = true; }
-        else if (strcmp(a, "-s") == 0) { S = parse_int(argv[0], a, need(), 8, 32768, 8); bench_flag = true; }
-        else if (strcmp(a, "-r") == 0) { repeats = parse_int(argv[0], a, need(), 1, 1000, 1); bench_flag = true; }
-        else if (strcmp(a, "--tf32") == 0) { tf32 = true; bench_flag = true; }
-        else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) usage(argv[0]);
-        else { fprintf(stderr, "%s: unknown argument '%s'\n", argv[0], a); usage(argv[0]); }
+    LabArgv args(argc, argv, usage);
+    while (args.next()) {
+        if (args.is("--check")) do_bench = false;
+        else if (args.is("--bench")) do_bench = true;
+        else if (args.is("-q")) g_quiet = true;
+        else if (args.is("-v")) version = args.value();
+        else if (args.is("--seed")) seed = args.integer(0, 1LL << 62);
+        else if (args.is("-n")) { N = args.integer(1, 1 << 20); bench_flag = true; }
+        else if (args.is("-c")) { C = args.integer(8, 16384, 8); bench_flag = true; }
+        else if (args.is("--vocab")) { Vp = args.integer(8, 262144, 8); bench_flag = true; }
+        else if (args.is("-s")) { S = args.integer(8, 32768, 8); bench_flag = true; }
+        else if (args.is("-r")) { repeats = args.integer(1, 1000); bench_flag = true; }
+        else if (args.is("--tf32")) { tf32 = true; bench_flag = true; }
+        else args.reject();
     }
-    if (bench_flag && !do_bench) { fprintf(stderr, "%s: -n, -c, --vocab, -s, -r and --tf32 apply to --bench\n", argv[0]); usage(argv[0]); }
-    if (tf32 && FLOATX_IS_BF16) { fprintf(stderr, "%s: --tf32 applies to the FP32 build\n", argv[0]); usage(argv[0]); }
+    if (bench_flag && !do_bench) args.fail("-n, -c, --vocab, -s, -r and --tf32 apply to --bench");
+    if (tf32 && FLOATX_IS_BF16) args.fail("--tf32 applies to the FP32 build");
     std::vector<const Version*> versions;
     for (const Version& v : kVersions)
         if (strcmp(version, "all") == 0 || strcmp(version, v.id) == 0) versions.push_back(&v);
-    if (versions.empty()) { fprintf(stderr, "%s: -v '%s': expected 1, 2 or all\n", argv[0], version); usage(argv[0]); }
+    if (versions.empty()) args.fail("-v '%s': expected 1, 2 or all", version);
 
-    if (seed < 0) seed = fresh_seed();
+    if (seed < 0) seed = lab_fresh_seed();
     matmul_init(MATMUL_WORKSPACE_DEFAULT);
     if (tf32) matmul_set_tf32(1);
     int rc = 0;
     if (do_bench) {
         rc = bench(versions, (int)N, (int)C, (int)Vp, (int)S, (int)repeats);
     } else {
-#if LS_HARNESS
-        if (!g_quiet) printf("matmul --check (%s, CPU harness, order %s), seed %lld\n", PRECISION_NAME,
-                             ls_harness::order_name(ls_harness::config().order), seed);
-#else
-        if (!g_quiet) printf("matmul --check (%s, GPU), seed %lld\n", PRECISION_NAME, seed);
-#endif
+        if (!g_quiet) printf("matmul --check (%s, %s), seed %lld\n", PRECISION_NAME, lab_where(true).c_str(), seed);
         int failed = 0, total = 0;
         total++;
         if (!ref_selfcheck()) failed++;

@@ -37,7 +37,7 @@ $(BUILD)/cuda/%: dev/cuda/%.cu
 	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) -MMD -MP -MF $@.d $< -o $@ $(CUDA_HARNESS_LIBS)
 -include $(wildcard $(BUILD)/cuda/*.d)
 # (a binary built before it had a .d file depends on every header once)
-$(foreach b,$(CUDA_HARNESS_BINS),$(if $(wildcard $(b).d),,$(eval $(b): $(wildcard llmc/*.h llmc/*.cuh))))
+$(foreach b,$(CUDA_HARNESS_BINS),$(if $(wildcard $(b).d),,$(eval $(b): $(wildcard llmc/*.h llmc/*.cuh dev/cuda/*.h))))
 
 .PHONY: cuda-harness test-cuda test-cuda-san cuda-compile-check cuda-gpu
 cuda-harness: $(CUDA_HARNESS_BINS)
@@ -86,7 +86,7 @@ CUDA_TEST_CMDS += $(foreach l,$(CUDA_PRECISION_LABS),&& $(BUILD)/cuda/$(l) --che
 	$(BUILD)/cuda/$(l)_fp32 --check -q && $(BUILD)/cuda/$(l) --bench -r 2 >/dev/null)
 
 CUDA_FP32_CHECK_OBJS := $(patsubst %,build/cuda-check/%_fp32.o,$(CUDA_PRECISION_LABS))
-build/cuda-check/%_fp32.o: dev/cuda/%.cu $(wildcard llmc/*.h llmc/*.cuh)
+build/cuda-check/%_fp32.o: dev/cuda/%.cu $(wildcard llmc/*.h llmc/*.cuh dev/cuda/*.h)
 	@mkdir -p $(@D)
 	@command -v $(NVCC) >/dev/null || { echo "error: $(NVCC) not found (CUDA toolkit needed for the compile check)"; exit 1; }
 	@echo "  NVCC  $< (fp32, sm_80, sm_90, warnings are errors)"
@@ -94,3 +94,20 @@ build/cuda-check/%_fp32.o: dev/cuda/%.cu $(wildcard llmc/*.h llmc/*.cuh)
 		-Werror all-warnings -Xcompiler -Werror -gencode arch=compute_80,code=sm_80 \
 		-gencode arch=compute_90,code=sm_90 -DENABLE_FP32 -c $< -o $@
 cuda-compile-check: $(CUDA_FP32_CHECK_OBJS)
+
+# --- matmul and attention (llmc/matmul.cuh: cuBLASLt or its CPU fallback; llmc/attention.cuh) ----
+# The same two precisions through the rules above: $(BUILD)/cuda/<lab> (BF16) and <lab>_fp32. Both
+# --check in both thread orders; --bench once per build on tiny shapes (the code path only).
+CUDA_MM_FP32_BINS := $(BUILD)/cuda/matmul_fp32 $(BUILD)/cuda/attention_fp32
+cuda-harness test-cuda: $(CUDA_MM_FP32_BINS)
+TEST_TARGETS += $(CUDA_MM_FP32_BINS)
+CUDA_TEST_CMDS += $(foreach l,matmul attention,&& $(BUILD)/cuda/$(l) --check -q && $(BUILD)/cuda/$(l)_fp32 --check -q)
+CUDA_TEST_CMDS += $(foreach p,matmul matmul_fp32,&& $(BUILD)/cuda/$(p) --bench -n 40 -c 32 --vocab 96 -s 64 -r 1 >/dev/null)
+CUDA_TEST_CMDS += $(foreach p,attention attention_fp32,&& $(BUILD)/cuda/$(p) --bench -b 1 -t 24 -c 32 --nh 2 -s 64 -r 1 >/dev/null)
+cuda-compile-check: build/cuda-check/matmul_fp32.o build/cuda-check/attention_fp32.o
+
+# --- the optimizer family (llmc/optimizers.cuh, dev/cuda/optimizers.cu) ---------------------------
+# Every optimizer x state precision x parameter format through optimizer_step_gpu, against the CPU
+# updates of llmc/optim.h bit for bit and against float64, in both thread orders; --bench once on
+# a tiny problem (the code path only).
+CUDA_TEST_CMDS += && $(BUILD)/cuda/optimizers --check -q && $(BUILD)/cuda/optimizers --bench -r 1 -n 5000 >/dev/null
