@@ -224,32 +224,8 @@ static inline void state_file_write(const char* path, const RunState* s, const f
     atomic_file_commit(&af);
 }
 
-// Reads only the header of a state file (to check it against the run before reading the rest).
-static inline void state_file_read_header(const char* path, RunState* s) {
-    FILE* fp = fopen(path, "rb");
-    if (fp == NULL) { ls_fatal("state file '%s': cannot open: %s", path, strerror(errno)); }
-    int header[HEADER_INTS];
-    if (fread(header, sizeof(int), HEADER_INTS, fp) != HEADER_INTS) {
-        ls_fatal("state file '%s': truncated header (expected %d bytes)", path, HEADER_INTS * 4);
-    }
-    fclose(fp);
-    if (header[0] != STATE_MAGIC) { ls_fatal("state file '%s': bad magic %d (expected %d)", path, header[0], STATE_MAGIC); }
-    s->num_processes = header[2];
-    s->process_rank = header[3];
-    s->step = header[4];
-    s->has_m_v = header[5];
-    memcpy(&s->num_params, &header[6], 8);
-    memcpy(&s->data_epoch, &header[8], 8);
-    memcpy(&s->data_sample, &header[10], 8);
-    memcpy(&s->sampler_rng, &header[12], 8);
-}
-
-// Reads a state file for a model of num_params parameters; m and v receive the moments, master
-// the master weights (NULL when the run keeps none: the file must agree).
-static inline void state_file_read(const char* path, size_t num_params, RunState* s, float* m, float* v, float* master) {
-    FILE* fp = fopen(path, "rb");
-    if (fp == NULL) { ls_fatal("state file '%s': cannot open: %s", path, strerror(errno)); }
-    int header[HEADER_INTS];
+// Parses and validates a state file's header into s; fp is left after the header.
+static inline void state_header_parse(FILE* fp, const char* path, RunState* s, int* header) {
     if (fread(header, sizeof(int), HEADER_INTS, fp) != HEADER_INTS) {
         ls_fatal("state file '%s': truncated header (expected %d bytes)", path, HEADER_INTS * 4);
     }
@@ -263,6 +239,24 @@ static inline void state_file_read(const char* path, size_t num_params, RunState
     memcpy(&s->data_epoch, &header[8], 8);
     memcpy(&s->data_sample, &header[10], 8);
     memcpy(&s->sampler_rng, &header[12], 8);
+}
+
+// Reads only the header of a state file (to check it against the run before reading the rest).
+static inline void state_file_read_header(const char* path, RunState* s) {
+    FILE* fp = fopen(path, "rb");
+    if (fp == NULL) { ls_fatal("state file '%s': cannot open: %s", path, strerror(errno)); }
+    int header[HEADER_INTS];
+    state_header_parse(fp, path, s, header);
+    fclose(fp);
+}
+
+// Reads a state file for a model of num_params parameters; m and v receive the moments, master
+// the master weights (NULL when the run keeps none: the file must agree).
+static inline void state_file_read(const char* path, size_t num_params, RunState* s, float* m, float* v, float* master) {
+    FILE* fp = fopen(path, "rb");
+    if (fp == NULL) { ls_fatal("state file '%s': cannot open: %s", path, strerror(errno)); }
+    int header[HEADER_INTS];
+    state_header_parse(fp, path, s, header);
     if (s->num_params != num_params) {
         ls_fatal("state file '%s': holds %llu parameters, the model has %zu", path,
                  (unsigned long long)s->num_params, num_params);

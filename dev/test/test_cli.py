@@ -15,7 +15,9 @@ import subprocess
 import sys
 import tempfile
 
-failures = []
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from testlib import check, failures, write_shard  # noqa: E402
+
 SMALL = "L2C32H2T64V512"  # its max sequence length is 64
 
 
@@ -23,10 +25,6 @@ def run(binary, args, cwd=None):
     return subprocess.run([binary] + args, capture_output=True, text=True, cwd=cwd, timeout=300)
 
 
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
 
 
 def parse_help(text):
@@ -62,11 +60,6 @@ def valid_value(f):
     return "some_value"
 
 
-def write_shard(path, tokens):
-    with open(path, "wb") as fh:
-        header = [20240520, 1, len(tokens)] + [0] * 253
-        fh.write(struct.pack("<256i", *header))
-        fh.write(struct.pack("<%dH" % len(tokens), *tokens))
 
 
 def main():

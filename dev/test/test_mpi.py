@@ -21,20 +21,14 @@ import subprocess
 import sys
 import tempfile
 
-failures = []
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from testlib import check, failures, write_shard, step_losses  # noqa: E402
+
 MODEL = "L2C32H2T64V2048"
 
 
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
 
 
-def write_shard(path, tokens):
-    with open(path, "wb") as fh:
-        fh.write(struct.pack("<256i", *([20240520, 1, len(tokens)] + [0] * 253)))
-        fh.write(struct.pack("<%dH" % len(tokens), *tokens))
 
 
 def mpirun(n, args, timeout=600):
@@ -43,8 +37,7 @@ def mpirun(n, args, timeout=600):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def losses(out):
-    return [float(x) for x in re.findall(r"^step\s+\d+/\d+ \| loss ([\d.]+)", out, re.M)]
+losses = step_losses
 
 
 def mib_rows(out):

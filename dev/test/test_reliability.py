@@ -26,20 +26,14 @@ import sys
 import tempfile
 import time
 
-failures = []
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from testlib import check, failures, write_shard  # noqa: E402
+
 MODEL = "L2C32H2T64V2048"
 
 
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
 
 
-def write_shard(path, tokens):
-    with open(path, "wb") as fh:
-        fh.write(struct.pack("<256i", *([20240520, 1, len(tokens)] + [0] * 253)))
-        fh.write(struct.pack("<%dH" % len(tokens), *tokens))
 
 
 def read(path):
