@@ -128,7 +128,8 @@ static inline void cli_set(const char* prog, const CliFlag* f, const char* flagn
             }
             char detail[300];
             size_t used = (size_t)snprintf(detail, sizeof(detail), "'%s' is not one of", value);
-            for (int k = 0; f->choices[k]; k++) { used += (size_t)snprintf(detail + used, sizeof(detail) - used, " %s", f->choices[k]); }
+            // snprintf returns the length it wanted: stop once the buffer is full (a long value)
+            for (int k = 0; f->choices[k] && used < sizeof(detail); k++) { used += (size_t)snprintf(detail + used, sizeof(detail) - used, " %s", f->choices[k]); }
             cli_usage_error(prog, "flag %s: %s", flagname, detail);
         }
     }

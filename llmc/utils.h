@@ -27,6 +27,16 @@
 #define LS_UNUSED
 #endif
 
+// Every exit of this file goes through ls_exit(status). Fuzz builds (dev/fuzz, compiled with
+// -DLS_FUZZING) define ls_fuzz_exit() in the fuzz target to jump back into it, so that a cleanly
+// rejected input is not reported as a crash; in every other build ls_exit is plain exit().
+#ifdef LS_FUZZING
+LS_NORETURN void ls_fuzz_exit(int status);
+#define ls_exit(status) ls_fuzz_exit(status)
+#else
+#define ls_exit(status) exit(status)
+#endif
+
 // Prints "leanstep: error: msg" (one line) to stderr and exits 1.
 static LS_NORETURN LS_PRINTF(1, 2) LS_UNUSED void ls_fatal(const char* fmt, ...) {
     fflush(stdout);
@@ -36,7 +46,7 @@ static LS_NORETURN LS_PRINTF(1, 2) LS_UNUSED void ls_fatal(const char* fmt, ...)
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
-    exit(1);
+    ls_exit(1);
 }
 
 // Like ls_fatal, with the source location first (for internal failures, not user errors).
@@ -48,7 +58,7 @@ static LS_NORETURN LS_PRINTF(3, 4) LS_UNUSED void ls_fatal_at(const char* file, 
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
-    exit(1);
+    ls_exit(1);
 }
 
 // ----------------------------------------------------------------------------
@@ -60,7 +70,7 @@ static inline FILE* fopen_check(const char* path, const char* mode, const char* 
         fflush(stdout);
         fprintf(stderr, "leanstep: error: cannot open '%s' (mode %s): %s [%s:%d]\n",
                 path, mode, strerror(errno), file, line);
-        exit(1);
+        ls_exit(1);
     }
     return fp;
 }
@@ -74,7 +84,7 @@ static inline void fread_check(void* ptr, size_t size, size_t nmemb, FILE* fp, c
         fflush(stdout);
         fprintf(stderr, "leanstep: error: %s: truncated or unreadable (read %zu of %zu items of %zu bytes) [%s:%d]\n",
                 what, got, nmemb, size, file, line);
-        exit(1);
+        ls_exit(1);
     }
 }
 #define freadCheck(ptr, size, nmemb, fp, what) fread_check(ptr, size, nmemb, fp, what, __FILE__, __LINE__)
@@ -86,7 +96,7 @@ static inline void fwrite_check(const void* ptr, size_t size, size_t nmemb, FILE
         fflush(stdout);
         fprintf(stderr, "leanstep: error: %s: write failed (%zu of %zu items): %s [%s:%d]\n",
                 what, put, nmemb, strerror(errno), file, line);
-        exit(1);
+        ls_exit(1);
     }
 }
 #define fwriteCheck(ptr, size, nmemb, fp, what) fwrite_check(ptr, size, nmemb, fp, what, __FILE__, __LINE__)
