@@ -197,6 +197,12 @@ test-gpu-emu: $(REF_DIR)/$(REF_DESC)_state.bin $(BUILD)/train_gpt2 data
 
 TEST_PHONY += test-gpu-emu
 
+TEST_PHONY += memory-table
+include dev/fuzz/rules.mk
+include dev/export/rules.mk
+include dev/plot/rules.mk
+include dev/lint/rules.mk
+
 # The README's test command: everything, then the C tests again under ASan+UBSan.
 test: $(TEST_PHONY)
 	$(MAKE) --no-print-directory test-san
@@ -236,8 +242,6 @@ $(BUILD)/memory_table: dev/memory_table.c $(LLMC_HEADERS)
 
 memory-table: $(BUILD)/memory_table
 	$(Q)$(BUILD)/memory_table
-
-TEST_PHONY += memory-table
 
 # ----------------------------------------------------------------------------
 # benchmarks (programs that print tables; not tests)

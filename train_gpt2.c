@@ -330,6 +330,7 @@ static void crossentropy_forward(float* losses, const float* logits, const int* 
         float sum = 0.0f;
         #pragma omp simd reduction(+:sum)
         for (int j = 0; j < V; j++) { sum += vexpf(row[j] - maxval); }
+        // cppcheck-suppress invalidFunctionArg ; sum >= 1: the row's maximum contributes exp(0)
         losses[i] = logf(sum) + maxval - row[targets[i]];
     }
 }

@@ -90,6 +90,7 @@ static inline int badam_block_at(const Badam* bd, int step) {
         int q = (int)(mt19937_next_u32(&rng) % (uint32_t)(i + 1));
         int tmp = perm[i]; perm[i] = perm[q]; perm[q] = tmp;
     }
+    // cppcheck-suppress uninitvar ; n >= 1 (a Badam has a block), so perm[0..n) is filled above
     return perm[j % n];
 }
 

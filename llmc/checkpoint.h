@@ -274,7 +274,7 @@ static inline void state_file_read(const char* path, size_t num_params, RunState
     long long expected = (long long)HEADER_INTS * 4 + ((v ? 2LL : 1LL) + has_master) * (long long)num_params * 4;
     long long size = file_size_of(fp);
     if (size != expected) { ls_fatal("state file '%s': size %lld bytes, expected %lld", path, size, expected); }
-    fseek(fp, HEADER_INTS * 4, SEEK_SET);
+    fseek(fp, (long)HEADER_INTS * 4, SEEK_SET);
     freadCheck(m, sizeof(float), num_params, fp, path);
     if (v) { freadCheck(v, sizeof(float), num_params, fp, path); }
     if (master) { freadCheck(master, sizeof(float), num_params, fp, path); }

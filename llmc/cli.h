@@ -46,7 +46,7 @@ static void cli_usage_error(const char* prog, const char* fmt, const char* flag,
 }
 
 static inline void cli_print_value(const CliFlag* f, const void* opts, char* buf, size_t len) {
-    const char* base = (const char*)opts + f->offset;
+    const void* base = (const char*)opts + f->offset;
     switch (f->type) {
         case CLI_INT: case CLI_SWITCH: snprintf(buf, len, "%d", *(const int*)base); break;
         case CLI_FLOAT: snprintf(buf, len, "%g", (double)*(const float*)base); break;
@@ -90,7 +90,7 @@ static inline void cli_print_help(FILE* out, const char* prog, const char* summa
 }
 
 static inline void cli_set(const char* prog, const CliFlag* f, const char* flagname, const char* value, void* opts) {
-    char* base = (char*)opts + f->offset;
+    void* base = (char*)opts + f->offset;
     char* end = NULL;
     switch (f->type) {
         case CLI_INT: case CLI_SWITCH: {

@@ -164,7 +164,7 @@ static inline void dataloader_next_batch(DataLoader* dl) {
         dl->fp = fopenCheck(dl->shard_paths[shard], "rb");
         dl->open_shard = shard;
     }
-    fseek(dl->fp, (long)(SHARD_HEADER_INTS * 4 + offset * 2), SEEK_SET);
+    fseek(dl->fp, (long)((size_t)SHARD_HEADER_INTS * 4 + offset * 2), SEEK_SET);
     freadCheck(dl->buffer, sizeof(uint16_t), BT + 1, dl->fp, dl->shard_paths[shard]);
     for (size_t i = 0; i < BT; i++) {
         dl->inputs[i] = dl->buffer[i];

@@ -441,7 +441,7 @@ static inline void sgd_update_cpu(float* params, const float* grads, float* buf,
                 float d = nesterov ? fmaf(mu, gi, gi) : gi;
                 p[i] = fmaf(-lr, fmaf(wd, p[i], d), p[i]);
             }
-        } else if (nesterov) {
+        } else if (nesterov) {  // NOLINT(bugprone-branch-clone): the bodies differ; the check sees only the omp directives
             #pragma omp for simd schedule(static) nowait
             for (size_t i = 0; i < n; i++) {
                 float gi = g[i] * grad_scale;
@@ -534,7 +534,7 @@ static inline void lamb_update_cpu(float* params, const float* grads, float* m, 
                     au[l] = fmaf(u, u, au[l]);
                 }
             }
-            for (int t = 0; t < 256; t++) {
+            for (size_t t = 0; t < 256; t++) {
                 tp[t] = ((ap[4 * t] + ap[4 * t + 1]) + ap[4 * t + 2]) + ap[4 * t + 3];
                 tu[t] = ((au[4 * t] + au[4 * t + 1]) + au[4 * t + 2]) + au[4 * t + 3];
             }

@@ -175,6 +175,8 @@ static inline size_t optim_align64(size_t x) { return (x + 63) & ~(size_t)63; }
 // Sets every state pointer of st (cfg, n, nseg, nblocks, nsmall already set) to its place in a
 // block starting at `base` (host or device memory: only addresses are computed), and st->bytes.
 // base 0 computes the size only.
+// NOLINTBEGIN(performance-no-int-to-ptr): the base is an address of host or device memory, or 0
+// to compute the size only, so the carving is integer arithmetic turned into pointers on purpose.
 static inline void optimizer_state_carve(OptimizerState* st, uintptr_t base) {
     const OptimizerConfig* c = &st->cfg;
     const size_t n = st->n;
@@ -209,6 +211,7 @@ static inline void optimizer_state_carve(OptimizerState* st, uintptr_t base) {
 #undef OPT_CARVE
     st->bytes = off;
 }
+// NOLINTEND(performance-no-int-to-ptr)
 
 // Bytes of optimizer state for these parameters (the whole block optimizer_state_init carves;
 // the segment tables, a few KB of host memory, are not counted).

@@ -51,6 +51,7 @@ static inline void quant8_maps(float* signed_map, float* unsigned_map) {
         for (int f = 0; f < (1 << F); f++) pos[k++] = (float)(pow(10.0, -e) * (0.1 + 0.9 * (f + 1) / (double)(1 << F)));
     }
     // pos[0..126] ascending (decades in increasing order, linear inside each)
+    // cppcheck-suppress uninitvar ; the loops above fill pos[0..126] (1 + 2 + ... + 64 = 127 values)
     for (int i = 0; i < 127; i++) signed_map[i] = -pos[126 - i];
     signed_map[127] = -0.0f;
     signed_map[128] = 0.0f;

@@ -190,7 +190,7 @@ static inline char* tokenizer_read_all(const char* path, size_t* size_out) {
         ls_fatal("%s: cannot open (%s); create it with `make data`", path, strerror(errno));
     }
     long long size = file_size_of(fp);
-    if (size < 0 || size > (1ll << 30)) {
+    if (size < 0 || size > (1LL << 30)) {
         ls_fatal("%s: cannot read its size or larger than 1 GiB", path);
     }
     char* buf = (char*)mallocCheck((size_t)size + 1);
@@ -562,13 +562,13 @@ static inline void tokenizer_prepare_encode(Tokenizer* t, const char* source) {
 // one line, cut at a character boundary. out needs 48 bytes.
 static inline const char* tokenizer_quote(const char* s, char* out) {
     size_t n = 0;
-    while (s[n] != '\0' && n < 40) { n++; }
+    while (n < 40 && s[n] != '\0') { n++; }
     if (s[n] != '\0') {
         while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) { n--; }  // do not split a character
     }
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        out[i] = (c < 0x20 || c == 0x7F) ? '?' : (char)c;
+        out[i] = (char)((c < 0x20 || c == 0x7F) ? '?' : c);
     }
     memcpy(out + n, s[n] != '\0' ? "..." : "", s[n] != '\0' ? 4 : 1);
     return out;

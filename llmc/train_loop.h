@@ -117,7 +117,7 @@ static LS_UNUSED int checkpoint_list(const char* dir, int* steps, int max) {
     while ((e = readdir(d)) != NULL && n < max) {
         int step;
         char tail;
-        if (sscanf(e->d_name, "DONE_%8d%c", &step, &tail) == 1) { steps[n++] = step; }
+        if (sscanf(e->d_name, "DONE_%8d%c", &step, &tail) == 1) { steps[n++] = step; }  // NOLINT(cert-err34-c): 8 digits cannot overflow; %c rejects trailing text
     }
     closedir(d);
     for (int i = 1; i < n; i++) {  // insertion sort: a few hundred at most
@@ -195,7 +195,7 @@ static LS_UNUSED int checkpoint_latest(const char* dir) {
     while ((e = readdir(d)) != NULL) {
         int step;
         char tail;
-        if (sscanf(e->d_name, "DONE_%8d%c", &step, &tail) == 1 && step > best) { best = step; }
+        if (sscanf(e->d_name, "DONE_%8d%c", &step, &tail) == 1 && step > best) { best = step; }  // NOLINT(cert-err34-c): as above
     }
     closedir(d);
     return best;

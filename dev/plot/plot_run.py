@@ -1,0 +1,189 @@
+#!/usr/bin/python3
+"""
+plot_run.py: loss and throughput curves of a training run, as a PNG (make plot RUN=DIR).
+
+    /usr/bin/python3 dev/plot/plot_run.py RUN_DIR [--out RUN_DIR/plot.png]
+
+Reads RUN_DIR/log.jsonl when it exists (one JSON object per line; keys step, loss, val_loss,
+lr, norm, ms, tok_s; a line may carry any subset, null for absent), else llm.c's
+RUN_DIR/main.log ("s:<step> trl:<train loss>" and "s:<step> tel:<val loss>" lines). A resumed run
+repeats steps: the later line wins. Draws train loss (raw, and smoothed with an exponential
+moving average), val loss, and, from the JSONL log, throughput (tok/s), learning rate and
+gradient norm. Needs matplotlib (Debian: python3-matplotlib).
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+
+class PlotError(Exception):
+    pass
+
+
+def read_jsonl(path):
+    series = {}
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            if lineno == len(lines):  # the last line, cut short by a killed run: skip it
+                break
+            raise PlotError(f"{path}:{lineno}: not JSON ({e.msg})") from None
+        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
+            raise PlotError(f"{path}:{lineno}: expected an object with an integer \"step\"")
+        for key, val in rec.items():
+            if key != "step" and isinstance(val, (int, float)) and not isinstance(val, bool) and math.isfinite(val):
+                series.setdefault(key, {})[rec["step"]] = float(val)
+    return series
+
+
+def read_main_log(path):
+    names = {"trl": "loss", "tel": "val_loss"}
+    series = {}
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            parts = line.split()
+            if len(parts) != 2 or not parts[0].startswith("s:") or ":" not in parts[1]:
+                if line.strip():
+                    raise PlotError(f"{path}:{lineno}: expected 's:<step> trl:<loss>' or 's:<step> tel:<loss>'")
+                continue
+            key, val = parts[1].split(":", 1)
+            try:
+                step, v = int(parts[0][2:]), float(val)
+            except ValueError:
+                raise PlotError(f"{path}:{lineno}: bad number in {line.strip()!r}") from None
+            if key in names and math.isfinite(v):
+                series.setdefault(names[key], {})[step] = v
+    return series
+
+
+def read_run(run_dir):
+    jsonl, main_log = os.path.join(run_dir, "log.jsonl"), os.path.join(run_dir, "main.log")
+    if os.path.exists(jsonl):
+        path, series = jsonl, read_jsonl(jsonl)
+    elif os.path.exists(main_log):
+        path, series = main_log, read_main_log(main_log)
+    else:
+        raise PlotError(f"{run_dir}: no log.jsonl or main.log (write one with the trainer's -o {run_dir})")
+    if not series.get("loss") and not series.get("val_loss"):
+        raise PlotError(f"{path}: no loss values yet")
+    return path, {k: sorted(v.items()) for k, v in series.items()}
+
+
+def ema(values, alpha):
+    """Exponential moving average, bias-corrected so that it starts at the first value."""
+    out, m = [], 0.0
+    for i, v in enumerate(values):
+        m = alpha * m + (1 - alpha) * v
+        out.append(m / (1 - alpha ** (i + 1)))
+    return out
+
+
+def percentile(values, q):
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
+
+
+def plot(run_dir, out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    source, s = read_run(run_dir)
+    has_speed = bool(s.get("tok_s"))
+    has_opt = bool(s.get("lr") or s.get("norm"))
+    ncols = 1 + has_speed + has_opt
+    fig, axes = plt.subplots(1, ncols, figsize=(5.6 * ncols, 4.2), squeeze=False)
+    axes = axes[0]
+    # loss
+    ax = axes[0]
+    train, val = s.get("loss", []), s.get("val_loss", [])
+    if train:
+        steps, loss = zip(*train)
+        ax.plot(steps, loss, color="tab:blue", alpha=0.25, linewidth=0.8, label="train (per step)")
+        if len(loss) >= 10:
+            ax.plot(steps, ema(loss, 0.9), color="tab:blue", linewidth=1.8, label="train (EMA 0.9)")
+    if val:
+        vsteps, vloss = zip(*val)
+        ax.plot(vsteps, vloss, "o-", color="tab:orange", markersize=4, linewidth=1.5, label="val")
+        best = min(val, key=lambda sv: sv[1])
+        ax.annotate(f"best val {best[1]:.3f} (step {best[0]})", xy=best, xytext=(-40, 28), textcoords="offset points",
+                    ha="right", arrowprops={"arrowstyle": "->", "color": "gray"}, fontsize=9)
+    every = [v for _, v in train] + [v for _, v in val]
+    lo = min(every)
+    # the top: every val point, but the train loss's 99th percentile (a lone spike would flatten the rest)
+    hi = max([v for _, v in val] + ([percentile([v for _, v in train], 0.99)] if train else []))
+    ax.set_ylim(lo - 0.05 * (hi - lo + 1e-9), hi + 0.08 * (hi - lo + 1e-9))
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats/token)")
+    ax.set_title("loss")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper right", fontsize=9)
+    col = 1
+    # throughput
+    if has_speed:
+        ax = axes[col]
+        col += 1
+        steps, tok = zip(*s["tok_s"])
+        ax.plot(steps, tok, color="tab:green", linewidth=1.0, label="tok/s")
+        steady = list(tok[len(tok) // 10:]) or list(tok)
+        med = percentile(steady, 0.5)
+        ax.axhline(med, color="tab:green", linestyle="--", linewidth=0.8, label=f"median {med:,.0f} tok/s")
+        ax.set_ylim(0, max(percentile(tok, 0.99), med) * 1.15)  # the slow first steps do not set the scale
+        ax.set_xlabel("step")
+        ax.set_ylabel("tokens / s")
+        ax.set_title("throughput")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize=9)
+    # learning rate and gradient norm
+    if has_opt:
+        ax = axes[col]
+        handles = []
+        if s.get("lr"):
+            steps, lr = zip(*s["lr"])
+            handles += ax.plot(steps, lr, color="tab:purple", linewidth=1.5, label="learning rate")
+            ax.set_ylabel("learning rate")
+            ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
+        if s.get("norm"):
+            ax2 = ax.twinx() if s.get("lr") else ax
+            steps, norm = zip(*s["norm"])
+            handles += ax2.plot(steps, norm, color="tab:red", alpha=0.6, linewidth=0.8, label="grad norm")
+            ax2.set_ylim(0, percentile(norm, 0.98) * 1.3)
+            ax2.set_ylabel("gradient norm")
+        ax.set_xlabel("step")
+        ax.set_title("learning rate and gradient norm")
+        ax.grid(alpha=0.3)
+        ax.legend(handles=handles, loc="upper right", fontsize=9)
+    name = os.path.basename(os.path.abspath(run_dir))
+    last = max(([train[-1][0]] if train else []) + ([val[-1][0]] if val else []))
+    note = "" if has_speed else "; throughput needs log.jsonl"
+    fig.suptitle(f"{name}: steps 0..{last} (from {os.path.basename(source)}{note})", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return source
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description="plot a run's loss and throughput curves to a PNG")
+    ap.add_argument("run_dir", help="the trainer's -o directory (log.jsonl or main.log)")
+    ap.add_argument("--out", help="PNG to write (default RUN_DIR/plot.png)")
+    a = ap.parse_args(argv)
+    out = a.out or os.path.join(a.run_dir, "plot.png")
+    try:
+        source = plot(a.run_dir, out)
+    except (PlotError, OSError) as e:
+        print(f"plot_run.py: error: {e}", file=sys.stderr)
+        return 1
+    print(f"plot: {source} -> {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

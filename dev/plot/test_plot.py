@@ -1,0 +1,93 @@
+#!/usr/bin/python3
+"""
+test_plot.py: make test-plot. Writes a synthetic log.jsonl (with a resumed stretch and a last line
+cut short) and a main.log into temporary run directories, plots them with plot_run.py, and checks
+that each gives a PNG of the expected layout, that JSONL is preferred when both exist, and that a
+missing or malformed log is one line on stderr with exit status 1.
+"""
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import plot_run  # noqa: E402
+
+PASSED = []
+
+
+def check(cond, what):
+    if not cond:
+        print(f"FAIL {what}")
+        print(f"{len(PASSED)} passed, 1 failed")
+        sys.exit(1)
+
+
+def png_size(path):
+    with open(path, "rb") as f:
+        head = f.read(24)
+    check(head[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG")
+    return struct.unpack(">II", head[16:24])
+
+
+def write_jsonl(path, steps):
+    with open(path, "w") as f:
+        for s in list(range(steps)) + list(range(steps - 20, steps)):  # resumed: steps repeat
+            rec = {"step": s, "loss": 4 + 6 * math.exp(-s / 30), "lr": 1e-3, "norm": 1.0, "ms": 100.0, "tok_s": 2560.0,
+                   "val_loss": 4.1 + 6 * math.exp(-s / 30) if s % 25 == 0 else None}
+            f.write(json.dumps(rec) + "\n")
+        f.write('{"step": 9')  # a killed run's last line
+
+
+def write_main_log(path, steps):
+    with open(path, "w") as f:
+        for s in range(steps):
+            f.write(f"s:{s} trl:{4 + 6 * math.exp(-s / 30):f}\n")
+            if s % 25 == 0:
+                f.write(f"s:{s} tel:{4.1 + 6 * math.exp(-s / 30):f}\n")
+
+
+def run(run_dir):
+    return subprocess.run([sys.executable, os.path.join(HERE, "plot_run.py"), run_dir], capture_output=True, text=True)
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        a, b, c = (os.path.join(tmp, n) for n in ("jsonl_run", "mainlog_run", "empty_run"))
+        for d in (a, b, c):
+            os.makedirs(d)
+        write_jsonl(os.path.join(a, "log.jsonl"), 120)
+        write_main_log(os.path.join(a, "main.log"), 10)  # ignored: the JSONL log wins
+        write_main_log(os.path.join(b, "main.log"), 120)
+        source, series = plot_run.read_run(a)
+        check(source.endswith("log.jsonl") and len(series["loss"]) == 120 and len(series["val_loss"]) == 5,
+              "JSONL: preferred, repeated steps merged, nulls and the cut last line skipped")
+        PASSED.append(1)
+        p = run(a)
+        check(p.returncode == 0, f"plot of a JSONL run failed: {p.stderr}")
+        w, h = png_size(os.path.join(a, "plot.png"))
+        check(w > 2.5 * h, f"JSONL run: expected three panels side by side, got {w}x{h}")
+        PASSED.append(1)
+        p = run(b)
+        check(p.returncode == 0, f"plot of a main.log run failed: {p.stderr}")
+        w, h = png_size(os.path.join(b, "plot.png"))
+        check(w < 2 * h, f"main.log run: expected one panel, got {w}x{h}")
+        PASSED.append(1)
+        p = run(c)
+        check(p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and "no log.jsonl or main.log" in p.stderr,
+              f"empty run dir: {p.returncode} {p.stderr!r}")
+        with open(os.path.join(c, "main.log"), "w") as f:
+            f.write("s:1 trl:4.0\ngarbage line\n")
+        p = run(c)
+        check(p.returncode == 1 and "main.log:2" in p.stderr, f"malformed main.log: {p.returncode} {p.stderr!r}")
+        PASSED.append(1)
+    print("  ok  make plot: JSONL and main.log runs plotted, bad logs rejected in one line")
+    print(f"{len(PASSED)} passed, 0 failed")
+
+
+if __name__ == "__main__":
+    main()
