@@ -227,6 +227,11 @@ help:
 	@echo "make memory-table    published memory figures vs their formulas vs our memory model"
 	@echo "make train_gpt2cu    the GPU trainer (PRECISION=BF16|FP32, GPU_ARCH=native|sm_90...)"
 	@echo "make test-gpu-emu    the GPU trainer's tests under the CPU harness"
+	@echo "make quality-table   the same CPU training run in every optimizer-memory mode (minutes)"
+	@echo "make fuzz            every file reader under libFuzzer, FUZZ_SECONDS each"
+	@echo "make lint            cppcheck + clang-tidy"
+	@echo "make plot RUN=DIR    loss and throughput curves of a run to DIR/plot.png"
+	@echo "make hf_convert      the Hugging Face safetensors export/import tool"
 	@echo "make clean           remove build outputs (not data/)"
 
 clean:
