@@ -61,11 +61,9 @@ static void check_init(const char* model_path, const char* descriptor, int seed)
 
 static void check_model(const char* model_path, const char* state_path) {
     GPT2Config c;
-    model_file_read_header(model_path, &c);
-    RefState s;
     ParamTable pt;
-    param_table_build(&pt, &c);
-    ref_state_read(state_path, &c, pt.total, &s);
+    RefState s;
+    ref_load(model_path, state_path, &c, &pt, &s);
     GPT2 model;
     gpt2_build(&model, model_path, 0, s.B, s.T, NULL);
     int B = s.B, T = s.T, V = c.vocab_size, Vp = c.padded_vocab_size;

@@ -32,11 +32,9 @@ static const double TOL_LOGITS = 1e-4, TOL_LOSS = 1e-5, TOL_GRAD = 1e-3, TOL_STE
 
 static void check_model(const char* model_path, const char* state_path) {
     GPT2Config c;
-    model_file_read_header(model_path, &c);
     ParamTable pt;
-    param_table_build(&pt, &c);
     RefState s;
-    ref_state_read(state_path, &c, pt.total, &s);
+    ref_load(model_path, state_path, &c, &pt, &s);
     GPT2 model;
     gpt2_build(&model, model_path, 0, s.B, s.T, NULL);
     int B = s.B, T = s.T, V = c.vocab_size, Vp = c.padded_vocab_size;
@@ -117,11 +115,9 @@ static void run_steps(GPT2* model, const RefState* s, int first_step, int steps,
 // Save after 3 steps, run 5 more; reload the checkpoint and rerun the 5: bit-identical.
 static void check_resume(const char* model_path, const char* state_path) {
     GPT2Config c;
-    model_file_read_header(model_path, &c);
     ParamTable pt;
-    param_table_build(&pt, &c);
     RefState s;
-    ref_state_read(state_path, &c, pt.total, &s);
+    ref_load(model_path, state_path, &c, &pt, &s);
     char dir[] = "/tmp/leanstep_cu_XXXXXX";
     if (mkdtemp(dir) == NULL) { ls_fatal("mkdtemp failed"); }
     char ckpt_model[256], ckpt_state[256];
@@ -162,11 +158,9 @@ static void check_resume(const char* model_path, const char* state_path) {
 // only two chunks of staging on the device (chunks that do not divide the parameter count).
 static void check_offload(const char* model_path, const char* state_path) {
     GPT2Config c;
-    model_file_read_header(model_path, &c);
     ParamTable pt;
-    param_table_build(&pt, &c);
     RefState s;
-    ref_state_read(state_path, &c, pt.total, &s);
+    ref_load(model_path, state_path, &c, &pt, &s);
     TrainOptions o;
     train_options_defaults(&o);
     o.offload = 1;

@@ -8,7 +8,9 @@
 
 #include <math.h>
 #include <stdio.h>
+#include "llmc/checkpoint.h"
 #include "llmc/config.h"
+#include "llmc/params.h"
 #include "llmc/utils.h"
 
 static int failures = 0;
@@ -67,6 +69,13 @@ static void ref_state_read(const char* path, const GPT2Config* c, size_t num_par
 
 static void ref_state_free(RefState* s) {
     free(s->inputs); free(s->targets); free(s->logits); free(s->grads); free(s->losses);
+}
+
+// The model file's configuration and parameter table, and the reference state written for it.
+static LS_UNUSED void ref_load(const char* model_path, const char* state_path, GPT2Config* c, ParamTable* pt, RefState* s) {
+    model_file_read_header(model_path, c);
+    param_table_build(pt, c);
+    ref_state_read(state_path, c, pt->total, s);
 }
 
 #endif // DEV_TEST_TEST_COMMON_H
