@@ -131,6 +131,7 @@ test-cli: $(BUILD)/train_gpt2
 KILLS ?= 200
 test-reliability: $(BUILD)/train_gpt2
 	$(PYTHON) dev/test/test_reliability.py --bin $(BUILD)/train_gpt2 --kills $(KILLS)
+	$(PYTHON) dev/test/test_guards.py --bin $(BUILD)/train_gpt2
 
 TEST_PHONY += test-main test-cli test-reliability
 TEST_SAN_PHONY += test-main test-cli
@@ -192,6 +193,7 @@ test-gpu-emu: $(REF_DIR)/$(REF_DESC)_state.bin $(BUILD)/train_gpt2 data
 	$(PYTHON) dev/test/compare_trainers.py --cpu $(BUILD)/train_gpt2 --gpu $(BUILD)/train_gpt2cu_emu_fp32 \
 		--model $(REF_DIR)/$(REF_DESC)_model.bin --badam 2
 	$(PYTHON) dev/test/test_cli.py --bin $(BUILD)/train_gpt2cu_emu_fp32
+	$(PYTHON) dev/test/test_guards.py --bin $(BUILD)/train_gpt2cu_emu_fp32
 	$(Q)$(MAKE) --no-print-directory gpu-compile-check PRECISION=BF16
 	$(Q)$(MAKE) --no-print-directory gpu-compile-check PRECISION=FP32
 

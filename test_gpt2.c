@@ -103,6 +103,7 @@ static void check_model(const char* model_path, const char* state_path) {
         float l = gpt2_forward(&model, s.inputs, s.targets, B, T);
         gpt2_zero_grad(&model);
         gpt2_backward(&model, s.inputs, s.targets, B, T, 1.0f);
+        gpt2_grad_norm(&model, &h);
         gpt2_update(&model, &h, step + 1);
         CHECK(fabsf(l - s.losses[step]) <= 1e-4 * fabsf(s.losses[step]), "step %d: loss %.6f ref %.6f", step, l, s.losses[step]);
         printf("step %d: loss %.6f ref %.6f\n", step, l, s.losses[step]);
@@ -570,6 +571,7 @@ static void test_badam(void) {
     gpt2_begin_step(&bad, 2);  // layer 2
     gpt2_forward(&bad, inputs, targets, 2, 16);
     gpt2_backward(&bad, inputs, targets, 2, 16, 1.0f);
+    gpt2_grad_norm(&bad, &h);
     gpt2_update(&bad, &h, 3);
     size_t changed_in = 0, changed_out = 0, in_block = 0;
     for (size_t i = 0; i < pt.total; i++) {

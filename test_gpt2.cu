@@ -93,6 +93,7 @@ static void check_model(const char* model_path, const char* state_path) {
         float l = gpt2_forward(&model, s.inputs, s.targets, B, T);
         gpt2_zero_grad(&model);
         gpt2_backward(&model, s.inputs, s.targets, B, T, 1.0f);
+        gpt2_grad_norm(&model, &h);
         gpt2_update(&model, &h, step + 1);
         CHECK(fabs(l - s.losses[step]) <= TOL_STEPS * fabs(s.losses[step]), "step %d: loss %.6f ref %.6f", step, l, s.losses[step]);
         printf("step %d: loss %.6f ref %.6f\n", step, l, s.losses[step]);
@@ -108,6 +109,7 @@ static void run_steps(GPT2* model, const RefState* s, int first_step, int steps,
         gpt2_begin_step(model, first_step + i);
         out[i] = gpt2_forward(model, s->inputs, s->targets, s->B, s->T);
         gpt2_backward(model, s->inputs, s->targets, s->B, s->T, 1.0f);
+        gpt2_grad_norm(model, &h);
         gpt2_update(model, &h, first_step + i + 1);
     }
 }
@@ -214,6 +216,7 @@ static void badam_run_steps(GPT2* model, const int* inputs, const int* targets, 
         gpt2_begin_step(model, first_step + i);
         out[i] = gpt2_forward(model, inputs, targets, BADAM_B, BADAM_T);
         gpt2_backward(model, inputs, targets, BADAM_B, BADAM_T, 1.0f);
+        gpt2_grad_norm(model, &h);
         gpt2_update(model, &h, first_step + i + 1);
     }
 }
@@ -300,6 +303,7 @@ static void check_badam(void) {
             gpt2_backward(&bad, inputs, targets, BADAM_B, BADAM_T, 1.0f);
             download_floatx(before, bad.params_memory, np);
             AdamWHyper h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+            gpt2_grad_norm(&bad, &h);
             gpt2_update(&bad, &h, 2);
             download_floatx(after, bad.params_memory, np);
             size_t changed_in = 0, changed_out = 0, in_block = 0;

@@ -430,6 +430,8 @@ typedef struct {
     ScratchTensors scratch;
     MemCounter mem;        // what was really allocated, per category
     float mean_loss;       // of the last forward with targets
+    float grad_norm;       // of the last gpt2_grad_norm, before clipping
+    float clip_scale;      // what gpt2_update multiplies the gradients by
 } GPT2;
 
 // Builds the model from a model file or a descriptor (random init from seed), and allocates
@@ -667,13 +669,38 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
     if (dwte && dwpe) { encoder_backward(dwte, dwpe, s->dresidual, inputs, B, T, C); }
 }
 
-// Clips and applies AdamW to all parameters; `step` counts from 1. Returns the gradient norm
-// before clipping.
-static float gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
-    if (model->use_badam) {  // the active block's slices; bias correction counts from the switch
+// Sums the gradients over the processes (ZeRO-1: each keeps its shard of the sum) and returns
+// their global norm before clipping; the update that follows clips with it. The training loop
+// looks at the norm first, so a NaN/Inf or outlier step can be skipped before anything changes.
+static float gpt2_grad_norm(GPT2* model, const AdamWHyper* h) {
+    const Comm* comm = model->comm;
+    float norm;
+    if (model->use_badam) {  // the active block's slices
         size_t n = model->slices[model->num_slices - 1].compact + model->slices[model->num_slices - 1].count;
-        float norm = global_norm_cpu(model->grads_memory, n);
-        float scale = clip_scale_of(norm, h->grad_clip);
+        norm = global_norm_cpu(model->grads_memory, n);
+    } else if (model->zero_stage >= 1) {
+        size_t shard = model->shard;
+        comm_reduce_scatter_sum_f32(comm, model->grads_memory, model->grad_shard, shard);
+        double sumsq = 0.0;
+        for (size_t i = 0; i < shard; i++) { sumsq += (double)model->grad_shard[i] * model->grad_shard[i]; }
+        norm = (float)sqrt(comm_allreduce_sum_f64(comm, sumsq));
+    } else {
+        if (comm && comm->size > 1) { comm_allreduce_sum_f32(comm, model->grads_memory, model->num_parameters); }
+        norm = global_norm_cpu(model->grads_memory, model->num_parameters);
+    }
+    model->grad_norm = norm;
+    model->clip_scale = clip_scale_of(norm, h->grad_clip);
+    return norm;
+}
+
+// Testing (--inject-nan): one NaN in the gradients, as an overflow in the backward pass would leave.
+static LS_UNUSED void gpt2_poison_grads(GPT2* model) { model->grads_memory[0] = NAN; }
+
+// Clip (with the scale of gpt2_grad_norm) and update: AdamW over all parameters, the BAdam block,
+// the ZeRO-1 shard (then all-gather), or the optimizer family. `step` counts from 1.
+static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
+    float scale = model->clip_scale;
+    if (model->use_badam) {  // bias correction counts from the switch
         for (int k = 0; k < model->num_slices; k++) {
             const BadamSlice* sl = &model->slices[k];
             const ParamTensor* t = &model->table.t[sl->tensor];
@@ -682,25 +709,17 @@ static float gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
                              model->m_memory + sl->compact, model->v_memory + sl->compact, &seg, 1, h,
                              model->block_step + 1, scale);
         }
-        return norm;
+        return;
     }
     if (model->use_family) {  // weight decay is in the state's segment table since the build
-        float norm = global_norm_cpu(model->grads_memory, model->num_parameters);
-        optimizer_step_cpu(&model->opt, model->params_memory, model->grads_memory, h->lr, step,
-                           clip_scale_of(norm, h->grad_clip));
-        return norm;
+        optimizer_step_cpu(&model->opt, model->params_memory, model->grads_memory, h->lr, step, scale);
+        return;
     }
     if (model->num_segments == 0) {
         model->num_segments = optim_segments_build(&model->table, h->weight_decay, model->segments);
     }
-    const Comm* comm = model->comm;
-    if (model->zero_stage >= 1) {  // ZeRO-1: reduce-scatter, update this process's shard, all-gather
-        size_t shard = model->shard, lo = (size_t)comm->rank * shard;
-        comm_reduce_scatter_sum_f32(comm, model->grads_memory, model->grad_shard, shard);
-        double sumsq = 0.0;
-        for (size_t i = 0; i < shard; i++) { sumsq += (double)model->grad_shard[i] * model->grad_shard[i]; }
-        float norm = (float)sqrt(comm_allreduce_sum_f64(comm, sumsq));
-        float scale = clip_scale_of(norm, h->grad_clip);
+    if (model->zero_stage >= 1) {  // update this process's shard, all-gather the parameters
+        size_t shard = model->shard, lo = (size_t)model->comm->rank * shard;
         OptSegment segs[NUM_PARAMETER_TENSORS];  // the segments cut to the shard, rebased to it
         int k = 0;
         for (int i = 0; i < model->num_segments; i++) {
@@ -714,15 +733,11 @@ static float gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
         }
         adamw_update_cpu(model->params_memory + lo, model->grad_shard, model->m_memory, model->v_memory, segs, k, h,
                          step, scale);
-        comm_allgather_inplace_f32(comm, model->params_memory, shard);
-        return norm;
+        comm_allgather_inplace_f32(model->comm, model->params_memory, shard);
+        return;
     }
-    if (comm && comm->size > 1) { comm_allreduce_sum_f32(comm, model->grads_memory, model->num_parameters); }
-    float norm = global_norm_cpu(model->grads_memory, model->num_parameters);
-    float scale = clip_scale_of(norm, h->grad_clip);
     adamw_update_cpu(model->params_memory, model->grads_memory, model->m_memory, model->v_memory, model->segments,
                      model->num_segments, h, step, scale);
-    return norm;
 }
 
 // ----------------------------------------------------------------------------

@@ -722,11 +722,36 @@ static void badam_update(GPT2* model, const AdamWHyper* h, AdamWParams hp, int s
     }
 }
 
-// Clip and AdamW over all parameters in one launch (BAdam: over the active block); `step` counts
-// from 1. Returns the gradient norm before clipping.
-static float gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
+// The global norm of the gradients before clipping (BAdam: of the active block), and on the
+// device the clip scale that gpt2_update applies. One sync: the training loop looks at the norm
+// first, so a NaN/Inf or outlier step can be skipped before anything changes.
+static float gpt2_grad_norm(GPT2* model, const AdamWHyper* h) {
     cudaStream_t s = model->stream;
-    if (model->use_badam && model->num_slices == 0) { ls_fatal("gpt2_update: BAdam needs gpt2_begin_step first (no active block)"); }
+    if (model->use_badam && model->num_slices == 0) { ls_fatal("gpt2_grad_norm: BAdam needs gpt2_begin_step first (no active block)"); }
+    float* partials = model->d_norm_scratch;
+    float* sumsq = partials + GLOBAL_NORM_MAX_BLOCKS;
+    float* norm = sumsq + 1;
+    float* scale = sumsq + 2;
+    size_t n_grads = model->use_badam ? badam_active_elems(model) : model->num_parameters;
+    global_norm_squared(sumsq, model->grads_memory, n_grads, partials, s);
+    global_norm_clip_scale(scale, norm, sumsq, h->grad_clip, s);
+    float norm_host = 0.0f;
+    cudaCheck(cudaMemcpyAsync(&norm_host, norm, sizeof(float), cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaStreamSynchronize(s));
+    return norm_host;
+}
+
+// Testing (--inject-nan): one NaN in the gradients, as an overflow in the backward pass would leave.
+static LS_UNUSED void gpt2_poison_grads(GPT2* model) {
+    const float nan_value = NAN;
+    upload_floatx(model->grads_memory, &nan_value, 1);
+}
+
+// Clip (with the device scale of gpt2_grad_norm) and AdamW over all parameters in one launch
+// (BAdam: over the active block; --offload: streamed through the staging buffers); `step`
+// counts from 1.
+static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
+    cudaStream_t s = model->stream;
     if (!model->use_badam && (model->d_segments == NULL || model->weight_decay != h->weight_decay)) {
         OptSegment segs[NUM_PARAMETER_TENSORS];
         model->num_segments = optim_segments_build(&model->table, h->weight_decay, segs);
@@ -735,13 +760,7 @@ static float gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
         model->weight_decay = h->weight_decay;
         if (model->offload) { offload_build_segments(model, h->weight_decay); }
     }
-    float* partials = model->d_norm_scratch;
-    float* sumsq = partials + GLOBAL_NORM_MAX_BLOCKS;
-    float* norm = sumsq + 1;
-    float* scale = sumsq + 2;
-    size_t n_grads = model->use_badam ? badam_active_elems(model) : model->num_parameters;
-    global_norm_squared(sumsq, model->grads_memory, n_grads, partials, s);
-    global_norm_clip_scale(scale, norm, sumsq, h->grad_clip, s);
+    const float* scale = model->d_norm_scratch + GLOBAL_NORM_MAX_BLOCKS + 2;
     AdamWParams hp;
     memset(&hp, 0, sizeof(hp));
     hp.lr = h->lr;
@@ -760,10 +779,7 @@ static float gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
                                             model->master_memory, NULL};
         adamw_update(buf, model->num_parameters, model->d_segments, model->num_segments, hp, step, scale, s);
     }
-    float norm_host = 0.0f;
-    cudaCheck(cudaMemcpyAsync(&norm_host, norm, sizeof(float), cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
-    return norm_host;
 }
 
 // ----------------------------------------------------------------------------

@@ -12,7 +12,10 @@
    gpt2_begin_step(GPT2*, int step)    start of training step `step` (from 0): zero the gradients,
                                         choose what trains this step (BAdam)
    gpt2_backward(GPT2*, const int* inputs, const int* targets, int B, int T, float loss_scale)
-   float gpt2_update(GPT2*, const AdamWHyper*, int step)        clip + AdamW, returns the grad norm
+   float gpt2_grad_norm(GPT2*, const AdamWHyper*)   reduce the gradients over the processes and
+                                return their global norm (before clipping); nothing changes yet
+   gpt2_update(GPT2*, const AdamWHyper*, int step)    clip with that norm and update; `step` from 1
+   gpt2_poison_grads(GPT2*)     testing (--inject-nan): make the gradients NaN after a backward
    const float* gpt2_logits_row(GPT2*, int t)                    host fp32 logits of (b=0, t)
    gpt2_checkpoint_write(GPT2*, const char* model_path, const char* state_path, const RunState*)
    gpt2_state_read(GPT2*, const char* state_path, RunState*)
@@ -35,6 +38,7 @@
 #include "llmc/logger.h"
 #include "llmc/optim.h"
 #include "llmc/schedulers.h"
+#include "llmc/step_guard.h"
 #include "llmc/tokenizer.h"
 #include "llmc/train_options.h"
 
@@ -237,6 +241,10 @@ static LS_UNUSED int train_main(int argc, char** argv) {
     comm_check_same_args(&comm, argc, argv);
     if (o.checkpoint_every > 0 && o.output_dir == NULL) { usage_error(argv[0], "flag -n needs -o (where to write checkpoints)"); }
     if (o.resume && o.output_dir == NULL) { usage_error(argv[0], "flag -y needs -o (where the checkpoints are)"); }
+    int nan_steps[64], num_nan_steps = 0;
+    if (!step_list_parse(o.inject_nan, nan_steps, 64, &num_nan_steps)) {
+        usage_error(argv[0], "flag --inject-nan: expected a comma list of at most 64 steps >= 1, e.g. 3,5");
+    }
     if (o.memory_report) {  // the memory model alone: no allocation, no device
         GPT2Config mc;
         if (!gpt2_config_from_descriptor(o.model, &mc)) { model_file_read_header(o.model, &mc); }
@@ -317,6 +325,9 @@ static LS_UNUSED int train_main(int argc, char** argv) {
     double mem_mib = 0.0;
     for (int i = 0; i < MEM_COUNT; i++) { mem_mib += mib(model.mem.bytes[i]); }
 
+    StepGuard guard;
+    step_guard_init(&guard, o.skip_loss_z, o.skip_norm_z, o.outlier_window, o.max_skips);
+    int exit_code = 0;
     double t_start = wall_seconds(), train_seconds = 0.0;
     int timed_steps = 0, steps_done = 0;
     float best_val = INFINITY;
@@ -357,8 +368,12 @@ static LS_UNUSED int train_main(int argc, char** argv) {
             gpt2_backward(&model, train.inputs, train.targets, o.B, o.T, 1.0f / (float)(accum * comm.size));
         }
         loss = comm_allreduce_sum_f64(&comm, loss) / (accum * comm.size);
+        if (step_list_has(nan_steps, num_nan_steps, step + 1)) { gpt2_poison_grads(&model); }
         hyper.lr = lr_schedule_get(&sched, step);
-        float norm = gpt2_update(&model, &hyper, step + 1);
+        float norm = gpt2_grad_norm(&model, &hyper);
+        char why[128];
+        int skip = step_guard_check(&guard, (float)loss, norm, why, sizeof(why));
+        if (!skip) { gpt2_update(&model, &hyper, step + 1); }
         double t1 = wall_seconds();
         if (step > start_step) { train_seconds += t1 - t0; timed_steps++; }  // the first step warms up
         double avg = timed_steps ? train_seconds / timed_steps : (t1 - t0);
@@ -367,8 +382,20 @@ static LS_UNUSED int train_main(int argc, char** argv) {
         trainer_step_extra(&model, &o, tok_s, extra, sizeof(extra));
         print_step_line(step + 1, total_steps, (float)loss, norm, hyper.lr, 1000.0 * (t1 - t0), extra, tok_s,
                         t1 - t_start, avg * (total_steps - step - 1));
-        logger_train(&logger, step + 1, (float)loss, hyper.lr, norm, 1000.0 * (t1 - t0), tok_s, mem_mib);
+        logger_train(&logger, step + 1, (float)loss, hyper.lr, norm, 1000.0 * (t1 - t0), tok_s, mem_mib, skip);
         steps_done++;
+        if (skip) {
+            printf("step %d: update skipped, %s (%d skipped, %d in a row)\n", step + 1, why, guard.skipped, guard.in_a_row);
+            if (step_guard_give_up(&guard)) {
+                printf("stopping: %d updates in a row were skipped (--max-skips %d); the parameters are those of step %d; "
+                       "last good checkpoint %s\n", guard.in_a_row, o.max_skips, step + 1 - guard.in_a_row, last_checkpoint);
+                fflush(stdout);
+                fprintf(stderr, "%s: error: %d updates in a row skipped (NaN/Inf or outliers), stopped at step %d; last good checkpoint %s\n",
+                        argv[0], guard.in_a_row, step + 1, last_checkpoint);
+                exit_code = 3;
+                break;
+            }
+        }
     }
     // the run in one paragraph
     char took[32];
@@ -381,14 +408,16 @@ static LS_UNUSED int train_main(int argc, char** argv) {
                tokens_per_step * timed_steps / train_seconds, timed_steps);
     }
     if (isfinite(best_val)) { printf(", best val loss %f", best_val); }
+    if (guard.skipped > 0) { printf(", %d updates skipped", guard.skipped); }
     printf(", last checkpoint %s\n", last_checkpoint);
+    step_guard_free(&guard);
     logger_free(&logger);
     if (have_tokenizer) { tokenizer_free(&tokenizer); }
     if (do_val) { dataloader_free(&val); }
     dataloader_free(&train);
     gpt2_free(&model);
     comm_finalize(&comm);
-    return 0;
+    return exit_code;
 }
 
 #endif // LLMC_TRAIN_LOOP_H

@@ -53,6 +53,11 @@ typedef struct {
     int nesterov;             // SGD with Nesterov momentum
     float momentum;           // SGD momentum (-1: the optimizer's default, 0.9)
     int zero_stage;           // -z 0: gradient all-reduce, 1: ZeRO-1 (sharded optimizer state)
+    float skip_loss_z;        // -sl skip the update when the loss's z-score is above this (0: off)
+    float skip_norm_z;        // -sg the same for the gradient norm
+    int outlier_window;       // steps the z-scores look back over
+    int max_skips;            // stop after this many skipped updates in a row
+    const char* inject_nan;   // testing: comma list of steps whose gradients are made NaN
     const Comm* comm;         // the processes of the run (set by train_main, not a flag; NULL: one)
     // GPU trainer only
     int recompute;            // -r 0: keep all activations, 1: recompute GELU, 2: also layernorms
@@ -107,6 +112,11 @@ static const CliFlag train_flags[] = {
     {NULL, "badam-order", CLI_CHOICE, OPT(badam_order), 0, 0, badam_order_choices, CLI_BOTH, "BAdam block order"},
     {NULL, "badam-embed", CLI_SWITCH, OPT(badam_embed), 0, 1, NULL, CLI_BOTH, "BAdam: the embeddings and final layernorm form a block (else frozen)"},
     {"z", "zero-stage", CLI_INT, OPT(zero_stage), 0, 1, NULL, CLI_BOTH, "with several processes: 0 all-reduce the gradients, 1 ZeRO-1 (each process updates its shard of the optimizer state)"},
+    {"sl", "skip-loss-z", CLI_FLOAT, OPT(skip_loss_z), 0, 1e9, NULL, CLI_BOTH, "skip the update when the loss's z-score over the last --outlier-window steps is above this (0: off); NaN/Inf always skip"},
+    {"sg", "skip-norm-z", CLI_FLOAT, OPT(skip_norm_z), 0, 1e9, NULL, CLI_BOTH, "skip the update when the gradient norm's z-score is above this (0: off)"},
+    {NULL, "outlier-window", CLI_INT, OPT(outlier_window), 2, 1000000, NULL, CLI_BOTH, "steps the -sl/-sg z-scores look back over"},
+    {NULL, "max-skips", CLI_INT, OPT(max_skips), 1, 1e9, NULL, CLI_BOTH, "stop the run (exit 3) after this many skipped updates in a row"},
+    {NULL, "inject-nan", CLI_STRING, OPT(inject_nan), 0, 0, NULL, CLI_BOTH, "testing: make the gradients NaN at these steps (comma list, e.g. 3,5)"},
     {"r", "recompute", CLI_INT, OPT(recompute), 0, 2, NULL, CLI_GPU, "recompute in the backward pass: 0 none, 1 GELU, 2 GELU + layernorms"},
     {"w", "master-weights", CLI_SWITCH, OPT(master_weights), 0, 1, NULL, CLI_GPU, "keep fp32 master weights (bf16 build)"},
     {NULL, "offload", CLI_SWITCH, OPT(offload), 0, 1, NULL, CLI_GPU, "keep AdamW m, v (and master weights) in pinned host memory; stream them through the GPU in chunks"},
@@ -151,6 +161,11 @@ static inline void train_options_defaults(TrainOptions* o) {
     o->badam = 0;
     o->badam_order = 0;
     o->badam_embed = 1;
+    o->skip_loss_z = 0.0f;
+    o->skip_norm_z = 0.0f;
+    o->outlier_window = 128;
+    o->max_skips = 10;
+    o->inject_nan = NULL;
     o->recompute = 1;
     o->master_weights = 1;
     o->offload = 0;

@@ -48,6 +48,8 @@ def parse_help(text):
 def valid_value(f):
     if f["long"] == "model":
         return SMALL
+    if f["long"] == "inject-nan":
+        return "3,5"
     kind = f["kind"]
     if kind == "INT":
         return str(int(f["min"]))
@@ -92,7 +94,9 @@ def main():
             ok = rr.returncode == 2 and name in rr.stderr and len(rr.stderr.strip().splitlines()) == 1
             check(ok, "bad value %s %s fails with exit 2 and a one-line message naming the flag (exit %d: %r)" % (name, value, rr.returncode, rr.stderr))
     # config errors that need the model
-    for args, flag in ((["-t", "65"], "-t"), (["-g", "100"], "-g"), (["-b", "0"], "-b"), (["-d", "100"], "-d")):
+    for args, flag in ((["-t", "65"], "-t"), (["-g", "100"], "-g"), (["-b", "0"], "-b"), (["-d", "100"], "-d"),
+                       (["--inject-nan", "3,x"], "--inject-nan"), (["--inject-nan", "0"], "--inject-nan"),
+                       (["--inject-nan", "2,"], "--inject-nan")):
         rr = run(binary, ["--dry-run", "1", "-e", SMALL, "-t", "16"] + args)
         check(rr.returncode == 2 and flag in rr.stderr, "%s fails naming %s (exit %d: %s)" % (args, flag, rr.returncode, rr.stderr.strip()))
     for args in (["-zz", "1"], ["--nope", "1"], ["-b"]):
