@@ -185,14 +185,15 @@ test_gpt2cu_emu: $(BUILD)/test_gpt2cu_emu_$(PREC_LC)
 # 10 training steps of the fp32 harness build against the CPU trainer on TinyShakespeare.
 test-gpu-emu: $(REF_DIR)/$(REF_DESC)_state.bin $(BUILD)/train_gpt2 data
 	$(Q)$(MAKE) --no-print-directory test_gpt2cu_emu train_gpt2cu_emu PRECISION=FP32
-	$(Q)$(MAKE) --no-print-directory test_gpt2cu_emu PRECISION=BF16
+	$(Q)$(MAKE) --no-print-directory test_gpt2cu_emu train_gpt2cu_emu PRECISION=BF16
 	$(BUILD)/test_gpt2cu_emu_fp32 --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin
 	$(BUILD)/test_gpt2cu_emu_bf16 --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin
 	$(PYTHON) dev/test/compare_trainers.py --cpu $(BUILD)/train_gpt2 --gpu $(BUILD)/train_gpt2cu_emu_fp32 \
-		--model $(REF_DIR)/$(REF_DESC)_model.bin
-	$(PYTHON) dev/test/compare_trainers.py --cpu $(BUILD)/train_gpt2 --gpu $(BUILD)/train_gpt2cu_emu_fp32 \
-		--model $(REF_DIR)/$(REF_DESC)_model.bin --badam 2
+		--model $(REF_DIR)/$(REF_DESC)_model.bin --mode "" --mode "--badam 2" --mode "--optimizer sgd --nesterov 1" \
+		--mode "--optimizer lamb" --mode "--optimizer lion" --mode "--opt-state bf16" --mode "--opt-state int8" \
+		--mode "--amsgrad 1"
 	$(PYTHON) dev/test/test_cli.py --bin $(BUILD)/train_gpt2cu_emu_fp32
+	$(PYTHON) dev/test/test_cli.py --bin $(BUILD)/train_gpt2cu_emu_bf16
 	$(PYTHON) dev/test/test_guards.py --bin $(BUILD)/train_gpt2cu_emu_fp32
 	$(Q)$(MAKE) --no-print-directory gpu-compile-check PRECISION=BF16
 	$(Q)$(MAKE) --no-print-directory gpu-compile-check PRECISION=FP32

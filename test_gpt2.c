@@ -546,7 +546,7 @@ static void test_badam(void) {
     o.badam_order = BADAM_ASCENDING;
     o.badam_embed = 1;
     gpt2_build(&bad, path, 0, 2, 16, &o);
-    CpuMemoryOptions bo = {bad.badam.max_block, 0, 1, 0};
+    CpuMemoryOptions bo = {bad.badam.max_block, 0, 1, 0, 0};
     MemoryReport r = memory_model_cpu(&c, 2, 16, &bo);
     for (int i = 0; i < MEM_COUNT; i++) { CHECK(r.bytes[i] == bad.mem.bytes[i], "badam memory %s", mem_category_names[i]); }
     CHECK(bad.mem.bytes[MEM_GRADS] < full.mem.bytes[MEM_GRADS] / 2, "badam: gradient memory is one block's");

@@ -480,11 +480,9 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     if (model->zero_stage >= 1) { model->grad_shard = (float*)memAlloc(mc, MEM_GRADS, model->shard * sizeof(float)); }
     if (model->use_family) {  // one block of optimizer state instead of m and v
         OptimizerConfig cfg = train_options_optimizer(opts);
-        int nseg = optim_segments_count_layers(&model->table);
-        OptSegment* segs = (OptSegment*)mallocCheck((size_t)nseg * sizeof(OptSegment));
-        optim_segments_build_layers(&model->table, opts->weight_decay, segs);
-        size_t bytes = optimizer_state_bytes(&cfg, segs, nseg, n);
-        void* block = memAlloc(mc, MEM_OPT_STATE, bytes);
+        OptSegment* segs;
+        int nseg = train_options_family_segments(opts, &model->config, &segs);
+        void* block = memAlloc(mc, MEM_OPT_STATE, optimizer_state_bytes(&cfg, segs, nseg, n));
         optimizer_state_init(&model->opt, &cfg, segs, nseg, n, block);
         free(segs);
         ns = 0;
@@ -782,17 +780,8 @@ static LS_UNUSED void trainer_init(const TrainOptions* o) {
 }
 
 static LS_UNUSED MemoryReport trainer_memory_predicted(const GPT2Config* c, const TrainOptions* o) {
-    CpuMemoryOptions mo = {0, o->zero_stage, o->comm ? o->comm->size : 1, 0};
-    if (train_options_uses_family(o)) {
-        OptimizerConfig cfg = train_options_optimizer(o);
-        ParamTable pt;
-        param_table_build(&pt, c);
-        int nseg = optim_segments_count_layers(&pt);
-        OptSegment* segs = (OptSegment*)mallocCheck((size_t)nseg * sizeof(OptSegment));
-        optim_segments_build_layers(&pt, o->weight_decay, segs);
-        mo.opt_state_bytes = optimizer_state_bytes(&cfg, segs, nseg, pt.total);
-        free(segs);
-    }
+    CpuMemoryOptions mo = {0, o->zero_stage, o->comm ? o->comm->size : 1, train_options_uses_family(o),
+                           train_options_family_state_bytes(o, c)};
     if (o->badam > 0) {
         ParamTable pt;
         param_table_build(&pt, c);

@@ -45,6 +45,7 @@
 #include "llmc/fused_classifier.cuh"
 #include "llmc/global_norm.cuh"
 #include "llmc/adamw.cuh"
+#include "llmc/optimizers.cuh"
 #include "llmc/srng.h"
 
 #define CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
@@ -135,6 +136,11 @@ typedef struct {
     int* chunk_nseg;
     cudaStream_t copy_stream;
     cudaEvent_t loaded[2], updated[2];
+    // --optimizer sgd|lamb|lion, --opt-state bf16|int8, --amsgrad: the optimizer family
+    // (llmc/optimizers.cuh) on one device block of state, laid out as the CPU trainer's
+    int use_family;
+    OptimizerState opt;
+    void* opt_memory;         // its block (MEM_OPT_STATE)
     AdamWSegment* d_segments; // the optimizer's segment table, on the device
     int num_segments;
     float weight_decay;       // of the uploaded segment table
@@ -180,7 +186,7 @@ static size_t kernel_scratch_bytes_for(const GPT2Config* c, int B, int T) {
 }
 
 static GpuMemoryOptions gpu_memory_options(const GPT2Config* c, int B, int T, int recompute, int master,
-                                           size_t offload_chunk, size_t badam_block) {
+                                           size_t offload_chunk, size_t badam_block, int family, size_t opt_state_bytes) {
     GpuMemoryOptions g;
     g.recompute = recompute;
     g.master_weights = master;
@@ -191,6 +197,8 @@ static GpuMemoryOptions gpu_memory_options(const GPT2Config* c, int B, int T, in
     g.num_processes = 1;
     g.offload_chunk = offload_chunk;
     g.badam_block = badam_block;
+    g.family = family;
+    g.opt_state_bytes = opt_state_bytes;
     return g;
 }
 
@@ -235,6 +243,10 @@ static void gpu_check_flags(const TrainOptions* o) {
     if (o && o->badam > 0 && o->offload) {
         ls_fatal("flags --badam and --offload cannot be combined (BAdam already keeps AdamW state for one block only; drop --offload)");
     }
+    if (o && train_options_uses_family(o) && (o->badam > 0 || o->offload)) {
+        ls_fatal("flags --optimizer/--opt-state/--amsgrad with %s: only fp32 AdamW is implemented there",
+                 o->badam > 0 ? "--badam" : "--offload");
+    }
 }
 
 // BAdam's largest block for these options (0: BAdam off), and a line describing the schedule.
@@ -269,10 +281,8 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
                  c->channels / c->num_heads, (int)x128::size);
     }
     gpu_check_flags(opts);
-    if (opts && train_options_uses_family(opts)) {
-        ls_fatal("flags --optimizer/--opt-state/--amsgrad: the GPU trainer runs fp32 AdamW only for now (the family's kernels "
-                 "are in llmc/optimizers.cuh; the CPU trainer ./train_gpt2 runs them all)");
-    }
+    model->use_family = opts ? train_options_uses_family(opts) : 0;
+    size_t opt_state_bytes = opts ? train_options_family_state_bytes(opts, c) : 0;
     model->recompute = opts ? opts->recompute : 1;
     int master = FLOATX_IS_BF16 && (opts ? opts->master_weights : 1);
     model->use_master = master;
@@ -297,13 +307,13 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     // will it fit? If not, say so before allocating, with the table and the largest batch that fits
     size_t free_b = 0, total_b = 0;
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
-    GpuMemoryOptions mo = gpu_memory_options(c, B, T, model->recompute, master, model->chunk, badam_block);
+    GpuMemoryOptions mo = gpu_memory_options(c, B, T, model->recompute, master, model->chunk, badam_block, model->use_family, opt_state_bytes);
     MemoryReport need = memory_model_gpu(c, B, T, &mo);
     if (memory_report_total(&need) > free_b) {
         memory_report_print(stderr, &need, gpt2_num_parameters(c));
         int fit = 0;
         for (int b = B - 1; b >= 1 && fit == 0; b--) {
-            GpuMemoryOptions mb = gpu_memory_options(c, b, T, model->recompute, master, model->chunk, badam_block);
+            GpuMemoryOptions mb = gpu_memory_options(c, b, T, model->recompute, master, model->chunk, badam_block, model->use_family, opt_state_bytes);
             MemoryReport r = memory_model_gpu(c, b, T, &mb);
             if (memory_report_total(&r) <= free_b) { fit = b; }
         }
@@ -324,8 +334,17 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     model->grads_memory = (floatX*)cuda_malloc_counted(mc, MEM_GRADS, gpu_tensor_bytes(ns, sizeof(floatX)));
     // optimizer state: on the device, or (offload) in pinned host memory with two chunks of staging
     size_t state_bytes = model->offload ? 2 * gpu_tensor_bytes(model->chunk, 4) : gpu_tensor_bytes(ns, 4);
-    model->m_memory = (float*)cuda_malloc_counted(mc, MEM_ADAM_M, state_bytes);
-    model->v_memory = (float*)cuda_malloc_counted(mc, MEM_ADAM_V, state_bytes);
+    if (model->use_family) {  // one block of optimizer state instead of m and v
+        OptimizerConfig cfg = train_options_optimizer(opts);
+        OptSegment* segs;
+        int nseg = train_options_family_segments(opts, c, &segs);
+        model->opt_memory = cuda_malloc_counted(mc, MEM_OPT_STATE, gpu_tensor_bytes(opt_state_bytes, 1));
+        optimizer_state_attach_device(&model->opt, &cfg, segs, nseg, n, model->opt_memory);
+        free(segs);
+    } else {
+        model->m_memory = (float*)cuda_malloc_counted(mc, MEM_ADAM_M, state_bytes);
+        model->v_memory = (float*)cuda_malloc_counted(mc, MEM_ADAM_V, state_bytes);
+    }
     model->master_memory = master ? (float*)cuda_malloc_counted(mc, MEM_MASTER, state_bytes) : NULL;
     cudaCheck(cudaMemset(model->grads_memory, 0, ns * sizeof(floatX)));
     if (model->offload) {
@@ -340,7 +359,7 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
             cudaCheck(cudaEventCreateWithFlags(&model->loaded[i], cudaEventDisableTiming));
             cudaCheck(cudaEventCreateWithFlags(&model->updated[i], cudaEventDisableTiming));
         }
-    } else {
+    } else if (!model->use_family) {
         cudaCheck(cudaMemset(model->m_memory, 0, ns * sizeof(float)));
         cudaCheck(cudaMemset(model->v_memory, 0, ns * sizeof(float)));
     }
@@ -396,8 +415,13 @@ static void gpt2_free(GPT2* model) {
     cudaCheck(cudaFree(model->scratch_memory));
     cudaCheck(cudaFree(model->acts_memory));
     if (model->master_memory) { cudaCheck(cudaFree(model->master_memory)); }
-    cudaCheck(cudaFree(model->v_memory));
-    cudaCheck(cudaFree(model->m_memory));
+    if (model->use_family) {
+        optimizer_state_free_device(&model->opt);
+        cudaCheck(cudaFree(model->opt_memory));
+    } else {
+        cudaCheck(cudaFree(model->v_memory));
+        cudaCheck(cudaFree(model->m_memory));
+    }
     cudaCheck(cudaFree(model->grads_memory));
     cudaCheck(cudaFree(model->params_memory));
     cudaCheck(cudaStreamDestroy(model->stream));
@@ -752,6 +776,13 @@ static LS_UNUSED void gpt2_poison_grads(GPT2* model) {
 // counts from 1.
 static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
     cudaStream_t s = model->stream;
+    const float* scale = model->d_norm_scratch + GLOBAL_NORM_MAX_BLOCKS + 2;
+    if (model->use_family) {  // weight decay is in the state's segment table since the build
+        optimizer_step_gpu(&model->opt, model->params_memory, model->master_memory, model->grads_memory, h->lr, step,
+                           true, scale, s);
+        cudaCheck(cudaStreamSynchronize(s));
+        return;
+    }
     if (!model->use_badam && (model->d_segments == NULL || model->weight_decay != h->weight_decay)) {
         OptSegment segs[NUM_PARAMETER_TENSORS];
         model->num_segments = optim_segments_build(&model->table, h->weight_decay, segs);
@@ -760,7 +791,6 @@ static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
         model->weight_decay = h->weight_decay;
         if (model->offload) { offload_build_segments(model, h->weight_decay); }
     }
-    const float* scale = model->d_norm_scratch + GLOBAL_NORM_MAX_BLOCKS + 2;
     AdamWParams hp;
     memset(&hp, 0, sizeof(hp));
     hp.lr = h->lr;
@@ -794,6 +824,25 @@ static LS_UNUSED const float* gpt2_logits_row(GPT2* model, int t) {
 // The model file holds the parameters exactly as trained: fp32 (version 3) in the fp32 build,
 // bf16 (version 5) in the bf16 build; the state file holds m, v and the master weights (BAdam:
 // those of the active block, num_params = the largest block, as the CPU trainer writes them).
+// The optimizer family's checkpoint block: its state (opt.bytes, a multiple of 4) then, with -w,
+// the fp32 master weights; in 32-bit words.
+static size_t family_block_words(const GPT2* model) {
+    return model->opt.bytes / sizeof(float) + (model->use_master ? model->num_parameters : 0);
+}
+
+static void family_block_copy(GPT2* model, float* host, cudaMemcpyKind dir) {
+    size_t sw = model->opt.bytes / sizeof(float), n = model->num_parameters;
+    int down = dir == cudaMemcpyDeviceToHost;
+    if (sw > 0) {
+        cudaCheck(cudaMemcpy(down ? (void*)host : model->opt_memory, down ? model->opt_memory : (const void*)host,
+                             sw * sizeof(float), dir));
+    }
+    if (model->use_master) {
+        cudaCheck(cudaMemcpy(down ? (void*)(host + sw) : (void*)model->master_memory,
+                             down ? (const void*)model->master_memory : (const void*)(host + sw), n * sizeof(float), dir));
+    }
+}
+
 static LS_UNUSED void gpt2_checkpoint_write(GPT2* model, const char* model_path, const char* state_path, const RunState* rs) {
     size_t n = model->num_parameters;
     float* host = (float*)mallocCheck(n * sizeof(float));
@@ -802,6 +851,16 @@ static LS_UNUSED void gpt2_checkpoint_write(GPT2* model, const char* model_path,
     free(host);
     if (model->offload) {  // the state is on the host already
         state_file_write(state_path, rs, model->m_host, model->v_host, model->use_master ? model->master_host : NULL);
+        return;
+    }
+    if (model->use_family) {  // one opaque block: the optimizer state's words, then the master weights
+        RunState r = *rs;
+        size_t words = family_block_words(model);
+        float* block = (float*)mallocCheck(words * sizeof(float));
+        family_block_copy(model, block, cudaMemcpyDeviceToHost);
+        r.num_params = words;
+        state_file_write(state_path, &r, block, NULL, NULL);
+        free(block);
         return;
     }
     size_t ns = model->state_elems;
@@ -821,6 +880,14 @@ static LS_UNUSED void gpt2_state_read(GPT2* model, const char* state_path, RunSt
     size_t n = model->num_parameters;
     if (model->offload) {
         state_file_read(state_path, n, rs, model->m_host, model->v_host, model->use_master ? model->master_host : NULL);
+        return;
+    }
+    if (model->use_family) {
+        size_t words = family_block_words(model);
+        float* block = (float*)mallocCheck(words * sizeof(float));
+        state_file_read(state_path, words, rs, block, NULL, NULL);
+        family_block_copy(model, block, cudaMemcpyHostToDevice);
+        free(block);
         return;
     }
     size_t ns = model->state_elems;
@@ -872,7 +939,7 @@ static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOpti
     size_t chunk = o->offload ? offload_chunk_elems(gpt2_num_parameters(c), (size_t)o->offload_chunk) : 0;
     size_t badam_block = badam_block_for(c, o, 1);
     GpuMemoryOptions g = gpu_memory_options(c, o->B, o->T, o->recompute, FLOATX_IS_BF16 && o->master_weights, chunk,
-                                            badam_block);
+                                            badam_block, train_options_uses_family(o), train_options_family_state_bytes(o, c));
     MemoryReport predicted = memory_model_gpu(c, o->B, o->T, &g);
     printf("GPU memory (%s, recompute %d, master weights %s):\n", PRECISION_NAME, o->recompute,
            g.master_weights ? "on" : "off");
@@ -893,7 +960,7 @@ static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o,
     printf("\n");
     size_t badam_block = badam_block_for(&model->config, o, 1);
     GpuMemoryOptions g = gpu_memory_options(&model->config, model->B, model->T, model->recompute, model->use_master,
-                                            model->chunk, badam_block);
+                                            model->chunk, badam_block, model->use_family, model->opt.bytes);
     MemoryReport predicted = memory_model_gpu(&model->config, model->B, model->T, &g);
     memory_report_print(stdout, &predicted, model->num_parameters);
     memory_check_allocation(&predicted, &model->mem);

@@ -121,6 +121,17 @@ train_d12() {
     return $rc
 }
 step train-d12 240 train_d12
+# every optimizer-memory mode, 20 steps each: step time against the on-device AdamW (the offload
+# overhead), the predicted total against what cudaMemGetInfo says is used
+train_modes() {
+    local mode
+    for mode in "" "--offload 1" "--opt-state bf16" "--opt-state int8" "--optimizer lion" "--optimizer lamb" "--badam 5"; do
+        echo "=== mode: ${mode:-adamw}"
+        # shellcheck disable=SC2086
+        "$GB/train_gpt2cu_bf16" -e d12 -b 16 -t 1024 -x 20 -v 0 -s 0 -l 6e-4 -u 10 -c 0.1 $mode || return 1
+    done
+}
+step train-modes 300 train_modes
 
 # --- the summary
 {
@@ -148,6 +159,17 @@ step train-d12 240 train_d12
         echo "  median ${med_tok:-?} tok/s, median MFU ${med_mfu:-?}%"
         grep -E "^step +50/" "$LOGS/train-d12.log" | sed 's/^/  last: /' || true
         [ -s "$NVSMI_LOG" ] && echo "  peak device memory (nvidia-smi): $(sort -n "$NVSMI_LOG" | tail -n 1) MiB"
+    fi
+    echo
+    if [ -f "$LOGS/train-modes.log" ]; then
+        echo "optimizer-memory modes, GPT-2 124M bf16 B=16 T=1024 (median ms of steps 6-20; device MiB: predicted total, used by cudaMemGetInfo):"
+        awk '/^=== mode:/ { if (m != "") emit(); m = substr($0, 11); n = 0; pred = "?"; used = "?"; next }
+             /^\| total/ { pred = $4 }
+             /^device memory:/ { used = $7 - $3 }
+             /^step/ { for (i = 1; i <= NF; i++) if ($i == "ms") { n++; if (n > 5) t[n - 5] = $(i - 1) } }
+             function emit(   k, j, x) { k = n - 5; for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (t[j] < t[i]) { x = t[i]; t[i] = t[j]; t[j] = x }
+                 printf "  %-18s %9s ms  predicted %8s MiB  used %8s MiB\n", m, (k > 0 ? t[int((k + 1) / 2)] : "?"), pred, used }
+             END { if (m != "") emit() }' "$LOGS/train-modes.log"
     fi
     echo
     if [ "${#FAILED[@]}" -eq 0 ]; then

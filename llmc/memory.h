@@ -96,8 +96,8 @@ typedef struct {
     size_t badam_block;  // BAdam: elements of the largest block (0: BAdam off)
     int zero_stage;      // 1: ZeRO-1 over num_processes
     int num_processes;
-    size_t opt_state_bytes;  // > 0: an optimizer other than fp32 AdamW (llmc/optim_state.h) holds this
-                             // block instead of m and v
+    int family;              // 1: an optimizer other than fp32 AdamW (llmc/optim_state.h) holds
+    size_t opt_state_bytes;  // this block instead of m and v (0 for plain SGD)
 } CpuMemoryOptions;
 
 // The CPU trainer (fp32 everything), per process: B, T per process. Gradients, m and v hold all
@@ -116,7 +116,7 @@ static inline MemoryReport memory_model_cpu(const GPT2Config* c, int B, int T, c
     r.bytes[MEM_GRADS] = n * sizeof(float);
     r.bytes[MEM_ADAM_M] = n * sizeof(float);
     r.bytes[MEM_ADAM_V] = n * sizeof(float);
-    if (o && o->opt_state_bytes > 0) {
+    if (o && o->family) {
         r.bytes[MEM_ADAM_M] = r.bytes[MEM_ADAM_V] = 0;
         r.bytes[MEM_OPT_STATE] = o->opt_state_bytes;
     }
@@ -206,6 +206,8 @@ typedef struct {
     size_t offload_chunk;   // > 0: m, v, master live in host memory; the device holds 2 chunks of each
     size_t badam_block;     // > 0: BAdam, gradients (floatX) and m, v, master (fp32) hold the largest
                             // block's elements only (Badam.max_block)
+    int family;             // 1: the optimizer family's state block (llmc/optim_state.h) replaces m, v
+    size_t opt_state_bytes; // its bytes (0 for plain SGD)
 } GpuMemoryOptions;
 
 // --offload: elements per streamed chunk, a multiple of 32 (every chunk stays 128-bit aligned).
@@ -236,6 +238,10 @@ static inline MemoryReport memory_model_gpu(const GPT2Config* c, int B, int T, c
     r.bytes[MEM_GRADS] = gpu_tensor_bytes(ng, g->floatx_bytes);
     r.bytes[MEM_ADAM_M] = state_bytes;
     r.bytes[MEM_ADAM_V] = state_bytes;
+    if (g->family) {
+        r.bytes[MEM_ADAM_M] = r.bytes[MEM_ADAM_V] = 0;
+        r.bytes[MEM_OPT_STATE] = gpu_tensor_bytes(g->opt_state_bytes, 1);
+    }
     size_t acts[GPU_NUM_ACTIVATIONS], scratch[GPU_NUM_SCRATCH];
     int fp32[GPU_NUM_ACTIVATIONS];
     gpu_activation_sizes(c, B, T, g->recompute, acts, fp32);

@@ -27,6 +27,7 @@
  Use:
    OptimizerState st;
    optimizer_state_init_device(&st, &cfg, segs, nseg, n);        // cudaMalloc + zeroed state
+   (or optimizer_state_attach_device(&st, &cfg, segs, nseg, n, mem) into the caller's block)
    optimizer_step_gpu(&st, params, master, grads, lr, step, stochastic, d_clip_scale, stream);
    optimizer_state_free_device(&st);
  To add an optimizer: its CPU update in llmc/optim.h, its kernel (an Op for the elementwise
@@ -341,16 +342,14 @@ static inline void optimizer_state_zero_device(OptimizerState* st, cudaStream_t 
     }
 }
 
-// The state of cfg for n parameters in device memory (one cudaMalloc of optimizer_state_bytes),
-// zeroed; the segment and block tables uploaded. Fatal on an invalid configuration.
-static inline void optimizer_state_init_device(OptimizerState* st, const OptimizerConfig* cfg, const OptSegment* segs,
-                                               int nseg, size_t n) {
+// The state of cfg for n parameters in the device block mem (optimizer_state_bytes(cfg, ...) bytes,
+// 16-byte aligned, not owned: the caller frees it), zeroed; the segment and block tables uploaded.
+// Fatal on an invalid configuration.
+static inline void optimizer_state_attach_device(OptimizerState* st, const OptimizerConfig* cfg, const OptSegment* segs,
+                                                 int nseg, size_t n, void* mem) {
     if (nseg > ADAMW_MAX_SEGMENTS) ls_fatal("optimizer: %d segments (at most %d on the GPU)", nseg, ADAMW_MAX_SEGMENTS);
-    void* mem = nullptr;
-    const size_t bytes = optimizer_state_bytes(cfg, segs, nseg, n);
-    cudaCheck(cudaMalloc(&mem, bytes > 0 ? bytes : 64)); // plain SGD has no state
     optimizer_state_setup(st, cfg, segs, nseg, n, mem, 1);
-    st->owns_memory = 1;
+    st->owns_memory = 0;
     st->on_device = 1;
     cudaCheck(cudaMalloc((void**)&st->d_segs, (size_t)nseg * sizeof(OptSegment)));
     cudaCheck(cudaMalloc((void**)&st->d_block0, ((size_t)nseg + 1) * sizeof(size_t)));
@@ -360,6 +359,16 @@ static inline void optimizer_state_init_device(OptimizerState* st, const Optimiz
     cudaCheck(cudaMemcpy(st->d_small_off, st->small_off, (size_t)nseg * sizeof(size_t), cudaMemcpyHostToDevice));
     optimizer_state_zero_device(st, 0);
     cudaCheck(cudaDeviceSynchronize());
+}
+
+// The same in its own cudaMalloc of optimizer_state_bytes (freed by optimizer_state_free_device).
+static inline void optimizer_state_init_device(OptimizerState* st, const OptimizerConfig* cfg, const OptSegment* segs,
+                                               int nseg, size_t n) {
+    void* mem = nullptr;
+    const size_t bytes = optimizer_state_bytes(cfg, segs, nseg, n);
+    cudaCheck(cudaMalloc(&mem, bytes > 0 ? bytes : 64)); // plain SGD has no state
+    optimizer_state_attach_device(st, cfg, segs, nseg, n, mem);
+    st->owns_memory = 1;
 }
 
 static inline void optimizer_state_free_device(OptimizerState* st) {

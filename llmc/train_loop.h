@@ -37,6 +37,7 @@
 #include "llmc/dataloader.h"
 #include "llmc/logger.h"
 #include "llmc/optim.h"
+#include "llmc/progress.h"
 #include "llmc/schedulers.h"
 #include "llmc/step_guard.h"
 #include "llmc/tokenizer.h"
@@ -213,10 +214,14 @@ static LS_UNUSED float evaluate_val_loss(GPT2* model, DataLoader* val, int max_s
     size_t steps = dataloader_steps_per_epoch(val);
     if (max_steps >= 0 && (size_t)max_steps < steps) { steps = (size_t)max_steps; }
     double sum = 0.0;
+    Progress progress;
+    progress_begin(&progress, "val loss (batches)", (double)steps);
     for (size_t i = 0; i < steps; i++) {
         dataloader_next_batch(val);
         sum += gpt2_forward(model, val->inputs, val->targets, val->B, val->T);
+        progress_update(&progress, (double)(i + 1));
     }
+    progress_end(&progress);
     return steps ? (float)(sum / (double)steps) : NAN;
 }
 

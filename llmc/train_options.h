@@ -12,6 +12,7 @@
 #include "llmc/comm.h"
 #include "llmc/optim_state.h"
 #include "llmc/config.h"
+#include "llmc/params.h"
 #include "llmc/schedulers.h"
 
 typedef struct {
@@ -102,12 +103,12 @@ static const CliFlag train_flags[] = {
     {NULL, "threads", CLI_INT, OPT(threads), 0, 4096, NULL, CLI_BOTH, "CPU threads (0: all cores)"},
     {NULL, "dry-run", CLI_SWITCH, OPT(dry_run), 0, 1, NULL, CLI_BOTH, "check flags, build the model, print the memory table and exit"},
     {NULL, "memory-report", CLI_SWITCH, OPT(memory_report), 0, 1, NULL, CLI_BOTH, "print the predicted memory table for these flags and exit (allocates nothing; no GPU needed)"},
-    // the optimizer family: CPU trainer for now (its GPU kernels are in llmc/optimizers.cuh)
-    {NULL, "optimizer", CLI_CHOICE, OPT(optimizer), 0, 0, optimizer_kind_choices, CLI_CPU, "the optimizer"},
-    {NULL, "opt-state", CLI_CHOICE, OPT(opt_state), 0, 0, opt_state_choices, CLI_CPU, "precision of the AdamW state m, v"},
-    {NULL, "amsgrad", CLI_SWITCH, OPT(amsgrad), 0, 1, NULL, CLI_CPU, "AdamW with AMSGrad (the running max of v)"},
-    {NULL, "nesterov", CLI_SWITCH, OPT(nesterov), 0, 1, NULL, CLI_CPU, "SGD with Nesterov momentum"},
-    {NULL, "momentum", CLI_FLOAT, OPT(momentum), -1, 0.9999, NULL, CLI_CPU, "SGD momentum (-1: 0.9)"},
+    // the optimizer family (llmc/optim_state.h; GPU kernels in llmc/optimizers.cuh)
+    {NULL, "optimizer", CLI_CHOICE, OPT(optimizer), 0, 0, optimizer_kind_choices, CLI_BOTH, "the optimizer"},
+    {NULL, "opt-state", CLI_CHOICE, OPT(opt_state), 0, 0, opt_state_choices, CLI_BOTH, "precision of the AdamW state m, v"},
+    {NULL, "amsgrad", CLI_SWITCH, OPT(amsgrad), 0, 1, NULL, CLI_BOTH, "AdamW with AMSGrad (the running max of v)"},
+    {NULL, "nesterov", CLI_SWITCH, OPT(nesterov), 0, 1, NULL, CLI_BOTH, "SGD with Nesterov momentum"},
+    {NULL, "momentum", CLI_FLOAT, OPT(momentum), -1, 0.9999, NULL, CLI_BOTH, "SGD momentum (-1: 0.9)"},
     {NULL, "badam", CLI_INT, OPT(badam), 0, 1e6, NULL, CLI_BOTH, "BAdam: train one block of layers at a time, switching every K steps (0: off)"},
     {NULL, "badam-order", CLI_CHOICE, OPT(badam_order), 0, 0, badam_order_choices, CLI_BOTH, "BAdam block order"},
     {NULL, "badam-embed", CLI_SWITCH, OPT(badam_embed), 0, 1, NULL, CLI_BOTH, "BAdam: the embeddings and final layernorm form a block (else frozen)"},
@@ -195,13 +196,6 @@ static inline int train_options_accum_steps(const char* prog, const TrainOptions
     return (int)(o->total_batch / per_step);
 }
 
-// The model lines of the start-up banner (the trainer adds its device line and memory table).
-static inline void gpt2_describe(const GPT2Config* c, size_t num_parameters, const TrainOptions* o, int accum) {
-    printf("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %zu parameters\n", c->num_layers, c->channels,
-           c->num_heads, c->vocab_size, c->padded_vocab_size, c->max_seq_len, num_parameters);
-    printf("batch: B=%d T=%d, gradient accumulation %d, %d tokens per step\n", o->B, o->T, accum, o->B * o->T * accum);
-}
-
 // The optimizer the flags ask for; fatal (naming the flags) when they do not fit together.
 static inline OptimizerConfig train_options_optimizer(const TrainOptions* o) {
     OptimizerConfig c = optimizer_config_default((OptimizerKind)o->optimizer);
@@ -221,6 +215,47 @@ static inline OptimizerConfig train_options_optimizer(const TrainOptions* o) {
 // fp32 AdamW without AMSGrad is the trainers' own fused path; anything else the optimizer family.
 static inline int train_options_uses_family(const TrainOptions* o) {
     return o->optimizer != OPT_ADAMW || o->opt_state != OPT_STATE_FP32 || o->amsgrad;
+}
+
+// The optimizer family's segment table for model config c: one segment per tensor per layer (LAMB's
+// trust ratio is per tensor), decay on 2-D weights. Returns the count; free(*segs) after.
+static inline int train_options_family_segments(const TrainOptions* o, const GPT2Config* c, OptSegment** segs) {
+    ParamTable pt;
+    param_table_build(&pt, c);
+    int nseg = optim_segments_count_layers(&pt);
+    *segs = (OptSegment*)mallocCheck((size_t)nseg * sizeof(OptSegment));
+    optim_segments_build_layers(&pt, o->weight_decay, *segs);
+    return nseg;
+}
+
+// Bytes of the family's state block (llmc/optim_state.h) for these flags; 0 for the trainers' own
+// fp32 AdamW.
+static inline size_t train_options_family_state_bytes(const TrainOptions* o, const GPT2Config* c) {
+    if (!train_options_uses_family(o)) { return 0; }
+    OptimizerConfig cfg = train_options_optimizer(o);
+    OptSegment* segs;
+    int nseg = train_options_family_segments(o, c, &segs);
+    size_t bytes = optimizer_state_bytes(&cfg, segs, nseg, gpt2_num_parameters(c));
+    free(segs);
+    return bytes;
+}
+
+// The model lines of the start-up banner (the trainer adds its device line and memory table).
+static inline void gpt2_describe(const GPT2Config* c, size_t num_parameters, const TrainOptions* o, int accum) {
+    printf("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %zu parameters\n", c->num_layers, c->channels,
+           c->num_heads, c->vocab_size, c->padded_vocab_size, c->max_seq_len, num_parameters);
+    printf("batch: B=%d T=%d, gradient accumulation %d, %d tokens per step\n", o->B, o->T, accum, o->B * o->T * accum);
+    OptimizerConfig oc = train_options_optimizer(o);
+    printf("optimizer: %s", optimizer_kind_name(oc.kind));
+    if (oc.kind == OPT_SGD) {
+        printf(" (momentum %g%s)", oc.momentum, oc.nesterov ? ", Nesterov" : "");
+    } else if (oc.kind == OPT_LION) {
+        printf(" (betas %g %g)", oc.beta1, oc.beta2);
+    } else {
+        printf(" (betas %g %g, eps %g)", oc.beta1, oc.beta2, oc.eps);
+    }
+    printf(", lr %g, weight decay %g, clip %g, state %s%s\n", o->lr, o->weight_decay, o->grad_clip,
+           opt_state_name(oc.state), oc.amsgrad ? ", AMSGrad" : "");
 }
 
 #endif // LLMC_TRAIN_OPTIONS_H

@@ -33,6 +33,7 @@
 #include "llmc/utils.h"
 #include "llmc/shard.h"
 #include "llmc/tokenizer.h"
+#include "llmc/progress.h"
 
 typedef struct {
     const char* rel_path;  // under DATA_DIR and under the mirror
@@ -136,6 +137,16 @@ static void fail_how_to_provide(const DataFile* f, const char* dst, const char* 
              why, f->url, dst);
 }
 
+// libcurl's progress callback: bytes so far of the expected total (0 while unknown).
+static int download_progress(void* p, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
+    (void)ultotal;
+    (void)ulnow;
+    Progress* progress = (Progress*)p;
+    progress->total = (double)dltotal;
+    progress_update(progress, (double)dlnow);
+    return 0;
+}
+
 // Downloads url (f->url or a mirror's copy of f) into dst: the bytes go to a temp file and are
 // renamed into place only when their sha256 is the pinned one.
 static void download_file(const DataFile* f, const char* url, const char* dst) {
@@ -158,7 +169,13 @@ static void download_file(const DataFile* f, const char* url, const char* dst) {
     curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, curl_err);
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, download_write);
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, &d);
+    Progress progress;
+    progress_begin(&progress, "prepare_data: downloaded (bytes)", 0.0);
+    curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, download_progress);
+    curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &progress);
+    curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
     CURLcode rc = curl_easy_perform(curl);
+    progress_end(&progress);
     curl_easy_cleanup(curl);
     char why[CURL_ERROR_SIZE + 1200];
     if (rc != CURLE_OK || d.write_failed) {
@@ -300,6 +317,8 @@ static void tokenize_tinyshakespeare(const char* input, const char* encoder,
     // last: in the text each section is followed by its "\n\n", so encode the span that includes it
     TokenList toks = {NULL, 0, 0};
     size_t pos = 0, n_sections = 0;
+    Progress progress;  // in bytes of the text
+    progress_begin(&progress, "prepare_data: tokenizing (bytes)", (double)len);
     for (;;) {
         const char* sep = NULL;
         for (const char* c = text + pos; c < text + len; c++) {
@@ -311,9 +330,11 @@ static void tokenize_tinyshakespeare(const char* input, const char* encoder,
         n_sections++;
         size_t end = sep ? (size_t)(sep - text) + 2 : len;
         tokenizer_encode_ordinary(&tok, text + pos, end - pos, &toks);
+        progress_update(&progress, (double)end);
         if (sep == NULL) { break; }
         pos = end;
     }
+    progress_end(&progress);
     if (toks.len <= VAL_TOKENS) {
         ls_fatal("%s: only %zu tokens, expected more than the %d val tokens", input, toks.len, VAL_TOKENS);
     }

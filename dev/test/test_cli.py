@@ -133,9 +133,8 @@ def main():
         cycle = [rng.randrange(512) for _ in range(37)]
         write_shard(os.path.join(tmp, "train.bin"), [cycle[i % 37] for i in range(4000)])
         write_shard(os.path.join(tmp, "val.bin"), [rng.randrange(512) for _ in range(1000)])
-        variants = [[], ["--badam", "2"]]
-        if "gpt2cu" not in os.path.basename(binary):  # the optimizer family runs in the CPU trainer
-            variants += [["--optimizer", "lion", "--beta2", "0.99", "-l", "3e-4"], ["--opt-state", "int8"]]
+        variants = [[], ["--badam", "2"], ["--optimizer", "lion", "--beta2", "0.99", "-l", "3e-4"], ["--opt-state", "int8"],
+                    ["--optimizer", "lamb"], ["--optimizer", "sgd", "--momentum", "0", "-l", "1e-1"]]
         for extra in variants:
             tag = " ".join(extra) or "full AdamW"
             common = ["-e", SMALL, "-i", os.path.join(tmp, "train.bin"), "-j", os.path.join(tmp, "val.bin"),
