@@ -66,49 +66,16 @@ static void check_model(const char* model_path, const char* state_path) {
     ref_load(model_path, state_path, &c, &pt, &s);
     GPT2 model;
     gpt2_build(&model, model_path, 0, s.B, s.T, NULL);
-    int B = s.B, T = s.T, V = c.vocab_size, Vp = c.padded_vocab_size;
 
-    // forward: logits and loss
-    float loss = gpt2_forward(&model, s.inputs, s.targets, B, T);
-    double md = 0.0, mr = 0.0;
-    for (size_t bt = 0; bt < (size_t)B * T; bt++) {
-        double d, r;
-        max_diff(model.acts.logits + bt * Vp, s.logits + bt * V, (size_t)V, &d, &r);
-        if (d > md) { md = d; }
-        if (r > mr) { mr = r; }
-    }
-    CHECK(md <= 1e-4 * mr, "logits: max diff %.3g > 1e-4 * max|ref| = %.3g", md, 1e-4 * mr);
-    printf("logits: max diff %.3g (max |ref| %.3g)\n", md, mr);
-    CHECK(fabsf(loss - s.loss) <= 1e-5 * fabsf(s.loss), "loss: ours %.7f ref %.7f", loss, s.loss);
-    printf("loss: ours %.7f ref %.7f\n", loss, s.loss);
-
-    // backward: every parameter gradient
+    // forward: logits and loss; backward: every parameter gradient; then n AdamW steps
+    static const RefTolerances tol = {1e-4, 1e-5, 1e-3, 1e-4};
+    float loss = gpt2_forward(&model, s.inputs, s.targets, s.B, s.T);
+    ref_check_forward(model.acts.logits, c.padded_vocab_size, loss, &s, c.vocab_size, &tol);
     gpt2_zero_grad(&model);
-    gpt2_backward(&model, s.inputs, s.targets, B, T, 1.0f);
-    double worst = 0.0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        const ParamTensor* t = &pt.t[i];
-        max_diff(model.grads_memory + t->offset, s.grads + t->offset, t->count, &md, &mr);
-        double rel = md / (mr + 1e-30);
-        if (rel > worst) { worst = rel; }
-        CHECK(md <= 1e-3 * mr, "grad %s: max diff %.3g > 1e-3 * max|ref| = %.3g", t->name, md, 1e-3 * mr);
-    }
-    printf("gradients: 16 tensors, worst max diff / max|ref| = %.3g\n", worst);
-
-    // training: the losses of n AdamW steps on the same batch
-    AdamWHyper h = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    gpt2_backward(&model, s.inputs, s.targets, s.B, s.T, 1.0f);
+    ref_check_grads(model.grads_memory, &pt, &s, &tol, 0);
     gpt2_free(&model);
-    gpt2_build(&model, model_path, 0, B, T, NULL);
-    for (int step = 0; step < s.n_steps; step++) {
-        float l = gpt2_forward(&model, s.inputs, s.targets, B, T);
-        gpt2_zero_grad(&model);
-        gpt2_backward(&model, s.inputs, s.targets, B, T, 1.0f);
-        gpt2_grad_norm(&model, &h);
-        gpt2_update(&model, &h, step + 1);
-        CHECK(fabsf(l - s.losses[step]) <= 1e-4 * fabsf(s.losses[step]), "step %d: loss %.6f ref %.6f", step, l, s.losses[step]);
-        printf("step %d: loss %.6f ref %.6f\n", step, l, s.losses[step]);
-    }
-    gpt2_free(&model);
+    ref_check_steps(model_path, &s, &tol);
     ref_state_free(&s);
 }
 

@@ -24,11 +24,27 @@
 #include "train_gpt2.cu"
 #include "dev/test/test_common.h"
 
+// logits, loss, gradients, step losses (see test_common.h)
 #if FLOATX_IS_BF16
-static const double TOL_LOGITS = 2e-2, TOL_LOSS = 1e-3, TOL_GRAD = 5e-2, TOL_STEPS = 1e-3;
+static const RefTolerances TOL = {2e-2, 1e-3, 5e-2, 1e-3};
 #else
-static const double TOL_LOGITS = 1e-4, TOL_LOSS = 1e-5, TOL_GRAD = 1e-3, TOL_STEPS = 1e-4;
+static const RefTolerances TOL = {1e-4, 1e-5, 1e-3, 1e-4};
 #endif
+
+// The memory model for what `model` was built with equals what it allocated, category by
+// category; returns the predicted total.
+static size_t check_memory_model(const GPT2* model, int B, int T, size_t badam_block, const char* what) {
+    GpuMemoryOptions mo = gpu_memory_options(&model->config, B, T, model->recompute, model->use_master, model->chunk,
+                                             badam_block, model->use_family, model->opt.bytes);
+    MemoryReport predicted = memory_model_gpu(&model->config, B, T, &mo);
+    for (int i = 0; i < MEM_COUNT; i++) {
+        CHECK(predicted.bytes[i] == model->mem.bytes[i], "%s memory %s: predicted %zu bytes, allocated %zu", what,
+              mem_category_names[i], predicted.bytes[i], model->mem.bytes[i]);
+    }
+    CHECK(predicted.host_pinned == model->mem.host_pinned, "%s memory: host pinned predicted %zu, allocated %zu", what,
+          predicted.host_pinned, model->mem.host_pinned);
+    return memory_report_total(&predicted);
+}
 
 static void check_model(const char* model_path, const char* state_path) {
     GPT2Config c;
@@ -40,65 +56,26 @@ static void check_model(const char* model_path, const char* state_path) {
     int B = s.B, T = s.T, V = c.vocab_size, Vp = c.padded_vocab_size;
 
     // the memory table equals what was allocated
-    GpuMemoryOptions mo = gpu_memory_options(&c, B, T, model.recompute, model.use_master, model.chunk, 0, 0, 0);
-    MemoryReport predicted = memory_model_gpu(&c, B, T, &mo);
-    for (int i = 0; i < MEM_COUNT; i++) {
-        CHECK(predicted.bytes[i] == model.mem.bytes[i], "memory %s: predicted %zu bytes, allocated %zu",
-              mem_category_names[i], predicted.bytes[i], model.mem.bytes[i]);
-    }
-    CHECK(predicted.host_pinned == model.mem.host_pinned, "memory: host pinned predicted %zu, allocated %zu",
-          predicted.host_pinned, model.mem.host_pinned);
-    printf("memory: predicted = allocated in all %d categories (%.1f MiB)\n", MEM_COUNT, mib(memory_report_total(&predicted)));
+    size_t total = check_memory_model(&model, B, T, 0, "model");
+    printf("memory: predicted = allocated in all %d categories (%.1f MiB)\n", MEM_COUNT, mib(total));
     size_t BT = (size_t)B * T;
 
     // forward: logits and loss
     float loss = gpt2_forward(&model, s.inputs, s.targets, B, T);
-    float* logits = (float*)mallocCheck(BT * Vp * sizeof(float));
-    download_floatx(logits, model.acts.output, BT * Vp);
-    double md = 0.0, mr = 0.0;
-    for (size_t bt = 0; bt < BT; bt++) {
-        double d, r;
-        max_diff(logits + bt * Vp, s.logits + bt * V, (size_t)V, &d, &r);
-        if (d > md) { md = d; }
-        if (r > mr) { mr = r; }
-    }
-    free(logits);
-    CHECK(md <= TOL_LOGITS * mr, "logits: max diff %.3g > %.0e * max|ref| = %.3g", md, TOL_LOGITS, TOL_LOGITS * mr);
-    printf("logits: max diff %.3g (max |ref| %.3g)\n", md, mr);
-    CHECK(fabs(loss - s.loss) <= TOL_LOSS * fabs(s.loss), "loss: ours %.7f ref %.7f", loss, s.loss);
-    printf("loss: ours %.7f ref %.7f\n", loss, s.loss);
+    float* host = (float*)mallocCheck((BT * Vp > pt.total ? BT * Vp : pt.total) * sizeof(float));
+    download_floatx(host, model.acts.output, BT * Vp);
+    ref_check_forward(host, Vp, loss, &s, V, &TOL);
 
     // backward: every parameter gradient
     gpt2_zero_grad(&model);
     gpt2_backward(&model, s.inputs, s.targets, B, T, 1.0f);
-    float* grads = (float*)mallocCheck(pt.total * sizeof(float));
-    download_floatx(grads, model.grads_memory, pt.total);
-    double worst = 0.0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        const ParamTensor* t = &pt.t[i];
-        max_diff(grads + t->offset, s.grads + t->offset, t->count, &md, &mr);
-        double rel = md / (mr + 1e-30);
-        if (rel > worst) { worst = rel; }
-        printf("  grad %-9s max diff / max|ref| = %.3g\n", t->name, rel);
-        CHECK(md <= TOL_GRAD * mr, "grad %s: max diff %.3g > %.0e * max|ref| = %.3g", t->name, md, TOL_GRAD, TOL_GRAD * mr);
-    }
-    free(grads);
-    printf("gradients: 16 tensors, worst max diff / max|ref| = %.3g\n", worst);
+    download_floatx(host, model.grads_memory, pt.total);
+    ref_check_grads(host, &pt, &s, &TOL, 1);
+    free(host);
+    gpt2_free(&model);
 
     // training: the losses of n AdamW steps on the same batch
-    AdamWHyper h = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
-    gpt2_free(&model);
-    gpt2_build(&model, model_path, 0, B, T, NULL);
-    for (int step = 0; step < s.n_steps; step++) {
-        float l = gpt2_forward(&model, s.inputs, s.targets, B, T);
-        gpt2_zero_grad(&model);
-        gpt2_backward(&model, s.inputs, s.targets, B, T, 1.0f);
-        gpt2_grad_norm(&model, &h);
-        gpt2_update(&model, &h, step + 1);
-        CHECK(fabs(l - s.losses[step]) <= TOL_STEPS * fabs(s.losses[step]), "step %d: loss %.6f ref %.6f", step, l, s.losses[step]);
-        printf("step %d: loss %.6f ref %.6f\n", step, l, s.losses[step]);
-    }
-    gpt2_free(&model);
+    ref_check_steps(model_path, &s, &TOL);
     ref_state_free(&s);
 }
 
@@ -170,13 +147,8 @@ static void check_offload(const char* model_path, const char* state_path) {
     GPT2 on, off;
     gpt2_build(&on, model_path, 5, s.B, s.T, NULL);
     gpt2_build(&off, model_path, 5, s.B, s.T, &o);
-    GpuMemoryOptions mo = gpu_memory_options(&c, s.B, s.T, off.recompute, off.use_master, off.chunk, 0, 0, 0);
-    MemoryReport predicted = memory_model_gpu(&c, s.B, s.T, &mo);
-    for (int i = 0; i < MEM_COUNT; i++) {
-        CHECK(predicted.bytes[i] == off.mem.bytes[i], "offload memory %s: predicted %zu, allocated %zu", mem_category_names[i],
-              predicted.bytes[i], off.mem.bytes[i]);
-    }
-    CHECK(predicted.host_pinned == off.mem.host_pinned && off.mem.host_pinned > 0, "offload: host pinned memory");
+    check_memory_model(&off, s.B, s.T, 0, "offload");
+    CHECK(off.mem.host_pinned > 0, "offload: host pinned memory");
     CHECK(off.mem.bytes[MEM_ADAM_M] < on.mem.bytes[MEM_ADAM_M], "offload: device m is the staging only (%zu vs %zu)",
           off.mem.bytes[MEM_ADAM_M], on.mem.bytes[MEM_ADAM_M]);
     float la[4], lb[4];
@@ -246,12 +218,7 @@ static void check_badam(void) {
         size_t n = full.num_parameters, nb = bad.state_elems;
         CHECK(bad.use_badam && nb == bad.badam.max_block && nb < n / 2, "badam: state for the largest block (%zu of %zu)", nb, n);
         // (3) the memory table with BAdam equals what was allocated
-        GpuMemoryOptions mo = gpu_memory_options(&c, BADAM_B, BADAM_T, bad.recompute, bad.use_master, 0, nb, 0, 0);
-        MemoryReport predicted = memory_model_gpu(&c, BADAM_B, BADAM_T, &mo);
-        for (int i = 0; i < MEM_COUNT; i++) {
-            CHECK(predicted.bytes[i] == bad.mem.bytes[i], "badam memory %s: predicted %zu, allocated %zu", mem_category_names[i],
-                  predicted.bytes[i], bad.mem.bytes[i]);
-        }
+        check_memory_model(&bad, BADAM_B, BADAM_T, nb, "badam");
         CHECK(bad.mem.bytes[MEM_GRADS] < full.mem.bytes[MEM_GRADS] / 2 && bad.mem.bytes[MEM_ADAM_M] < full.mem.bytes[MEM_ADAM_M] / 2,
               "badam: gradients and m are one block's");
         // (1) gradients, block by block (ascending, K = 1: step b trains block b)

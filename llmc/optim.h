@@ -65,6 +65,19 @@
 #define OPTIM_HD static inline
 #endif
 
+// AdamW's element math, in the one order every CPU update and GPU kernel uses (explicit fmaf, the
+// build has -ffp-contract=off: the same bits everywhere). g is the clipped gradient.
+OPTIM_HD float adamw_m(float m, float g, float beta1, float one_minus_beta1) { return fmaf(beta1, m, one_minus_beta1 * g); }
+OPTIM_HD float adamw_v(float v, float g, float beta2, float one_minus_beta2) { return fmaf(beta2, v, (one_minus_beta2 * g) * g); }
+// The direction m^ / (sqrt(v^) + eps) + wd * p (LAMB's u too), and the updated parameter.
+OPTIM_HD float adamw_direction(float p, float m, float v, float wd, float bc1, float bc2, float eps) {
+    float upd = (m * bc1) / (sqrtf(v * bc2) + eps);
+    return fmaf(wd, p, upd);
+}
+OPTIM_HD float adamw_param(float p, float m, float v, float lr, float wd, float bc1, float bc2, float eps) {
+    return fmaf(-lr, adamw_direction(p, m, v, wd, bc1, bc2, eps), p);
+}
+
 typedef struct {
     size_t offset, count;  // elements in the flat buffers
     float weight_decay;    // decoupled weight decay of this segment
@@ -131,12 +144,10 @@ static inline void adamw_update_cpu(float* params, const float* grads, float* m,
         #pragma omp for simd schedule(static) nowait
         for (size_t i = 0; i < n; i++) {
             float gi = g[i] * grad_scale;
-            float mi = fmaf(beta1, ms[i], one_minus_beta1 * gi);
-            float vi = fmaf(beta2, vs[i], (one_minus_beta2 * gi) * gi);
+            float mi = adamw_m(ms[i], gi, beta1, one_minus_beta1), vi = adamw_v(vs[i], gi, beta2, one_minus_beta2);
             ms[i] = mi;
             vs[i] = vi;
-            float upd = (mi * bc1) / (sqrtf(vi * bc2) + eps);
-            p[i] = fmaf(-lr, fmaf(wd, p[i], upd), p[i]);
+            p[i] = adamw_param(p[i], mi, vi, lr, wd, bc1, bc2, eps);
         }
     }
 }
@@ -291,16 +302,14 @@ static inline void adamw_amsgrad_update_cpu(float* params, const float* grads, f
         #pragma omp for simd schedule(static) nowait
         for (size_t i = 0; i < n; i++) {
             float gi = g[i] * grad_scale;
-            float mi = fmaf(beta1, ms[i], omb1 * gi);
-            float vi = fmaf(beta2, vs[i], (omb2 * gi) * gi);
+            float mi = adamw_m(ms[i], gi, beta1, omb1), vi = adamw_v(vs[i], gi, beta2, omb2);
             // fmaxf(vmax, v) of the GPU kernel, as a compare that vectorizes (fmaxf does not): equal
             // for v, vmax >= +0 (never -0), and when v is NaN both keep vmax, so vmax is never NaN
             float xi = vi > xs[i] ? vi : xs[i];
             ms[i] = mi;
             vs[i] = vi;
             xs[i] = xi;
-            float upd = (mi * bc1) / (sqrtf(xi * bc2) + eps);
-            p[i] = fmaf(-lr, fmaf(wd, p[i], upd), p[i]);
+            p[i] = adamw_param(p[i], mi, xi, lr, wd, bc1, bc2, eps);
         }
     }
 }
@@ -322,12 +331,11 @@ static inline void adamw_bf16_update_cpu(float* params, const float* grads, uint
             for (size_t k = 0; k < n; k++) {
                 const size_t i = off + k;
                 float gi = grads[i] * grad_scale;
-                float mi = fmaf(beta1, bf16_bits_to_float(m[i]), omb1 * gi);
-                float vi = fmaf(beta2, bf16_bits_to_float(v[i]), (omb2 * gi) * gi);
+                float mi = adamw_m(bf16_bits_to_float(m[i]), gi, beta1, omb1);
+                float vi = adamw_v(bf16_bits_to_float(v[i]), gi, beta2, omb2);
                 const float x = bf16_bits_to_float(vmax[i]);
                 const float vv = vi > x ? vi : x; // fmaxf(vmax, v), as in adamw_amsgrad_update_cpu
-                float upd = (mi * bc1) / (sqrtf(vv * bc2) + eps);
-                params[i] = fmaf(-lr, fmaf(wd, params[i], upd), params[i]);
+                params[i] = adamw_param(params[i], mi, vv, lr, wd, bc1, bc2, eps);
                 m[i] = bf16_bits_round_stochastic(mi, srng_bits(key, i, 1));
                 v[i] = bf16_bits_round_stochastic(vi, srng_bits(key, i, 2));
                 vmax[i] = bf16_bits_round_stochastic(vv, srng_bits(key, i, 3));
@@ -337,10 +345,9 @@ static inline void adamw_bf16_update_cpu(float* params, const float* grads, uint
             for (size_t k = 0; k < n; k++) {
                 const size_t i = off + k;
                 float gi = grads[i] * grad_scale;
-                float mi = fmaf(beta1, bf16_bits_to_float(m[i]), omb1 * gi);
-                float vi = fmaf(beta2, bf16_bits_to_float(v[i]), (omb2 * gi) * gi);
-                float upd = (mi * bc1) / (sqrtf(vi * bc2) + eps);
-                params[i] = fmaf(-lr, fmaf(wd, params[i], upd), params[i]);
+                float mi = adamw_m(bf16_bits_to_float(m[i]), gi, beta1, omb1);
+                float vi = adamw_v(bf16_bits_to_float(v[i]), gi, beta2, omb2);
+                params[i] = adamw_param(params[i], mi, vi, lr, wd, bc1, bc2, eps);
                 m[i] = bf16_bits_round_stochastic(mi, srng_bits(key, i, 1));
                 v[i] = bf16_bits_round_stochastic(vi, srng_bits(key, i, 2));
             }
@@ -401,12 +408,10 @@ static inline void adamw_int8_update_cpu(float* params, const float* grads, cons
             #pragma omp simd
             for (size_t j = 0; j < len; j++) {
                 float gj = g[j] * grad_scale;
-                float mj = fmaf(beta1, ms[j], omb1 * gj);
-                float vj = fmaf(beta2, vs[j], (omb2 * gj) * gj);
+                float mj = adamw_m(ms[j], gj, beta1, omb1), vj = adamw_v(vs[j], gj, beta2, omb2);
                 ms[j] = mj;
                 vs[j] = vj;
-                float upd = (mj * bc1) / (sqrtf(vj * bc2) + eps);
-                p[j] = fmaf(-lr, fmaf(wd, p[j], upd), p[j]);
+                p[j] = adamw_param(p[j], mj, vj, lr, wd, bc1, bc2, eps);
             }
             if (small_off[s] == OPT_NOT_SMALL) {
                 q->absmax_m[b] = quant8_block_quantize_fast(mb, len, &ix[0], 1, q->qm + start);
@@ -487,8 +492,7 @@ static inline void lion_update_cpu(float* params, const float* grads, float* m, 
 
 // LAMB's direction u of one element from the updated m, v (every pass computes it this way).
 OPTIM_HD float lamb_direction(float p, float m, float v, float wd, float bc1, float bc2, float eps) {
-    float upd = (m * bc1) / (sqrtf(v * bc2) + eps);
-    return fmaf(wd, p, upd);
+    return adamw_direction(p, m, v, wd, bc1, bc2, eps);
 }
 
 // The trust ratio of a segment from its sums of squares.
@@ -525,8 +529,7 @@ static inline void lamb_update_cpu(float* params, const float* grads, float* m, 
                 #pragma omp simd
                 for (size_t l = 0; l < cnt; l++) {
                     float gl = g[l] * grad_scale;
-                    float ml = fmaf(beta1, ms[l], omb1 * gl);
-                    float vl = fmaf(beta2, vs[l], (omb2 * gl) * gl);
+                    float ml = adamw_m(ms[l], gl, beta1, omb1), vl = adamw_v(vs[l], gl, beta2, omb2);
                     ms[l] = ml;
                     vs[l] = vl;
                     float u = lamb_direction(p[l], ml, vl, wd, bc1, bc2, eps);

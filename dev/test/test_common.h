@@ -1,7 +1,9 @@
 /*
  test_common.h: what test_gpt2.c and test_gpt2.cu share: the CHECK macro and its failure count,
- a max-difference metric, and the reader of the PyTorch reference's debug-state file
- (dev/reference/gpt2_ref.py state: llm.c's version 2 layout plus the appended loss trajectory).
+ a max-difference metric, the reader of the PyTorch reference's debug-state file
+ (dev/reference/gpt2_ref.py state: llm.c's version 2 layout plus the appended loss trajectory),
+ and the comparisons with it. Include it after the trainer: ref_check_steps drives the trainer
+ through the contract of llmc/train_loop.h (gpt2_build, gpt2_forward, ...).
 */
 #ifndef DEV_TEST_TEST_COMMON_H
 #define DEV_TEST_TEST_COMMON_H
@@ -76,6 +78,63 @@ static LS_UNUSED void ref_load(const char* model_path, const char* state_path, G
     model_file_read_header(model_path, c);
     param_table_build(pt, c);
     ref_state_read(state_path, c, pt->total, s);
+}
+
+// Tolerances of one precision: relative to max |ref| (logits, each gradient tensor) or to |ref|
+// (loss, the losses of the steps).
+typedef struct {
+    double logits, loss, grad, steps;
+} RefTolerances;
+
+// Logits (B*T rows of Vp, host fp32) and the mean loss against the reference.
+static LS_UNUSED void ref_check_forward(const float* logits, int Vp, float loss, const RefState* s, int V,
+                                        const RefTolerances* tol) {
+    double md = 0.0, mr = 0.0;
+    for (size_t bt = 0; bt < (size_t)s->B * s->T; bt++) {
+        double d, r;
+        max_diff(logits + bt * Vp, s->logits + bt * V, (size_t)V, &d, &r);
+        if (d > md) { md = d; }
+        if (r > mr) { mr = r; }
+    }
+    CHECK(md <= tol->logits * mr, "logits: max diff %.3g > %.0e * max|ref| = %.3g", md, tol->logits, tol->logits * mr);
+    printf("logits: max diff %.3g (max |ref| %.3g)\n", md, mr);
+    CHECK(fabs(loss - s->loss) <= tol->loss * fabs(s->loss), "loss: ours %.7f ref %.7f", loss, s->loss);
+    printf("loss: ours %.7f ref %.7f\n", loss, s->loss);
+}
+
+// Every parameter tensor's gradient (host fp32, the parameters' layout) against the reference.
+static LS_UNUSED void ref_check_grads(const float* grads, const ParamTable* pt, const RefState* s,
+                                      const RefTolerances* tol, int verbose) {
+    double worst = 0.0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        const ParamTensor* t = &pt->t[i];
+        double md, mr;
+        max_diff(grads + t->offset, s->grads + t->offset, t->count, &md, &mr);
+        double rel = md / (mr + 1e-30);
+        if (rel > worst) { worst = rel; }
+        if (verbose) { printf("  grad %-9s max diff / max|ref| = %.3g\n", t->name, rel); }
+        CHECK(md <= tol->grad * mr, "grad %s: max diff %.3g > %.0e * max|ref| = %.3g", t->name, md, tol->grad, tol->grad * mr);
+    }
+    printf("gradients: %d tensors, worst max diff / max|ref| = %.3g\n", NUM_PARAMETER_TENSORS, worst);
+}
+
+// The reference's AdamW steps (lr 1e-4, betas 0.9 0.95, eps 1e-8, wd 0.1, clip 1) on its batch,
+// from the model file: the loss of every step.
+static LS_UNUSED void ref_check_steps(const char* model_path, const RefState* s, const RefTolerances* tol) {
+    AdamWHyper h = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    GPT2 model;
+    gpt2_build(&model, model_path, 0, s->B, s->T, NULL);
+    for (int step = 0; step < s->n_steps; step++) {
+        gpt2_begin_step(&model, step);
+        float l = gpt2_forward(&model, s->inputs, s->targets, s->B, s->T);
+        gpt2_backward(&model, s->inputs, s->targets, s->B, s->T, 1.0f);
+        gpt2_grad_norm(&model, &h);
+        gpt2_update(&model, &h, step + 1);
+        CHECK(fabs(l - s->losses[step]) <= tol->steps * fabs(s->losses[step]), "step %d: loss %.6f ref %.6f", step, l,
+              s->losses[step]);
+        printf("step %d: loss %.6f ref %.6f\n", step, l, s->losses[step]);
+    }
+    gpt2_free(&model);
 }
 
 #endif // DEV_TEST_TEST_COMMON_H
