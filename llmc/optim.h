@@ -78,6 +78,18 @@ OPTIM_HD float adamw_param(float p, float m, float v, float lr, float wd, float 
     return fmaf(-lr, adamw_direction(p, m, v, wd, bc1, bc2, eps), p);
 }
 
+// One whole fp32 AdamW element in place: p, m, v from the clipped gradient g.
+typedef struct {
+    float beta1, one_minus_beta1, beta2, one_minus_beta2, bc1, bc2, eps;
+} AdamWConsts;
+
+OPTIM_HD void adamw_element(float* p, float* m, float* v, float g, const AdamWConsts* k, float lr, float wd) {
+    float mi = adamw_m(*m, g, k->beta1, k->one_minus_beta1), vi = adamw_v(*v, g, k->beta2, k->one_minus_beta2);
+    *m = mi;
+    *v = vi;
+    *p = adamw_param(*p, mi, vi, lr, wd, k->bc1, k->bc2, k->eps);
+}
+
 typedef struct {
     size_t offset, count;  // elements in the flat buffers
     float weight_decay;    // decoupled weight decay of this segment
@@ -126,10 +138,9 @@ static inline float clip_scale_of(float norm, float grad_clip) {
 // The fused CPU AdamW over all segments; `step` counts from 1. grad_scale is the clip scale.
 static inline void adamw_update_cpu(float* params, const float* grads, float* m, float* v, const OptSegment* segs,
                                     int nseg, const AdamWHyper* h, int step, float grad_scale) {
-    const float beta1 = h->beta1, beta2 = h->beta2, eps = h->eps;
-    const float one_minus_beta1 = 1.0f - beta1, one_minus_beta2 = 1.0f - beta2;
-    const float bc1 = 1.0f / (1.0f - powf(beta1, (float)step));  // bias corrections, hoisted
-    const float bc2 = 1.0f / (1.0f - powf(beta2, (float)step));
+    const AdamWConsts k = {h->beta1, 1.0f - h->beta1, h->beta2, 1.0f - h->beta2,
+                           1.0f / (1.0f - powf(h->beta1, (float)step)),  // bias corrections, hoisted
+                           1.0f / (1.0f - powf(h->beta2, (float)step)), h->eps};
     #pragma omp parallel
     for (int s = 0; s < nseg; s++) {
         const float lr = h->lr * segs[s].lr_mult;
@@ -142,13 +153,7 @@ static inline void adamw_update_cpu(float* params, const float* grads, float* m,
         // the same operations, in the same order, as the GPU kernel (llmc/adamw.cuh), so the two
         // give the same bits: explicit fmaf where the kernel fuses, nothing left for the compiler
         #pragma omp for simd schedule(static) nowait
-        for (size_t i = 0; i < n; i++) {
-            float gi = g[i] * grad_scale;
-            float mi = adamw_m(ms[i], gi, beta1, one_minus_beta1), vi = adamw_v(vs[i], gi, beta2, one_minus_beta2);
-            ms[i] = mi;
-            vs[i] = vi;
-            p[i] = adamw_param(p[i], mi, vi, lr, wd, bc1, bc2, eps);
-        }
+        for (size_t i = 0; i < n; i++) { adamw_element(&p[i], &ms[i], &vs[i], g[i] * grad_scale, &k, lr, wd); }
     }
 }
 
@@ -374,8 +379,8 @@ static inline void adamw_int8_update_cpu(float* params, const float* grads, cons
                                          const Quant8Index* ix, const OptSegment* segs, int nseg,
                                          const size_t* block0, const size_t* small_off, const OptStepArgs* a,
                                          float grad_scale) {
-    const float beta1 = a->beta1, beta2 = a->beta2, omb1 = a->one_minus_beta1, omb2 = a->one_minus_beta2;
-    const float eps = a->eps, bc1 = a->inv_bias_corr1, bc2 = a->inv_bias_corr2;
+    const AdamWConsts k = {a->beta1, a->one_minus_beta1, a->beta2, a->one_minus_beta2, a->inv_bias_corr1,
+                           a->inv_bias_corr2, a->eps};
     const float* map_m = q->maps;
     const float* map_v = q->maps + 256;
     const size_t nblocks = block0[nseg];
@@ -406,13 +411,7 @@ static inline void adamw_int8_update_cpu(float* params, const float* grads, cons
                 vs = vb;
             }
             #pragma omp simd
-            for (size_t j = 0; j < len; j++) {
-                float gj = g[j] * grad_scale;
-                float mj = adamw_m(ms[j], gj, beta1, omb1), vj = adamw_v(vs[j], gj, beta2, omb2);
-                ms[j] = mj;
-                vs[j] = vj;
-                p[j] = adamw_param(p[j], mj, vj, lr, wd, bc1, bc2, eps);
-            }
+            for (size_t j = 0; j < len; j++) { adamw_element(&p[j], &ms[j], &vs[j], g[j] * grad_scale, &k, lr, wd); }
             if (small_off[s] == OPT_NOT_SMALL) {
                 q->absmax_m[b] = quant8_block_quantize_fast(mb, len, &ix[0], 1, q->qm + start);
                 q->absmax_v[b] = quant8_block_quantize_fast(vb, len, &ix[1], 0, q->qv + start);
