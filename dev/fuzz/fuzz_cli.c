@@ -1,7 +1,8 @@
 /*
  fuzz_cli.c: libFuzzer target for the trainers' command-line parsing: cli_parse with the train
  flag table (llmc/cli.h, llmc/train_options.h), then what train_main does with the result before
- touching a file: --help, the model descriptor, the batch checks and the banner.
+ touching a file: --help, the --inject-nan list, the model descriptor, the batch checks and the
+ banner.
 
  Input: byte 0 picks the trainer (bit 0: GPU flags, else CPU); the rest is split at NUL bytes
  into argv[1..] (at most 48 arguments).
@@ -15,6 +16,7 @@
 #include "llmc/params.h"
 #include "llmc/train_options.h"
 #undef exit
+#include "llmc/step_guard.h"
 
 #define MAX_ARGS 48
 
@@ -32,6 +34,11 @@ int LLVMFuzzerInitialize(int* argc, char*** argv) {
 // What train_main does after parsing, before it reads a file or allocates: the descriptor, its
 // checks, the batch checks against it and the banner.
 static void after_parse(const TrainOptions* o) {
+    int steps[64], count = -1;
+    if (step_list_parse(o->inject_nan, steps, 64, &count)) {  // --inject-nan, as train_main parses it
+        fuzz_check(count >= 0 && count <= 64, "--inject-nan step count");
+        for (int i = 0; i < count; i++) { fuzz_check(steps[i] >= 1, "--inject-nan steps are >= 1"); }
+    }
     GPT2Config c;
     if (!gpt2_config_from_descriptor(o->model, &c)) { return; }  // a model file: not this target's
     char err[200];
