@@ -40,7 +40,7 @@ static void check_model(const char* model_path, const char* state_path) {
     int B = s.B, T = s.T, V = c.vocab_size, Vp = c.padded_vocab_size;
 
     // the memory table equals what was allocated
-    GpuMemoryOptions mo = gpu_memory_options(&c, B, T, model.recompute, model.use_master, model.chunk, 0);
+    GpuMemoryOptions mo = gpu_memory_options(&c, B, T, model.recompute, model.use_master, model.chunk, 0, 0, 1);
     MemoryReport predicted = memory_model_gpu(&c, B, T, &mo);
     for (int i = 0; i < MEM_COUNT; i++) {
         CHECK(predicted.bytes[i] == model.mem.bytes[i], "memory %s: predicted %zu bytes, allocated %zu",
@@ -170,7 +170,7 @@ static void check_offload(const char* model_path, const char* state_path) {
     GPT2 on, off;
     gpt2_build(&on, model_path, 5, s.B, s.T, NULL);
     gpt2_build(&off, model_path, 5, s.B, s.T, &o);
-    GpuMemoryOptions mo = gpu_memory_options(&c, s.B, s.T, off.recompute, off.use_master, off.chunk, 0);
+    GpuMemoryOptions mo = gpu_memory_options(&c, s.B, s.T, off.recompute, off.use_master, off.chunk, 0, 0, 1);
     MemoryReport predicted = memory_model_gpu(&c, s.B, s.T, &mo);
     for (int i = 0; i < MEM_COUNT; i++) {
         CHECK(predicted.bytes[i] == off.mem.bytes[i], "offload memory %s: predicted %zu, allocated %zu", mem_category_names[i],
@@ -246,7 +246,7 @@ static void check_badam(void) {
         size_t n = full.num_parameters, nb = bad.state_elems;
         CHECK(bad.use_badam && nb == bad.badam.max_block && nb < n / 2, "badam: state for the largest block (%zu of %zu)", nb, n);
         // (3) the memory table with BAdam equals what was allocated
-        GpuMemoryOptions mo = gpu_memory_options(&c, BADAM_B, BADAM_T, bad.recompute, bad.use_master, 0, nb);
+        GpuMemoryOptions mo = gpu_memory_options(&c, BADAM_B, BADAM_T, bad.recompute, bad.use_master, 0, nb, 0, 1);
         MemoryReport predicted = memory_model_gpu(&c, BADAM_B, BADAM_T, &mo);
         for (int i = 0; i < MEM_COUNT; i++) {
             CHECK(predicted.bytes[i] == bad.mem.bytes[i], "badam memory %s: predicted %zu, allocated %zu", mem_category_names[i],
