@@ -85,7 +85,7 @@ $(BUILD)/train_gpt2 $(BUILD)/test_gpt2: $(BUILD)/%: %.c train_gpt2.c dev/test/te
 MPICC ?= mpicc
 HAVE_MPI := $(shell command -v $(MPICC) >/dev/null 2>&1 && echo 1)
 
-# Several GPUs (llmc/nccl_comm.h): NCCL when nccl.h is found (NO_MULTI_GPU=1: without), and MPI
+# Several GPUs (llmc/nccl_comm.cuh): NCCL when nccl.h is found (NO_MULTI_GPU=1: without), and MPI
 # for `mpirun` launches when mpicxx is found (NO_USE_MPI=1: without; -pi fs|tcp still work).
 CUDA_HOME ?= /usr/local/cuda
 NCCL_INC := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
@@ -120,7 +120,9 @@ test-mpi: $(BUILD)/train_gpt2_mpi $(BUILD)/train_gpt2
 	$(PYTHON) dev/test/test_mpi.py --mpi-bin $(BUILD)/train_gpt2_mpi --bin $(BUILD)/train_gpt2
 ifneq ($(NCCL_INC),)
 	$(Q)$(MAKE) --no-print-directory $(BUILD)/train_gpt2cu_emu_mpi_fp32 $(BUILD)/train_gpt2cu_emu_fp32 PRECISION=FP32
-	$(PYTHON) dev/test/test_mpi_gpu.py --mpi-bin $(BUILD)/train_gpt2cu_emu_mpi_fp32 --bin $(BUILD)/train_gpt2cu_emu_fp32
+	$(Q)$(MAKE) --no-print-directory $(BUILD)/train_gpt2cu_emu_mpi_bf16 $(BUILD)/train_gpt2cu_emu_bf16 PRECISION=BF16
+	$(PYTHON) dev/test/test_mpi_gpu.py --mpi-bin $(BUILD)/train_gpt2cu_emu_mpi_fp32 --bin $(BUILD)/train_gpt2cu_emu_fp32 \
+		--mpi-bin-bf16 $(BUILD)/train_gpt2cu_emu_mpi_bf16 --bin-bf16 $(BUILD)/train_gpt2cu_emu_bf16
 else
 	@echo "test-mpi: nccl.h not found: the GPU trainer's MPI test (NCCL over MPI under the harness) is skipped"
 endif
@@ -222,7 +224,7 @@ $(BUILD)/test_gpt2cu_emu_$(PREC_LC): test_gpt2.cu dev/test/test_common.h $(CUDA_
 train_gpt2cu_emu: $(BUILD)/train_gpt2cu_emu_$(PREC_LC)
 test_gpt2cu_emu: $(BUILD)/test_gpt2cu_emu_$(PREC_LC)
 
-# the harness build with MPI: NCCL's calls over MPI between CPU processes (llmc/nccl_shim_mpi.h),
+# the harness build with MPI: NCCL's calls over MPI between CPU processes (llmc/cuda_harness_nccl.h),
 # so `mpirun -np 2` runs the GPU trainer's -z 0 / -z 1 code; needs mpicxx and nccl.h (declarations)
 $(BUILD)/train_gpt2cu_emu_mpi_$(PREC_LC): $(CUDA_TRAIN_DEPS)
 	@mkdir -p $(@D)

@@ -13,7 +13,7 @@
  weight gradients for frozen tensors (grad_slice) and stops below the lowest active layer; the
  update is one AdamW launch per slice of the block.
 
- Several processes, one GPU each (llmc/nccl_comm.h; mpirun, or -pi fs|tcp): -z 0 sums the
+ Several processes, one GPU each (llmc/nccl_comm.cuh; mpirun, or -pi fs|tcp): -z 0 sums the
  gradients with NCCL all-reduces, layer by layer on the communicator's stream while the backward
  pass computes the layers below; -z 1 (ZeRO-1) reduce-scatters them, updates this process's shard
  of the parameters with its shard of m, v and master weights, and all-gathers the parameters.
@@ -23,7 +23,7 @@
  The same source also builds for the CPU execution harness (make train_gpt2cu_emu): each CUDA
  thread runs as a fiber, cuBLASLt is replaced by a CPU matmul, and CI runs the whole training
  step that way (test_gpt2.cu); with MPI (build/train_gpt2cu_emu_mpi_*) NCCL is provided over MPI
- between CPU processes (llmc/nccl_shim_mpi.h).
+ between CPU processes (llmc/cuda_harness_nccl.h).
 
  Shapes: B batch, T time, C channels, NH heads, L layers, V vocab, Vp padded vocab; Linear
  weights (out, in). floatX is the storage type (llmc/cuda_precision.h); statistics are fp32.
@@ -54,7 +54,7 @@
 #include "llmc/global_norm.cuh"
 #include "llmc/adamw.cuh"
 #include "llmc/srng.h"
-#include "llmc/nccl_comm.h"
+#include "llmc/nccl_comm.cuh"
 
 #define CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
 

@@ -10,7 +10,7 @@
  others and says which rank failed, so a run never hangs on a dead rank.
 
  A backend (CommOps) can take over the host-side collectives (loss sums, barriers, the flag
- check): the GPU trainer installs its NCCL communicator there (llmc/nccl_comm.h), so processes
+ check): the GPU trainer installs its NCCL communicator there (llmc/nccl_comm.cuh), so processes
  started without MPI (-pi fs|tcp) get the same collectives, and comm_finalize frees it.
 */
 #ifndef LLMC_COMM_H
@@ -158,15 +158,15 @@ static inline void comm_check_same_args(const Comm* c, int argc, char** argv, co
     if (c->ops && c->size > 1) {
         // sums only: the hash in 8-bit pieces x; all equal iff size * sum(x^2) == sum(x)^2 (exact
         // in doubles for up to 2^18 processes)
-        double s[16];
+        double s[16];  // s[k]: sum of piece k, s[8 + k]: sum of its squares
         for (int k = 0; k < 8; k++) {
             double x = (double)((h >> (8 * k)) & 0xff);
-            s[2 * k] = x;
-            s[2 * k + 1] = x * x;
+            s[k] = x;
+            s[8 + k] = x * x;
         }
         c->ops->allreduce_sum_f64(c->ctx, s, 16);
         for (int k = 0; k < 8; k++) {
-            if (s[2 * k + 1] * c->size != s[2 * k] * s[2 * k]) {
+            if (s[8 + k] * c->size != s[k] * s[k]) {
                 ls_fatal("the %d processes were started with different flags (rank %d); give every rank the same command line", c->size, c->rank);
             }
         }

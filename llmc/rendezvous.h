@@ -22,6 +22,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -94,6 +95,9 @@ static inline void rendezvous_split_addr(const char* addr, char* host, size_t hl
     memcpy(host, addr, n);
     host[n] = '\0';
     if (colon) { snprintf(port, plen, "%s", colon + 1); } else { snprintf(port, plen, "%d", RENDEZVOUS_DEFAULT_PORT); }
+    char* end = NULL;
+    long p = strtol(port, &end, 10);
+    if (end == port || *end != '\0' || p < 1 || p > 65535) { ls_fatal("flag -ps: '%s': the port must be 1 .. 65535", addr); }
 }
 
 // Sends or receives exactly len bytes, waiting at most until the deadline; 0 on failure.
@@ -123,7 +127,7 @@ static inline void rendezvous_tcp(const char* addr, int rank, int size, void* bl
         memset(&sa, 0, sizeof(sa));
         sa.sin_family = AF_INET;
         sa.sin_addr.s_addr = htonl(INADDR_ANY);
-        sa.sin_port = htons((uint16_t)atoi(port));
+        sa.sin_port = htons((uint16_t)strtol(port, NULL, 10));  // checked by rendezvous_split_addr
         if (fd < 0 || bind(fd, (struct sockaddr*)&sa, sizeof(sa)) != 0 || listen(fd, size) != 0) {
             ls_fatal("flag -ps: rank 0 cannot listen on port %s: %s", port, strerror(errno));
         }

@@ -6,6 +6,7 @@
 #ifndef LLMC_TRAIN_OPTIONS_H
 #define LLMC_TRAIN_OPTIONS_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include "llmc/cli.h"
@@ -59,7 +60,7 @@ typedef struct {
     int max_skips;            // stop after this many skipped updates in a row
     const char* inject_nan;   // testing: comma list of steps whose gradients are made NaN
     Comm* comm;               // the processes of the run (set by train_main, not a flag; NULL: one)
-    // GPU trainer, several processes (llmc/nccl_comm.h)
+    // GPU trainer, several processes (llmc/nccl_comm.cuh)
     int init_method;          // -pi how the processes find each other: mpi (mpirun), fs, tcp
     int num_processes;        // -pn with -pi fs|tcp: the number of processes
     int process_rank;         // -pr with -pi fs|tcp: this process's rank
@@ -205,7 +206,9 @@ static inline void train_options_processes(const char* prog, const TrainOptions*
     if (rank < 0) {  // not given: the launcher's (srun sets SLURM_PROCID), or 0 of one process
         const char* env = getenv("SLURM_PROCID");
         if (env == NULL) { env = getenv("RANK"); }
-        rank = env ? atoi(env) : (o->num_processes == 1 ? 0 : -1);
+        char* end = NULL;
+        long r = env ? strtol(env, &end, 10) : (o->num_processes == 1 ? 0 : -1);
+        rank = (env && (end == env || *end != '\0')) || r > INT_MAX ? -1 : (int)r;
     }
     if (rank < 0 || rank >= o->num_processes) {
         snprintf(msg, sizeof(msg), "flag -pr: %d is not a rank of -pn %d processes (0 .. %d)", rank, o->num_processes,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""test_mpi_gpu.py: the GPU trainer's data parallelism (train_gpt2.cu over llmc/nccl_comm.h), run
-under the CPU harness with NCCL's calls provided over MPI (llmc/nccl_shim_mpi.h), `mpirun -np 2`.
+"""test_mpi_gpu.py: the GPU trainer's data parallelism (train_gpt2.cu over llmc/nccl_comm.cuh), run
+under the CPU harness with NCCL's calls provided over MPI (llmc/cuda_harness_nccl.h), `mpirun -np 2`.
 
 With the same total batch, -z 0 (gradient all-reduce, layer by layer during the backward pass)
 and -z 1 (ZeRO-1: reduce-scatter, sharded AdamW, all-gather) must give the losses of one process
@@ -68,6 +68,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mpi-bin", required=True)
     ap.add_argument("--bin", required=True)
+    ap.add_argument("--mpi-bin-bf16", help="the bf16 builds: -z 0 and -z 1 against one process too")
+    ap.add_argument("--bin-bf16")
     a = ap.parse_args()
     mpi_bin, one_bin = os.path.abspath(a.mpi_bin), os.path.abspath(a.bin)
     tmp = tempfile.mkdtemp(prefix="leanstep_mpi_gpu_")
@@ -157,6 +159,23 @@ def main():
         check(r.returncode != 0 and "did not complete within 3 s" in r.stderr and took < 60,
               "a hung rank: the other stops with a message within --comm-timeout (exit %d, %.0f s): %s" % (r.returncode, took, tail(r)))
         print("a hung rank: exit %d after %.1f s with --comm-timeout 3" % (r.returncode, took))
+        if a.mpi_bin_bf16 and a.bin_bf16:
+            # bf16 with master weights: the gradient sums round to bf16 in another order than one
+            # process's accumulation (within 1e-4 relative over 6 steps); ZeRO-1's sharded master
+            # weights and stochastic rounding (keyed by the global element index) must give
+            # exactly the losses of -z 0
+            six = [x if x != "10" else "6" for x in base]
+            r1 = subprocess.run([os.path.abspath(a.bin_bf16)] + six, capture_output=True, text=True, timeout=300, env=ENV)
+            ref = step_losses(r1.stdout)
+            got = {}
+            for z in (0, 1):
+                r = mpirun(2, [os.path.abspath(a.mpi_bin_bf16)] + six + ["-z", str(z)])
+                got[z] = step_losses(r.stdout)
+                worst = max((abs(x - y) / abs(x) for x, y in zip(ref, got[z])), default=1.0)
+                check(r.returncode == 0 and len(got[z]) == 6 and worst <= 1e-4, "bf16 -np 2 -z %d: 6 steps within 1e-4 of one process "
+                      "(worst %.2e): %s vs %s (%s)" % (z, worst, got[z], ref, tail(r)))
+                print("bf16 -np 2 -z %d: worst relative loss difference to one process %.2e over 6 steps" % (z, worst))
+            check(got[0] == got[1], "bf16: -z 1 gives the losses of -z 0: %s vs %s" % (got[1], got[0]))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("test_mpi_gpu: %s (%.0f s)" % ("%d failed" % len(failures) if failures else "all checks passed", time.time() - t_start))

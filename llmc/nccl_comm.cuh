@@ -1,5 +1,5 @@
 /*
- nccl_comm.h: the GPU trainer's communicator between processes, one GPU each: NCCL collectives on
+ nccl_comm.cuh: the GPU trainer's communicator between processes, one GPU each: NCCL collectives on
  device buffers (gradients, parameters), plus the host-side sums of the training loop (llmc/comm.h
  CommOps: loss, barriers, the flag check) carried through a small device buffer.
 
@@ -10,7 +10,7 @@
  (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID or LOCAL_RANK), else the rank.
 
  Builds: nvcc with -DUSE_NCCL links the real NCCL; the CPU-harness build with -DUSE_MPI gets the
- same functions over MPI (llmc/nccl_shim_mpi.h); any other build has one process only and these
+ same functions over MPI (llmc/cuda_harness_nccl.h); any other build has one process only and these
  functions are never reached (nccl_comm_init says what to build instead).
 
  A dead or hung rank: every wait that needs the other ranks (init, the gradient reduction, the
@@ -19,9 +19,10 @@
  Testing: LEANSTEP_TEST_HANG=RANK:STEP makes that rank stop responding before that step's
  gradient reduction (training steps count from 1).
 */
-#ifndef LLMC_NCCL_COMM_H
-#define LLMC_NCCL_COMM_H
+#ifndef LLMC_NCCL_COMM_CUH
+#define LLMC_NCCL_COMM_CUH
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -34,7 +35,7 @@
 #include "llmc/cuda_precision.h"
 
 #if LS_HARNESS && defined(USE_MPI)
-#include "llmc/nccl_shim_mpi.h"
+#include "llmc/cuda_harness_nccl.h"
 #define LS_NCCL 1
 #elif !LS_HARNESS && defined(USE_NCCL)
 #include <nccl.h>
@@ -63,7 +64,9 @@ static inline int nccl_comm_local_rank(int rank) {
     const char* vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"};
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
         const char* v = getenv(vars[i]);
-        if (v && *v) { return atoi(v); }
+        char* end = NULL;
+        long r = v ? strtol(v, &end, 10) : -1;
+        if (v && end != v && *end == '\0' && r >= 0 && r <= INT_MAX) { return (int)r; }
     }
     return rank;
 }
@@ -199,4 +202,4 @@ static inline void nccl_group_end(void) {}
 
 #endif  // LS_NCCL
 
-#endif // LLMC_NCCL_COMM_H
+#endif // LLMC_NCCL_COMM_CUH

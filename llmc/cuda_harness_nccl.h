@@ -1,5 +1,5 @@
 /*
- nccl_shim_mpi.h: the NCCL functions the GPU trainer calls, implemented with MPI between CPU
+ cuda_harness_nccl.h: the NCCL functions the GPU trainer calls, implemented with MPI between CPU
  processes, for the CPU-harness build (make build/train_gpt2cu_emu_mpi_fp32). The same -z 0 / -z 1
  code of train_gpt2.cu then runs in CI under `mpirun -np 2` without a GPU or NCCL's library.
 
@@ -16,8 +16,8 @@
  bf16 values is exact unless their exponents differ by more than 16); for more ranks the results
  differ by the bf16 rounding of the partial sums.
 */
-#ifndef LLMC_NCCL_SHIM_MPI_H
-#define LLMC_NCCL_SHIM_MPI_H
+#ifndef LLMC_CUDA_HARNESS_NCCL_H
+#define LLMC_CUDA_HARNESS_NCCL_H
 
 #include <mpi.h>
 #include <nccl.h>
@@ -184,4 +184,4 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
 
 }  // extern "C"
 
-#endif // LLMC_NCCL_SHIM_MPI_H
+#endif // LLMC_CUDA_HARNESS_NCCL_H
