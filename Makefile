@@ -85,6 +85,32 @@ $(BUILD)/train_gpt2 $(BUILD)/test_gpt2: $(BUILD)/%: %.c train_gpt2.c dev/test/te
 # train_gpt2 stays free of MPI.
 MPICC ?= mpicc
 HAVE_MPI := $(shell command -v $(MPICC) >/dev/null 2>&1 && echo 1)
+
+# Several GPUs (llmc/nccl_comm.cuh): NCCL when nccl.h is found (NO_MULTI_GPU=1: without), and MPI
+# for `mpirun` launches when mpicxx is found (NO_USE_MPI=1: without; -pi fs|tcp still work).
+CUDA_HOME ?= /usr/local/cuda
+NCCL_INC := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
+NCCL_LIBDIR := $(firstword $(dir $(wildcard $(CUDA_HOME)/lib/libnccl.so $(CUDA_HOME)/lib64/libnccl.so /usr/lib/$(MULTIARCH)/libnccl.so)))
+MPICXX ?= mpicxx
+MPI_SKIP_CXX := -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX  # the C API only (the C++ bindings warn)
+HAVE_MPICXX := $(shell command -v $(MPICXX) >/dev/null 2>&1 && echo 1)
+ifeq ($(HAVE_MPICXX),1)
+MPI_CFLAGS := $(shell $(MPICXX) --showme:compile 2>/dev/null) -DUSE_MPI $(MPI_SKIP_CXX)
+MPI_LIBS := $(shell $(MPICXX) --showme:link 2>/dev/null)
+endif
+NCCL_FLAGS :=
+NCCL_LIBS :=
+ifeq ($(NO_MULTI_GPU),)
+ifneq ($(NCCL_INC),)
+NCCL_FLAGS := -DUSE_NCCL -I$(dir $(NCCL_INC))
+NCCL_LIBS := $(if $(NCCL_LIBDIR),-L$(NCCL_LIBDIR) -Xlinker -rpath=$(NCCL_LIBDIR)) -lnccl
+ifeq ($(NO_USE_MPI),)
+NCCL_FLAGS += $(MPI_CFLAGS)
+NCCL_LIBS += $(MPI_LIBS)
+endif
+endif
+endif
+
 $(BUILD)/train_gpt2_mpi: train_gpt2.c $(LLMC_HEADERS)
 	@mkdir -p $(BUILD)
 	@echo "  MPICC $@"
@@ -93,6 +119,14 @@ $(BUILD)/train_gpt2_mpi: train_gpt2.c $(LLMC_HEADERS)
 ifeq ($(HAVE_MPI),1)
 test-mpi: $(BUILD)/train_gpt2_mpi $(BUILD)/train_gpt2
 	$(PYTHON) dev/test/test_mpi.py --mpi-bin $(BUILD)/train_gpt2_mpi --bin $(BUILD)/train_gpt2
+ifneq ($(NCCL_INC),)
+	$(Q)$(MAKE) --no-print-directory $(BUILD)/train_gpt2cu_emu_mpi_fp32 $(BUILD)/train_gpt2cu_emu_fp32 PRECISION=FP32
+	$(Q)$(MAKE) --no-print-directory $(BUILD)/train_gpt2cu_emu_mpi_bf16 $(BUILD)/train_gpt2cu_emu_bf16 PRECISION=BF16
+	$(PYTHON) dev/test/test_mpi_gpu.py --mpi-bin $(BUILD)/train_gpt2cu_emu_mpi_fp32 --bin $(BUILD)/train_gpt2cu_emu_fp32 \
+		--mpi-bin-bf16 $(BUILD)/train_gpt2cu_emu_mpi_bf16 --bin-bf16 $(BUILD)/train_gpt2cu_emu_bf16
+else
+	@echo "test-mpi: nccl.h not found: the GPU trainer's MPI test (NCCL over MPI under the harness) is skipped"
+endif
 else
 test-mpi:
 	@echo "test-mpi: mpicc not found (install libopenmpi-dev openmpi-bin): skipped"
@@ -157,18 +191,27 @@ NVCC_LIBS := -lcublasLt -lcublas -lgomp -lz
 CUDA_TRAIN_DEPS := train_gpt2.cu $(LLMC_HEADERS) $(wildcard llmc/*.cuh)
 
 train_gpt2cu: $(CUDA_TRAIN_DEPS)
-	@echo "  NVCC  $@ ($(PRECISION), $(GPU_ARCH))"
-	$(Q)$(NVCC) $(NVCC_TRAIN_FLAGS) -arch=$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
+	@echo "  NVCC  $@ ($(PRECISION), $(GPU_ARCH)$(if $(NCCL_LIBS),, no NCCL: one GPU only))"
+	$(Q)$(NVCC) $(NVCC_TRAIN_FLAGS) $(NCCL_FLAGS) -arch=$(GPU_ARCH) $< -o $@ $(NVCC_LIBS) $(NCCL_LIBS)
 
 test_gpt2cu: test_gpt2.cu dev/test/test_common.h $(CUDA_TRAIN_DEPS)
 	@echo "  NVCC  $@ ($(PRECISION), $(GPU_ARCH))"
 	$(Q)$(NVCC) $(NVCC_TRAIN_FLAGS) -arch=$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
 
-# compile (no link, no GPU needed) for sm_80 and sm_90 with warnings as errors
+# compile (no link, no GPU needed) for sm_80 and sm_90 with warnings as errors; then, when NCCL
+# is installed, the multi-GPU trainer (NCCL, and MPI when found) compiled and linked the same way
+NVCC_CHECK_FLAGS = $(NVCC_TRAIN_FLAGS) -Werror all-warnings -Xcompiler -Werror \
+	-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 gpu-compile-check: $(CUDA_TRAIN_DEPS) test_gpt2.cu
 	@echo "  NVCC  train_gpt2.cu test_gpt2.cu ($(PRECISION), sm_80 + sm_90, warnings are errors)"
-	$(Q)for f in train_gpt2.cu test_gpt2.cu; do $(NVCC) $(NVCC_TRAIN_FLAGS) -Werror all-warnings -Xcompiler -Werror \
-		-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -c $$f -o /dev/null || exit 1; done
+	$(Q)for f in train_gpt2.cu test_gpt2.cu; do $(NVCC) $(NVCC_CHECK_FLAGS) -c $$f -o /dev/null || exit 1; done
+ifneq ($(NCCL_LIBS),)
+	@mkdir -p $(BUILD)
+	@echo "  NVCC  train_gpt2.cu + NCCL$(if $(findstring USE_MPI,$(NCCL_FLAGS)), + MPI) ($(PRECISION), sm_80 + sm_90, compile and link, warnings are errors)"
+	$(Q)$(NVCC) $(NVCC_CHECK_FLAGS) $(NCCL_FLAGS) train_gpt2.cu -o $(BUILD)/train_gpt2cu_nccl_check $(NVCC_LIBS) $(NCCL_LIBS)
+else
+	@echo "gpu-compile-check: nccl.h not found: the multi-GPU (NCCL) build is not checked"
+endif
 
 # the harness builds: g++, every CUDA thread a fiber, cuBLASLt replaced by a CPU matmul
 $(BUILD)/train_gpt2cu_emu_$(PREC_LC): $(CUDA_TRAIN_DEPS)
@@ -181,6 +224,14 @@ $(BUILD)/test_gpt2cu_emu_$(PREC_LC): test_gpt2.cu dev/test/test_common.h $(CUDA_
 	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS) $< -o $@ $(CUDA_HARNESS_LIBS) -lz
 train_gpt2cu_emu: $(BUILD)/train_gpt2cu_emu_$(PREC_LC)
 test_gpt2cu_emu: $(BUILD)/test_gpt2cu_emu_$(PREC_LC)
+
+# the harness build with MPI: NCCL's calls over MPI between CPU processes (llmc/cuda_harness_nccl.h),
+# so `mpirun -np 2` runs the GPU trainer's -z 0 / -z 1 code; needs mpicxx and nccl.h (declarations)
+$(BUILD)/train_gpt2cu_emu_mpi_$(PREC_LC): $(CUDA_TRAIN_DEPS)
+	@mkdir -p $(@D)
+	@echo "  MPICXX $@ (CPU harness, NCCL over MPI)"
+	$(Q)OMPI_CXX=$(CXX) $(MPICXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS) -DUSE_MPI $(MPI_SKIP_CXX) $< -o $@ $(CUDA_HARNESS_LIBS) -lz
+train_gpt2cu_emu_mpi: $(BUILD)/train_gpt2cu_emu_mpi_$(PREC_LC)
 
 # CI: the GPU trainer's whole step under the harness in both precisions, against PyTorch; then
 # 10 training steps of the fp32 harness build against the CPU trainer on TinyShakespeare.

@@ -35,7 +35,7 @@ static const RefTolerances TOL = {1e-4, 1e-5, 1e-3, 1e-4};
 // category; returns the predicted total.
 static size_t check_memory_model(const GPT2* model, int B, int T, size_t badam_block, const char* what) {
     GpuMemoryOptions mo = gpu_memory_options(&model->config, B, T, model->recompute, model->use_master, model->chunk,
-                                             badam_block, model->use_family, model->opt.bytes);
+                                             badam_block, model->zero_stage, 1, model->use_family, model->opt.bytes);
     MemoryReport predicted = memory_model_gpu(&model->config, B, T, &mo);
     for (int i = 0; i < MEM_COUNT; i++) {
         CHECK(predicted.bytes[i] == model->mem.bytes[i], "%s memory %s: predicted %zu bytes, allocated %zu", what,

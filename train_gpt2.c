@@ -727,16 +727,7 @@ static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
     if (model->zero_stage >= 1) {  // update this process's shard, all-gather the parameters
         size_t shard = model->shard, lo = (size_t)model->comm->rank * shard;
         OptSegment segs[NUM_PARAMETER_TENSORS];  // the segments cut to the shard, rebased to it
-        int k = 0;
-        for (int i = 0; i < model->num_segments; i++) {
-            size_t a = model->segments[i].offset, b = a + model->segments[i].count;
-            size_t s0 = a > lo ? a : lo, s1 = b < lo + shard ? b : lo + shard;
-            if (s0 >= s1) { continue; }
-            segs[k] = model->segments[i];
-            segs[k].offset = s0 - lo;
-            segs[k].count = s1 - s0;
-            k++;
-        }
+        int k = optim_segments_cut(model->segments, model->num_segments, lo, lo + shard, segs);
         adamw_update_cpu(model->params_memory + lo, model->grad_shard, model->m_memory, model->v_memory, segs, k, h,
                          step, scale);
         comm_allgather_inplace_f32(model->comm, model->params_memory, shard);

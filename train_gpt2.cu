@@ -13,9 +13,17 @@
  weight gradients for frozen tensors (grad_slice) and stops below the lowest active layer; the
  update is one AdamW launch per slice of the block.
 
+ Several processes, one GPU each (llmc/nccl_comm.cuh; mpirun, or -pi fs|tcp): -z 0 sums the
+ gradients with NCCL all-reduces, layer by layer on the communicator's stream while the backward
+ pass computes the layers below; -z 1 (ZeRO-1) reduce-scatters them, updates this process's shard
+ of the parameters with its shard of m, v and master weights, and all-gathers the parameters.
+ Parameters and gradients are padded to a multiple of the shard (zero_shard_elems), so any
+ parameter count works.
+
  The same source also builds for the CPU execution harness (make train_gpt2cu_emu): each CUDA
  thread runs as a fiber, cuBLASLt is replaced by a CPU matmul, and CI runs the whole training
- step that way (test_gpt2.cu).
+ step that way (test_gpt2.cu); with MPI (build/train_gpt2cu_emu_mpi_*) NCCL is provided over MPI
+ between CPU processes (llmc/cuda_harness_nccl.h).
 
  Shapes: B batch, T time, C channels, NH heads, L layers, V vocab, Vp padded vocab; Linear
  weights (out, in). floatX is the storage type (llmc/cuda_precision.h); statistics are fp32.
@@ -47,6 +55,7 @@
 #include "llmc/adamw.cuh"
 #include "llmc/optimizers.cuh"
 #include "llmc/srng.h"
+#include "llmc/nccl_comm.cuh"
 
 #define CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
 
@@ -141,7 +150,13 @@ typedef struct {
     int use_family;
     OptimizerState opt;
     void* opt_memory;         // its block (MEM_OPT_STATE)
-    AdamWSegment* d_segments; // the optimizer's segment table, on the device
+    // data parallelism: NULL nccl = one process
+    NcclComm* nccl;           // the communicator (trainer_init's), when there are several processes
+    int zero_stage;           // -z
+    size_t shard;             // ZeRO-1: elements per process; parameters and gradients hold shard * processes
+    int accum;                // micro-steps per step: the last one's backward pass reduces the gradients
+    int grads_reduced;        // -z 0: the reduction of this step was issued during the backward pass
+    AdamWSegment* d_segments; // the optimizer's segment table, on the device (ZeRO-1: cut to the shard)
     int num_segments;
     float weight_decay;       // of the uploaded segment table
     unsigned long long seed;  // stochastic rounding
@@ -186,15 +201,16 @@ static size_t kernel_scratch_bytes_for(const GPT2Config* c, int B, int T) {
 }
 
 static GpuMemoryOptions gpu_memory_options(const GPT2Config* c, int B, int T, int recompute, int master,
-                                           size_t offload_chunk, size_t badam_block, int family, size_t opt_state_bytes) {
+                                           size_t offload_chunk, size_t badam_block, int zero_stage, int procs, int family,
+                                           size_t opt_state_bytes) {
     GpuMemoryOptions g;
     g.recompute = recompute;
     g.master_weights = master;
     g.floatx_bytes = sizeof(floatX);
     g.kernel_scratch = kernel_scratch_bytes_for(c, B, T);
     g.workspace = CUBLASLT_WORKSPACE_BYTES;
-    g.zero_stage = 0;
-    g.num_processes = 1;
+    g.zero_stage = zero_stage;
+    g.num_processes = procs;
     g.offload_chunk = offload_chunk;
     g.badam_block = badam_block;
     g.family = family;
@@ -243,9 +259,33 @@ static void gpu_check_flags(const TrainOptions* o) {
     if (o && o->badam > 0 && o->offload) {
         ls_fatal("flags --badam and --offload cannot be combined (BAdam already keeps AdamW state for one block only; drop --offload)");
     }
-    if (o && train_options_uses_family(o) && (o->badam > 0 || o->offload)) {
+    int procs = o && o->comm ? o->comm->size : 1;
+    if (o && train_options_uses_family(o) && (o->badam > 0 || o->offload || (procs > 1 && o->zero_stage >= 1))) {
         ls_fatal("flags --optimizer/--opt-state/--amsgrad with %s: only fp32 AdamW is implemented there",
-                 o->badam > 0 ? "--badam" : "--offload");
+                 o->badam > 0 ? "--badam" : o->offload ? "--offload" : "-z 1");
+    }
+    if (o && procs > 1 && o->zero_stage >= 1 && o->badam > 0) {
+        ls_fatal("flags -z 1 and --badam: ZeRO-1 with BAdam is not supported; use -z 0");
+    }
+    if (o && procs > 1 && o->zero_stage >= 1 && o->offload) {
+        ls_fatal("flags -z 1 and --offload cannot be combined yet (ZeRO-1 already divides m, v and master by the process count)");
+    }
+}
+
+// The processes of a run and its ZeRO stage (0 with one process, as the CPU trainer).
+static int gpu_procs(const TrainOptions* o) { return o && o->comm ? o->comm->size : 1; }
+static int gpu_zero_stage(const TrainOptions* o) { return gpu_procs(o) > 1 ? o->zero_stage : 0; }
+
+// ZeRO-1: the parameters this process updates, [lo, hi) (the real ones of its shard: the padding
+// past num_parameters is never updated and stays 0); without ZeRO-1 all of them.
+static void zero_range(const GPT2* model, size_t* lo, size_t* hi) {
+    size_t n = model->num_parameters;
+    *lo = 0;
+    *hi = n;
+    if (model->zero_stage >= 1) {
+        size_t a = (size_t)model->nccl->rank * model->shard;
+        *lo = a < n ? a : n;
+        *hi = a + model->shard < n ? a + model->shard : n;
     }
 }
 
@@ -289,6 +329,12 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     model->seed = seed;
     model->offload = opts ? opts->offload : 0;
     size_t n_params = gpt2_num_parameters(c);
+    int procs = gpu_procs(opts);
+    model->zero_stage = gpu_zero_stage(opts);
+    model->nccl = procs > 1 ? (NcclComm*)opts->comm->ctx : NULL;  // trainer_init connected the processes
+    if (procs > 1 && model->nccl == NULL) { ls_fatal("gpt2_build: %d processes but no communicator (trainer_init first)", procs); }
+    long long per_micro = (long long)B * T * procs;
+    model->accum = opts && opts->total_batch > 0 ? (int)(opts->total_batch / per_micro) : 1;
     if (model->offload) {  // chunks of a multiple of 32 elements keep every chunk 128-bit aligned
         model->chunk = offload_chunk_elems(n_params, (size_t)opts->offload_chunk);
         model->num_chunks = (int)CEIL_DIV(n_params, model->chunk);
@@ -303,17 +349,23 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
         badam_init(&model->badam, &model->table, opts->badam, opts->badam_order, opts->badam_embed, seed);
         model->state_elems = model->badam.max_block;
     }
+    if (model->zero_stage >= 1) {
+        model->shard = zero_shard_elems(n_params, procs);
+        model->state_elems = model->shard;
+    }
     size_t badam_block = model->use_badam ? model->state_elems : 0;
     // will it fit? If not, say so before allocating, with the table and the largest batch that fits
     size_t free_b = 0, total_b = 0;
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
-    GpuMemoryOptions mo = gpu_memory_options(c, B, T, model->recompute, master, model->chunk, badam_block, model->use_family, opt_state_bytes);
+    GpuMemoryOptions mo = gpu_memory_options(c, B, T, model->recompute, master, model->chunk, badam_block, model->zero_stage, procs,
+                                             model->use_family, opt_state_bytes);
     MemoryReport need = memory_model_gpu(c, B, T, &mo);
     if (memory_report_total(&need) > free_b) {
         memory_report_print(stderr, &need, gpt2_num_parameters(c));
         int fit = 0;
         for (int b = B - 1; b >= 1 && fit == 0; b--) {
-            GpuMemoryOptions mb = gpu_memory_options(c, b, T, model->recompute, master, model->chunk, badam_block, model->use_family, opt_state_bytes);
+            GpuMemoryOptions mb = gpu_memory_options(c, b, T, model->recompute, master, model->chunk, badam_block,
+                                                     model->zero_stage, procs, model->use_family, opt_state_bytes);
             MemoryReport r = memory_model_gpu(c, b, T, &mb);
             if (memory_report_total(&r) <= free_b) { fit = b; }
         }
@@ -329,9 +381,11 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
 
     size_t n = model->num_parameters = model->table.total;
     size_t ns = model->state_elems;
+    size_t n_pad = model->zero_stage >= 1 ? model->shard * (size_t)procs : n;  // ZeRO-1: equal shards
+    size_t ng = model->zero_stage >= 1 ? n_pad : ns;
     MemCounter* mc = &model->mem;
-    model->params_memory = (floatX*)cuda_malloc_counted(mc, MEM_PARAMS, gpu_tensor_bytes(n, sizeof(floatX)));
-    model->grads_memory = (floatX*)cuda_malloc_counted(mc, MEM_GRADS, gpu_tensor_bytes(ns, sizeof(floatX)));
+    model->params_memory = (floatX*)cuda_malloc_counted(mc, MEM_PARAMS, gpu_tensor_bytes(n_pad, sizeof(floatX)));
+    model->grads_memory = (floatX*)cuda_malloc_counted(mc, MEM_GRADS, gpu_tensor_bytes(ng, sizeof(floatX)));
     // optimizer state: on the device, or (offload) in pinned host memory with two chunks of staging
     size_t state_bytes = model->offload ? 2 * gpu_tensor_bytes(model->chunk, 4) : gpu_tensor_bytes(ns, 4);
     if (model->use_family) {  // one block of optimizer state instead of m and v
@@ -346,7 +400,8 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
         model->v_memory = (float*)cuda_malloc_counted(mc, MEM_ADAM_V, state_bytes);
     }
     model->master_memory = master ? (float*)cuda_malloc_counted(mc, MEM_MASTER, state_bytes) : NULL;
-    cudaCheck(cudaMemset(model->grads_memory, 0, ns * sizeof(floatX)));
+    cudaCheck(cudaMemset(model->grads_memory, 0, ng * sizeof(floatX)));
+    cudaCheck(cudaMemset(model->params_memory, 0, n_pad * sizeof(floatX)));  // the padding stays 0
     if (model->offload) {
         cudaCheck(cudaMallocHost((void**)&model->m_host, n * sizeof(float)));
         cudaCheck(cudaMallocHost((void**)&model->v_host, n * sizeof(float)));
@@ -371,7 +426,12 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     upload_floatx(model->params_memory, host, n);
     if (master && model->offload) { memcpy(model->master_host, host, n * sizeof(float)); }
     else if (master && model->use_badam) { cudaCheck(cudaMemset(model->master_memory, 0, ns * sizeof(float))); }  // filled at a switch
-    else if (master) { cudaCheck(cudaMemcpy(model->master_memory, host, n * sizeof(float), cudaMemcpyHostToDevice)); }
+    else if (master) {  // ZeRO-1: this process's shard
+        size_t lo, hi;
+        zero_range(model, &lo, &hi);
+        cudaCheck(cudaMemset(model->master_memory, 0, ns * sizeof(float)));
+        cudaCheck(cudaMemcpy(model->master_memory, host + lo, (hi - lo) * sizeof(float), cudaMemcpyHostToDevice));
+    }
     free(host);
 
     // activations and scratch, in the memory model's layout
@@ -500,7 +560,8 @@ static float gpt2_forward(GPT2* model, const int* inputs, const int* targets, in
 }
 
 static void gpt2_zero_grad(GPT2* model) {
-    cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->state_elems * sizeof(floatX), model->stream));
+    size_t ng = model->zero_stage >= 1 ? model->shard * (size_t)model->nccl->size : model->state_elems;
+    cudaCheck(cudaMemsetAsync(model->grads_memory, 0, ng * sizeof(floatX), model->stream));
 }
 
 // The gradient of layer l's slice of tensor i (l = 0 for tensors that are not per layer), or NULL
@@ -549,6 +610,7 @@ static void badam_reset_state(GPT2* model) {
 static void gpt2_begin_step(GPT2* model, int step) {
     model->step = step;
     model->micro_step = 0;
+    model->grads_reduced = 0;
     if (model->use_badam) {
         int block = badam_block_at(&model->badam, step);
         model->block_step = badam_step_in_block(&model->badam, step);
@@ -565,9 +627,28 @@ static void gpt2_begin_step(GPT2* model, int step) {
     gpt2_zero_grad(model);
 }
 
+// -z 0 with several processes: the gradients of layer l (l = -1: the tensors outside the layers,
+// embeddings and final layernorm) summed over the processes in place, on the communicator's
+// stream once the compute stream has finished them; the backward pass of the layers below goes on
+// meanwhile (it writes other gradients only). BAdam: the active block's slices only.
+static void grads_reduce_layer(GPT2* model, int l) {
+    NcclComm* nc = model->nccl;
+    cudaCheck(cudaEventRecord(nc->ready, model->stream));
+    cudaCheck(cudaStreamWaitEvent(nc->stream, nc->ready, 0));
+    nccl_group_start();
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        const ParamTensor* t = &model->table.t[i];
+        if (t->per_layer != (l >= 0)) { continue; }
+        floatX* g = grad_slice(model, i, l >= 0 ? l : 0);
+        if (g) { nccl_allreduce_sum(nc, g, t->rows * t->cols, nc->stream); }
+    }
+    nccl_group_end();
+}
+
 // Backward pass after gpt2_forward with targets: adds the gradient of (mean loss * loss_scale)
 // to the parameter gradients (grad_slice: with BAdam, the active block's only; frozen weights get
-// no weight-gradient matmul, and the pass stops below the lowest active layer).
+// no weight-gradient matmul, and the pass stops below the lowest active layer). With -z 0 and
+// several processes, the step's last micro-step also sums them over the processes, layer by layer.
 static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, int B, int T, float loss_scale) {
     (void)inputs; (void)targets;  // on the device since the forward pass (host copy in inputs_cpu)
     if (model->use_badam && model->num_slices == 0) { ls_fatal("gpt2_backward: BAdam needs gpt2_begin_step first (no active block)"); }
@@ -582,6 +663,11 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
     float* ks = model->kernel_scratch;
     size_t ln_stride = model->recompute >= 2 ? 0 : BTC;
     size_t gelu_stride = model->recompute >= 1 ? 0 : 4 * BTC;
+    int reduce = model->nccl && model->zero_stage == 0 && model->micro_step == model->accum - 1;
+    if (reduce) {
+        nccl_comm_maybe_hang(model->nccl, model->step + 1);
+        watchdog_arm("the gradient all-reduce");  // disarmed after gpt2_grad_norm's sync
+    }
 
     // the classifier: dlogits in place of the logits, then into lnf and wte
     fused_classifier(a->output, a->losses, loss_scale / (float)BT, a->targets, BT, V, Vp, 1, s);
@@ -626,10 +712,16 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
                         BT, C, 3 * C, s);
         layernorm_backward(d->dresidual, grad_slice(model, P_LN1W, l), grad_slice(model, P_LN1B, l), ks, d->dbuf,
                            residual, w->ln1w + lC, ln1_mean, ln1_rstd, BT, C, s);
+        if (reduce) { grads_reduce_layer(model, l); }  // layer l's gradients are complete
     }
     unsigned rounding_seed = (unsigned)srng_bits(srng_step_key(model->seed, model->step + 1), (size_t)model->micro_step++, 4);
     floatX *dwte = grad_slice(model, P_WTE, 0), *dwpe = grad_slice(model, P_WPE, 0);
     if (dwte && dwpe) { encoder_backward(dwte, dwpe, ks, d->dresidual, a->inputs, model->inputs_cpu, B, T, C, rounding_seed, s); }
+    if (reduce) {
+        grads_reduce_layer(model, -1);
+        cudaCheck(cudaEventRecord(model->nccl->reduced, model->nccl->stream));
+        model->grads_reduced = 1;
+    }
 }
 
 // Chunk k's segment tables, built once: the parameter segments cut to [k*chunk, (k+1)*chunk) and
@@ -644,16 +736,7 @@ static void offload_build_segments(GPT2* model, float weight_decay) {
     for (int k = 0; k < model->num_chunks; k++) {
         size_t a = (size_t)k * model->chunk, b = a + model->chunk < model->num_parameters ? a + model->chunk : model->num_parameters;
         AdamWSegment part[NUM_PARAMETER_TENSORS];
-        int np = 0;
-        for (int i = 0; i < nseg; i++) {
-            size_t lo = segs[i].offset > a ? segs[i].offset : a;
-            size_t hi = segs[i].offset + segs[i].count < b ? segs[i].offset + segs[i].count : b;
-            if (lo >= hi) { continue; }
-            part[np] = segs[i];
-            part[np].offset = lo - a;
-            part[np].count = hi - lo;
-            np++;
-        }
+        int np = optim_segments_cut(segs, nseg, a, b, part);
         if (model->d_chunk_segments[k]) { cudaCheck(cudaFree(model->d_chunk_segments[k])); }
         model->d_chunk_segments[k] = adamw_segments_upload(part, np, b - a);
         model->chunk_nseg[k] = np;
@@ -757,11 +840,27 @@ static float gpt2_grad_norm(GPT2* model, const AdamWHyper* h) {
     float* norm = sumsq + 1;
     float* scale = sumsq + 2;
     size_t n_grads = model->use_badam ? badam_active_elems(model) : model->num_parameters;
-    global_norm_squared(sumsq, model->grads_memory, n_grads, partials, s);
+    const floatX* grads = model->grads_memory;
+    NcclComm* nc = model->nccl;
+    if (nc && model->zero_stage >= 1) {  // this process's shard of the summed gradients, in place
+        nccl_comm_maybe_hang(nc, model->step + 1);
+        watchdog_arm("the gradient reduce-scatter");
+        nccl_reduce_scatter_sum(nc, model->grads_memory, model->shard, s);
+        grads = model->grads_memory + (size_t)nc->rank * model->shard;
+        n_grads = model->shard;  // the padding is 0
+    } else if (nc && model->grads_reduced) {
+        cudaCheck(cudaStreamWaitEvent(s, nc->reduced, 0));  // issued layer by layer in the backward pass
+    } else if (nc) {  // a backward pass that did not know it was the last micro-step: all at once
+        nccl_comm_maybe_hang(nc, model->step + 1);
+        watchdog_arm("the gradient all-reduce");
+        nccl_allreduce_sum(nc, model->grads_memory, n_grads, s);
+    }
+    global_norm_squared(sumsq, grads, n_grads, partials, s);
+    if (nc && model->zero_stage >= 1) { nccl_allreduce_sum_f32(nc, sumsq, 1, s); }  // over the shards
     global_norm_clip_scale(scale, norm, sumsq, h->grad_clip, s);
     float norm_host = 0.0f;
     cudaCheck(cudaMemcpyAsync(&norm_host, norm, sizeof(float), cudaMemcpyDeviceToHost, s));
-    cudaCheck(cudaStreamSynchronize(s));
+    if (nc) { nccl_comm_sync(nc, s, "the gradient reduction"); } else { cudaCheck(cudaStreamSynchronize(s)); }
     return norm_host;
 }
 
@@ -783,11 +882,14 @@ static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
         cudaCheck(cudaStreamSynchronize(s));
         return;
     }
-    if (!model->use_badam && (model->d_segments == NULL || model->weight_decay != h->weight_decay)) {
-        OptSegment segs[NUM_PARAMETER_TENSORS];
-        model->num_segments = optim_segments_build(&model->table, h->weight_decay, segs);
+    size_t lo, hi;  // ZeRO-1: this process's part; else all parameters
+    zero_range(model, &lo, &hi);
+    if (!model->use_badam && (model->d_segments == NULL || model->weight_decay != h->weight_decay) && hi > lo) {
+        OptSegment segs[NUM_PARAMETER_TENSORS], part[NUM_PARAMETER_TENSORS];
+        int nseg = optim_segments_build(&model->table, h->weight_decay, segs);
+        model->num_segments = optim_segments_cut(segs, nseg, lo, hi, part);
         if (model->d_segments) { cudaCheck(cudaFree(model->d_segments)); }
-        model->d_segments = adamw_segments_upload(segs, model->num_segments, model->num_parameters);
+        model->d_segments = adamw_segments_upload(part, model->num_segments, hi - lo);
         model->weight_decay = h->weight_decay;
         if (model->offload) { offload_build_segments(model, h->weight_decay); }
     }
@@ -804,12 +906,18 @@ static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
         badam_update(model, h, hp, step, scale);
     } else if (model->offload) {
         adamw_update_offloaded(model, hp, step, scale);
-    } else {
-        AdamWBuffers<floatX, floatX> buf = {model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
-                                            model->master_memory, NULL};
-        adamw_update(buf, model->num_parameters, model->d_segments, model->num_segments, hp, step, scale, s);
+    } else if (hi > lo) {  // ZeRO-1: the shard's parameters and gradients, its m, v, master from 0;
+        // the random bits of stochastic rounding follow the global index, as with one process
+        AdamWBuffers<floatX, floatX> buf = {model->params_memory + lo, model->grads_memory + lo, model->m_memory,
+                                            model->v_memory, model->master_memory, NULL};
+        hp.index_base = lo;
+        adamw_update(buf, hi - lo, model->d_segments, model->num_segments, hp, step, scale, s);
     }
-    cudaCheck(cudaStreamSynchronize(s));
+    if (model->zero_stage >= 1) {  // every process's updated shard to every process
+        watchdog_arm("the parameter all-gather");
+        nccl_allgather(model->nccl, model->params_memory, model->shard, s);
+    }
+    if (model->nccl) { nccl_comm_sync(model->nccl, s, "the parameter all-gather"); } else { cudaCheck(cudaStreamSynchronize(s)); }
 }
 
 // ----------------------------------------------------------------------------
@@ -822,8 +930,11 @@ static LS_UNUSED const float* gpt2_logits_row(GPT2* model, int t) {
 }
 
 // The model file holds the parameters exactly as trained: fp32 (version 3) in the fp32 build,
-// bf16 (version 5) in the bf16 build; the state file holds m, v and the master weights (BAdam:
-// those of the active block, num_params = the largest block, as the CPU trainer writes them).
+// bf16 (version 5) in the bf16 build, by rank 0; the state file holds m, v and the master weights
+// (BAdam: those of the active block, num_params = the largest block, as the CPU trainer writes
+// them; ZeRO-1: this process's shard), one per process; the optimizer family's state is
+// family_block_words below.
+
 // The optimizer family's checkpoint block: its state (opt.bytes, a multiple of 4) then, with -w,
 // the fp32 master weights; in 32-bit words.
 static size_t family_block_words(const GPT2* model) {
@@ -845,10 +956,12 @@ static void family_block_copy(GPT2* model, float* host, cudaMemcpyKind dir) {
 
 static LS_UNUSED void gpt2_checkpoint_write(GPT2* model, const char* model_path, const char* state_path, const RunState* rs) {
     size_t n = model->num_parameters;
-    float* host = (float*)mallocCheck(n * sizeof(float));
-    download_floatx(host, model->params_memory, n);
-    model_file_write(model_path, &model->config, host, FLOATX_IS_BF16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32);
-    free(host);
+    if (rs->process_rank == 0) {  // the parameters are the same on every process
+        float* host = (float*)mallocCheck(n * sizeof(float));
+        download_floatx(host, model->params_memory, n);
+        model_file_write(model_path, &model->config, host, FLOATX_IS_BF16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32);
+        free(host);
+    }
     if (model->offload) {  // the state is on the host already
         state_file_write(state_path, rs, model->m_host, model->v_host, model->use_master ? model->master_host : NULL);
         return;
@@ -924,13 +1037,18 @@ static double gpu_peak_flops(void) {
 
 static LS_UNUSED void trainer_defaults(TrainOptions* o) { o->T = 1024; }
 
+static NcclComm trainer_nccl;  // the communicator of a run with several processes
+
+// One process: device 0. Several: each its local rank's device, connected by NCCL, which also
+// carries the training loop's host-side sums from now on (o->comm's backend).
 static LS_UNUSED void trainer_init(const TrainOptions* o) {
-    (void)o;
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0) {
         ls_fatal("no CUDA device (%s): train on the CPU with ./train_gpt2 instead", cudaGetErrorString(err));
     }
+    gpu_check_flags(o);
+    if (gpu_procs(o) > 1) { nccl_comm_init(&trainer_nccl, o->comm, o); return; }
     cudaCheck(cudaSetDevice(0));
 }
 
@@ -939,10 +1057,12 @@ static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOpti
     size_t chunk = o->offload ? offload_chunk_elems(gpt2_num_parameters(c), (size_t)o->offload_chunk) : 0;
     size_t badam_block = badam_block_for(c, o, 1);
     GpuMemoryOptions g = gpu_memory_options(c, o->B, o->T, o->recompute, FLOATX_IS_BF16 && o->master_weights, chunk,
-                                            badam_block, train_options_uses_family(o), train_options_family_state_bytes(o, c));
+                                            badam_block, gpu_zero_stage(o), gpu_procs(o), train_options_uses_family(o),
+                                            train_options_family_state_bytes(o, c));
     MemoryReport predicted = memory_model_gpu(c, o->B, o->T, &g);
-    printf("GPU memory (%s, recompute %d, master weights %s):\n", PRECISION_NAME, o->recompute,
-           g.master_weights ? "on" : "off");
+    printf("GPU memory (%s, recompute %d, master weights %s", PRECISION_NAME, o->recompute, g.master_weights ? "on" : "off");
+    if (gpu_procs(o) > 1) { printf(", per process of %d, -z %d", gpu_procs(o), gpu_zero_stage(o)); }
+    printf("):\n");
     memory_report_print(stdout, &predicted, gpt2_num_parameters(c));
 }
 
@@ -959,8 +1079,11 @@ static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o,
     }
     printf("\n");
     size_t badam_block = badam_block_for(&model->config, o, 1);
+    int procs = model->nccl ? model->nccl->size : 1;
     GpuMemoryOptions g = gpu_memory_options(&model->config, model->B, model->T, model->recompute, model->use_master,
-                                            model->chunk, badam_block, model->use_family, model->opt.bytes);
+                                            model->chunk, badam_block, model->zero_stage, procs, model->use_family,
+                                            model->opt.bytes);
+    if (procs > 1) { printf("memory per process (%d processes, -z %d):\n", procs, model->zero_stage); }
     MemoryReport predicted = memory_model_gpu(&model->config, model->B, model->T, &g);
     memory_report_print(stdout, &predicted, model->num_parameters);
     memory_check_allocation(&predicted, &model->mem);

@@ -8,6 +8,10 @@
  Counts are size_t; MPI's are int, so large buffers go in pieces of at most 2^30 elements.
  A fatal error on any rank (ls_fatal) exits that process with status 1; mpirun then stops the
  others and says which rank failed, so a run never hangs on a dead rank.
+
+ A backend (CommOps) can take over the host-side collectives (loss sums, barriers, the flag
+ check): the GPU trainer installs its NCCL communicator there (llmc/nccl_comm.cuh), so processes
+ started without MPI (-pi fs|tcp) get the same collectives, and comm_finalize frees it.
 */
 #ifndef LLMC_COMM_H
 #define LLMC_COMM_H
@@ -21,8 +25,15 @@
 #endif
 
 typedef struct {
+    void (*allreduce_sum_f64)(void* ctx, double* x, int n);  // x (n) = its sum over processes, in place
+    void (*finalize)(void* ctx);
+} CommOps;
+
+typedef struct {
     int rank;  // this process, 0 .. size-1
     int size;  // number of processes
+    const CommOps* ops;  // NULL: MPI (USE_MPI builds) or one process
+    void* ctx;           // the backend's state
 } Comm;
 
 #define COMM_PIECE ((size_t)1 << 30)
@@ -49,9 +60,13 @@ static inline void comm_init(Comm* c, int* argc, char*** argv) {
     c->rank = 0;
     c->size = 1;
 #endif
+    c->ops = NULL;
+    c->ctx = NULL;
 }
 
 static inline void comm_finalize(Comm* c) {
+    if (c->ops && c->ops->finalize) { c->ops->finalize(c->ctx); }
+    c->ops = NULL;
 #ifdef USE_MPI
     if (c->size >= 1) { mpiCheck(MPI_Finalize()); }
 #endif
@@ -59,6 +74,11 @@ static inline void comm_finalize(Comm* c) {
 }
 
 static inline void comm_barrier(const Comm* c) {
+    if (c->ops) {  // a sum that every process must join is a barrier
+        double x = 0.0;
+        c->ops->allreduce_sum_f64(c->ctx, &x, 1);
+        return;
+    }
 #ifdef USE_MPI
     if (c->size > 1) { mpiCheck(MPI_Barrier(MPI_COMM_WORLD)); }
 #else
@@ -79,6 +99,10 @@ static inline void comm_allreduce_sum_f32(const Comm* c, float* buf, size_t n) {
 }
 
 static inline double comm_allreduce_sum_f64(const Comm* c, double x) {
+    if (c->ops) {
+        c->ops->allreduce_sum_f64(c->ctx, &x, 1);
+        return x;
+    }
 #ifdef USE_MPI
     if (c->size > 1) { mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD)); }
 #else
@@ -116,11 +140,37 @@ static inline void comm_allgather_inplace_f32(const Comm* c, float* buf, size_t 
 }
 
 // Every process must have been given the same flags: compares a hash of argv (rank 0 reports).
-static inline void comm_check_same_args(const Comm* c, int argc, char** argv) {
+// per_rank (NULL-terminated, may be NULL) names flags whose values differ per process by design
+// (-pr): they and their values are left out.
+static inline void comm_check_same_args(const Comm* c, int argc, char** argv, const char* const* per_rank) {
     uint64_t h = 1469598103934665603ull;  // FNV-1a over the arguments
     for (int i = 1; i < argc; i++) {
+        int skip = 0;  // arguments to leave out: the flag and its value, or "--flag=value"
+        for (int k = 0; per_rank && per_rank[k] && !skip; k++) {
+            size_t m = strlen(per_rank[k]);
+            if (strcmp(argv[i], per_rank[k]) == 0) { skip = 2; }
+            else if (strncmp(argv[i], per_rank[k], m) == 0 && argv[i][m] == '=') { skip = 1; }
+        }
+        if (skip) { i += skip - 1; continue; }
         for (const char* p = argv[i]; *p; p++) { h = (h ^ (unsigned char)*p) * 1099511628211ull; }
         h = (h ^ 0xff) * 1099511628211ull;
+    }
+    if (c->ops && c->size > 1) {
+        // sums only: the hash in 8-bit pieces x; all equal iff size * sum(x^2) == sum(x)^2 (exact
+        // in doubles for up to 2^18 processes)
+        double s[16];  // s[k]: sum of piece k, s[8 + k]: sum of its squares
+        for (int k = 0; k < 8; k++) {
+            double x = (double)((h >> (8 * k)) & 0xff);
+            s[k] = x;
+            s[8 + k] = x * x;
+        }
+        c->ops->allreduce_sum_f64(c->ctx, s, 16);
+        for (int k = 0; k < 8; k++) {
+            if (s[8 + k] * c->size != s[k] * s[k]) {
+                ls_fatal("the %d processes were started with different flags (rank %d); give every rank the same command line", c->size, c->rank);
+            }
+        }
+        return;
     }
 #ifdef USE_MPI
     if (c->size > 1) {

@@ -201,8 +201,8 @@ typedef struct {
     size_t floatx_bytes;    // 2 (bf16) or 4 (fp32)
     size_t kernel_scratch;  // fp32 scratch of the backward kernels, bytes (from the kernel headers)
     size_t workspace;       // cuBLASLt workspace, bytes
-    int zero_stage;         // 1: m, v and master weights sharded over the processes
-    int num_processes;
+    int zero_stage;         // 1: m, v and master weights sharded over the processes (parameters and
+    int num_processes;      // gradients padded to a multiple of the shard)
     size_t offload_chunk;   // > 0: m, v, master live in host memory; the device holds 2 chunks of each
     size_t badam_block;     // > 0: BAdam, gradients (floatX) and m, v, master (fp32) hold the largest
                             // block's elements only (Badam.max_block)
@@ -227,6 +227,11 @@ static inline MemoryReport memory_model_gpu(const GPT2Config* c, int B, int T, c
     size_t n = gpt2_num_parameters(c);
     size_t ng = g->badam_block > 0 ? g->badam_block : n;  // gradient elements
     size_t ns = g->badam_block > 0 ? g->badam_block : optimizer_state_elems(n, g->zero_stage, g->num_processes);
+    if (g->badam_block == 0 && g->zero_stage >= 1 && g->num_processes > 1) {
+        // ZeRO-1: parameters and gradients padded to equal shards (the reduce-scatter and the
+        // all-gather work in place on them), m, v and master hold this process's shard
+        n = ng = ns * (size_t)g->num_processes;
+    }
     size_t state_bytes = gpu_tensor_bytes(ns, 4);  // one fp32 state tensor (m, v or master) on the device
     if (g->offload_chunk > 0) {  // in host memory; the device holds two chunks of staging each
         size_t chunk = g->offload_chunk < ns ? g->offload_chunk : ns;

@@ -112,6 +112,22 @@ static inline size_t zero_shard_elems(size_t n, int num_processes) {
     return (per + 31) / 32 * 32;
 }
 
+// The parts of the segments inside [lo, hi), rebased to lo (a ZeRO-1 shard, an offload chunk);
+// returns how many (<= nseg).
+static inline int optim_segments_cut(const OptSegment* segs, int nseg, size_t lo, size_t hi, OptSegment* out) {
+    int k = 0;
+    for (int i = 0; i < nseg; i++) {
+        size_t a = segs[i].offset > lo ? segs[i].offset : lo;
+        size_t b = segs[i].offset + segs[i].count < hi ? segs[i].offset + segs[i].count : hi;
+        if (a >= b) { continue; }
+        out[k] = segs[i];
+        out[k].offset = a - lo;
+        out[k].count = b - a;
+        k++;
+    }
+    return k;
+}
+
 // One segment per parameter tensor; weight decay from the table's decay flag, never by index.
 static inline int optim_segments_build(const ParamTable* pt, float weight_decay, OptSegment* segs) {
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {

@@ -20,7 +20,9 @@
    gpt2_checkpoint_write(GPT2*, const char* model_path, const char* state_path, const RunState*)
    gpt2_state_read(GPT2*, const char* state_path, RunState*)
    TRAINER_FLAGS (CLI_CPU or CLI_GPU), TRAINER_SUMMARY, trainer_defaults(TrainOptions*),
-   trainer_init(const TrainOptions*), trainer_describe(const GPT2*, const TrainOptions*, int accum),
+   trainer_init(const TrainOptions*)  after the flags: the device; with several processes it may
+                                install a Comm backend (o->comm->ops) for the loop's collectives,
+   trainer_describe(const GPT2*, const TrainOptions*, int accum),
    trainer_step_extra(const GPT2*, const TrainOptions*, double tok_per_s, char* buf, size_t len)
    trainer_memory_report(const GPT2Config*, const TrainOptions*)  the predicted table, no allocation
                                 text for the step line before tok/s, e.g. " 45.1% bf16 MFU |" (or "")
@@ -233,7 +235,6 @@ static LS_UNUSED void usage_error(const char* prog, const char* msg) {
 static LS_UNUSED int train_main(int argc, char** argv) {
     Comm comm;
     comm_init(&comm, &argc, &argv);
-    if (comm.rank != 0 && freopen("/dev/null", "w", stdout) == NULL) { ls_fatal("cannot silence rank %d", comm.rank); }
     TrainOptions o;
     train_options_defaults(&o);
     trainer_defaults(&o);
@@ -243,7 +244,10 @@ static LS_UNUSED int train_main(int argc, char** argv) {
         comm_finalize(&comm);
         return 0;
     }
-    comm_check_same_args(&comm, argc, argv);
+    train_options_processes(argv[0], &o, &comm);  // -pi fs|tcp: the count and rank from -pn, -pr
+    if (comm.rank != 0 && freopen("/dev/null", "w", stdout) == NULL) { ls_fatal("cannot silence rank %d", comm.rank); }
+    // mpirun's processes compare flags now, over MPI; the others once trainer_init has connected them
+    if (o.init_method == INIT_MPI) { comm_check_same_args(&comm, argc, argv, per_rank_flags); }
     if (o.checkpoint_every > 0 && o.output_dir == NULL) { usage_error(argv[0], "flag -n needs -o (where to write checkpoints)"); }
     if (o.resume && o.output_dir == NULL) { usage_error(argv[0], "flag -y needs -o (where the checkpoints are)"); }
     int nan_steps[64], num_nan_steps = 0;
@@ -261,7 +265,8 @@ static LS_UNUSED int train_main(int argc, char** argv) {
         comm_finalize(&comm);
         return 0;
     }
-    trainer_init(&o);
+    trainer_init(&o);  // may install a backend for the collectives (comm.ops: the GPU trainer's NCCL)
+    if (o.init_method != INIT_MPI) { comm_check_same_args(&comm, argc, argv, per_rank_flags); }
 
     // the model, from the newest checkpoint when resuming
     int start_step = 0;
@@ -309,8 +314,9 @@ static LS_UNUSED int train_main(int argc, char** argv) {
     LrSchedule sched = {(LrScheduleType)o.lr_schedule, o.lr, o.final_lr_frac, o.warmup, total_steps};
     AdamWHyper hyper = {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.grad_clip};
     uint64_t sample_rng = 1337 + (uint64_t)o.seed;
-    Logger logger;
-    logger_init(&logger, o.output_dir, o.resume);
+    Logger logger;  // rank 0 logs; every rank writes its state file into the directory
+    if (o.output_dir) { ensure_dir(o.output_dir); }
+    logger_init(&logger, comm.rank == 0 ? o.output_dir : NULL, o.resume);
 
     if (o.resume) {
         RunState rs;

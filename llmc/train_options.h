@@ -6,6 +6,7 @@
 #ifndef LLMC_TRAIN_OPTIONS_H
 #define LLMC_TRAIN_OPTIONS_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include "llmc/cli.h"
@@ -59,7 +60,14 @@ typedef struct {
     int outlier_window;       // steps the z-scores look back over
     int max_skips;            // stop after this many skipped updates in a row
     const char* inject_nan;   // testing: comma list of steps whose gradients are made NaN
-    const Comm* comm;         // the processes of the run (set by train_main, not a flag; NULL: one)
+    Comm* comm;               // the processes of the run (set by train_main, not a flag; NULL: one)
+    // GPU trainer, several processes (llmc/nccl_comm.cuh)
+    int init_method;          // -pi how the processes find each other: mpi (mpirun), fs, tcp
+    int num_processes;        // -pn with -pi fs|tcp: the number of processes
+    int process_rank;         // -pr with -pi fs|tcp: this process's rank
+    const char* fs_path;      // -pf with -pi fs: a directory every process sees
+    const char* server_addr;  // -ps with -pi tcp: rank 0's HOST[:PORT]
+    float comm_timeout;       // seconds a wait on the other processes may take before the run stops
     // GPU trainer only
     int recompute;            // -r 0: keep all activations, 1: recompute GELU, 2: also layernorms
     int master_weights;       // -w keep fp32 master weights of bf16 parameters
@@ -69,6 +77,10 @@ typedef struct {
 
 static const char* const lr_schedule_choices[] = {"cosine", "linear", "constant", "wsd", NULL};
 static const char* const badam_order_choices[] = {"ascending", "descending", "random", NULL};
+typedef enum { INIT_MPI, INIT_FS, INIT_TCP } InitMethod;
+static const char* const init_method_choices[] = {"mpi", "fs", "tcp", NULL};
+// flags whose values differ between the processes of one run (left out of the same-flags check)
+static const char* const per_rank_flags[] = {"-pr", "--process-rank", NULL};
 
 #define OPT(field) offsetof(TrainOptions, field)
 static const CliFlag train_flags[] = {
@@ -118,6 +130,12 @@ static const CliFlag train_flags[] = {
     {NULL, "outlier-window", CLI_INT, OPT(outlier_window), 2, 1000000, NULL, CLI_BOTH, "steps the -sl/-sg z-scores look back over"},
     {NULL, "max-skips", CLI_INT, OPT(max_skips), 1, 1e9, NULL, CLI_BOTH, "stop the run (exit 3) after this many skipped updates in a row"},
     {NULL, "inject-nan", CLI_STRING, OPT(inject_nan), 0, 0, NULL, CLI_BOTH, "testing: make the gradients NaN at these steps (comma list, e.g. 3,5)"},
+    {"pi", "init-method", CLI_CHOICE, OPT(init_method), 0, 0, init_method_choices, CLI_GPU, "how the processes meet: mpi (started by mpirun), fs (a shared directory, -pf) or tcp (rank 0's address, -ps)"},
+    {"pn", "num-processes", CLI_INT, OPT(num_processes), 1, 1 << 20, NULL, CLI_GPU, "with -pi fs|tcp: the number of processes"},
+    {"pr", "process-rank", CLI_INT, OPT(process_rank), -1, 1 << 20, NULL, CLI_GPU, "with -pi fs|tcp: this process's rank, 0 .. -pn minus 1 (-1: $SLURM_PROCID or $RANK)"},
+    {"pf", "fs-path", CLI_STRING, OPT(fs_path), 0, 0, NULL, CLI_GPU, "with -pi fs: a directory that every process sees (rank 0 leaves NCCL's id there)"},
+    {"ps", "server-addr", CLI_STRING, OPT(server_addr), 0, 0, NULL, CLI_GPU, "with -pi tcp: rank 0's HOST[:PORT] (port 12345 by default)"},
+    {NULL, "comm-timeout", CLI_FLOAT, OPT(comm_timeout), 1, 1e6, NULL, CLI_GPU, "seconds a wait on the other processes may take before every rank stops with an error"},
     {"r", "recompute", CLI_INT, OPT(recompute), 0, 2, NULL, CLI_GPU, "recompute in the backward pass: 0 none, 1 GELU, 2 GELU + layernorms"},
     {"w", "master-weights", CLI_SWITCH, OPT(master_weights), 0, 1, NULL, CLI_GPU, "keep fp32 master weights (bf16 build)"},
     {NULL, "offload", CLI_SWITCH, OPT(offload), 0, 1, NULL, CLI_GPU, "keep AdamW m, v (and master weights) in pinned host memory; stream them through the GPU in chunks"},
@@ -167,10 +185,50 @@ static inline void train_options_defaults(TrainOptions* o) {
     o->outlier_window = 128;
     o->max_skips = 10;
     o->inject_nan = NULL;
+    o->init_method = INIT_MPI;
+    o->num_processes = 1;
+    o->process_rank = -1;
+    o->fs_path = NULL;
+    o->server_addr = NULL;
+    o->comm_timeout = 600.0f;
     o->recompute = 1;
     o->master_weights = 1;
     o->offload = 0;
     o->offload_chunk = 1 << 24;
+}
+
+// -pi fs|tcp: the processes were not started by mpirun, so the count and this rank come from -pn
+// and -pr. Exits 2 naming the flag.
+static inline void train_options_processes(const char* prog, const TrainOptions* o, Comm* comm) {
+    if (o->init_method == INIT_MPI) { return; }
+    const char* bad = NULL;
+    char msg[160];
+    int rank = o->process_rank;
+    if (rank < 0) {  // not given: the launcher's (srun sets SLURM_PROCID), or 0 of one process
+        const char* env = getenv("SLURM_PROCID");
+        if (env == NULL) { env = getenv("RANK"); }
+        char* end = NULL;
+        long r = env ? strtol(env, &end, 10) : (o->num_processes == 1 ? 0 : -1);
+        rank = (env && (end == env || *end != '\0')) || r > INT_MAX ? -1 : (int)r;
+    }
+    if (rank < 0 || rank >= o->num_processes) {
+        snprintf(msg, sizeof(msg), "flag -pr: %d is not a rank of -pn %d processes (0 .. %d)", rank, o->num_processes,
+                 o->num_processes - 1);
+        bad = msg;
+    } else if (o->init_method == INIT_FS && o->fs_path == NULL && o->num_processes > 1) {
+        bad = "flag -pf: -pi fs needs a shared directory";
+    } else if (o->init_method == INIT_TCP && o->server_addr == NULL && o->num_processes > 1) {
+        bad = "flag -ps: -pi tcp needs rank 0's HOST[:PORT]";
+    } else if (comm->size > 1 && comm->size != o->num_processes) {
+        snprintf(msg, sizeof(msg), "flag -pn: %d, but mpirun started %d processes", o->num_processes, comm->size);
+        bad = msg;
+    }
+    if (bad) {
+        fprintf(stderr, "%s: error: %s (see --help)\n", prog, bad);
+        exit(2);
+    }
+    comm->rank = rank;
+    comm->size = o->num_processes;
 }
 
 // Checks that need the model: T against max_seq_len, the total batch. Exits 2 naming the flag.
@@ -244,7 +302,10 @@ static inline size_t train_options_family_state_bytes(const TrainOptions* o, con
 static inline void gpt2_describe(const GPT2Config* c, size_t num_parameters, const TrainOptions* o, int accum) {
     printf("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %zu parameters\n", c->num_layers, c->channels,
            c->num_heads, c->vocab_size, c->padded_vocab_size, c->max_seq_len, num_parameters);
-    printf("batch: B=%d T=%d, gradient accumulation %d, %d tokens per step\n", o->B, o->T, accum, o->B * o->T * accum);
+    int procs = o->comm ? o->comm->size : 1;
+    printf("batch: B=%d T=%d, gradient accumulation %d, %d tokens per step", o->B, o->T, accum, o->B * o->T * accum * procs);
+    if (procs > 1) { printf(" (%d processes)", procs); }
+    printf("\n");
     OptimizerConfig oc = train_options_optimizer(o);
     printf("optimizer: %s", optimizer_kind_name(oc.kind));
     if (oc.kind == OPT_SGD) {
