@@ -7,7 +7,8 @@
    1   naive: one thread per parameter, the textbook fused kernel (state read and written through
        global memory, bias corrections recomputed with powf in every thread)
    2   registers: each value loaded once, bias corrections from the host, FMA-based lerps
-   3   vectorized: 128-bit loads/stores, grid-stride loop, segment table in shared memory
+   3   vectorized: 128-bit loads/stores, grid-stride loop, segment table in shared memory (the walk
+       of the production kernels, adamw_for_each_chunk of llmc/adamw.cuh)
    4   mixed precision: bf16 params and grads, fp32 master weights, stochastic rounding to bf16
    5   production: llmc/adamw.cuh (included, not copied), in its variants (fp32; bf16 + master +
        stochastic rounding; bf16 without master; fp32 params with bf16 grads; AMSGrad)
@@ -107,25 +108,10 @@ static __device__ __forceinline__ void v3_element(float& p, float g, float& m, f
 static __global__ void adamw_v3_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
                                        float* __restrict__ v, size_t n, const AdamWSegment* __restrict__ segs,
                                        int nseg, AdamWStepArgs a, const float* __restrict__ clip_scale) {
-    DYNAMIC_SHARED(size_t, seg_end);
-    float2* seg_par = reinterpret_cast<float2*>(seg_end + nseg);
-    adamw_segments_to_smem(seg_end, seg_par, segs, nseg);
-    __syncthreads();
     const float scale = *clip_scale;
-    const size_t n4 = n / 4, stride = (size_t)gridDim.x * blockDim.x;
-    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    int s = 0;
-    for (size_t c = tid; c < n4; c += stride) {
-        const size_t i0 = c * 4;
-        while (seg_end[s] <= i0) s++;
-        if (i0 + 4 > seg_end[s]) { // tensor boundary inside: element by element
-            for (size_t i = i0; i < i0 + 4; i++) {
-                int sj = adamw_find_segment(seg_end, nseg, i);
-                v3_element(p[i], g[i] * scale, m[i], v[i], seg_par[sj].x, a.lr * seg_par[sj].y, a);
-            }
-            continue;
-        }
-        const float wd = seg_par[s].x, lr_eff = a.lr * seg_par[s].y;
+    auto one = [&](size_t i, float wd, float lr_eff) { v3_element(p[i], g[i] * scale, m[i], v[i], wd, lr_eff, a); };
+    auto chunk = [&](size_t i0, float wd, float lr_eff) {
+        const size_t c = i0 / 4;
         float4 P = __ldcs(reinterpret_cast<const float4*>(p) + c), G = __ldcs(reinterpret_cast<const float4*>(g) + c);
         float4 M = __ldcs(reinterpret_cast<const float4*>(m) + c), W = __ldcs(reinterpret_cast<const float4*>(v) + c);
         v3_element(P.x, G.x * scale, M.x, W.x, wd, lr_eff, a);
@@ -135,12 +121,8 @@ static __global__ void adamw_v3_kernel(float* __restrict__ p, const float* __res
         __stcs(reinterpret_cast<float4*>(p) + c, P);
         __stcs(reinterpret_cast<float4*>(m) + c, M);
         __stcs(reinterpret_cast<float4*>(v) + c, W);
-    }
-    if (tid < n % 4) {
-        size_t i = n4 * 4 + tid;
-        int sj = adamw_find_segment(seg_end, nseg, i);
-        v3_element(p[i], g[i] * scale, m[i], v[i], seg_par[sj].x, a.lr * seg_par[sj].y, a);
-    }
+    };
+    adamw_for_each_chunk<4>(segs, nseg, nullptr, a.lr, n, chunk, one);
 }
 
 // ----------------------------------------------------------------------------
@@ -161,25 +143,9 @@ static __global__ void adamw_v4_kernel(__nv_bfloat16* __restrict__ p, float* __r
                                        const __nv_bfloat16* __restrict__ g, float* __restrict__ m,
                                        float* __restrict__ v, size_t n, const AdamWSegment* __restrict__ segs,
                                        int nseg, AdamWStepArgs a, const float* __restrict__ clip_scale) {
-    DYNAMIC_SHARED(size_t, seg_end);
-    float2* seg_par = reinterpret_cast<float2*>(seg_end + nseg);
-    adamw_segments_to_smem(seg_end, seg_par, segs, nseg);
-    __syncthreads();
     const float scale = *clip_scale;
-    const size_t n8 = n / 8, stride = (size_t)gridDim.x * blockDim.x;
-    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    int s = 0;
-    for (size_t c = tid; c < n8; c += stride) {
-        const size_t i0 = c * 8;
-        while (seg_end[s] <= i0) s++;
-        if (i0 + 8 > seg_end[s]) {
-            for (size_t i = i0; i < i0 + 8; i++) {
-                int sj = adamw_find_segment(seg_end, nseg, i);
-                v4_element(p, master, g, m, v, i, seg_par[sj].x, a.lr * seg_par[sj].y, scale, a);
-            }
-            continue;
-        }
-        const float wd = seg_par[s].x, lr_eff = a.lr * seg_par[s].y;
+    auto one = [&](size_t i, float wd, float lr_eff) { v4_element(p, master, g, m, v, i, wd, lr_eff, scale, a); };
+    auto chunk = [&](size_t i0, float wd, float lr_eff) {
         Vec128<__nv_bfloat16> gv = load128cs(g + i0), out;
 #pragma unroll
         for (int k = 0; k < 2; k++) { // two halves of 4: fewer live registers
@@ -195,12 +161,8 @@ static __global__ void adamw_v4_kernel(__nv_bfloat16* __restrict__ p, float* __r
             store128cs(v + i0 + 4 * k, vs);
         }
         store128cs(p + i0, out);
-    }
-    if (tid < n % 8) {
-        size_t i = n8 * 8 + tid;
-        int sj = adamw_find_segment(seg_end, nseg, i);
-        v4_element(p, master, g, m, v, i, seg_par[sj].x, a.lr * seg_par[sj].y, scale, a);
-    }
+    };
+    adamw_for_each_chunk<8>(segs, nseg, nullptr, a.lr, n, chunk, one);
 }
 
 // ----------------------------------------------------------------------------
