@@ -285,8 +285,14 @@ static const Case kCases[] = {
     {"6b", "6b 8-bit m,v", P_F32, false, false, false, false, S_Q8, run_v6b, false},
 };
 
-// lr, beta1, beta2, eps, AMSGrad and stochastic rounding (set per case), seed, index_base.
-static const AdamWParams kHyper = {1e-3f, 0.9f, 0.95f, 1e-8f, 0, 1, 1234, 0};
+// The hyperparameters of a case: lr 1e-3, beta1 0.9, beta2 0.95, eps 1e-8, seed 1234, index_base 0;
+// AMSGrad and stochastic rounding as the case says.
+static AdamWParams hyper_of(const Case& c) {
+    AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0, 1, 1234, 0};
+    h.amsgrad = c.amsgrad;
+    h.stochastic_rounding = c.stochastic;
+    return h;
+}
 
 // Bytes each step moves per parameter (reads + writes).
 static int bytes_per_param(const Case& c) {
@@ -734,13 +740,10 @@ static int bench(const std::vector<const Case*>& cases, const Problem& pb, const
     printf("  %-26s %8s", "version", "B/param");
     lab_gbs_columns_header();
     printf(" %9s\n", "vs torch");
-    const AdamWParams hp = kHyper;
     std::vector<float> g;
     make_grads(pb, 1, g);
     for (const Case* c : cases) {
-        AdamWParams h = hp;
-        h.amsgrad = c->amsgrad;
-        h.stochastic_rounding = c->stochastic;
+        const AdamWParams h = hyper_of(*c);
         Bufs b;
         alloc_case(*c, pb, b);
         init_case(*c, pb, b);
@@ -775,12 +778,7 @@ int main(int argc, char** argv) {
         with_torch = true;
         return true;
     };
-    auto check = [](const Case& c, const Problem& pb, int steps) {
-        AdamWParams h = kHyper;
-        h.amsgrad = c.amsgrad;
-        h.stochastic_rounding = c.stochastic;
-        return check_one(c, pb, h, steps);
-    };
+    auto check = [](const Case& c, const Problem& pb, int steps) { return check_one(c, pb, hyper_of(c), steps); };
     auto run_bench = [&](const std::vector<const Case*>& cases, const Problem& pb, const OptLabArgs& o) {
         return bench(cases, pb, o, with_torch);
     };
