@@ -7,6 +7,7 @@
  (tensor boundaries need not be aligned to anything; at most ADAMW_MAX_SEGMENTS). Each block
  copies the table into shared memory; a thread finds the segment of its first chunk by binary
  search and then walks forward (grid-stride chunks only move forward): no tensor index involved.
+ That walk, adamw_for_each_chunk, is shared by every elementwise optimizer kernel.
 
  The update of one element, fp32, in exactly this order (the CPU trainer must use the same
  operations to agree bit for bit; fmaf is one rounding):
@@ -33,7 +34,8 @@
    adamw_update(buf, n, d_seg, nseg, hyper, step, d_clip_scale, stream);  // step = 1, 2, ...
  Reusable pieces for other optimizer kernels (llmc/adamw_lowp.cuh, llmc/optimizers.cuh):
  adamw_step_args, bf16_round_stochastic (random bits: srng_bits of llmc/srng.h, shared with the CPU
- optimizers), adamw_find_segment, adamw_load/adamw_store.
+ optimizers), adamw_for_each_chunk (the segment table and the chunk walk), adamw_clip_scale,
+ adamw_load/adamw_store.
 */
 #ifndef LLMC_ADAMW_CUH
 #define LLMC_ADAMW_CUH
@@ -110,35 +112,63 @@ __device__ __forceinline__ int adamw_find_segment(const size_t* seg_end, int nse
 }
 
 // Copies the segment table into shared memory as seg_end[nseg] (one past the last element) and
-// seg_par[nseg] {weight_decay, lr_mult}; the caller synchronizes.
-__device__ __forceinline__ void adamw_segments_to_smem(size_t* seg_end, float2* seg_par,
-                                                       const AdamWSegment* segments, int nseg) {
+// seg_par[nseg] {weight_decay, step_lr}: step_lr = lr * lr_mult, times seg_mul[s] when seg_mul is
+// not NULL (LAMB's trust ratios), rounded once here as the CPU updates round it; the caller
+// synchronizes.
+__device__ __forceinline__ void adamw_segments_to_smem(size_t* seg_end, float2* seg_par, const AdamWSegment* segments,
+                                                       int nseg, float lr, const float* seg_mul) {
     for (int s = threadIdx.x; s < nseg; s += blockDim.x) {
-        AdamWSegment sg = segments[s];
+        const AdamWSegment sg = segments[s];
         seg_end[s] = sg.offset + sg.count;
-        seg_par[s] = make_float2(sg.weight_decay, sg.lr_mult);
+        seg_par[s] = make_float2(sg.weight_decay, seg_mul != nullptr ? (lr * sg.lr_mult) * seg_mul[s] : lr * sg.lr_mult);
     }
 }
+// The dynamic shared memory of a kernel that walks its elements with adamw_for_each_chunk.
 static inline size_t adamw_segments_smem_bytes(int nseg) { return (size_t)nseg * (sizeof(size_t) + sizeof(float2)); }
 
-// Weight decay and lr*lr_mult of elements i0..i0+V-1 (all < n). s: segment of an element <= i0,
-// advanced in place (chunks of one thread only move forward).
-template <int V>
-__device__ __forceinline__ void adamw_chunk_hyper(const size_t* seg_end, const float2* seg_par, int& s, size_t i0,
-                                                  float lr, float (&wd)[V], float (&lr_eff)[V]) {
-    while (seg_end[s] <= i0) s++;
-    if (i0 + V <= seg_end[s]) {
-        float2 sp = seg_par[s];
-#pragma unroll
-        for (int j = 0; j < V; j++) { wd[j] = sp.x; lr_eff[j] = lr * sp.y; }
-    } else { // a tensor boundary inside the chunk
-        int sj = s;
-#pragma unroll
-        for (int j = 0; j < V; j++) {
-            while (seg_end[sj] <= i0 + j) sj++;
-            wd[j] = seg_par[sj].x;
-            lr_eff[j] = lr * seg_par[sj].y;
+// The gradient scale of a step: *clip_scale (global_norm_clip_scale), or 1 when NULL.
+__device__ __forceinline__ float adamw_clip_scale(const float* clip_scale) {
+    return clip_scale != nullptr ? *clip_scale : 1.0f;
+}
+
+// The walk of every elementwise optimizer kernel (AdamW with fp32 or bf16 state, SGD, Lion, LAMB's
+// update) over [0, n) in chunks of V elements, V such that a chunk is whole 128-bit words of every
+// buffer. Copies the segment table into shared memory (adamw_segments_to_smem with lr and seg_mul;
+// launch with adamw_segments_smem_bytes(nseg) of dynamic shared memory; one barrier, reached by
+// every thread), then thread tid takes chunks tid, tid + the grid's threads, ...:
+//   chunk(i0, wd, step_lr)  a chunk inside one tensor (nearly all): the vector path, with the
+//                           tensor's hyperparameters in registers;
+//   one(i, wd, step_lr)     each element of a chunk that straddles a tensor boundary, and the
+//                           n % V tail (one element per thread): scalar loads and stores.
+// A thread finds the segment of its first chunk by binary search and then walks forward (its
+// chunks only move forward). chunk and one are inlined: no traffic or registers of their own.
+template <int V, typename Chunk, typename One>
+__device__ __forceinline__ void adamw_for_each_chunk(const AdamWSegment* segments, int nseg, const float* seg_mul,
+                                                     float lr, size_t n, Chunk chunk, One one) {
+    DYNAMIC_SHARED(size_t, seg_end); // (nseg) then (nseg) float2 {weight_decay, step_lr}
+    float2* seg_par = reinterpret_cast<float2*>(seg_end + nseg);
+    adamw_segments_to_smem(seg_end, seg_par, segments, nseg, lr, seg_mul);
+    __syncthreads();
+    const size_t nchunks = n / V, stride = (size_t)gridDim.x * blockDim.x;
+    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int s = tid < nchunks ? adamw_find_segment(seg_end, nseg, tid * V) : 0;
+    for (size_t c = tid; c < nchunks; c += stride) {
+        const size_t i0 = c * V;
+        while (seg_end[s] <= i0) s++;
+        if (i0 + V > seg_end[s]) { // a tensor boundary inside the chunk (rare: kept rolled)
+#pragma unroll 1
+            for (int j = 0; j < V; j++) {
+                const int sj = adamw_find_segment(seg_end, nseg, i0 + j);
+                one(i0 + j, seg_par[sj].x, seg_par[sj].y);
+            }
+            continue;
         }
+        chunk(i0, seg_par[s].x, seg_par[s].y);
+    }
+    if (tid < n - nchunks * V) { // the tail
+        const size_t i = nchunks * V + tid;
+        const int sj = adamw_find_segment(seg_end, nseg, i);
+        one(i, seg_par[sj].x, seg_par[sj].y);
     }
 }
 
@@ -165,6 +195,61 @@ __device__ __forceinline__ void adamw_store(float* p, const float (&in)[V]) {
     }
 }
 
+// ----------------------------------------------------------------------------
+// parameters: fp32, or bf16 with optional fp32 master weights (every optimizer kernel)
+
+// V parameters from element i0 (16-byte aligned) as fp32: the master weights when kMaster.
+template <int V, typename Tp, bool kMaster>
+__device__ __forceinline__ void opt_load_params(const Tp* params, const float* master, size_t i0, float (&p)[V]) {
+    if constexpr (kMaster) adamw_load<V>(master + i0, p);
+    else adamw_load<V>(params + i0, p);
+}
+
+// Stores V updated parameters from element i0: the master weights (kMaster) and params; bf16
+// params rounded stochastically (stream 0 at the global index index_base + i) or to nearest even.
+template <int V, typename Tp, bool kMaster, bool kStochastic>
+__device__ __forceinline__ void opt_store_params(Tp* params, float* master, size_t i0, const float (&p)[V],
+                                                 unsigned long long key, size_t index_base) {
+    if constexpr (kMaster) adamw_store<V>(master + i0, p);
+    if constexpr (sizeof(Tp) == 2) {
+        static_assert(V % 8 == 0, "bf16 params: whole 128-bit words");
+#pragma unroll
+        for (int k = 0; k < V / 8; k++) {
+            Vec128<__nv_bfloat16> out;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const float x = p[k * 8 + e];
+                out[e] = kStochastic ? bf16_round_stochastic(x, srng_bits(key, index_base + i0 + k * 8 + e, 0))
+                                     : __float2bfloat16_rn(x);
+            }
+            store128cs(reinterpret_cast<__nv_bfloat16*>(params) + i0 + k * 8, out);
+        }
+    } else {
+        adamw_store<V>(reinterpret_cast<float*>(params) + i0, p);
+    }
+}
+
+template <typename Tp, bool kMaster>
+__device__ __forceinline__ float opt_load_param(const Tp* params, const float* master, size_t i) {
+    if constexpr (kMaster) return master[i];
+    else return (float)params[i];
+}
+
+template <typename Tp, bool kMaster, bool kStochastic>
+__device__ __forceinline__ void opt_store_param(Tp* params, float* master, size_t i, float p, unsigned long long key,
+                                                size_t index_base) {
+    if constexpr (kMaster) master[i] = p;
+    if constexpr (sizeof(Tp) == 2) {
+        reinterpret_cast<__nv_bfloat16*>(params)[i] =
+            kStochastic ? bf16_round_stochastic(p, srng_bits(key, index_base + i, 0)) : __float2bfloat16_rn(p);
+    } else {
+        reinterpret_cast<float*>(params)[i] = p;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the update
+
 // The update of one element (see the banner); m, v, vmax in place, returns the new parameter.
 template <bool kAmsgrad>
 __device__ __forceinline__ float adamw_element(float p, float g, float& m, float& v, float& vmax, float wd,
@@ -188,90 +273,44 @@ template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochasti
 __device__ __forceinline__ void adamw_one(Tp* params, float* master, const Tg* grads, float* mom1, float* mom2,
                                           float* vmax, size_t i, float wd, float lr_eff, float scale,
                                           const AdamWStepArgs& a) {
-    float p = kMaster ? master[i] : (float)params[i];
     float m = mom1[i], v = mom2[i], vm = kAmsgrad ? vmax[i] : 0.0f;
-    p = adamw_element<kAmsgrad>(p, (float)grads[i] * scale, m, v, vm, wd, lr_eff, a);
+    const float p = adamw_element<kAmsgrad>(opt_load_param<Tp, kMaster>(params, master, i), (float)grads[i] * scale, m,
+                                            v, vm, wd, lr_eff, a);
     mom1[i] = m;
     mom2[i] = v;
     if (kAmsgrad) vmax[i] = vm;
-    if (kMaster) master[i] = p;
-    if constexpr (sizeof(Tp) == 2) {
-        reinterpret_cast<__nv_bfloat16*>(params)[i] =
-            kStochastic ? bf16_round_stochastic(p, srng_bits(a.rng_key, a.index_base + i, 0)) : __float2bfloat16_rn(p);
-    } else {
-        reinterpret_cast<float*>(params)[i] = p;
-    }
+    opt_store_param<Tp, kMaster, kStochastic>(params, master, i, p, a.rng_key, a.index_base);
 }
 
-// One chunk = V elements = whole 128-bit words of every buffer. Chunks inside one tensor (nearly
-// all) take the vector path with the tensor's hyperparameters in registers; a chunk that straddles
-// a tensor boundary, and the n % V tail, go element by element.
+// One chunk = V elements = whole 128-bit words of every buffer (adamw_for_each_chunk: the vector
+// path inside a tensor, element by element across a tensor boundary and in the tail).
 template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochastic>
 __global__ void __launch_bounds__(ADAMW_BLOCK, kAmsgrad ? 1 : 2) // 2 blocks/SM: <= 64 registers
 adamw_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg* __restrict__ grads,
              float* __restrict__ mom1, float* __restrict__ mom2, float* __restrict__ vmax, size_t n,
              const AdamWSegment* __restrict__ segments, int nseg, AdamWStepArgs a,
              const float* __restrict__ clip_scale) {
-    constexpr bool kBf16 = sizeof(Tp) == 2;
     constexpr int V = 16 / (sizeof(Tp) < sizeof(Tg) ? sizeof(Tp) : sizeof(Tg));
-    DYNAMIC_SHARED(size_t, seg_end); // (nseg) then (nseg) float2 {weight_decay, lr_mult}
-    float2* seg_par = reinterpret_cast<float2*>(seg_end + nseg);
-    adamw_segments_to_smem(seg_end, seg_par, segments, nseg);
-    __syncthreads();
-
-    const float scale = clip_scale != nullptr ? *clip_scale : 1.0f;
-    const size_t nchunks = n / V;
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    int s = tid < nchunks ? adamw_find_segment(seg_end, nseg, tid * V) : 0;
-    for (size_t c = tid; c < nchunks; c += stride) {
-        const size_t i0 = c * V;
-        while (seg_end[s] <= i0) s++;
-        if (i0 + V > seg_end[s]) { // a tensor boundary inside the chunk
-            for (int j = 0; j < V; j++) {
-                int sj = adamw_find_segment(seg_end, nseg, i0 + j);
-                adamw_one<Tp, Tg, kMaster, kAmsgrad, kStochastic>(params, master, grads, mom1, mom2, vmax, i0 + j,
-                                                                  seg_par[sj].x, a.lr * seg_par[sj].y, scale, a);
-            }
-            continue;
-        }
-        const float wd = seg_par[s].x, lr_eff = a.lr * seg_par[s].y;
+    const float scale = adamw_clip_scale(clip_scale);
+    auto one = [&](size_t i, float wd, float lr_eff) {
+        adamw_one<Tp, Tg, kMaster, kAmsgrad, kStochastic>(params, master, grads, mom1, mom2, vmax, i, wd, lr_eff, scale,
+                                                          a);
+    };
+    auto chunk = [&](size_t i0, float wd, float lr_eff) {
         float p[V], g[V], m[V], v[V], vm[V] = {};
         adamw_load<V>(grads + i0, g);
         adamw_load<V>(mom1 + i0, m);
         adamw_load<V>(mom2 + i0, v);
         if (kAmsgrad) adamw_load<V>(vmax + i0, vm);
-        if (kMaster) adamw_load<V>(master + i0, p); else adamw_load<V>(params + i0, p);
+        opt_load_params<V, Tp, kMaster>(params, master, i0, p);
 #pragma unroll
         for (int j = 0; j < V; j++) p[j] = adamw_element<kAmsgrad>(p[j], g[j] * scale, m[j], v[j], vm[j], wd, lr_eff, a);
         adamw_store<V>(mom1 + i0, m);
         adamw_store<V>(mom2 + i0, v);
         if (kAmsgrad) adamw_store<V>(vmax + i0, vm);
-        if (kMaster) adamw_store<V>(master + i0, p);
-        if constexpr (kBf16) {
-#pragma unroll
-            for (int k = 0; k < V / 8; k++) {
-                Vec128<__nv_bfloat16> out;
-#pragma unroll
-                for (int e = 0; e < 8; e++) {
-                    float x = p[k * 8 + e];
-                    out[e] = kStochastic ? bf16_round_stochastic(x, srng_bits(a.rng_key, a.index_base + i0 + k * 8 + e, 0))
-                                         : __float2bfloat16_rn(x);
-                }
-                store128cs(reinterpret_cast<__nv_bfloat16*>(params) + i0 + k * 8, out);
-            }
-        } else {
-            adamw_store<V>(reinterpret_cast<float*>(params) + i0, p);
-        }
-    }
-
-    // tail: fewer than V elements, one per thread
-    if (tid < n - nchunks * V) {
-        const size_t i = nchunks * V + tid;
-        int sj = adamw_find_segment(seg_end, nseg, i);
-        adamw_one<Tp, Tg, kMaster, kAmsgrad, kStochastic>(params, master, grads, mom1, mom2, vmax, i, seg_par[sj].x,
-                                                          a.lr * seg_par[sj].y, scale, a);
-    }
+        opt_store_params<V, Tp, kMaster, kStochastic>(params, master, i0, p, a.rng_key, a.index_base);
+    };
+    adamw_for_each_chunk<V>(segments, nseg, nullptr, a.lr, n, chunk, one);
 }
 
 // ----------------------------------------------------------------------------
@@ -318,6 +357,14 @@ static inline AdamWSegment* adamw_segments_upload(const AdamWSegment* segs, int 
 
 static inline void adamw_check_aligned(const void* p, const char* name) {
     if (((uintptr_t)p & 15u) != 0) ls_fatal("adamw: buffer %s (%p) is not 16-byte aligned", name, p);
+}
+
+// Fatal unless the parameter buffers fit the template: master weights for bf16 params only.
+template <typename Tp>
+static inline void opt_check_params(const Tp* params, const float* master, const char* who) {
+    if (master != nullptr && sizeof(Tp) != 2) ls_fatal("%s: master weights are for bf16 params only", who);
+    adamw_check_aligned(params, "params");
+    adamw_check_aligned(master, "master");
 }
 
 template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochastic>

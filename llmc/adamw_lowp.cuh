@@ -29,66 +29,6 @@
 #include "quant8.h"
 
 // ----------------------------------------------------------------------------
-// parameters: fp32, or bf16 with optional fp32 master weights (shared with llmc/optimizers.cuh)
-
-// V parameters from element i0 (16-byte aligned) as fp32: the master weights when kMaster.
-template <int V, typename Tp, bool kMaster>
-__device__ __forceinline__ void opt_load_params(const Tp* params, const float* master, size_t i0, float (&p)[V]) {
-    if constexpr (kMaster) adamw_load<V>(master + i0, p);
-    else adamw_load<V>(params + i0, p);
-}
-
-// Stores V updated parameters from element i0: the master weights (kMaster) and params; bf16
-// params rounded stochastically (stream 0 at the global index index_base + i) or to nearest even.
-template <int V, typename Tp, bool kMaster, bool kStochastic>
-__device__ __forceinline__ void opt_store_params(Tp* params, float* master, size_t i0, const float (&p)[V],
-                                                 unsigned long long key, size_t index_base) {
-    if constexpr (kMaster) adamw_store<V>(master + i0, p);
-    if constexpr (sizeof(Tp) == 2) {
-        static_assert(V % 8 == 0, "bf16 params: whole 128-bit words");
-#pragma unroll
-        for (int k = 0; k < V / 8; k++) {
-            Vec128<__nv_bfloat16> out;
-#pragma unroll
-            for (int e = 0; e < 8; e++) {
-                const float x = p[k * 8 + e];
-                out[e] = kStochastic ? bf16_round_stochastic(x, srng_bits(key, index_base + i0 + k * 8 + e, 0))
-                                     : __float2bfloat16_rn(x);
-            }
-            store128cs(reinterpret_cast<__nv_bfloat16*>(params) + i0 + k * 8, out);
-        }
-    } else {
-        adamw_store<V>(reinterpret_cast<float*>(params) + i0, p);
-    }
-}
-
-template <typename Tp, bool kMaster>
-__device__ __forceinline__ float opt_load_param(const Tp* params, const float* master, size_t i) {
-    if constexpr (kMaster) return master[i];
-    else return (float)params[i];
-}
-
-template <typename Tp, bool kMaster, bool kStochastic>
-__device__ __forceinline__ void opt_store_param(Tp* params, float* master, size_t i, float p, unsigned long long key,
-                                                size_t index_base) {
-    if constexpr (kMaster) master[i] = p;
-    if constexpr (sizeof(Tp) == 2) {
-        reinterpret_cast<__nv_bfloat16*>(params)[i] =
-            kStochastic ? bf16_round_stochastic(p, srng_bits(key, index_base + i, 0)) : __float2bfloat16_rn(p);
-    } else {
-        reinterpret_cast<float*>(params)[i] = p;
-    }
-}
-
-// Fatal unless the parameter buffers fit the template: master weights for bf16 params only.
-template <typename Tp>
-static inline void opt_check_params(const Tp* params, const float* master, const char* who) {
-    if (master != nullptr && sizeof(Tp) != 2) ls_fatal("%s: master weights are for bf16 params only", who);
-    adamw_check_aligned(params, "params");
-    adamw_check_aligned(master, "master");
-}
-
-// ----------------------------------------------------------------------------
 // (a) bf16 m and v
 
 template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochastic>
@@ -112,26 +52,12 @@ adamw_bf16_state_kernel(Tp* __restrict__ params, float* __restrict__ master, con
                         __nv_bfloat16* __restrict__ vmax, size_t n, const AdamWSegment* __restrict__ segments,
                         int nseg, AdamWStepArgs a, const float* __restrict__ clip_scale) {
     constexpr int V = 8; // one 128-bit word of bf16 state
-    DYNAMIC_SHARED(size_t, seg_end);
-    float2* seg_par = reinterpret_cast<float2*>(seg_end + nseg);
-    adamw_segments_to_smem(seg_end, seg_par, segments, nseg);
-    __syncthreads();
-    const float scale = clip_scale != nullptr ? *clip_scale : 1.0f;
-    const size_t nchunks = n / V, stride = (size_t)gridDim.x * blockDim.x;
-    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    int s = tid < nchunks ? adamw_find_segment(seg_end, nseg, tid * V) : 0;
-    for (size_t c = tid; c < nchunks; c += stride) {
-        const size_t i0 = c * V;
-        while (seg_end[s] <= i0) s++;
-        if (i0 + V > seg_end[s]) { // a tensor boundary inside the chunk
-            for (int j = 0; j < V; j++) {
-                int sj = adamw_find_segment(seg_end, nseg, i0 + j);
-                adamw_bf16_state_one<Tp, Tg, kMaster, kAmsgrad, kStochastic>(
-                    params, master, grads, mom1, mom2, vmax, i0 + j, seg_par[sj].x, a.lr * seg_par[sj].y, scale, a);
-            }
-            continue;
-        }
-        const float wd = seg_par[s].x, lr_eff = a.lr * seg_par[s].y;
+    const float scale = adamw_clip_scale(clip_scale);
+    auto one = [&](size_t i, float wd, float lr_eff) {
+        adamw_bf16_state_one<Tp, Tg, kMaster, kAmsgrad, kStochastic>(params, master, grads, mom1, mom2, vmax, i, wd,
+                                                                     lr_eff, scale, a);
+    };
+    auto chunk = [&](size_t i0, float wd, float lr_eff) {
         float p[V], g[V], m[V], v[V], vm[V] = {};
         opt_load_params<V, Tp, kMaster>(params, master, i0, p);
         adamw_load<V>(grads + i0, g);
@@ -151,13 +77,8 @@ adamw_bf16_state_kernel(Tp* __restrict__ params, float* __restrict__ master, con
         store128cs(mom1 + i0, mo);
         store128cs(mom2 + i0, vo);
         if (kAmsgrad) store128cs(vmax + i0, vmo);
-    }
-    if (tid < n - nchunks * V) {
-        const size_t i = nchunks * V + tid;
-        int sj = adamw_find_segment(seg_end, nseg, i);
-        adamw_bf16_state_one<Tp, Tg, kMaster, kAmsgrad, kStochastic>(params, master, grads, mom1, mom2, vmax, i,
-                                                                     seg_par[sj].x, a.lr * seg_par[sj].y, scale, a);
-    }
+    };
+    adamw_for_each_chunk<V>(segments, nseg, nullptr, a.lr, n, chunk, one);
 }
 
 template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochastic>
@@ -237,10 +158,24 @@ static inline void opt_block_tables_free(OptBlockTables* t) {
     t->block0 = t->small_off = nullptr;
 }
 
-// The segment of block b: first by binary search (optim_block_segment), then walking forward.
-__device__ __forceinline__ int opt_block_segment_from(const size_t* block0, int s, size_t b) {
-    while (block0[s + 1] <= b) s++;
-    return s;
+// The walk of the blockwise kernels (8-bit AdamW here, LAMB's moments in llmc/optimizers.cuh) over
+// the OPT_BLOCK-element blocks of every tensor (block0 from optim_blocks_build: blocks start at each
+// tensor's first element), CUDA block k taking blocks k, k + gridDim.x, ...:
+//   body(b, s, sg, rel, len)  block b of segment s (sg = segments[s]): elements sg.offset + rel
+//                             ... + len - 1 of the flat buffers (len < OPT_BLOCK at a tensor's end).
+// The segment of the first block by binary search (optim_block_segment), then walking forward. The
+// same for every thread of a CUDA block: body may synchronize (barriers are safe).
+template <typename Body>
+__device__ __forceinline__ void opt_for_each_block(const OptSegment* segments, const size_t* block0, int nseg,
+                                                   Body body) {
+    const size_t nblocks = block0[nseg];
+    int s = blockIdx.x < nblocks ? optim_block_segment(block0, nseg, blockIdx.x) : 0;
+    for (size_t b = blockIdx.x; b < nblocks; b += gridDim.x) {
+        while (block0[s + 1] <= b) s++;
+        const OptSegment sg = segments[s];
+        const size_t rel = (b - block0[s]) * OPT_BLOCK, rest = sg.count - rel;
+        body(b, s, sg, rel, rest < OPT_BLOCK ? rest : (size_t)OPT_BLOCK);
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -271,15 +206,11 @@ adamw_8bit_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
         map_v[i] = q.maps[256 + i];
     }
     __syncthreads();
-    const float scale = clip_scale != nullptr ? *clip_scale : 1.0f;
-    const size_t nblocks = block0[nseg];
+    const float scale = adamw_clip_scale(clip_scale);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    int s = blockIdx.x < nblocks ? optim_block_segment(block0, nseg, blockIdx.x) : 0;
-    for (size_t b = blockIdx.x; b < nblocks; b += gridDim.x) { // uniform per block: barriers are safe
-        s = opt_block_segment_from(block0, s, b);
-        const AdamWSegment sg = segments[s];
-        const size_t rel = (b - block0[s]) * ADAMW8_QBLOCK, start = sg.offset + rel;
-        const size_t rest = sg.count - rel, len = rest < ADAMW8_QBLOCK ? rest : ADAMW8_QBLOCK;
+    static_assert(ADAMW8_QBLOCK == OPT_BLOCK, "quantization blocks are the blocks of opt_for_each_block");
+    opt_for_each_block(segments, block0, nseg, [&](size_t b, int s, const AdamWSegment& sg, size_t rel, size_t len) {
+        const size_t start = sg.offset + rel;
         const size_t j0 = (size_t)threadIdx.x * V, i0 = start + j0;
         const int nv = j0 < len ? (len - j0 < V ? (int)(len - j0) : V) : 0;
         const float wd = sg.weight_decay, lr_eff = a.lr * sg.lr_mult;
@@ -294,7 +225,7 @@ adamw_8bit_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
                 q.v32[k] = v;
                 opt_store_param<Tp, kMaster, kStochastic>(params, master, i, p, a.rng_key, a.index_base);
             }
-            continue;
+            return;
         }
         const float am_old = q.absmax_m[b], av_old = q.absmax_v[b];
         float p[V], g[V], m[V], v[V], unused[V] = {};
@@ -374,7 +305,7 @@ adamw_8bit_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
             q.absmax_v[b] = av;
         }
         __syncthreads(); // red[] is reused by the next quantization block
-    }
+    });
 }
 
 template <typename Tp, typename Tg, bool kMaster, bool kStochastic>

@@ -103,30 +103,11 @@ opt_elementwise_kernel(Tp* __restrict__ params, float* __restrict__ master, cons
     using Tr = OptOpTraits<kOp>;
     constexpr size_t mn = sizeof(Tp) < sizeof(Tg) ? sizeof(Tp) : sizeof(Tg);
     constexpr int V = (int)(16 / mn);
-    DYNAMIC_SHARED(size_t, seg_end); // (nseg), then (nseg) float2 {wd, lr_mult * seg_mul}
-    float2* seg_par = reinterpret_cast<float2*>(seg_end + nseg);
-    for (int s = threadIdx.x; s < nseg; s += blockDim.x) {
-        const OptSegment sg = segments[s];
-        seg_end[s] = sg.offset + sg.count;
-        seg_par[s] = make_float2(sg.weight_decay, seg_mul != nullptr ? (a.lr * sg.lr_mult) * seg_mul[s] : a.lr * sg.lr_mult);
-    }
-    __syncthreads();
-    const float scale = clip_scale != nullptr ? *clip_scale : 1.0f;
-    const size_t nchunks = n / V, stride = (size_t)gridDim.x * blockDim.x;
-    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    int s = tid < nchunks ? adamw_find_segment(seg_end, nseg, tid * V) : 0;
-    for (size_t c = tid; c < nchunks; c += stride) {
-        const size_t i0 = c * V;
-        while (seg_end[s] <= i0) s++;
-        if (i0 + V > seg_end[s]) { // a tensor boundary inside the chunk
-            for (int j = 0; j < V; j++) {
-                const int sj = adamw_find_segment(seg_end, nseg, i0 + j);
-                opt_elementwise_one<kOp, Tp, Tg, kMaster, kStochastic>(params, master, grads, s1, s2, i0 + j,
-                                                                      seg_par[sj].x, seg_par[sj].y, scale, a);
-            }
-            continue;
-        }
-        const float wd = seg_par[s].x, step_lr = seg_par[s].y;
+    const float scale = adamw_clip_scale(clip_scale);
+    auto one = [&](size_t i, float wd, float step_lr) {
+        opt_elementwise_one<kOp, Tp, Tg, kMaster, kStochastic>(params, master, grads, s1, s2, i, wd, step_lr, scale, a);
+    };
+    auto chunk = [&](size_t i0, float wd, float step_lr) {
         float p[V], g[V] = {}, m[V] = {}, v[V] = {};
         opt_load_params<V, Tp, kMaster>(params, master, i0, p);
         if constexpr (Tr::reads_grads) adamw_load<V>(grads + i0, g);
@@ -136,16 +117,9 @@ opt_elementwise_kernel(Tp* __restrict__ params, float* __restrict__ master, cons
         for (int j = 0; j < V; j++) p[j] = opt_element<kOp>(p[j], g[j] * scale, m[j], v[j], wd, step_lr, a);
         if constexpr (Tr::states >= 1 && Tr::writes_state) adamw_store<V>(s1 + i0, m);
         opt_store_params<V, Tp, kMaster, kStochastic>(params, master, i0, p, a.rng_key, 0);
-    }
-    if (tid < n - nchunks * V) { // tail: fewer than V elements
-        const size_t i = nchunks * V + tid;
-        const int sj = adamw_find_segment(seg_end, nseg, i);
-        opt_elementwise_one<kOp, Tp, Tg, kMaster, kStochastic>(params, master, grads, s1, s2, i, seg_par[sj].x,
-                                                              seg_par[sj].y, scale, a);
-    }
+    };
+    adamw_for_each_chunk<V>(segments, nseg, seg_mul, a.lr, n, chunk, one);
 }
-
-static inline size_t opt_elementwise_smem_bytes(int nseg) { return (size_t)nseg * (sizeof(size_t) + sizeof(float2)); }
 
 template <int kOp, typename Tp, typename Tg, bool kMaster, bool kStochastic>
 static void opt_elementwise_launch(Tp* params, float* master, const Tg* grads, float* s1, const float* s2, size_t n,
@@ -155,7 +129,7 @@ static void opt_elementwise_launch(Tp* params, float* master, const Tg* grads, f
     const size_t want = CEIL_DIV(n / (16 / mn), (size_t)OPT_ELEM_BLOCK), full = (size_t)cuda_sm_count() * 2;
     const unsigned grid = (unsigned)(want < full ? (want > 0 ? want : 1) : full);
     launch(opt_elementwise_kernel<kOp, Tp, Tg, kMaster, kStochastic>, grid, OPT_ELEM_BLOCK,
-           opt_elementwise_smem_bytes(nseg), stream, params, master, grads, s1, s2, n, d_segs, nseg, d_seg_mul, a,
+           adamw_segments_smem_bytes(nseg), stream, params, master, grads, s1, s2, n, d_segs, nseg, d_seg_mul, a,
            d_clip_scale);
 }
 
@@ -221,14 +195,10 @@ lamb_moments_kernel(const Tp* __restrict__ params, const float* __restrict__ mas
                     OptStepArgs a, const float* __restrict__ clip_scale) {
     static_assert(LAMB_THREADS * 8 == OPT_BLOCK, "one CUDA block per OPT_BLOCK block, 8 elements per thread");
     __shared__ float red[LAMB_THREADS];
-    const float scale = clip_scale != nullptr ? *clip_scale : 1.0f;
+    const float scale = adamw_clip_scale(clip_scale);
     const size_t nblocks = block0[nseg];
-    int s = blockIdx.x < nblocks ? optim_block_segment(block0, nseg, blockIdx.x) : 0;
-    for (size_t b = blockIdx.x; b < nblocks; b += gridDim.x) { // uniform per block: barriers are safe
-        s = opt_block_segment_from(block0, s, b);
-        const OptSegment sg = segments[s];
-        const size_t rel = (b - block0[s]) * OPT_BLOCK, start = sg.offset + rel;
-        const size_t rest = sg.count - rel, len = rest < OPT_BLOCK ? rest : OPT_BLOCK;
+    opt_for_each_block(segments, block0, nseg, [&](size_t b, int, const OptSegment& sg, size_t rel, size_t len) {
+        const size_t start = sg.offset + rel;
         const float wd = sg.weight_decay;
         float ap[4] = {0.0f, 0.0f, 0.0f, 0.0f}, au[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -283,7 +253,7 @@ lamb_moments_kernel(const Tp* __restrict__ params, const float* __restrict__ mas
             partials[nblocks + b] = su;
         }
         __syncthreads(); // red[] is reused by the next block
-    }
+    });
 }
 
 // trust[s] from the partial sums of segment s's blocks (one CUDA block of LAMB_THREADS per segment).

@@ -7,7 +7,8 @@
    1   naive: one thread per parameter, the textbook fused kernel (state read and written through
        global memory, bias corrections recomputed with powf in every thread)
    2   registers: each value loaded once, bias corrections from the host, FMA-based lerps
-   3   vectorized: 128-bit loads/stores, grid-stride loop, segment table in shared memory
+   3   vectorized: 128-bit loads/stores, grid-stride loop, segment table in shared memory (the walk
+       of the production kernels, adamw_for_each_chunk of llmc/adamw.cuh)
    4   mixed precision: bf16 params and grads, fp32 master weights, stochastic rounding to bf16
    5   production: llmc/adamw.cuh (included, not copied), in its variants (fp32; bf16 + master +
        stochastic rounding; bf16 without master; fp32 params with bf16 grads; AMSGrad)
@@ -27,23 +28,11 @@
  To add a version: write its kernel and a run_* launcher with the Case signature, add a row to
  kCases with its bytes per parameter and tolerances.
 */
-#include "llmc/cuda_common.h"
+#include "lab_optim.h"
 #include "llmc/adamw.cuh"
 #include "llmc/adamw_lowp.cuh"
 #include "llmc/global_norm.cuh"
 #include "llmc/optim.h" // the CPU trainer's AdamW, compared bit for bit with version 5
-
-#include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <algorithm>
-#include <string>
-#include <vector>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 // ----------------------------------------------------------------------------
 // version 1: naive
@@ -107,25 +96,10 @@ static __device__ __forceinline__ void v3_element(float& p, float g, float& m, f
 static __global__ void adamw_v3_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
                                        float* __restrict__ v, size_t n, const AdamWSegment* __restrict__ segs,
                                        int nseg, AdamWStepArgs a, const float* __restrict__ clip_scale) {
-    DYNAMIC_SHARED(size_t, seg_end);
-    float2* seg_par = reinterpret_cast<float2*>(seg_end + nseg);
-    adamw_segments_to_smem(seg_end, seg_par, segs, nseg);
-    __syncthreads();
     const float scale = *clip_scale;
-    const size_t n4 = n / 4, stride = (size_t)gridDim.x * blockDim.x;
-    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    int s = 0;
-    for (size_t c = tid; c < n4; c += stride) {
-        const size_t i0 = c * 4;
-        while (seg_end[s] <= i0) s++;
-        if (i0 + 4 > seg_end[s]) { // tensor boundary inside: element by element
-            for (size_t i = i0; i < i0 + 4; i++) {
-                int sj = adamw_find_segment(seg_end, nseg, i);
-                v3_element(p[i], g[i] * scale, m[i], v[i], seg_par[sj].x, a.lr * seg_par[sj].y, a);
-            }
-            continue;
-        }
-        const float wd = seg_par[s].x, lr_eff = a.lr * seg_par[s].y;
+    auto one = [&](size_t i, float wd, float lr_eff) { v3_element(p[i], g[i] * scale, m[i], v[i], wd, lr_eff, a); };
+    auto chunk = [&](size_t i0, float wd, float lr_eff) {
+        const size_t c = i0 / 4;
         float4 P = __ldcs(reinterpret_cast<const float4*>(p) + c), G = __ldcs(reinterpret_cast<const float4*>(g) + c);
         float4 M = __ldcs(reinterpret_cast<const float4*>(m) + c), W = __ldcs(reinterpret_cast<const float4*>(v) + c);
         v3_element(P.x, G.x * scale, M.x, W.x, wd, lr_eff, a);
@@ -135,12 +109,8 @@ static __global__ void adamw_v3_kernel(float* __restrict__ p, const float* __res
         __stcs(reinterpret_cast<float4*>(p) + c, P);
         __stcs(reinterpret_cast<float4*>(m) + c, M);
         __stcs(reinterpret_cast<float4*>(v) + c, W);
-    }
-    if (tid < n % 4) {
-        size_t i = n4 * 4 + tid;
-        int sj = adamw_find_segment(seg_end, nseg, i);
-        v3_element(p[i], g[i] * scale, m[i], v[i], seg_par[sj].x, a.lr * seg_par[sj].y, a);
-    }
+    };
+    adamw_for_each_chunk<4>(segs, nseg, nullptr, a.lr, n, chunk, one);
 }
 
 // ----------------------------------------------------------------------------
@@ -161,25 +131,9 @@ static __global__ void adamw_v4_kernel(__nv_bfloat16* __restrict__ p, float* __r
                                        const __nv_bfloat16* __restrict__ g, float* __restrict__ m,
                                        float* __restrict__ v, size_t n, const AdamWSegment* __restrict__ segs,
                                        int nseg, AdamWStepArgs a, const float* __restrict__ clip_scale) {
-    DYNAMIC_SHARED(size_t, seg_end);
-    float2* seg_par = reinterpret_cast<float2*>(seg_end + nseg);
-    adamw_segments_to_smem(seg_end, seg_par, segs, nseg);
-    __syncthreads();
     const float scale = *clip_scale;
-    const size_t n8 = n / 8, stride = (size_t)gridDim.x * blockDim.x;
-    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    int s = 0;
-    for (size_t c = tid; c < n8; c += stride) {
-        const size_t i0 = c * 8;
-        while (seg_end[s] <= i0) s++;
-        if (i0 + 8 > seg_end[s]) {
-            for (size_t i = i0; i < i0 + 8; i++) {
-                int sj = adamw_find_segment(seg_end, nseg, i);
-                v4_element(p, master, g, m, v, i, seg_par[sj].x, a.lr * seg_par[sj].y, scale, a);
-            }
-            continue;
-        }
-        const float wd = seg_par[s].x, lr_eff = a.lr * seg_par[s].y;
+    auto one = [&](size_t i, float wd, float lr_eff) { v4_element(p, master, g, m, v, i, wd, lr_eff, scale, a); };
+    auto chunk = [&](size_t i0, float wd, float lr_eff) {
         Vec128<__nv_bfloat16> gv = load128cs(g + i0), out;
 #pragma unroll
         for (int k = 0; k < 2; k++) { // two halves of 4: fewer live registers
@@ -195,78 +149,12 @@ static __global__ void adamw_v4_kernel(__nv_bfloat16* __restrict__ p, float* __r
             store128cs(v + i0 + 4 * k, vs);
         }
         store128cs(p + i0, out);
-    }
-    if (tid < n % 8) {
-        size_t i = n8 * 8 + tid;
-        int sj = adamw_find_segment(seg_end, nseg, i);
-        v4_element(p, master, g, m, v, i, seg_par[sj].x, a.lr * seg_par[sj].y, scale, a);
-    }
+    };
+    adamw_for_each_chunk<8>(segs, nseg, nullptr, a.lr, n, chunk, one);
 }
 
 // ----------------------------------------------------------------------------
-// the problem: sizes, segment table, deterministic data
-
-struct Problem {
-    std::string name;
-    size_t n = 0;
-    std::vector<AdamWSegment> segs;
-};
-
-static void add_seg(Problem& pb, size_t count, float wd, float lr_mult) {
-    pb.segs.push_back(AdamWSegment{pb.n, count, wd, lr_mult});
-    pb.n += count;
-}
-
-// GPT-2 in PyTorch's named_parameters order; weight decay on the 2-D tensors.
-static Problem gpt2_problem(const char* name, size_t V, size_t C, size_t L, size_t T) {
-    Problem pb;
-    pb.name = name;
-    add_seg(pb, V * C, 0.1f, 1.0f); // wte
-    add_seg(pb, T * C, 0.1f, 1.0f); // wpe
-    for (size_t l = 0; l < L; l++) {
-        add_seg(pb, C, 0.0f, 1.0f);          // ln_1.weight
-        add_seg(pb, C, 0.0f, 1.0f);          // ln_1.bias
-        add_seg(pb, 3 * C * C, 0.1f, 1.0f);  // attn.c_attn.weight
-        add_seg(pb, 3 * C, 0.0f, 1.0f);      // attn.c_attn.bias
-        add_seg(pb, C * C, 0.1f, 1.0f);      // attn.c_proj.weight
-        add_seg(pb, C, 0.0f, 1.0f);          // attn.c_proj.bias
-        add_seg(pb, C, 0.0f, 1.0f);          // ln_2.weight
-        add_seg(pb, C, 0.0f, 1.0f);          // ln_2.bias
-        add_seg(pb, 4 * C * C, 0.1f, 1.0f);  // mlp.c_fc.weight
-        add_seg(pb, 4 * C, 0.0f, 1.0f);      // mlp.c_fc.bias
-        add_seg(pb, 4 * C * C, 0.1f, 1.0f);  // mlp.c_proj.weight
-        add_seg(pb, C, 0.0f, 1.0f);          // mlp.c_proj.bias
-    }
-    add_seg(pb, C, 0.0f, 1.0f); // ln_f.weight
-    add_seg(pb, C, 0.0f, 1.0f); // ln_f.bias
-    return pb;
-}
-
-// Host loops use OpenMP threads only for large tensors: on small problems the threads would spin
-// while the CPU harness runs the kernels.
-#define OMP_MIN (1LL << 20)
-
-static bool g_quiet = false; // -q: print failures and the summary only
-
-static double unit(uint64_t seed, uint64_t i) { // uniform in [0, 1)
-    return (double)(srng_mix64(seed * 0x9e3779b97f4a7c15ULL ^ (i + 1) * 0xd1b54a32d192ed03ULL) >> 11) * 0x1.0p-53;
-}
-
-// n elements split into tensors of random sizes (many tiny: boundaries inside 128-bit words).
-static Problem random_problem(size_t n, uint64_t seed) {
-    Problem pb;
-    char name[64];
-    snprintf(name, sizeof name, "random tensors, n=%zu", n);
-    pb.name = name;
-    const float wds[3] = {0.0f, 0.1f, 0.01f}, lrs[3] = {1.0f, 0.5f, 2.0f};
-    for (uint64_t k = 0; pb.n < n; k++) {
-        double u = unit(seed, 3 * k);
-        size_t c = u < 0.4 ? 1 + (size_t)(unit(seed, 3 * k + 1) * 9) : 1 + (size_t)(unit(seed, 3 * k + 1) * (n / 8 + 1));
-        if (c > n - pb.n) c = n - pb.n;
-        add_seg(pb, c, wds[(size_t)(unit(seed, 3 * k + 2) * 3)], lrs[k % 3]);
-    }
-    return pb;
-}
+// the problems (lab_optim.h): deterministic data
 
 static const AdamWSegment& seg_of(const Problem& pb, size_t i) {
     size_t lo = 0, hi = pb.segs.size() - 1;
@@ -279,7 +167,7 @@ static const AdamWSegment& seg_of(const Problem& pb, size_t i) {
 
 // Initial parameters: LayerNorm-like tensors (no decay, small) near 1, others N(0, 0.02)-like.
 static float init_param(const Problem& pb, size_t i) {
-    double z = (unit(11, 4 * i) + unit(11, 4 * i + 1) + unit(11, 4 * i + 2) + unit(11, 4 * i + 3) - 2.0) * 1.732;
+    const double z = normalish(11, i);
     const AdamWSegment& s = seg_of(pb, i);
     return (float)(s.weight_decay == 0.0f && s.count < 4096 && (s.offset / 7) % 2 ? 1.0 + 0.1 * z : 0.02 * z);
 }
@@ -292,9 +180,7 @@ static void make_grads(const Problem& pb, int t, std::vector<float>& g) {
 #pragma omp parallel for schedule(static) if (s.count > OMP_MIN)
         for (long long k = 0; k < (long long)s.count; k++) {
             size_t i = s.offset + (size_t)k;
-            uint64_t key = (uint64_t)t * 0x100000000ULL + i;
-            double z = (unit(5, 4 * key) + unit(5, 4 * key + 1) + unit(5, 4 * key + 2) + unit(5, 4 * key + 3) - 2.0) * 1.732;
-            g[i] = (float)(sc * z);
+            g[i] = (float)(sc * normalish(5, (uint64_t)t * 0x100000000ULL + i));
         }
     }
 }
@@ -399,6 +285,15 @@ static const Case kCases[] = {
     {"6b", "6b 8-bit m,v", P_F32, false, false, false, false, S_Q8, run_v6b, false},
 };
 
+// The hyperparameters of a case: lr 1e-3, beta1 0.9, beta2 0.95, eps 1e-8, seed 1234, index_base 0;
+// AMSGrad and stochastic rounding as the case says.
+static AdamWParams hyper_of(const Case& c) {
+    AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0, 1, 1234, 0};
+    h.amsgrad = c.amsgrad;
+    h.stochastic_rounding = c.stochastic;
+    return h;
+}
+
 // Bytes each step moves per parameter (reads + writes).
 static int bytes_per_param(const Case& c) {
     int p = c.ptype == P_F32 ? 4 : 2, g = c.bf16_grads ? 2 : 4;
@@ -497,21 +392,7 @@ static void device_clip_scale(const Case& c, Bufs& b, float max_norm, cudaStream
 // ----------------------------------------------------------------------------
 // float64 reference
 
-struct Ref {
-    std::vector<double> p, m, v, vmax, p_absmax, m_absmax, v_max; // *_absmax/_max: over all steps so far
-};
-
-static void ref_init(Ref& r, const std::vector<float>& p0) {
-    size_t n = p0.size();
-    r.p.assign(p0.begin(), p0.end());
-    r.p_absmax.resize(n);
-    for (size_t i = 0; i < n; i++) r.p_absmax[i] = fabs(r.p[i]);
-    r.m.assign(n, 0.0);
-    r.v.assign(n, 0.0);
-    r.vmax.assign(n, 0.0);
-    r.m_absmax.assign(n, 0.0);
-    r.v_max.assign(n, 0.0);
-}
+typedef RefState Ref; // lab_optim.h
 
 static void ref_step(Ref& r, const Problem& pb, const std::vector<float>& g, double scale, const AdamWParams& hp,
                      bool amsgrad, int t) {
@@ -530,9 +411,9 @@ static void ref_step(Ref& r, const Problem& pb, const std::vector<float>& g, dou
             r.p[i] -= lr * ((m / bc1) / (sqrt(vv / bc2) + eps) + wd * r.p[i]);
             r.m[i] = m;
             r.v[i] = v;
-            r.p_absmax[i] = std::max(r.p_absmax[i], fabs(r.p[i]));
-            r.m_absmax[i] = std::max(r.m_absmax[i], fabs(m));
-            r.v_max[i] = std::max(r.v_max[i], v);
+            r.p_hist[i] = std::max(r.p_hist[i], fabs(r.p[i]));
+            r.m_hist[i] = std::max(r.m_hist[i], fabs(m));
+            r.v_hist[i] = std::max(r.v_hist[i], v);
         }
     }
 }
@@ -632,12 +513,6 @@ static std::vector<double> download_q8(const void* codes, const float* absmax, c
     return out;
 }
 
-static double ulp_bf16(double x) { // spacing of bf16 numbers at |x| (normal range)
-    int e;
-    frexp(fabs(x) > 1e-38 ? x : 1e-38, &e);
-    return ldexp(1.0, e - 8);
-}
-
 // Tolerances (why):
 //  fp32 state: m, v differ from float64 by the rounding of a few fp32 operations per step, and
 //   the error of earlier steps decays with beta: rel 2e-6 * t (a handful of 2^-24 ulps per step),
@@ -676,18 +551,18 @@ static bool check_case(const Case& c, const Problem& pb, const Bufs& b, const Re
     }
     double wm = 0, wv = 0, wp = 0, wx = 0;
     if (c.state == S_F32) {
-        wm = compare("m", pb, mgot, r.m, [&](size_t i) { return eps_state * fabs(r.m[i]) + 1e-6 * r.m_absmax[i] + 1e-30; }, bad);
-        wv = compare("v", pb, vgot, r.v, [&](size_t i) { return eps_state * fabs(r.v[i]) + 1e-6 * r.v_max[i] + 1e-30; }, bad);
+        wm = compare("m", pb, mgot, r.m, [&](size_t i) { return eps_state * fabs(r.m[i]) + 1e-6 * r.m_hist[i] + 1e-30; }, bad);
+        wv = compare("v", pb, vgot, r.v, [&](size_t i) { return eps_state * fabs(r.v[i]) + 1e-6 * r.v_hist[i] + 1e-30; }, bad);
     } else if (c.state == S_BF16) {
         double km = std::min<double>(t, 1.0 / (1.0 - hp.beta1)), kv = std::min<double>(t, 1.0 / (1.0 - hp.beta2));
-        wm = compare("m", pb, mgot, r.m, [&](size_t i) { return km * 0x1p-7 * r.m_absmax[i] + 1e-30; }, bad);
-        wv = compare("v", pb, vgot, r.v, [&](size_t i) { return kv * 0x1p-7 * r.v_max[i] + 1e-30; }, bad);
+        wm = compare("m", pb, mgot, r.m, [&](size_t i) { return km * 0x1p-7 * r.m_hist[i] + 1e-30; }, bad);
+        wv = compare("v", pb, vgot, r.v, [&](size_t i) { return kv * 0x1p-7 * r.v_hist[i] + 1e-30; }, bad);
     } else {
         Q8Layout L = q8_layout(pb);
         std::vector<double> bm(L.block0.back(), 0.0), bv(bm.size(), 0.0);
         for (size_t i = 0; i < n; i++) {
-            bm[L.block_of[i]] = std::max(bm[L.block_of[i]], r.m_absmax[i]);
-            bv[L.block_of[i]] = std::max(bv[L.block_of[i]], r.v_max[i]);
+            bm[L.block_of[i]] = std::max(bm[L.block_of[i]], r.m_hist[i]);
+            bv[L.block_of[i]] = std::max(bv[L.block_of[i]], r.v_hist[i]);
         }
         double km = std::min<double>(t, 1.0 / (1.0 - hp.beta1)), kv = std::min<double>(t, 1.0 / (1.0 - hp.beta2));
         wm = compare("m", pb, mgot, r.m, [&](size_t i) { return km * 0.0072 * bm[L.block_of[i]] + 1e-30; }, bad);
@@ -699,7 +574,7 @@ static bool check_case(const Case& c, const Problem& pb, const Bufs& b, const Re
     bool bf16_p = c.ptype == P_BF16 && !c.master;
     wp = compare(c.master ? "master" : "p", pb, pg, r.p, [&](size_t i) {
         double tol = 1e-6 * t * fabs(r.p[i]) + p_abs * lr_eff[i] * t + 1e-30;
-        if (bf16_p) tol += t * ulp_bf16(std::max(r.p_absmax[i], fabs(pg[i])));
+        if (bf16_p) tol += t * ulp_bf16(std::max(r.p_hist[i], fabs(pg[i])));
         return tol;
     }, bad);
     if (c.master) { // bf16 params are the rounded master weights
@@ -716,7 +591,7 @@ static bool check_case(const Case& c, const Problem& pb, const Bufs& b, const Re
     }
     if (c.amsgrad) {
         std::vector<double> vm = download(b.vmax, n, 0);
-        compare("vmax", pb, vm, r.vmax, [&](size_t i) { return eps_state * fabs(r.vmax[i]) + 1e-6 * r.v_max[i] + 1e-30; }, bad);
+        compare("vmax", pb, vm, r.vmax, [&](size_t i) { return eps_state * fabs(r.vmax[i]) + 1e-6 * r.v_hist[i] + 1e-30; }, bad);
     }
     if (!g_quiet || bad) {
         printf("    %-24s step %2d: worst err/tol  p %.3f  m %.3f  v %.3f%s  %s\n", c.name, t, wp, wm, wv,
@@ -758,14 +633,8 @@ static void cpu_twin_step(CpuTwin& tw, const std::vector<float>& g, const AdamWP
     h.eps = hp.eps;
     h.weight_decay = 0.0f; // per segment
     h.grad_clip = 0.0f;    // the scale is given
-#ifdef _OPENMP
-    int threads = omp_get_max_threads();
-    if ((long long)tw.p.size() < OMP_MIN) omp_set_num_threads(1); // no spinning team next to the harness
-#endif
+    LabOmpLimit omp((long long)tw.p.size());
     adamw_update_cpu(tw.p.data(), g.data(), tw.m.data(), tw.v.data(), tw.segs.data(), (int)tw.segs.size(), &h, t, scale);
-#ifdef _OPENMP
-    omp_set_num_threads(threads);
-#endif
 }
 
 static bool cpu_twin_report(const CpuTwin& tw, const Bufs& b, int t) {
@@ -804,7 +673,7 @@ static bool check_one(const Case& c, const Problem& pb, const AdamWParams& hp, i
     alloc_case(c, pb, b);
     std::vector<float> p0 = init_case(c, pb, b);
     Ref r;
-    ref_init(r, p0);
+    ref_state_init(r, p0);
     CpuTwin tw;
     if (c.cpu_twin) {
         tw.p = p0;
@@ -842,33 +711,6 @@ static bool check_one(const Case& c, const Problem& pb, const AdamWParams& hp, i
 // ----------------------------------------------------------------------------
 // bench
 
-static float median(std::vector<float> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0f : v[v.size() / 2];
-}
-
-// Median time of `body` over `repeats` runs, each after an L2 flush (a memset of twice the L2).
-template <typename F>
-static float time_median_ms(int repeats, void* flush, size_t flush_bytes, F body) {
-    cudaEvent_t a, e;
-    cudaCheck(cudaEventCreate(&a));
-    cudaCheck(cudaEventCreate(&e));
-    std::vector<float> ms;
-    for (int r = 0; r < repeats; r++) {
-        cudaCheck(cudaMemsetAsync(flush, r & 0xff, flush_bytes, 0));
-        cudaCheck(cudaEventRecord(a, 0));
-        body();
-        cudaCheck(cudaEventRecord(e, 0));
-        cudaCheck(cudaEventSynchronize(e));
-        float x;
-        cudaCheck(cudaEventElapsedTime(&x, a, e));
-        ms.push_back(x);
-    }
-    cudaCheck(cudaEventDestroy(a));
-    cudaCheck(cudaEventDestroy(e));
-    return median(ms);
-}
-
 // torch.optim.AdamW(fused=True) on the same tensor sizes, through dev/cuda/adamw_torch.py.
 static double torch_ms(const Problem& pb, bool gpt2, int repeats) {
     const char* py = getenv("TORCH_PYTHON");
@@ -887,153 +729,58 @@ static double torch_ms(const Problem& pb, bool gpt2, int repeats) {
     return ms;
 }
 
-static int bench(const std::vector<const Case*>& cases, const Problem& pb, bool gpt2, const AdamWParams& hp,
-                 int repeats, bool with_torch) {
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    size_t flush_bytes = (size_t)std::max(prop.l2CacheSize, 1 << 20) * 2;
-    void* flush;
-    cudaCheck(cudaMalloc(&flush, flush_bytes));
-    // device-to-device copy bandwidth, on a buffer as large as one fp32 AdamW step moves
-    size_t cbytes = std::max<size_t>(pb.n * 14, 1 << 20);
-    void *src, *dst;
-    cudaCheck(cudaMalloc(&src, cbytes));
-    cudaCheck(cudaMalloc(&dst, cbytes));
-    cudaCheck(cudaMemset(src, 1, cbytes));
-    float copy_ms = time_median_ms(repeats, flush, flush_bytes,
-                                   [&] { cudaCheck(cudaMemcpyAsync(dst, src, cbytes, cudaMemcpyDeviceToDevice, 0)); });
-    double copy_gbs = 2.0 * cbytes / (copy_ms * 1e-3) / 1e9;
-    cudaCheck(cudaFree(src));
-    cudaCheck(cudaFree(dst));
-    printf("AdamW bench: %s (n = %zu, %zu tensors), device \"%s\"%s\n", pb.name.c_str(), pb.n, pb.segs.size(),
-           prop.name, LS_HARNESS ? " (CPU harness: times are host times, not GPU times)" : "");
-    printf("  device-to-device copy: %.1f GB/s (%.1f MB copied, median of %d)\n", copy_gbs, cbytes / 1e6, repeats);
-    double t_torch = with_torch ? torch_ms(pb, gpt2, repeats) : -1.0;
+static int bench(const std::vector<const Case*>& cases, const Problem& pb, const OptLabArgs& o, bool with_torch) {
+    const int repeats = (int)o.repeats;
+    const double copy = optlab_bench_begin("AdamW bench", pb, repeats);
+    const double t_torch = with_torch ? torch_ms(pb, o.gpt2, repeats) : -1.0;
     if (with_torch) {
         if (t_torch > 0) printf("  torch.optim.AdamW(fused=True): %.4f ms per step\n", t_torch);
         else printf("  torch.optim.AdamW(fused=True): not available\n");
     }
-    printf("  %-26s %8s %11s %9s %8s %9s\n", "version", "B/param", "median ms", "GB/s", "% copy", "vs torch");
+    printf("  %-26s %8s", "version", "B/param");
+    lab_gbs_columns_header();
+    printf(" %9s\n", "vs torch");
+    std::vector<float> g;
+    make_grads(pb, 1, g);
     for (const Case* c : cases) {
-        AdamWParams h = hp;
-        h.amsgrad = c->amsgrad;
-        h.stochastic_rounding = c->stochastic;
+        const AdamWParams h = hyper_of(*c);
         Bufs b;
         alloc_case(*c, pb, b);
         init_case(*c, pb, b);
-        std::vector<float> g;
-        make_grads(pb, 1, g);
-        upload_grads(*c, b, g);
+        std::vector<float> gc(g);
+        upload_grads(*c, b, gc);
         device_clip_scale(*c, b, INFINITY, 0);
         int step = 0;
-        for (int w = 0; w < 3; w++) c->step(*c, b, pb, h, ++step, 0); // warm-up
-        float ms = time_median_ms(repeats, flush, flush_bytes, [&] { c->step(*c, b, pb, h, ++step, 0); });
-        cudaCheck(cudaDeviceSynchronize());
-        int bpp = bytes_per_param(*c);
-        double gbs = (double)bpp * pb.n / (ms * 1e-3) / 1e9;
+        const float ms = time_ms(repeats, [&] { c->step(*c, b, pb, h, ++step, 0); });
+        const int bpp = bytes_per_param(*c);
         char vs[32] = "-";
-        bool comparable = c->ptype == P_F32 && !c->bf16_grads && c->state == S_F32 && !c->amsgrad;
+        const bool comparable = c->ptype == P_F32 && !c->bf16_grads && c->state == S_F32 && !c->amsgrad;
         if (t_torch > 0 && comparable) snprintf(vs, sizeof vs, "%.2fx", t_torch / ms);
-        printf("  %-26s %8d %11.4f %9.1f %7.1f%% %9s\n", c->name, bpp, ms, gbs, 100.0 * gbs / copy_gbs, vs);
+        printf("  %-26s %8d", c->name, bpp);
+        lab_gbs_columns((double)bpp * pb.n, ms, copy);
+        printf(" %9s\n", vs);
         free_case(b);
     }
-    cudaCheck(cudaFree(flush));
     return 0;
 }
 
 // ----------------------------------------------------------------------------
 
-static void usage(const char* prog) {
-    fprintf(stderr,
-            "usage: %s [--check | --bench] [-v VERSION] [-n N | --gpt2] [-s STEPS] [-r REPEATS] [--torch] [-q]\n"
-            "  -v VERSION  1 2 3 4 5 6a 6b, or all (default)\n"
-            "  -n N        number of parameters, 1..2^33, split into random tensors\n"
-            "  --gpt2      the tensors of GPT-2 124M (n = 124475904)\n"
-            "  -s STEPS    optimizer steps, 1..1000 (default 5 for --check)\n"
-            "  -r REPEATS  timed repeats for --bench, 1..1000 (default 20)\n"
-            "  --torch     --bench also times torch.optim.AdamW(fused=True) (dev/cuda/adamw_torch.py)\n"
-            "  -q          --check prints failures and the summary only\n",
-            prog);
-    exit(2);
-}
-
-static long long parse_int(const char* prog, const char* flag, const char* s, long long lo, long long hi) {
-    char* end = nullptr;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
-        fprintf(stderr, "%s: %s '%s': expected an integer in [%lld, %lld]\n", prog, flag, s, lo, hi);
-        usage(prog);
-    }
-    return v;
+[[noreturn]] static void usage(const char* prog) {
+    optlab_usage(prog, "-v VERSION", "1 2 3 4 5 6a 6b, or all (default)", " [--torch]",
+                 "  --torch     --bench also times torch.optim.AdamW(fused=True) (dev/cuda/adamw_torch.py)\n");
 }
 
 int main(int argc, char** argv) {
-    bool do_bench = false, gpt2 = false, with_torch = false;
-    const char* version = "all";
-    long long n = 0, steps = 0, repeats = 20;
-    for (int i = 1; i < argc; i++) {
-        const char* a = argv[i];
-        auto need = [&](void) -> const char* {
-            if (i + 1 >= argc) { fprintf(stderr, "%s: %s needs a value\n", argv[0], a); usage(argv[0]); }
-            return argv[++i];
-        };
-        if (strcmp(a, "--check") == 0) do_bench = false;
-        else if (strcmp(a, "--bench") == 0) do_bench = true;
-        else if (strcmp(a, "--gpt2") == 0) gpt2 = true;
-        else if (strcmp(a, "--torch") == 0) with_torch = true;
-        else if (strcmp(a, "-q") == 0) g_quiet = true;
-        else if (strcmp(a, "-v") == 0) version = need();
-        else if (strcmp(a, "-n") == 0) n = parse_int(argv[0], "-n", need(), 1, 1LL << 33);
-        else if (strcmp(a, "-s") == 0) steps = parse_int(argv[0], "-s", need(), 1, 1000);
-        else if (strcmp(a, "-r") == 0) repeats = parse_int(argv[0], "-r", need(), 1, 1000);
-        else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) usage(argv[0]);
-        else { fprintf(stderr, "%s: unknown argument '%s'\n", argv[0], a); usage(argv[0]); }
-    }
-    if (gpt2 && n != 0) { fprintf(stderr, "%s: -n and --gpt2 exclude each other\n", argv[0]); usage(argv[0]); }
-    std::vector<const Case*> cases;
-    for (const Case& c : kCases)
-        if (strcmp(version, "all") == 0 || strcmp(version, c.id) == 0) cases.push_back(&c);
-    if (cases.empty()) { fprintf(stderr, "%s: -v '%s': expected 1 2 3 4 5 6a 6b or all\n", argv[0], version); usage(argv[0]); }
-
-    AdamWParams hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0, 1, 1234, 0};
-    std::vector<Problem> problems;
-    if (gpt2) problems.push_back(gpt2_problem("GPT-2 124M", 50304, 768, 12, 1024));
-    else if (n > 0) problems.push_back(random_problem((size_t)n, 42));
-    else if (do_bench) problems.push_back(random_problem(LS_HARNESS ? 100000 : 124475904, 42));
-    else {
-        Problem one;
-        one.name = "one element";
-        add_seg(one, 1, 0.1f, 1.0f);
-        problems.push_back(one);
-        problems.push_back(random_problem(7, 1));
-        problems.push_back(random_problem(4099, 2));
-        problems.push_back(gpt2_problem("mini GPT-2 (V=101 C=20 L=2 T=16)", 101, 20, 2, 16));
-        problems.push_back(random_problem(50001, 3));
-    }
-    if (do_bench) return bench(cases, problems[0], gpt2, hp, (int)repeats, with_torch);
-
-    if (steps == 0) steps = 5;
-#if LS_HARNESS
-    if (!g_quiet) printf("adamw --check (CPU harness, order %s)\n", ls_harness::order_name(ls_harness::config().order));
-#else
-    if (!g_quiet) printf("adamw --check (GPU)\n");
-#endif
-    int failed = 0, total = 0;
-    for (const Problem& pb : problems) {
-        if (!g_quiet) printf("  problem: %s (n = %zu, %zu tensors), %lld steps\n", pb.name.c_str(), pb.n, pb.segs.size(), steps);
-        for (const Case* c : cases) {
-            total++;
-            AdamWParams h = hp;
-            h.amsgrad = c->amsgrad;
-            h.stochastic_rounding = c->stochastic;
-            if (!check_one(*c, pb, h, (int)steps)) {
-                failed++;
-                if (g_quiet) printf("  FAILED: %s on %s\n", c->name, pb.name.c_str());
-            }
-        }
-    }
-    printf("adamw --check: %d of %d cases passed (%zu problems x %zu versions, %lld steps)\n", total - failed, total,
-           problems.size(), cases.size(), steps);
-    return failed ? 1 : 0;
+    bool with_torch = false;
+    auto extra = [&](LabArgv& args) { // the lab's own flag
+        if (!args.is("--torch")) return false;
+        with_torch = true;
+        return true;
+    };
+    auto check = [](const Case& c, const Problem& pb, int steps) { return check_one(c, pb, hyper_of(c), steps); };
+    auto run_bench = [&](const std::vector<const Case*>& cases, const Problem& pb, const OptLabArgs& o) {
+        return bench(cases, pb, o, with_torch);
+    };
+    return optlab_main(argc, argv, "adamw", usage, "-v", kCases, extra, check, run_bench);
 }

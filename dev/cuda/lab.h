@@ -21,7 +21,8 @@
                       repeats, each after an L2 flush or back to back); copy_gbs (the device-to-
                       device copy: the ceiling of bandwidth-bound kernels); square_gemm_tflops (the
                       ceiling of GEMM-bound ones); gbs_of, tflops_of; BenchOp tables
-                      (lab_bench_header, lab_bench_rows).
+                      (lab_bench_header, lab_bench_rows) and the timing columns of any bandwidth
+                      table (lab_gbs_columns). The optimizer labs' own kit: lab_optim.h.
    banners, checks    lab_where ("CPU harness" or "GPU"), lab_device (the device of a bench);
                       LabCheck (a ladder --check: first line, every case with every version, the
                       count, last line); same_bits (two runs' outputs, for determinism).
@@ -355,18 +356,29 @@ struct BenchOp {
     float ms;
 };
 
+// The timing columns that end every row of a bandwidth-bound bench table: the median time, GB/s
+// of `bytes` moved in it, and its share of the device-to-device copy bandwidth `copy`; and their
+// header.
+static inline void lab_gbs_columns_header() { printf(" %10s %9s %8s", "median ms", "GB/s", "% copy"); }
+static inline void lab_gbs_columns(double bytes, float ms, double copy) {
+    const double gbs = gbs_of(bytes, ms);
+    printf(" %10.4f %9.1f %7.1f%%", ms, gbs, 100.0 * gbs / copy);
+}
+
 // The table of a bandwidth-bound ladder bench: a header (op_width: the width of the op column;
 // bytes_note: what the bytes count), then a row per operation of a version, GB/s and its share
 // of the device-to-device copy bandwidth `copy`.
 static inline void lab_bench_header(int op_width, const char* bytes_note) {
-    printf("  %-14s %-*s %10s %9s %8s   (bytes: %s)\n", "version", op_width, "op", "median ms", "GB/s", "% copy",
-           bytes_note);
+    printf("  %-14s %-*s", "version", op_width, "op");
+    lab_gbs_columns_header();
+    printf("   (bytes: %s)\n", bytes_note);
 }
 template <size_t N>
 static inline void lab_bench_rows(const char* version, const BenchOp (&ops)[N], double copy, int op_width) {
     for (const BenchOp& op : ops) {
-        const double gbs = gbs_of(op.bytes, op.ms);
-        printf("  %-14s %-*s %10.4f %9.1f %7.1f%%\n", version, op_width, op.name, op.ms, gbs, 100.0 * gbs / copy);
+        printf("  %-14s %-*s", version, op_width, op.name);
+        lab_gbs_columns(op.bytes, op.ms, copy);
+        printf("\n");
     }
 }
 

@@ -29,76 +29,12 @@
  usage: optimizers [--check | --bench] [-c CASE] [-n N | --gpt2] [-s STEPS] [-r REPEATS] [-q]
  To add a case: a row in kCases (an OptimizerConfig and a parameter format).
 */
-#include "llmc/cuda_common.h"
+#include "lab_optim.h"
 #include "llmc/optimizers.cuh"
 #include "llmc/optim_state.h"
 
-#include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <algorithm>
-#include <string>
-#include <vector>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
-static bool g_quiet = false;
-#define OMP_MIN (1LL << 20) // host loops use threads only for large problems (the harness shares the CPU)
-
 // ----------------------------------------------------------------------------
-// problems
-
-struct Problem {
-    std::string name;
-    size_t n = 0;
-    std::vector<OptSegment> segs;
-};
-
-static void add_seg(Problem& pb, size_t count, float wd, float lr_mult) {
-    pb.segs.push_back(OptSegment{pb.n, count, wd, lr_mult});
-    pb.n += count;
-}
-
-static double unit(uint64_t seed, uint64_t i) { // uniform in [0, 1)
-    return (double)(srng_mix64(seed * 0x9e3779b97f4a7c15ULL ^ (i + 1) * 0xd1b54a32d192ed03ULL) >> 11) * 0x1.0p-53;
-}
-static double normalish(uint64_t seed, uint64_t i) {
-    return (unit(seed, 4 * i) + unit(seed, 4 * i + 1) + unit(seed, 4 * i + 2) + unit(seed, 4 * i + 3) - 2.0) * 1.732;
-}
-
-// GPT-2 with one segment per tensor as PyTorch has them (per layer), weight decay on 2-D ones.
-static Problem gpt2_problem(const char* name, size_t V, size_t C, size_t L, size_t T) {
-    Problem pb;
-    pb.name = name;
-    add_seg(pb, V * C, 0.1f, 1.0f);
-    add_seg(pb, T * C, 0.1f, 1.0f);
-    for (size_t l = 0; l < L; l++) {
-        const size_t sizes[12] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
-        const bool decay[12] = {0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0};
-        for (int k = 0; k < 12; k++) add_seg(pb, sizes[k], decay[k] ? 0.1f : 0.0f, 1.0f);
-    }
-    add_seg(pb, C, 0.0f, 1.0f);
-    add_seg(pb, C, 0.0f, 1.0f);
-    return pb;
-}
-
-// n elements in tensors of random sizes (40% tiny: boundaries inside 128-bit words), some over
-// the int8 threshold and several LAMB blocks long.
-static Problem random_problem(size_t n, uint64_t seed) {
-    Problem pb;
-    pb.name = "random tensors, n=" + std::to_string(n);
-    const float wds[3] = {0.0f, 0.1f, 0.01f}, lrs[3] = {1.0f, 0.5f, 2.0f};
-    for (uint64_t k = 0; pb.n < n; k++) {
-        size_t c = unit(seed, 3 * k) < 0.4 ? 1 + (size_t)(unit(seed, 3 * k + 1) * 9)
-                                           : 1 + (size_t)(unit(seed, 3 * k + 1) * (n / 8 + 1));
-        c = std::min(c, n - pb.n);
-        add_seg(pb, c, wds[(size_t)(unit(seed, 3 * k + 2) * 3)], lrs[k % 3]);
-    }
-    return pb;
-}
+// the problems (lab_optim.h): deterministic data
 
 static void init_params(const Problem& pb, std::vector<float>& p) {
     p.resize(pb.n);
@@ -203,7 +139,7 @@ struct Dev {
     OptimizerState st = {};
 };
 
-static void dev_alloc(const Case& c, const Problem& pb, Dev& d) {
+static void dev_case_alloc(const Case& c, const Problem& pb, Dev& d) {
     cudaCheck(cudaMalloc(&d.p, pb.n * (c.bf16_params ? 2 : 4)));
     cudaCheck(cudaMalloc(&d.g, pb.n * (c.bf16_grads ? 2 : 4)));
     if (c.master) cudaCheck(cudaMalloc((void**)&d.master, pb.n * 4));
@@ -211,7 +147,7 @@ static void dev_alloc(const Case& c, const Problem& pb, Dev& d) {
     optimizer_state_init_device(&d.st, &c.cfg, pb.segs.data(), (int)pb.segs.size(), pb.n);
 }
 
-static void dev_free(Dev& d) {
+static void dev_case_free(Dev& d) {
     cudaCheck(cudaFree(d.p));
     cudaCheck(cudaFree(d.g));
     cudaCheck(cudaFree(d.master));
@@ -281,22 +217,13 @@ static std::vector<float> dev_params(const Case& c, const Dev& d, size_t n) {
 // ----------------------------------------------------------------------------
 // float64 reference
 
-struct Ref {
-    std::vector<double> p, m, v, vmax, m_hist, v_hist, p_hist;
-    std::vector<unsigned char> excluded;
+struct Ref : RefState { // lab_optim.h
+    std::vector<unsigned char> excluded; // Lion: elements left out of the comparison (see the banner)
 };
 
 static void ref_init(Ref& r, const std::vector<float>& p0) {
-    const size_t n = p0.size();
-    r.p.assign(p0.begin(), p0.end());
-    r.p_hist.resize(n);
-    for (size_t i = 0; i < n; i++) r.p_hist[i] = fabs(r.p[i]);
-    r.m.assign(n, 0.0);
-    r.v.assign(n, 0.0);
-    r.vmax.assign(n, 0.0);
-    r.m_hist.assign(n, 0.0);
-    r.v_hist.assign(n, 0.0);
-    r.excluded.assign(n, 0);
+    ref_state_init(r, p0);
+    r.excluded.assign(p0.size(), 0);
 }
 
 static void ref_step(Ref& r, const Problem& pb, const OptimizerConfig& c, const std::vector<float>& grads, double scale,
@@ -346,12 +273,6 @@ static void ref_step(Ref& r, const Problem& pb, const OptimizerConfig& c, const 
         r.v_hist[i] = std::max(r.v_hist[i], fabs(r.v[i]));
         r.p_hist[i] = std::max(r.p_hist[i], fabs(r.p[i]));
     }
-}
-
-static double ulp_bf16(double x) { // spacing of bf16 numbers at |x| (normal range)
-    int e;
-    frexp(fabs(x) > 1e-38 ? x : 1e-38, &e);
-    return ldexp(1.0, e - 8);
 }
 
 // The state of element i (of segment s) as values, whatever its storage (host copy of the block).
@@ -411,7 +332,7 @@ static long long diff_bytes(const void* a, const void* b, size_t bytes) {
 static bool check_one(const Case& c, const Problem& pb, int steps) {
     const size_t n = pb.n;
     Dev d;
-    dev_alloc(c, pb, d);
+    dev_case_alloc(c, pb, d);
     std::vector<float> p0;
     init_params(pb, p0);
     std::vector<float> tw = dev_upload_params(c, d, p0); // the CPU twin's fp32 parameters
@@ -422,10 +343,7 @@ static bool check_one(const Case& c, const Problem& pb, int steps) {
     std::vector<float> g;
     std::vector<unsigned char> blk(d.st.bytes);
     bool ok = true;
-#ifdef _OPENMP
-    const int threads = omp_get_max_threads();
-    if ((long long)n < OMP_MIN) omp_set_num_threads(1); // no spinning team next to the harness
-#endif
+    LabOmpLimit omp((long long)n);
     for (int t = 1; t <= steps; t++) {
         make_grads(pb, t, g);
         const float scale = clip_scale_of_step(t);
@@ -514,168 +432,46 @@ static bool check_one(const Case& c, const Problem& pb, int steps) {
         }
         ok = ok && good;
     }
-#ifdef _OPENMP
-    omp_set_num_threads(threads);
-#endif
     optimizer_state_free(&cs);
-    dev_free(d);
+    dev_case_free(d);
     return ok;
 }
 
 // ----------------------------------------------------------------------------
 // --bench
 
-template <typename F>
-static float time_median_ms(int repeats, void* flush, size_t flush_bytes, F body) {
-    cudaEvent_t a, e;
-    cudaCheck(cudaEventCreate(&a));
-    cudaCheck(cudaEventCreate(&e));
-    std::vector<float> ms;
-    for (int r = 0; r < repeats; r++) {
-        cudaCheck(cudaMemsetAsync(flush, r & 0xff, flush_bytes, 0)); // L2 flush
-        cudaCheck(cudaEventRecord(a, 0));
-        body();
-        cudaCheck(cudaEventRecord(e, 0));
-        cudaCheck(cudaEventSynchronize(e));
-        float x;
-        cudaCheck(cudaEventElapsedTime(&x, a, e));
-        ms.push_back(x);
-    }
-    cudaCheck(cudaEventDestroy(a));
-    cudaCheck(cudaEventDestroy(e));
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-}
-
-static int bench(const std::vector<const Case*>& cases, const Problem& pb, int repeats) {
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    const size_t flush_bytes = (size_t)std::max(prop.l2CacheSize, 1 << 20) * 2;
-    void* flush;
-    cudaCheck(cudaMalloc(&flush, flush_bytes));
-    const size_t cbytes = std::max<size_t>(pb.n * 14, 1 << 20); // copy as much as fp32 AdamW moves
-    void *src, *dst;
-    cudaCheck(cudaMalloc(&src, cbytes));
-    cudaCheck(cudaMalloc(&dst, cbytes));
-    cudaCheck(cudaMemset(src, 1, cbytes));
-    const float copy_ms = time_median_ms(repeats, flush, flush_bytes,
-                                         [&] { cudaCheck(cudaMemcpyAsync(dst, src, cbytes, cudaMemcpyDeviceToDevice, 0)); });
-    const double copy_gbs = 2.0 * cbytes / (copy_ms * 1e-3) / 1e9;
-    cudaCheck(cudaFree(src));
-    cudaCheck(cudaFree(dst));
-    printf("optimizers bench: %s (n = %zu, %zu tensors), device \"%s\"%s\n", pb.name.c_str(), pb.n, pb.segs.size(),
-           prop.name, LS_HARNESS ? " (CPU harness: host times, not GPU times)" : "");
-    printf("  device-to-device copy: %.1f GB/s\n", copy_gbs);
-    printf("  %-36s %8s %8s %11s %9s %8s\n", "case", "state B", "moved B", "median ms", "GB/s", "% copy");
+static int bench(const std::vector<const Case*>& cases, const Problem& pb, const OptLabArgs& o) {
+    const double copy = optlab_bench_begin("optimizers bench", pb, (int)o.repeats);
+    printf("  %-36s %8s %8s", "case", "state B", "moved B");
+    lab_gbs_columns_header();
+    printf("\n");
     std::vector<float> p0, g;
     init_params(pb, p0);
     make_grads(pb, 1, g);
     for (const Case* c : cases) {
         Dev d;
-        dev_alloc(*c, pb, d);
+        dev_case_alloc(*c, pb, d);
         dev_upload_params(*c, d, p0);
         std::vector<float> gc(g);
         dev_upload_grads(*c, d, gc, 1.0f);
         int step = 0;
-        for (int w = 0; w < 3; w++) dev_step(*c, d, ++step, 0); // warm-up
-        const float ms = time_median_ms(repeats, flush, flush_bytes, [&] { dev_step(*c, d, ++step, 0); });
-        cudaCheck(cudaDeviceSynchronize());
+        const float ms = time_ms((int)o.repeats, [&] { dev_step(*c, d, ++step, 0); });
         const int bpp = bytes_per_param(*c);
-        const double gbs = (double)bpp * pb.n / (ms * 1e-3) / 1e9;
-        printf("  %-36s %8.3f %8d %11.4f %9.1f %7.1f%%\n", c->name, (double)d.st.bytes / pb.n, bpp, ms, gbs,
-               100.0 * gbs / copy_gbs);
-        dev_free(d);
+        printf("  %-36s %8.3f %8d", c->name, (double)d.st.bytes / pb.n, bpp);
+        lab_gbs_columns((double)bpp * pb.n, ms, copy);
+        printf("\n");
+        dev_case_free(d);
     }
-    cudaCheck(cudaFree(flush));
     return 0;
 }
 
 // ----------------------------------------------------------------------------
 
-static void usage(const char* prog) {
-    fprintf(stderr,
-            "usage: %s [--check | --bench] [-c CASE] [-n N | --gpt2] [-s STEPS] [-r REPEATS] [-q]\n"
-            "  -c CASE     sgd lion lamb adamw adamw-bf16 adamw-int8, or all (default)\n"
-            "  -n N        number of parameters, 1..2^33, split into random tensors\n"
-            "  --gpt2      the 148 tensors of GPT-2 124M (n = 124475904)\n"
-            "  -s STEPS    optimizer steps of --check, 1..1000 (default 5)\n"
-            "  -r REPEATS  timed repeats of --bench, 1..1000 (default 20)\n"
-            "  -q          --check prints failures and the summary only\n",
-            prog);
-    exit(2);
-}
-
-static long long parse_int(const char* prog, const char* flag, const char* s, long long lo, long long hi) {
-    char* end = nullptr;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
-        fprintf(stderr, "%s: %s '%s': expected an integer in [%lld, %lld]\n", prog, flag, s, lo, hi);
-        usage(prog);
-    }
-    return v;
+[[noreturn]] static void usage(const char* prog) {
+    optlab_usage(prog, "-c CASE", "sgd lion lamb adamw adamw-bf16 adamw-int8, or all (default)", "", "");
 }
 
 int main(int argc, char** argv) {
-    bool do_bench = false, gpt2 = false;
-    const char* which = "all";
-    long long n = 0, steps = 5, repeats = 20;
-    for (int i = 1; i < argc; i++) {
-        const char* a = argv[i];
-        auto need = [&](void) -> const char* {
-            if (i + 1 >= argc) { fprintf(stderr, "%s: %s needs a value\n", argv[0], a); usage(argv[0]); }
-            return argv[++i];
-        };
-        if (strcmp(a, "--check") == 0) do_bench = false;
-        else if (strcmp(a, "--bench") == 0) do_bench = true;
-        else if (strcmp(a, "--gpt2") == 0) gpt2 = true;
-        else if (strcmp(a, "-q") == 0) g_quiet = true;
-        else if (strcmp(a, "-c") == 0) which = need();
-        else if (strcmp(a, "-n") == 0) n = parse_int(argv[0], "-n", need(), 1, 1LL << 33);
-        else if (strcmp(a, "-s") == 0) steps = parse_int(argv[0], "-s", need(), 1, 1000);
-        else if (strcmp(a, "-r") == 0) repeats = parse_int(argv[0], "-r", need(), 1, 1000);
-        else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) usage(argv[0]);
-        else { fprintf(stderr, "%s: unknown argument '%s'\n", argv[0], a); usage(argv[0]); }
-    }
-    if (gpt2 && n != 0) { fprintf(stderr, "%s: -n and --gpt2 exclude each other\n", argv[0]); usage(argv[0]); }
-    std::vector<const Case*> cases;
-    for (const Case& c : kCases)
-        if (strcmp(which, "all") == 0 || strcmp(which, c.id) == 0) cases.push_back(&c);
-    if (cases.empty()) { fprintf(stderr, "%s: -c '%s': no such case\n", argv[0], which); usage(argv[0]); }
-
-    std::vector<Problem> problems;
-    if (gpt2) problems.push_back(gpt2_problem("GPT-2 124M", 50304, 768, 12, 1024));
-    else if (n > 0) problems.push_back(random_problem((size_t)n, 42));
-    else if (do_bench) problems.push_back(random_problem(LS_HARNESS ? 100000 : 124475904, 42));
-    else {
-        Problem one;
-        one.name = "one element";
-        add_seg(one, 1, 0.1f, 1.0f);
-        problems.push_back(one);
-        problems.push_back(random_problem(7, 1));
-        problems.push_back(random_problem(4099, 2));
-        problems.push_back(gpt2_problem("mini GPT-2 (V=101 C=20 L=2 T=16)", 101, 20, 2, 16));
-        problems.push_back(random_problem(50001, 3));
-    }
-    if (do_bench) return bench(cases, problems[0], (int)repeats);
-
-#if LS_HARNESS
-    if (!g_quiet) printf("optimizers --check (CPU harness, order %s)\n", ls_harness::order_name(ls_harness::config().order));
-#else
-    if (!g_quiet) printf("optimizers --check (GPU)\n");
-#endif
-    int failed = 0, total = 0;
-    for (const Problem& pb : problems) {
-        if (!g_quiet) printf("  problem: %s (n = %zu, %zu tensors), %lld steps\n", pb.name.c_str(), pb.n, pb.segs.size(), steps);
-        for (const Case* c : cases) {
-            total++;
-            if (!check_one(*c, pb, (int)steps)) {
-                failed++;
-                if (g_quiet) printf("  FAILED: %s on %s\n", c->name, pb.name.c_str());
-            }
-        }
-    }
-    printf("optimizers --check: %d of %d cases passed (%zu problems x %zu cases, %lld steps)\n", total - failed, total,
-           problems.size(), cases.size(), steps);
-    return failed ? 1 : 0;
+    auto no_extra = [](LabArgv&) { return false; };
+    return optlab_main(argc, argv, "optimizers", usage, "-c", kCases, no_extra, check_one, bench);
 }

@@ -1,0 +1,264 @@
+/*
+ lab_optim.h: what the two optimizer labs (adamw.cu: the AdamW ladder; optimizers.cu: the family
+ through optimizer_step_gpu) share on top of lab.h, so that each holds only its cases, its
+ references and its checks. Host code, C++17; compiles under nvcc and under the CPU harness.
+
+   problems      Problem (a flat parameter buffer cut into tensors: the optimizer's segment table),
+                 add_seg; gpt2_problem (GPT-2's tensors in PyTorch's named_parameters order, weight
+                 decay on the 2-D ones); random_problem (tensors of random sizes, 40% tiny: tensor
+                 boundaries inside 128-bit words); optlab_problems (what the flags ask for: the
+                 --check set of small problems with odd sizes, -n N, --gpt2, or the --bench default).
+   data          unit (uniform in [0, 1) from (seed, i) only), normalish (unit variance, bounded),
+                 ulp_bf16; RefState (the float64 reference's state, ref_state_init).
+   host threads  OMP_MIN, LabOmpLimit (one OpenMP thread on small problems: no team spinning next
+                 to the CPU harness's workers).
+   command line  optlab_main: the whole main() of an optimizer lab (optlab_usage: its help), [--check | --bench] [-v|-c CASE]
+                 [-n N | --gpt2] [-s STEPS] [-r REPEATS] [-q] plus the lab's own flags; --check
+                 runs every case on every problem (optlab_check: the first line, a line per
+                 problem, the count, the last line).
+   bench         optlab_bench_begin (the banner and the device-to-device copy bandwidth); the rows
+                 end in lab.h's lab_gbs_columns.
+
+ A lab's Case has `id` (what the select flag matches; rows may share one) and `name`; its main is
+     return optlab_main(argc, argv, "adamw", usage, "-v", kCases, extra_flags, check_one, bench);
+ with check_one(case, problem, steps) -> ok and bench(cases, problem, options) -> exit status.
+*/
+#ifndef DEV_CUDA_LAB_OPTIM_H
+#define DEV_CUDA_LAB_OPTIM_H
+
+#include "lab.h"
+#include "llmc/optim.h"
+#include "llmc/srng.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+// ----------------------------------------------------------------------------
+// problems
+
+struct Problem {
+    std::string name;
+    size_t n = 0;
+    std::vector<OptSegment> segs; // sorted, contiguous, covering [0, n)
+};
+
+static inline void add_seg(Problem& pb, size_t count, float wd, float lr_mult) {
+    pb.segs.push_back(OptSegment{pb.n, count, wd, lr_mult});
+    pb.n += count;
+}
+
+// Uniform in [0, 1), a function of (seed, i) only.
+static inline double unit(uint64_t seed, uint64_t i) {
+    return (double)(srng_mix64(seed * 0x9e3779b97f4a7c15ULL ^ (i + 1) * 0xd1b54a32d192ed03ULL) >> 11) * 0x1.0p-53;
+}
+
+// Mean 0, variance 1, within +-3.5: the sum of four uniforms, scaled.
+static inline double normalish(uint64_t seed, uint64_t i) {
+    return (unit(seed, 4 * i) + unit(seed, 4 * i + 1) + unit(seed, 4 * i + 2) + unit(seed, 4 * i + 3) - 2.0) * 1.732;
+}
+
+// The spacing of bf16 numbers at |x| (normal range).
+static inline double ulp_bf16(double x) {
+    int e;
+    frexp(fabs(x) > 1e-38 ? x : 1e-38, &e);
+    return ldexp(1.0, e - 8);
+}
+
+// GPT-2 (vocabulary V, channels C, layers L, context T), one segment per tensor in PyTorch's
+// named_parameters order: wte, wpe, per layer ln_1.{weight,bias}, attn.c_attn.{weight,bias},
+// attn.c_proj.{weight,bias}, ln_2.{weight,bias}, mlp.c_fc.{weight,bias}, mlp.c_proj.{weight,bias},
+// then ln_f.{weight,bias}. Weight decay 0.1 on the 2-D tensors.
+static inline Problem gpt2_problem(const char* name, size_t V, size_t C, size_t L, size_t T) {
+    Problem pb;
+    pb.name = name;
+    add_seg(pb, V * C, 0.1f, 1.0f);
+    add_seg(pb, T * C, 0.1f, 1.0f);
+    for (size_t l = 0; l < L; l++) {
+        const size_t sizes[12] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
+        const bool decay[12] = {0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0};
+        for (int k = 0; k < 12; k++) add_seg(pb, sizes[k], decay[k] ? 0.1f : 0.0f, 1.0f);
+    }
+    add_seg(pb, C, 0.0f, 1.0f);
+    add_seg(pb, C, 0.0f, 1.0f);
+    return pb;
+}
+
+// n elements in tensors of random sizes (40% of 1..9 elements: boundaries inside 128-bit words;
+// the others up to n/8, some over the int8 threshold and several quantization blocks long), with
+// weight decay 0, 0.1 or 0.01 and lr multipliers 1, 0.5, 2.
+static inline Problem random_problem(size_t n, uint64_t seed) {
+    Problem pb;
+    pb.name = "random tensors, n=" + std::to_string(n);
+    const float wds[3] = {0.0f, 0.1f, 0.01f}, lrs[3] = {1.0f, 0.5f, 2.0f};
+    for (uint64_t k = 0; pb.n < n; k++) {
+        size_t c = unit(seed, 3 * k) < 0.4 ? 1 + (size_t)(unit(seed, 3 * k + 1) * 9)
+                                           : 1 + (size_t)(unit(seed, 3 * k + 1) * (n / 8 + 1));
+        c = std::min(c, n - pb.n);
+        add_seg(pb, c, wds[(size_t)(unit(seed, 3 * k + 2) * 3)], lrs[k % 3]);
+    }
+    return pb;
+}
+
+// The options of optlab_main.
+struct OptLabArgs {
+    bool bench = false; // --bench (else --check)
+    bool gpt2 = false;  // --gpt2: the 148 tensors of GPT-2 124M
+    long long n = 0;    // -n: random tensors of n elements in all (0: not given)
+    long long steps = 5, repeats = 20;
+};
+
+// The problems the options ask for: --gpt2, -n N, the --bench default (n = 124,475,904 on a GPU,
+// 100,000 under the CPU harness), or the --check set: one element, odd sizes, a mini GPT-2.
+static inline std::vector<Problem> optlab_problems(const OptLabArgs& o) {
+    std::vector<Problem> problems;
+    if (o.gpt2) problems.push_back(gpt2_problem("GPT-2 124M", 50304, 768, 12, 1024));
+    else if (o.n > 0) problems.push_back(random_problem((size_t)o.n, 42));
+    else if (o.bench) problems.push_back(random_problem(LS_HARNESS ? 100000 : 124475904, 42));
+    else {
+        Problem one;
+        one.name = "one element";
+        add_seg(one, 1, 0.1f, 1.0f);
+        problems.push_back(one);
+        problems.push_back(random_problem(7, 1));
+        problems.push_back(random_problem(4099, 2));
+        problems.push_back(gpt2_problem("mini GPT-2 (V=101 C=20 L=2 T=16)", 101, 20, 2, 16));
+        problems.push_back(random_problem(50001, 3));
+    }
+    return problems;
+}
+
+// The float64 reference of an optimizer: parameters, moments, AMSGrad's max of v, and the largest
+// magnitudes each element has had over the steps so far (*_hist: tolerances scale with them).
+struct RefState {
+    std::vector<double> p, m, v, vmax, p_hist, m_hist, v_hist;
+};
+
+// The reference at step 0: the parameters the device holds (p0), moments 0.
+static inline void ref_state_init(RefState& r, const std::vector<float>& p0) {
+    const size_t n = p0.size();
+    r.p.assign(p0.begin(), p0.end());
+    r.p_hist.resize(n);
+    for (size_t i = 0; i < n; i++) r.p_hist[i] = fabs(r.p[i]);
+    for (std::vector<double>* x : {&r.m, &r.v, &r.vmax, &r.m_hist, &r.v_hist}) x->assign(n, 0.0);
+}
+
+// ----------------------------------------------------------------------------
+// host threads
+
+// Host loops use OpenMP threads only for large problems: on small ones the threads would spin
+// while the CPU harness runs the kernels.
+#define OMP_MIN (1LL << 20)
+
+// While it lives: one OpenMP thread when the problem has fewer than OMP_MIN elements.
+struct LabOmpLimit {
+    int threads = 0;
+    explicit LabOmpLimit(long long n) {
+#ifdef _OPENMP
+        threads = omp_get_max_threads();
+        if (n < OMP_MIN) omp_set_num_threads(1);
+#else
+        (void)n;
+#endif
+    }
+    ~LabOmpLimit() {
+#ifdef _OPENMP
+        omp_set_num_threads(threads);
+#endif
+    }
+    LabOmpLimit(const LabOmpLimit&) = delete;
+    LabOmpLimit& operator=(const LabOmpLimit&) = delete;
+};
+
+// ----------------------------------------------------------------------------
+// --check and --bench
+
+// Every case on every problem, check_one(case, problem, steps) -> ok. Prints the first line
+// ("adamw --check (CPU harness, order forward)"), a line per problem and the failures (with -q
+// only the failures), and the last line; returns the exit status.
+template <typename Case, typename Check>
+static inline int optlab_check(const char* lab, const std::vector<Problem>& problems,
+                               const std::vector<const Case*>& cases, int steps, Check check_one) {
+    if (!g_quiet) printf("%s --check (%s)\n", lab, lab_where(true).c_str());
+    int failed = 0, total = 0;
+    for (const Problem& pb : problems) {
+        if (!g_quiet) printf("  problem: %s (n = %zu, %zu tensors), %d steps\n", pb.name.c_str(), pb.n, pb.segs.size(), steps);
+        for (const Case* c : cases) {
+            total++;
+            if (!check_one(*c, pb, steps)) {
+                failed++;
+                if (g_quiet) printf("  FAILED: %s on %s\n", c->name, pb.name.c_str());
+            }
+        }
+    }
+    printf("%s --check: %d of %d cases passed (%zu problems x %zu cases, %d steps)\n", lab, total - failed, total,
+           problems.size(), cases.size(), steps);
+    return failed ? 1 : 0;
+}
+
+// The start of an optimizer bench: the banner ("<title>: <problem> (n = ..., ... tensors), device
+// ...") and the device-to-device copy bandwidth, which it returns, over as many bytes as one fp32
+// AdamW step moves (28 bytes per parameter read and written), each run after an L2 flush.
+static inline double optlab_bench_begin(const char* title, const Problem& pb, int repeats) {
+    const size_t bytes = std::max<size_t>(pb.n * 14, 1 << 20);
+    printf("%s: %s (n = %zu, %zu tensors), %s\n", title, pb.name.c_str(), pb.n, pb.segs.size(), lab_device().c_str());
+    const double copy = copy_gbs(bytes, repeats);
+    printf("  device-to-device copy: %.1f GB/s (%.1f MB copied, median of %d)\n", copy, bytes / 1e6, repeats);
+    return copy;
+}
+
+// ----------------------------------------------------------------------------
+// command line
+
+// The help text of an optimizer lab (optlab_main's flags; exits with status 2): select_flag and
+// select_help, the case flag ("-v VERSION", "1 2 3, or all (default)"); extra_flags and
+// extra_help, the lab's own ("[--torch]" and its lines, or "").
+[[noreturn]] static inline void optlab_usage(const char* prog, const char* select_flag, const char* select_help,
+                                             const char* extra_flags, const char* extra_help) {
+    fprintf(stderr,
+            "usage: %s [--check | --bench] [%s] [-n N | --gpt2] [-s STEPS] [-r REPEATS]%s [-q]\n"
+            "  %-10s  %s\n"
+            "  -n N        number of parameters, 1..2^33, split into random tensors\n"
+            "  --gpt2      the 148 tensors of GPT-2 124M (n = 124475904)\n"
+            "  -s STEPS    optimizer steps of --check, 1..1000 (default 5)\n"
+            "  -r REPEATS  timed repeats of --bench, 1..1000 (default 20)\n"
+            "%s"
+            "  -q          --check prints failures and the summary only\n",
+            prog, select_flag, extra_flags, select_flag, select_help, extra_help);
+    exit(2);
+}
+
+// The main() of an optimizer lab: the flags of OptLabArgs, `select` ("-v" or "-c") picking the
+// cases whose id matches (or all), extra(args) -> whether it took the lab's own flag at hand;
+// then --check (optlab_check with check_one) or bench(cases, problem, options).
+template <typename Case, size_t N, typename Extra, typename Check, typename Bench>
+static inline int optlab_main(int argc, char** argv, const char* lab, LabUsage usage, const char* select,
+                              const Case (&all)[N], Extra extra, Check check_one, Bench bench) {
+    OptLabArgs o;
+    const char* which = "all";
+    LabArgv args(argc, argv, usage);
+    while (args.next()) {
+        if (args.is("--check")) o.bench = false;
+        else if (args.is("--bench")) o.bench = true;
+        else if (args.is("--gpt2")) o.gpt2 = true;
+        else if (args.is("-q")) g_quiet = true;
+        else if (args.is(select)) which = args.value();
+        else if (args.is("-n")) o.n = args.integer(1, 1LL << 33);
+        else if (args.is("-s")) o.steps = args.integer(1, 1000);
+        else if (args.is("-r")) o.repeats = args.integer(1, 1000);
+        else if (!extra(args)) args.reject();
+    }
+    if (o.gpt2 && o.n != 0) args.fail("-n and --gpt2 exclude each other");
+    std::vector<const Case*> cases;
+    std::string ids; // the distinct ids, for the error message
+    for (const Case& c : all) {
+        if (strcmp(which, "all") == 0 || strcmp(which, c.id) == 0) cases.push_back(&c);
+        if ((" " + ids + " ").find(" " + std::string(c.id) + " ") == std::string::npos) ids += (ids.empty() ? "" : " ") + std::string(c.id);
+    }
+    if (cases.empty()) args.fail("%s '%s': expected one of %s, or all", select, which, ids.c_str());
+    const std::vector<Problem> problems = optlab_problems(o);
+    if (o.bench) return bench(cases, problems[0], o);
+    return optlab_check(lab, problems, cases, (int)o.steps, check_one);
+}
+
+#endif // DEV_CUDA_LAB_OPTIM_H
