@@ -58,6 +58,7 @@ static double peer_tok_s(const char* peers, const char* desc) {
 }
 
 int main(int argc, char** argv) {
+    openmp_prefer_passive_wait(argv);  // as the trainer runs
     int steps = 5, B = 4, T = 64;
     const char* configs = "d12,L4C256H4";
     const char* peers = "d12=55,L4C256H4=380";
