@@ -798,6 +798,8 @@ static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOpti
                o->badam_embed ? "layers + embeddings" : "layers; embeddings frozen", o->badam, badam_order_names[o->badam_order]);
     }
     MemoryReport predicted = trainer_memory_predicted(c, o);
+    int procs = o->comm ? o->comm->size : 1;
+    if (procs > 1) { printf("memory per process of %d (-z %d):\n", procs, o->zero_stage); }
     memory_report_print(stdout, &predicted, gpt2_num_parameters(c));
 }
 

@@ -255,11 +255,14 @@ static LS_UNUSED int train_main(int argc, char** argv) {
         usage_error(argv[0], "flag --inject-nan: expected a comma list of at most 64 steps >= 1, e.g. 3,5");
     }
     if (o.memory_report) {  // the memory model alone: no allocation, no device
+        Comm report_comm = comm;  // -pn N: the table of one of N processes
+        if (o.num_processes > comm.size) { report_comm.size = o.num_processes; }
+        o.comm = &report_comm;
         GPT2Config mc;
         if (!gpt2_config_from_descriptor(o.model, &mc)) { model_file_read_header(o.model, &mc); }
         char err[200];
         if (!gpt2_config_valid(&mc, err, sizeof(err))) { ls_fatal("flag -e: '%s': %s", o.model, err); }
-        int accum = train_options_accum_steps(argv[0], &o, &mc, comm.size);
+        int accum = train_options_accum_steps(argv[0], &o, &mc, report_comm.size);
         gpt2_describe(&mc, gpt2_num_parameters(&mc), &o, accum);
         trainer_memory_report(&mc, &o);
         comm_finalize(&comm);

@@ -131,7 +131,7 @@ static const CliFlag train_flags[] = {
     {NULL, "max-skips", CLI_INT, OPT(max_skips), 1, 1e9, NULL, CLI_BOTH, "stop the run (exit 3) after this many skipped updates in a row"},
     {NULL, "inject-nan", CLI_STRING, OPT(inject_nan), 0, 0, NULL, CLI_BOTH, "testing: make the gradients NaN at these steps (comma list, e.g. 3,5)"},
     {"pi", "init-method", CLI_CHOICE, OPT(init_method), 0, 0, init_method_choices, CLI_GPU, "how the processes meet: mpi (started by mpirun), fs (a shared directory, -pf) or tcp (rank 0's address, -ps)"},
-    {"pn", "num-processes", CLI_INT, OPT(num_processes), 1, 1 << 20, NULL, CLI_GPU, "with -pi fs|tcp: the number of processes"},
+    {"pn", "num-processes", CLI_INT, OPT(num_processes), 1, 1 << 20, NULL, CLI_BOTH, "with -pi fs|tcp: the number of processes; with --memory-report: the table of one of N processes"},
     {"pr", "process-rank", CLI_INT, OPT(process_rank), -1, 1 << 20, NULL, CLI_GPU, "with -pi fs|tcp: this process's rank, 0 .. -pn minus 1 (-1: $SLURM_PROCID or $RANK)"},
     {"pf", "fs-path", CLI_STRING, OPT(fs_path), 0, 0, NULL, CLI_GPU, "with -pi fs: a directory that every process sees (rank 0 leaves NCCL's id there)"},
     {"ps", "server-addr", CLI_STRING, OPT(server_addr), 0, 0, NULL, CLI_GPU, "with -pi tcp: rank 0's HOST[:PORT] (port 12345 by default)"},
@@ -200,7 +200,14 @@ static inline void train_options_defaults(TrainOptions* o) {
 // -pi fs|tcp: the processes were not started by mpirun, so the count and this rank come from -pn
 // and -pr. Exits 2 naming the flag.
 static inline void train_options_processes(const char* prog, const TrainOptions* o, Comm* comm) {
-    if (o->init_method == INIT_MPI) { return; }
+    if (o->init_method == INIT_MPI) {
+        if (o->num_processes != 1 && !o->memory_report && o->num_processes != comm->size) {
+            fprintf(stderr, "%s: error: flag -pn: %d, but %d process%s running (start them with mpirun -np %d) (see --help)\n",
+                    prog, o->num_processes, comm->size, comm->size == 1 ? " is" : "es are", o->num_processes);
+            exit(2);
+        }
+        return;
+    }
     const char* bad = NULL;
     char msg[160];
     int rank = o->process_rank;

@@ -110,6 +110,14 @@ def main():
         rr = run(binary, ["--dry-run", "1", "-e", "d48", "-b", "64", "-t", "1024"])
         check(rr.returncode == 1 and "largest batch that fits is -b" in rr.stderr,
               "out of device memory names the largest batch that fits: %s" % rr.stderr.strip()[-300:])
+    # --memory-report -pn N: one of N processes' table (ZeRO-1: m and v divided by N); -pn without
+    # the processes to go with it fails
+    rr = run(binary, ["--memory-report", "1", "-e", "d12", "-b", "4", "-t", "64", "-z", "1", "-pn", "4"])
+    m = re.search(r"\| AdamW m +\| +[\d.]+ \| +([\d.]+) \|", rr.stdout)
+    check(rr.returncode == 0 and "per process of 4" in rr.stdout and m and m.group(1) == "1.00",
+          "--memory-report -z 1 -pn 4: AdamW m at 1.00 byte/param per process: %s" % (m.group(0) if m else rr.stdout[-400:]))
+    rr = run(binary, ["--dry-run", "1", "-e", SMALL, "-t", "16", "-pn", "2"])
+    check(rr.returncode == 2 and "-pn" in rr.stderr, "-pn 2 in a single process fails naming -pn: %s" % rr.stderr.strip())
     rr = run(binary, ["--dry-run", "1", "-e", "L2C30H4", "-t", "16"])
     check(rr.returncode != 0 and "heads" in rr.stderr, "a bad descriptor fails naming the problem: %s" % rr.stderr.strip())
 
