@@ -7,7 +7,8 @@ within 1e-5 relative per step (fp32: only the order of the gradient sums differs
 process accumulating two micro-batches and two processes reducing theirs, a few ulps that AdamW
 can amplify a little over 10 steps; measured in the README). ZeRO-1 halves the per-process AdamW
 state, exactly as the memory model says; a checkpoint written by 2 ranks resumes with 2 ranks
-bit-exactly; mismatched flags and a wrong process count are refused with a message.
+bit-exactly; mismatched flags and a wrong process count are refused with a message; a rank killed
+with SIGKILL ends the job (mpirun exits non-zero naming the rank) instead of hanging it.
 
   test_mpi.py --mpi-bin build/train_gpt2_mpi --bin build/train_gpt2
 """
@@ -22,7 +23,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from testlib import check, failures, write_shard, step_losses  # noqa: E402
+from testlib import check, failures, kill_one_rank, write_shard, step_losses  # noqa: E402
 
 MODEL = "L2C32H2T64V2048"
 
@@ -110,6 +111,13 @@ def main():
         rm = subprocess.run(["mpirun", "--oversubscribe", "-np", "1", mpi_bin] + base + [":", "-np", "1", mpi_bin] + base + ["-l", "1e-3"],
                             capture_output=True, text=True, timeout=300, env=env)
         check(rm.returncode != 0 and "different flags" in rm.stderr, "mismatched flags across ranks are refused: %s" % rm.stderr.strip()[-300:])
+        # a rank that dies (SIGKILL) mid-run: the job ends, non-zero, saying which rank; no hang
+        for z in (0, 1):
+            rc, err, secs = kill_one_rank(mpi_bin, base + ["-x", "1000000", "-z", str(z)])
+            check(rc is not None and rc != 0 and "rank 1" in err,
+                  "-z %d: SIGKILL of rank 1 ends the job with a non-zero exit naming the rank (exit %s after %.1f s): %s"
+                  % (z, rc, secs, err.strip()[-300:]))
+            print("-z %d: rank 1 killed: mpirun exited %s %.1f s later" % (z, rc, secs))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("test_mpi: %s" % ("%d failed" % len(failures) if failures else "all checks passed"))

@@ -29,7 +29,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from testlib import check, failures, write_shard, step_losses  # noqa: E402
+from testlib import check, failures, kill_one_rank, write_shard, step_losses  # noqa: E402
 
 MODEL = "L2C32H2T63V512"
 NUM_PARAMS = 43872
@@ -168,6 +168,11 @@ def main():
         check(r.returncode != 0 and "did not complete within 3 s" in r.stderr and took < 60,
               "a hung rank: the other stops with a message within --comm-timeout (exit %d, %.0f s): %s" % (r.returncode, took, tail(r)))
         print("a hung rank: exit %d after %.1f s with --comm-timeout 3" % (r.returncode, took))
+        # a rank that dies: mpirun ends the job, naming the rank (the other is blocked in a collective)
+        rc, err, secs = kill_one_rank(mpi_bin, [x if x != "10" else "1000000" for x in base] + ["-z", "1"])
+        check(rc is not None and rc != 0 and "rank 1" in err,
+              "SIGKILL of rank 1 ends the job with a non-zero exit naming the rank (exit %s after %.1f s): %s" % (rc, secs, err.strip()[-300:]))
+        print("a killed rank: mpirun exited %s %.1f s later" % (rc, secs))
         if a.mpi_bin_bf16 and a.bin_bf16:
             # bf16 with master weights: the gradient sums round to bf16 in another order than one
             # process's accumulation (within 1e-4 relative over 6 steps); ZeRO-1's sharded master

@@ -1,8 +1,12 @@
 """testlib.py: what the end-to-end tests in dev/test share: a failure list with check(), the
-writer of llm.c token shards for small synthetic data sets, and the parser of the trainers' step
-lines."""
+writer of llm.c token shards for small synthetic data sets, the parser of the trainers' step
+lines, and killing one rank of an mpirun job."""
+import os
 import re
+import signal
 import struct
+import subprocess
+import time
 
 failures = []
 
@@ -24,3 +28,42 @@ def write_shard(path, tokens):
 def step_losses(out):
     """The losses of the step lines a trainer printed."""
     return [float(x) for x in re.findall(r"^step\s+\d+/\d+ \| loss ([\d.]+)", out, re.M)]
+
+
+def rank_pids(binary, rank):
+    """The pids of the running `binary` processes that mpirun started as `rank`."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            if os.readlink("/proc/%s/exe" % d) != binary:
+                continue
+            with open("/proc/%s/environ" % d, "rb") as fh:
+                env = fh.read().split(b"\0")
+        except OSError:
+            continue
+        if ("OMPI_COMM_WORLD_RANK=%d" % rank).encode() in env:
+            pids.append(int(d))
+    return pids
+
+
+def kill_one_rank(binary, args, timeout=120):
+    """Starts 2 ranks, SIGKILLs rank 1 once step 2 is printed; returns (mpirun's exit, stderr, seconds)."""
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
+    p = subprocess.Popen(["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", binary] + args,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    for line in p.stdout:
+        if line.startswith("step    2/"):
+            break
+    pids = rank_pids(binary, 1)
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    t0 = time.time()
+    try:
+        _, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, err = p.communicate()
+        return None, "hung: still running %d s after the kill" % timeout, time.time() - t0
+    return p.returncode if pids else None, err if pids else "no rank 1 process found", time.time() - t0
