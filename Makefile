@@ -306,12 +306,12 @@ memory-table: $(BUILD)/memory_table
 # ----------------------------------------------------------------------------
 # benchmarks (programs that print tables; not tests)
 
-$(BUILD)/bench_train: dev/cpu/bench_train.c train_gpt2.c $(LLMC_HEADERS)
+$(BUILD)/bench_train: dev/cpu/bench_train.c dev/cpu/bench_util.h train_gpt2.c $(LLMC_HEADERS)
 	@mkdir -p $(BUILD)
 	@echo "  CC    $@"
 	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_BLAS) $(LDLIBS_TOK) $(LDLIBS)
 
-$(BUILD)/adamw_bench: dev/cpu/adamw_bench.c $(LLMC_HEADERS)
+$(BUILD)/adamw_bench: dev/cpu/adamw_bench.c dev/cpu/bench_util.h $(LLMC_HEADERS)
 	@mkdir -p $(BUILD)
 	@echo "  CC    $@"
 	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)

@@ -20,20 +20,7 @@
 #include "llmc/params.h"
 #include "llmc/optim.h"
 #include "llmc/logger.h"
-
-static int cmp_d(const void* a, const void* b) { double x = *(const double*)a, y = *(const double*)b; return (x > y) - (x < y); }
-static double median_of(double* v, int n) { qsort(v, (size_t)n, sizeof(double), cmp_d); return v[n / 2]; }
-
-// The probe: AdamW's streams, minimal arithmetic.
-static void probe_adamw_pattern(float* p, const float* g, float* m, float* v, size_t n, float a) {
-    #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float gi = g[i];
-        m[i] = m[i] * a + gi;
-        v[i] = v[i] * a + gi;
-        p[i] = p[i] * a + gi;
-    }
-}
+#include "dev/cpu/bench_util.h"
 
 int main(int argc, char** argv) {
     const char* desc = "d12";
@@ -74,7 +61,7 @@ int main(int argc, char** argv) {
         if (r >= 0) { t_probe[r] = t1 - t0; t_adamw[r] = t2 - t1; }
     }
     double bytes = 28.0 * (double)n;  // read p g m v, write p m v
-    double tp = median_of(t_probe, repeats), ta = median_of(t_adamw, repeats);
+    double tp = bench_median(t_probe, repeats), ta = bench_median(t_adamw, repeats);
     int threads = 1;
 #ifdef _OPENMP
     threads = omp_get_max_threads();

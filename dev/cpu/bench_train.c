@@ -14,16 +14,7 @@
 */
 #define TESTING
 #include "train_gpt2.c"
-
-static int cmp_double(const void* a, const void* b) {
-    double x = *(const double*)a, y = *(const double*)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double* v, int n) {
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "dev/cpu/bench_util.h"
 
 // Best sgemm GFLOP/s over a few shapes (square and the trainer's tall-skinny ones).
 static double measure_sgemm_peak(void) {
@@ -43,7 +34,7 @@ static double measure_sgemm_peak(void) {
             double t = wall_seconds() - t0;
             if (r > 0) { times[r - 1] = t; }  // the first call warms up
         }
-        double gflops = 2.0 * M * N * K / median(times, 5) / 1e9;
+        double gflops = 2.0 * M * N * K / bench_median(times, 5) / 1e9;
         printf("  sgemm %5d x %5d x %5d: %7.1f GFLOP/s (median of 5)\n", M, N, K, gflops);
         if (gflops > best) { best = gflops; }
         free(A); free(B); free(C);
@@ -101,7 +92,7 @@ int main(int argc, char** argv) {
             gpt2_update(&model, &h, s + 3);
             if (s >= 0) { times[s] = wall_seconds() - t0; }
         }
-        double t = median(times, steps);
+        double t = bench_median(times, steps);
         double tok_s = (double)B * T / t;
         double gflops = tok_s * gpt2_flops_per_token(&model.config, T) / 1e9;
         double peer = peer_tok_s(peers, desc);

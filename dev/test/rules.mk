@@ -11,7 +11,7 @@
 
 .PHONY: test-optim bench-optim
 
-$(BUILD)/test_optim: dev/test/test_optim.c $(LLMC_HEADERS)
+$(BUILD)/test_optim: dev/test/test_optim.c dev/cpu/bench_util.h $(LLMC_HEADERS)
 	@mkdir -p $(@D)
 	@echo "  CC    $@"
 	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)

@@ -46,6 +46,7 @@
 #include "llmc/logger.h"
 #include "llmc/optim.h"
 #include "llmc/optim_state.h"
+#include "dev/cpu/bench_util.h"
 
 static int g_failed = 0;
 static int g_quiet = 0; // -q: failures and the summary only
@@ -841,22 +842,6 @@ static int run_main(int argc, char** argv) {
 // ----------------------------------------------------------------------------
 // --bench
 
-static int cmp_double(const void* a, const void* b) {
-    double x = *(const double*)a, y = *(const double*)b;
-    return (x > y) - (x < y);
-}
-
-// AdamW's access pattern (read p g m v, write p m v) with minimal arithmetic: the memory ceiling.
-static void probe_adamw_pattern(float* p, const float* g, float* m, float* v, size_t n, float a) {
-    #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float gi = g[i];
-        m[i] = m[i] * a + gi;
-        v[i] = v[i] * a + gi;
-        p[i] = p[i] * a + gi;
-    }
-}
-
 static int bench_main(int argc, char** argv) {
     const char* desc = "d12";
     const char* only = "";
@@ -886,8 +871,7 @@ static int bench_main(int argc, char** argv) {
         probe_adamw_pattern(p, g, m, v, n, 0.999f);
         if (r >= 0) t[r] = wall_seconds() - t0;
     }
-    qsort(t, (size_t)repeats, sizeof(double), cmp_double);
-    const double probe_gbs = 28.0 * (double)n / t[repeats / 2] / 1e9;
+    const double t_probe = bench_median(t, repeats), probe_gbs = 28.0 * (double)n / t_probe / 1e9;
     free(m);
     free(v);
     int threads = 1;
@@ -897,7 +881,7 @@ static int bench_main(int argc, char** argv) {
     printf("test_optim --bench: %s, %zu parameters in %d tensors, %d threads, median of %d\n\n", desc, n, nseg, threads,
            repeats);
     printf("| optimizer | state B/param | moved B/param | ms | GB/s | %% of probe |\n|---|---|---|---|---|---|\n");
-    printf("| probe (AdamW access pattern) | | 28 | %.1f | %.1f | 100%% |\n", 1e3 * t[repeats / 2], probe_gbs);
+    printf("| probe (AdamW access pattern) | | 28 | %.1f | %.1f | 100%% |\n", 1e3 * t_probe, probe_gbs);
     Variant vs[16];
     int nv = variants(vs);
     for (int k = 0; k < nv; k++) {
@@ -909,8 +893,7 @@ static int bench_main(int argc, char** argv) {
             optimizer_step_cpu(&st, p, g, 1e-4f, r + 2, 1.0f);
             if (r >= 0) t[r] = wall_seconds() - t0;
         }
-        qsort(t, (size_t)repeats, sizeof(double), cmp_double);
-        double ms = 1e3 * t[repeats / 2], gbs = vs[k].bytes_moved * (double)n / t[repeats / 2] / 1e9;
+        double tm = bench_median(t, repeats), ms = 1e3 * tm, gbs = vs[k].bytes_moved * (double)n / tm / 1e9;
         printf("| %s | %.3f | %d | %.1f | %.1f | %.0f%% |\n", vs[k].name, (double)st.bytes / (double)n,
                vs[k].bytes_moved, ms, gbs, 100.0 * gbs / probe_gbs);
         optimizer_state_free(&st);
