@@ -404,8 +404,10 @@ static LS_UNUSED int train_main(int argc, char** argv) {
                 printf("stopping: %d updates in a row were skipped (--max-skips %d); the parameters are those of step %d; "
                        "last good checkpoint %s\n", guard.in_a_row, o.max_skips, step + 1 - guard.in_a_row, last_checkpoint);
                 fflush(stdout);
-                fprintf(stderr, "%s: error: %d updates in a row skipped (NaN/Inf or outliers), stopped at step %d; last good checkpoint %s\n",
-                        argv[0], guard.in_a_row, step + 1, last_checkpoint);
+                if (comm.rank == 0) {  // every rank decides the same (the loss and the norm are global)
+                    fprintf(stderr, "%s: error: %d updates in a row skipped (NaN/Inf or outliers), stopped at step %d; last good checkpoint %s\n",
+                            argv[0], guard.in_a_row, step + 1, last_checkpoint);
+                }
                 exit_code = 3;
                 break;
             }
