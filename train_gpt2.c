@@ -599,12 +599,8 @@ static void gpt2_zero_grad(GPT2* model) { memset(model->grads_memory, 0, grad_el
 // The gradient of layer l's slice of tensor i, or NULL when it is frozen (BAdam: not in the
 // active block); the backward pass then skips that weight gradient.
 static float* grad_slice(GPT2* model, int i, int l) {
-    if (!model->use_badam) { return model->grads_memory + param_slice_offset(&model->table, i, l); }
-    for (int k = 0; k < model->num_slices; k++) {
-        const BadamSlice* s = &model->slices[k];
-        if (s->tensor == i && s->layer == l) { return model->grads_memory + s->compact; }
-    }
-    return NULL;
+    size_t off = badam_grad_offset(&model->table, model->use_badam ? model->slices : NULL, model->num_slices, i, l);
+    return off == BADAM_FROZEN ? NULL : model->grads_memory + off;
 }
 
 // The lowest layer the backward pass must reach: 0 when the embeddings train, else the lowest

@@ -566,14 +566,10 @@ static void gpt2_zero_grad(GPT2* model) {
 
 // The gradient of layer l's slice of tensor i (l = 0 for tensors that are not per layer), or NULL
 // when it is frozen (BAdam: not in the active block); the backward pass then skips that weight
-// gradient. As train_gpt2.c's grad_slice.
+// gradient.
 static floatX* grad_slice(GPT2* model, int i, int l) {
-    if (!model->use_badam) { return model->grads_memory + param_slice_offset(&model->table, i, l); }
-    for (int k = 0; k < model->num_slices; k++) {
-        const BadamSlice* sl = &model->slices[k];
-        if (sl->tensor == i && sl->layer == l) { return model->grads_memory + sl->compact; }
-    }
-    return NULL;
+    size_t off = badam_grad_offset(&model->table, model->use_badam ? model->slices : NULL, model->num_slices, i, l);
+    return off == BADAM_FROZEN ? NULL : model->grads_memory + off;
 }
 
 // The lowest layer the backward pass must reach: 0 when the embeddings train, else the lowest

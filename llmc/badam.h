@@ -117,4 +117,16 @@ static inline int badam_block_slices(const Badam* bd, const ParamTable* pt, int 
     return n;
 }
 
+// Where the gradient of layer l's slice of tensor i lives in the gradient buffer: its offset among
+// all parameters (BAdam off: slices == NULL), its compact offset when the slice is in the active
+// block, or BADAM_FROZEN when it is not (the backward pass then skips that weight gradient).
+#define BADAM_FROZEN ((size_t)-1)
+static inline size_t badam_grad_offset(const ParamTable* pt, const BadamSlice* slices, int num_slices, int i, int l) {
+    if (slices == NULL) { return param_slice_offset(pt, i, l); }
+    for (int k = 0; k < num_slices; k++) {
+        if (slices[k].tensor == i && slices[k].layer == l) { return slices[k].compact; }
+    }
+    return BADAM_FROZEN;
+}
+
 #endif // LLMC_BADAM_H
