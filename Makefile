@@ -194,7 +194,7 @@ train_gpt2cu: $(CUDA_TRAIN_DEPS)
 	@echo "  NVCC  $@ ($(PRECISION), $(GPU_ARCH)$(if $(NCCL_LIBS),, no NCCL: one GPU only))"
 	$(Q)$(NVCC) $(NVCC_TRAIN_FLAGS) $(NCCL_FLAGS) -arch=$(GPU_ARCH) $< -o $@ $(NVCC_LIBS) $(NCCL_LIBS)
 
-test_gpt2cu: test_gpt2.cu dev/test/test_common.h $(CUDA_TRAIN_DEPS)
+test_gpt2cu: test_gpt2.cu dev/test/test_common.h dev/test/shape_sweep.h $(CUDA_TRAIN_DEPS)
 	@echo "  NVCC  $@ ($(PRECISION), $(GPU_ARCH))"
 	$(Q)$(NVCC) $(NVCC_TRAIN_FLAGS) -arch=$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
 
@@ -218,7 +218,7 @@ $(BUILD)/train_gpt2cu_emu_$(PREC_LC): $(CUDA_TRAIN_DEPS)
 	@mkdir -p $(@D)
 	@echo "  CXX   $@ (CPU harness)"
 	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS) $< -o $@ $(CUDA_HARNESS_LIBS) -lz
-$(BUILD)/test_gpt2cu_emu_$(PREC_LC): test_gpt2.cu dev/test/test_common.h $(CUDA_TRAIN_DEPS)
+$(BUILD)/test_gpt2cu_emu_$(PREC_LC): test_gpt2.cu dev/test/test_common.h dev/test/shape_sweep.h $(CUDA_TRAIN_DEPS)
 	@mkdir -p $(@D)
 	@echo "  CXX   $@ (CPU harness)"
 	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS) $< -o $@ $(CUDA_HARNESS_LIBS) -lz

@@ -4,6 +4,7 @@
  execution harness (make test_gpt2cu_emu PRECISION=FP32|BF16).
 
    test_gpt2cu --model M.bin --state S.bin [--resume-check 1]
+   test_gpt2cu --sweep 1      every awkward (B, T, NH) against a float64 forward (dev/test/shape_sweep.h)
 
  Tolerances (measured values in the README):
    fp32 build: as test_gpt2.c (same arithmetic in fp32; only the summation order differs):
@@ -333,21 +334,30 @@ static void check_badam(void) {
     rmdir(dir);
 }
 
+#include "dev/test/shape_sweep.h"
+
 int main(int argc, char** argv) {
     const char *model_path = NULL, *state_path = NULL;
-    int resume_check = 1;
+    int resume_check = 1, sweep = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--model") == 0) { model_path = argv[i + 1]; }
         else if (strcmp(argv[i], "--state") == 0) { state_path = argv[i + 1]; }
         else if (strcmp(argv[i], "--resume-check") == 0) { resume_check = atoi(argv[i + 1]); }
+        else if (strcmp(argv[i], "--sweep") == 0) { sweep = atoi(argv[i + 1]); }
         else { fprintf(stderr, "test_gpt2cu: unknown flag %s\n", argv[i]); return 2; }
     }
-    if (model_path == NULL || state_path == NULL || argc % 2 == 0) {
-        fprintf(stderr, "usage: test_gpt2cu --model M.bin --state S.bin [--resume-check 0|1]\n");
+    if ((!sweep && (model_path == NULL || state_path == NULL)) || argc % 2 == 0) {
+        fprintf(stderr, "usage: test_gpt2cu --model M.bin --state S.bin [--resume-check 0|1]\n"
+                        "       test_gpt2cu --sweep 1   (every awkward shape against a float64 forward pass)\n");
         return 2;
     }
     cudaCheck(cudaSetDevice(0));
     printf("test_gpt2cu (%s%s)\n", PRECISION_NAME, LS_HARNESS ? ", CPU harness" : "");
+    if (sweep) {
+        sweep_run();
+        printf("%s: %d failed check(s)\n", failures ? "FAILED" : "OK", failures);
+        return failures ? 1 : 0;
+    }
     check_model(model_path, state_path);
     if (resume_check) { check_resume(model_path, state_path); }
     if (resume_check) { check_offload(model_path, state_path); }

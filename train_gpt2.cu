@@ -62,6 +62,7 @@
 // ----------------------------------------------------------------------------
 // the model
 
+// (L, ...) tensors: layer l's slice starts LAYER(ptr, l, n) (padded so each slice is aligned).
 typedef union {
     struct {
         int* inputs;       // (B,T)
@@ -439,7 +440,7 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     model->T = T;
     size_t act_n[GPU_NUM_ACTIVATIONS], scr_n[GPU_NUM_SCRATCH];
     int act_fp32[GPU_NUM_ACTIVATIONS];
-    gpu_activation_sizes(c, B, T, model->recompute, act_n, act_fp32);
+    gpu_activation_sizes(c, B, T, model->recompute, sizeof(floatX), act_n, act_fp32);
     gpu_scratch_sizes(c, B, T, scr_n);
     model->acts_memory = carve_tensors(mc, MEM_ACTS, act_n, act_fp32, GPU_NUM_ACTIVATIONS, model->acts.t);
     model->scratch_memory = carve_tensors(mc, MEM_SCRATCH, scr_n, NULL, GPU_NUM_SCRATCH, (void**)model->scratch.t);
@@ -492,8 +493,9 @@ static void gpt2_free(GPT2* model) {
     memset(model, 0, sizeof(*model));
 }
 
-// Pointers of layer l's slice of a per-layer activation.
-#define LAYER(ptr, l, per_layer) ((ptr) + (size_t)(l) * (per_layer))
+// Layer l's slice of a per-layer activation whose slices hold n elements at the current (B, T):
+// slices lie gpu_layer_stride() apart (the memory model's padding), so each is 256-byte aligned.
+#define LAYER(ptr, l, n) ((ptr) + (size_t)(l) * gpu_layer_stride((n), sizeof(*(ptr))))
 
 // Forward pass on host tokens inputs (B,T) (B <= model->B, T <= model->T). With targets: the
 // losses, and the mean loss is returned; without: -1, and the logits stay in acts.output.
@@ -534,14 +536,14 @@ static float gpt2_forward(GPT2* model, const int* inputs, const int* targets, in
         matmul_forward(a->output, NULL, ln1, w->qkvw + 3 * lC * C, w->qkvb + 3 * lC, BT, C, 3 * C, s);
         attention_forward(atty, qkvr, att, a->output, B, T, C, NH, s);
         matmul_forward(a->output, NULL, atty, w->attprojw + lC * C, w->attprojb + lC, BT, C, C, s);
-        fused_residual_layernorm_forward(residual2, ln2, a->ln2_mean + (size_t)l * BT, a->ln2_rstd + (size_t)l * BT,
+        fused_residual_layernorm_forward(residual2, ln2, LAYER(a->ln2_mean, l, BT), LAYER(a->ln2_rstd, l, BT),
                                          residual, a->output, w->ln2w + lC, w->ln2b + lC, BT, C, s);
         matmul_forward(fch_gelu, fch, ln2, w->fcw + 4 * lC * C, w->fcb + 4 * lC, BT, C, 4 * C, s);
         matmul_forward(a->output, NULL, fch_gelu, w->fcprojw + 4 * lC * C, w->fcprojb + lC, BT, 4 * C, C, s);
         if (l + 1 < L) {
             size_t nC = (size_t)(l + 1) * C;
-            fused_residual_layernorm_forward(residual3, LAYER(a->ln1, l + 1, ln_stride), a->ln1_mean + (size_t)(l + 1) * BT,
-                                             a->ln1_rstd + (size_t)(l + 1) * BT, residual2, a->output, w->ln1w + nC,
+            fused_residual_layernorm_forward(residual3, LAYER(a->ln1, l + 1, ln_stride), LAYER(a->ln1_mean, l + 1, BT),
+                                             LAYER(a->ln1_rstd, l + 1, BT), residual2, a->output, w->ln1w + nC,
                                              w->ln1b + nC, BT, C, s);
         } else {
             fused_residual_layernorm_forward(residual3, a->lnf, a->lnf_mean, a->lnf_rstd, residual2, a->output, w->lnfw,
@@ -680,10 +682,10 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
         floatX* fch = LAYER(a->fch, l, 4 * BTC);
         floatX* fch_gelu = LAYER(a->fch_gelu, l, gelu_stride);
         floatX* residual2 = LAYER(a->residual2, l, BTC);
-        float* ln1_mean = a->ln1_mean + (size_t)l * BT;
-        float* ln1_rstd = a->ln1_rstd + (size_t)l * BT;
-        float* ln2_mean = a->ln2_mean + (size_t)l * BT;
-        float* ln2_rstd = a->ln2_rstd + (size_t)l * BT;
+        float* ln1_mean = LAYER(a->ln1_mean, l, BT);
+        float* ln1_rstd = LAYER(a->ln1_rstd, l, BT);
+        float* ln2_mean = LAYER(a->ln2_mean, l, BT);
+        float* ln2_rstd = LAYER(a->ln2_rstd, l, BT);
         floatX *dfcprojw = grad_slice(model, P_FCPROJW, l), *dfcw = grad_slice(model, P_FCW, l);
         floatX *dattprojw = grad_slice(model, P_ATTPROJW, l), *dqkvw = grad_slice(model, P_QKVW, l);
         // recompute what -r dropped (only weight gradients read it: not for a frozen layer)

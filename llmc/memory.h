@@ -144,39 +144,53 @@ static inline MemoryReport memory_model_cpu(const GPT2Config* c, int B, int T, c
 //   lnf_mean lnf_rstd losses (B,T) fp32  qkvr (L,B,T,3C)  output (B,T,max(3C,Vp))
 // Backward scratch (floatX): dresidual dbuf datty (B,T,C)  dfch (B,T,4C)  dqkv dqkvr (B,T,3C)
 //   datt (B,NH,T,T); plus the kernels' fp32 scratch, sized by the kernel headers.
+// Every tensor starts 256-byte aligned, and so does every layer's slice of an (L, ...) tensor:
+// its layers lie gpu_layer_stride() elements apart.
 
 #define GPU_NUM_ACTIVATIONS 22
 #define GPU_NUM_SCRATCH 7
 
-static inline void gpu_activation_sizes(const GPT2Config* c, int B, int T, int recompute, size_t* n, int* is_fp32) {
+// Elements from one layer's slice of a per-layer tensor (L, ...) to the next: the slice's n
+// elements of elem bytes (1, 2 or 4) rounded up to a multiple of 256 bytes, so that every slice
+// starts as aligned as the tensor does, whatever B, T and NH are. The trainer slices with the
+// stride at the current (B, T); rounding up is monotone, so that fits in L strides at the
+// allocated (B, T).
+static inline size_t gpu_layer_stride(size_t n, size_t elem) { return (n * elem + 255) / 256 * 256 / elem; }
+
+// floatx_bytes: 2 (bf16) or 4 (fp32), for the padding of the per-layer floatX tensors.
+static inline void gpu_activation_sizes(const GPT2Config* c, int B, int T, int recompute, size_t floatx_bytes, size_t* n,
+                                        int* is_fp32) {
     size_t L = (size_t)c->num_layers, C = (size_t)c->channels, NH = (size_t)c->num_heads;
     size_t BT = (size_t)B * (size_t)T, Vp = (size_t)c->padded_vocab_size;
     size_t L_ln = recompute >= 2 ? 1 : L, L_gelu = recompute >= 1 ? 1 : L;
     size_t out = 3 * C > Vp ? 3 * C : Vp;
     size_t i = 0;
 #define ACT(count, fp32) do { n[i] = (count); is_fp32[i] = (fp32); i++; } while (0)
+    // layers x the padded stride of a per-layer slice of `count` elements
+#define PER_LAYER(layers, count, fp32) ((layers) * gpu_layer_stride((count), (fp32) ? 4 : floatx_bytes))
     ACT(BT, 1);                      // inputs (int)
     ACT(BT, 1);                      // targets (int)
     ACT(BT * C, 0);                  // encoded
-    ACT(L_ln * BT * C, 0);           // ln1
-    ACT(L * BT, 1);                  // ln1_mean
-    ACT(L * BT, 1);                  // ln1_rstd
-    ACT(L * BT * C, 0);              // atty
-    ACT(L * (size_t)B * NH * (size_t)T * (size_t)T, 0);  // att
-    ACT(L * BT * C, 0);              // residual2
-    ACT(L_ln * BT * C, 0);           // ln2
-    ACT(L * BT, 1);                  // ln2_mean
-    ACT(L * BT, 1);                  // ln2_rstd
-    ACT(L * BT * 4 * C, 0);          // fch
-    ACT(L_gelu * BT * 4 * C, 0);     // fch_gelu
-    ACT(L * BT * C, 0);              // residual3
+    ACT(PER_LAYER(L_ln, BT * C, 0), 0);       // ln1
+    ACT(PER_LAYER(L, BT, 1), 1);              // ln1_mean
+    ACT(PER_LAYER(L, BT, 1), 1);              // ln1_rstd
+    ACT(PER_LAYER(L, BT * C, 0), 0);          // atty
+    ACT(PER_LAYER(L, (size_t)B * NH * (size_t)T * (size_t)T, 0), 0);  // att
+    ACT(PER_LAYER(L, BT * C, 0), 0);          // residual2
+    ACT(PER_LAYER(L_ln, BT * C, 0), 0);       // ln2
+    ACT(PER_LAYER(L, BT, 1), 1);              // ln2_mean
+    ACT(PER_LAYER(L, BT, 1), 1);              // ln2_rstd
+    ACT(PER_LAYER(L, BT * 4 * C, 0), 0);      // fch
+    ACT(PER_LAYER(L_gelu, BT * 4 * C, 0), 0); // fch_gelu
+    ACT(PER_LAYER(L, BT * C, 0), 0);          // residual3
     ACT(BT * C, 0);                  // lnf
     ACT(BT, 1);                      // lnf_mean
     ACT(BT, 1);                      // lnf_rstd
     ACT(BT, 1);                      // losses
-    ACT(L * BT * 3 * C, 0);          // qkvr
+    ACT(PER_LAYER(L, BT * 3 * C, 0), 0);      // qkvr
     ACT(BT * out, 0);                // output
     ACT(0, 1);                       // (end)
+#undef PER_LAYER
 #undef ACT
 }
 
@@ -249,7 +263,7 @@ static inline MemoryReport memory_model_gpu(const GPT2Config* c, int B, int T, c
     }
     size_t acts[GPU_NUM_ACTIVATIONS], scratch[GPU_NUM_SCRATCH];
     int fp32[GPU_NUM_ACTIVATIONS];
-    gpu_activation_sizes(c, B, T, g->recompute, acts, fp32);
+    gpu_activation_sizes(c, B, T, g->recompute, g->floatx_bytes, acts, fp32);
     for (int i = 0; i < GPU_NUM_ACTIVATIONS; i++) { r.bytes[MEM_ACTS] += gpu_tensor_bytes(acts[i], fp32[i] ? 4 : g->floatx_bytes); }
     gpu_scratch_sizes(c, B, T, scratch);
     for (int i = 0; i < GPU_NUM_SCRATCH; i++) { r.bytes[MEM_SCRATCH] += gpu_tensor_bytes(scratch[i], g->floatx_bytes); }
