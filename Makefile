@@ -236,7 +236,7 @@ train_gpt2cu_emu_mpi: $(BUILD)/train_gpt2cu_emu_mpi_$(PREC_LC)
 # CI: the GPU trainer's whole step under the harness in both precisions, against PyTorch; then
 # 10 training steps of the fp32 harness build against the CPU trainer on TinyShakespeare; every
 # awkward (B, T, NH) against a float64 forward (--sweep 1); both trainers run as a user runs them,
-# default flags and one row per mode (test_modes.py).
+# default flags and one row per mode (test_modes.py). Tiny shapes: one OpenMP thread (more only spin).
 test-gpu-emu: $(REF_DIR)/$(REF_DESC)_state.bin $(BUILD)/train_gpt2 data
 	$(Q)$(MAKE) --no-print-directory test_gpt2cu_emu train_gpt2cu_emu PRECISION=FP32
 	$(Q)$(MAKE) --no-print-directory test_gpt2cu_emu train_gpt2cu_emu PRECISION=BF16
@@ -248,8 +248,8 @@ test-gpu-emu: $(REF_DIR)/$(REF_DESC)_state.bin $(BUILD)/train_gpt2 data
 		--mode "--amsgrad 1"
 	$(PYTHON) dev/test/test_cli.py --bin $(BUILD)/train_gpt2cu_emu_fp32
 	$(PYTHON) dev/test/test_cli.py --bin $(BUILD)/train_gpt2cu_emu_bf16
-	$(BUILD)/test_gpt2cu_emu_fp32 --sweep 1
-	$(BUILD)/test_gpt2cu_emu_bf16 --sweep 1
+	OMP_NUM_THREADS=1 $(BUILD)/test_gpt2cu_emu_fp32 --sweep 1
+	OMP_NUM_THREADS=1 $(BUILD)/test_gpt2cu_emu_bf16 --sweep 1
 	$(PYTHON) dev/test/test_modes.py --bin $(BUILD)/train_gpt2 --bin $(BUILD)/train_gpt2cu_emu_fp32 \
 		--bin $(BUILD)/train_gpt2cu_emu_bf16
 	$(PYTHON) dev/test/test_guards.py --bin $(BUILD)/train_gpt2cu_emu_fp32

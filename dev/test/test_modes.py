@@ -6,9 +6,9 @@
 Row "defaults": the trainer's default flags (sampling and val loss every 20 steps, 20 val batches,
 64 generated tokens, cosine schedule, -r 1, ...) on a tiny model for 21 steps; only the model
 (-e), the batch (-b 1 -t 16: the default d12 at T = 1024 is hours under the CPU harness) and the
-step count (-x) are given. Every other row is a mode whose default path no other test runs, for a
-few steps with sampling and val loss on: odd and minimal T, the lr schedules, -r 0 / -r 2 and
---offload (GPU trainer only). Each run must exit 0 and print every step line with a finite loss,
+step count (-x) are given (and for the CPU trainer once more with its default B = 4, T = 64).
+Every other row is a mode whose default path no other test runs, for a few steps with sampling
+and val loss on: odd and minimal T, the lr schedules, -r 0 / -r 2 and --offload (GPU trainer only). Each run must exit 0 and print every step line with a finite loss,
 the val loss lines, the generated text (non-empty when T > 1) and the summary line.
 When the CPU trainer and an fp32 GPU build are both given, their step and val losses must agree
 within 1e-4 relative in every row they both run (same descriptor, seed and batches; both fp32).
@@ -27,16 +27,17 @@ from testlib import check, failures, step_losses  # noqa: E402
 TINY = "L2C16H2"  # head size 8: the smallest the GPU kernels take in both precisions
 FEW = ["-e", TINY, "-b", "1", "-t", "16", "-x", "3", "-v", "2", "-m", "2", "-s", "2", "-g", "16"]
 
-# name, flags, steps, GPU trainer only, extra check on the output
+# name, flags, steps, which trainer (None: both), extra check on the output
 ROWS = [
-    ("defaults", ["-e", TINY, "-b", "1", "-t", "16", "-x", "21"], 21, False, None),
-    ("-b 3 -t 37 (odd T)", FEW + ["-b", "3", "-t", "37"], 3, False, None),
-    ("-t 1", FEW + ["-t", "1"], 3, False, None),
-    ("-k linear", FEW + ["-k", "linear", "-q", "0.1"], 3, False, "lr decays"),
-    ("-k wsd", FEW + ["-k", "wsd", "-q", "0.1", "-x", "5"], 5, False, "lr decays"),  # cools down over the last 20%
-    ("-r 0", FEW + ["-r", "0", "-t", "37"], 3, True, None),
-    ("-r 2", FEW + ["-r", "2", "-t", "37"], 3, True, None),
-    ("--offload 1", FEW + ["--offload", "1", "--offload-chunk", "100000"], 3, True, None),
+    ("defaults", ["-e", TINY, "-b", "1", "-t", "16", "-x", "21"], 21, None, None),
+    ("defaults, B and T too", ["-e", TINY, "-x", "21"], 21, "cpu", None),  # the CPU trainer's B = 4, T = 64
+    ("-b 3 -t 37 (odd T)", FEW + ["-b", "3", "-t", "37"], 3, None, None),
+    ("-t 1", FEW + ["-t", "1"], 3, None, None),
+    ("-k linear", FEW + ["-k", "linear", "-q", "0.1"], 3, None, "lr decays"),
+    ("-k wsd", FEW + ["-k", "wsd", "-q", "0.1", "-x", "5"], 5, None, "lr decays"),  # cools down over the last 20%
+    ("-r 0", FEW + ["-r", "0", "-t", "37"], 3, "gpu", None),
+    ("-r 2", FEW + ["-r", "2", "-t", "37"], 3, "gpu", None),
+    ("--offload 1", FEW + ["--offload", "1", "--offload-chunk", "100000"], 3, "gpu", None),
 ]
 
 
@@ -79,12 +80,12 @@ def main():
         banner = run(binary, ["--dry-run", "1", "-e", TINY, "-t", "16"]).stdout
         gpu = "train_gpt2cu" in banner
         kind = "cpu" if not gpu else ("fp32" if "(fp32" in banner else "bf16")
-        for name, flags, steps, gpu_only, extra in ROWS:
-            if gpu_only and not gpu:
+        for name, flags, steps, only, extra in ROWS:
+            if only is not None and only != ("gpu" if gpu else "cpu"):
                 continue
             tag = "%s %s" % (os.path.basename(binary), name)
             r = run(binary, flags)
-            seq_len = int(flags[len(flags) - 1 - flags[::-1].index("-t") + 1])
+            seq_len = int(flags[len(flags) - 1 - flags[::-1].index("-t") + 1]) if "-t" in flags else 64
             results[(name, kind)] = check_run(tag, r, steps, seq_len, extra)
             print("%s: %s" % (tag, "ok" if r.returncode == 0 else "exit %d" % r.returncode))
     compared = 0
