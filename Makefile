@@ -186,8 +186,11 @@ $(error PRECISION must be BF16 or FP32, got '$(PRECISION)')
 endif
 PREC_LC := $(shell echo $(PRECISION) | tr A-Z a-z)
 GPU_ARCH ?= native
-NVCC_TRAIN_FLAGS := -std=c++17 -O3 -lineinfo -Xptxas=--warn-on-spills -Xcompiler -Wall,-Wextra,-fopenmp -I. $(PFLAGS)
-NVCC_LIBS := -lcublasLt -lcublas -lgomp -lz
+# EXTRA_INC / ZLIB_LIB: a machine without zlib's headers builds with the copy `make gpu-carry` made
+EXTRA_INC ?=
+ZLIB_LIB ?= -lz
+NVCC_TRAIN_FLAGS := -std=c++17 -O3 -lineinfo -Xptxas=--warn-on-spills -Xcompiler -Wall,-Wextra,-fopenmp -I. $(EXTRA_INC) $(PFLAGS)
+NVCC_LIBS := -lcublasLt -lcublas -lgomp $(ZLIB_LIB)
 CUDA_TRAIN_DEPS := train_gpt2.cu $(LLMC_HEADERS) $(wildcard llmc/*.cuh)
 
 train_gpt2cu: $(CUDA_TRAIN_DEPS)
@@ -212,6 +215,31 @@ ifneq ($(NCCL_LIBS),)
 else
 	@echo "gpu-compile-check: nccl.h not found: the multi-GPU (NCCL) build is not checked"
 endif
+
+# Both precisions side by side for a GPU machine (dev/gpu_check.sh builds them all at once, -j):
+#   make -j gpu-build    the labs (build/cuda-gpu/) and build/gpu/{train,test}_gpt2cu_{bf16,fp32}
+#   make gpu-carry       what a GPU machine without network needs from here: data/, the cuDNN
+#                        frontend headers and zlib's (build/deps/), the PyTorch reference (build/ref/)
+GPU_BUILD := build/gpu
+GPU_BINS := $(foreach p,bf16 fp32,$(GPU_BUILD)/train_gpt2cu_$(p) $(GPU_BUILD)/test_gpt2cu_$(p))
+$(GPU_BUILD)/train_gpt2cu_%: $(CUDA_TRAIN_DEPS)
+	@mkdir -p $(@D)
+	@echo "  NVCC  $@ ($(GPU_ARCH))"
+	$(Q)$(NVCC) $(filter-out $(PFLAGS),$(NVCC_TRAIN_FLAGS)) -DENABLE_$$(echo $* | tr a-z A-Z) $(NCCL_FLAGS) -arch=$(GPU_ARCH) \
+		$< -o $@ $(NVCC_LIBS) $(NCCL_LIBS)
+$(GPU_BUILD)/test_gpt2cu_%: test_gpt2.cu dev/test/test_common.h $(CUDA_TRAIN_DEPS)
+	@mkdir -p $(@D)
+	@echo "  NVCC  $@ ($(GPU_ARCH))"
+	$(Q)$(NVCC) $(filter-out $(PFLAGS),$(NVCC_TRAIN_FLAGS)) -DENABLE_$$(echo $* | tr a-z A-Z) -arch=$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
+gpu-lab-build:
+	$(Q)$(MAKE) --no-print-directory -C dev/cuda gpu NVCC=$(NVCC) GPU_ARCH=$(GPU_ARCH) Q=$(Q)
+gpu-build: $(GPU_BINS) gpu-lab-build
+ref: $(REF_DIR)/$(REF_DESC)_state.bin
+gpu-carry: data ref
+	@mkdir -p build/deps/include
+	$(Q)cp -f $(wildcard /usr/include/zlib.h /usr/include/zconf.h /usr/include/$(MULTIARCH)/zconf.h) build/deps/include/
+	@echo "carry to the GPU machine: data build/deps build/ref (then: dev/gpu_check.sh)"
+.PHONY: gpu-build gpu-lab-build gpu-carry ref
 
 # the harness builds: g++, every CUDA thread a fiber, cuBLASLt replaced by a CPU matmul
 $(BUILD)/train_gpt2cu_emu_$(PREC_LC): $(CUDA_TRAIN_DEPS)
