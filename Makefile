@@ -141,10 +141,15 @@ REF_ARGS ?= --layers 2 --channels 64 --heads 4 --max-seq 64 --vocab 50257
 REF_B ?= 4
 REF_T ?= 32
 REF_DIR := build/ref
-$(REF_DIR)/$(REF_DESC)_model.bin: dev/reference/gpt2_ref.py
+# _init.bin is the initialised model (the init check); _model.bin the same with random biases and
+# layernorm parameters (init leaves them 0 and 1, where a trainer that ignores them is still exact).
+$(REF_DIR)/$(REF_DESC)_init.bin: dev/reference/gpt2_ref.py
 	@mkdir -p $(REF_DIR)
 	@echo "  REF   $@"
 	$(Q)$(TORCH_PYTHON) dev/reference/gpt2_ref.py init $(REF_ARGS) --seed 42 --out $@ >/dev/null
+$(REF_DIR)/$(REF_DESC)_model.bin: $(REF_DIR)/$(REF_DESC)_init.bin
+	@echo "  REF   $@"
+	$(Q)$(TORCH_PYTHON) dev/reference/gpt2_ref.py perturb --model $< --seed 7 --out $@ >/dev/null
 $(REF_DIR)/$(REF_DESC)_state.bin: $(REF_DIR)/$(REF_DESC)_model.bin
 	@echo "  REF   $@"
 	$(Q)$(TORCH_PYTHON) dev/reference/gpt2_ref.py state --model $< --batch $(REF_B) --seq $(REF_T) --seed 1 \
@@ -153,7 +158,14 @@ $(REF_DIR)/$(REF_DESC)_state.bin: $(REF_DIR)/$(REF_DESC)_model.bin
 test-main: $(BUILD)/test_gpt2 $(REF_DIR)/$(REF_DESC)_state.bin
 	$(BUILD)/test_gpt2 --units
 	$(BUILD)/test_gpt2 --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin \
-		--descriptor $(REF_DESC) --init-seed 42
+		--descriptor $(REF_DESC) --init-seed 42 --init-model $(REF_DIR)/$(REF_DESC)_init.bin
+
+# The checks have teeth: against a reference with a planted bug (dev/test/test_ref_mutants.py),
+# test_gpt2 must fail (test-gpu-emu runs the same for the harness test_gpt2cu builds).
+REF_MUTANTS = $(PYTHON) dev/test/test_ref_mutants.py --model $(REF_DIR)/$(REF_DESC)_model.bin \
+	--state $(REF_DIR)/$(REF_DESC)_state.bin --torch-python $(TORCH_PYTHON)
+test-ref-mutants: $(BUILD)/test_gpt2 $(REF_DIR)/$(REF_DESC)_state.bin
+	$(REF_MUTANTS) --bin $(BUILD)/test_gpt2
 
 test-d12: $(BUILD)/test_gpt2
 	TORCH_PYTHON=$(TORCH_PYTHON) $(BUILD)/test_gpt2 --d12
@@ -168,7 +180,7 @@ test-reliability: $(BUILD)/train_gpt2
 	$(PYTHON) dev/test/test_reliability.py --bin $(BUILD)/train_gpt2 --kills $(KILLS)
 	$(PYTHON) dev/test/test_guards.py --bin $(BUILD)/train_gpt2
 
-TEST_PHONY += test-main test-cli test-reliability
+TEST_PHONY += test-main test-cli test-reliability test-ref-mutants
 TEST_SAN_PHONY += test-main test-cli
 
 # ----------------------------------------------------------------------------
@@ -268,6 +280,7 @@ test-gpu-emu: $(REF_DIR)/$(REF_DESC)_state.bin $(BUILD)/train_gpt2 data
 	$(Q)$(MAKE) --no-print-directory test_gpt2cu_emu train_gpt2cu_emu PRECISION=BF16
 	$(BUILD)/test_gpt2cu_emu_fp32 --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin
 	$(BUILD)/test_gpt2cu_emu_bf16 --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin
+	$(REF_MUTANTS) --bin $(BUILD)/test_gpt2cu_emu_fp32 --bin $(BUILD)/test_gpt2cu_emu_bf16
 	$(PYTHON) dev/test/compare_trainers.py --cpu $(BUILD)/train_gpt2 --gpu $(BUILD)/train_gpt2cu_emu_fp32 \
 		--model $(REF_DIR)/$(REF_DESC)_model.bin --mode "" --mode "--badam 2" --mode "--optimizer sgd --nesterov 1" \
 		--mode "--optimizer lamb" --mode "--optimizer lion" --mode "--opt-state bf16" --mode "--opt-state int8" \

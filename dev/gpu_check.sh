@@ -253,7 +253,8 @@ d12ref() {
     mkdir -p "$REF"
     [ -f "$REF/d12_state.bin" ] && return 0
     "$TORCH_PYTHON" dev/reference/gpt2_ref.py init --layers 12 --channels 768 --heads 12 --max-seq 1024 --vocab 50257 \
-        --seed 42 --out "$REF/d12_model.bin" &&
+        --seed 42 --out "$REF/d12_init.bin" &&
+    "$TORCH_PYTHON" dev/reference/gpt2_ref.py perturb --model "$REF/d12_init.bin" --seed 7 --out "$REF/d12_model.bin" &&
     "$TORCH_PYTHON" dev/reference/gpt2_ref.py state --model "$REF/d12_model.bin" --batch 4 --seq 64 --seed 1 --steps 10 \
         --lr 1e-4 --beta1 0.9 --beta2 0.95 --eps 1e-8 --weight-decay 0.1 --grad-clip 1.0 --out "$REF/d12_state.bin"
 }

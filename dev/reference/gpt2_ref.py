@@ -5,6 +5,8 @@ gpt2_ref.py: the independent PyTorch reference that leanstep's C/CUDA trainers a
 A self-contained GPT-2 (no transformers), all float32, reading and writing llm.c's binary formats:
   init   writes a random model file with a fully specified initialisation (seeded torch.Generator,
          tensors in file order), so a C reimplementation of mt19937 + normal_ can match it bit for bit.
+  perturb  rewrites a model file with random biases and layernorm gains and biases (init leaves
+         them 0 and 1, where a trainer that ignores them, or reads another layer's, is still exact).
   state  loads a model file, runs forward/backward on a seeded random batch and writes llm.c's
          debug-state file (inputs, targets, logits, loss, gradients), then appends the losses of
          `--steps` AdamW steps on that batch.
@@ -171,14 +173,36 @@ def read_model(path):
 # ----------------------------------------------------------------------------------------------
 # GPT-2, the reference forward (float32, autograd for backward)
 
-def gpt2_forward(cfg, P, inputs):
-    """inputs (B,T) int64 -> logits (B,T,V). The lm_head is tied to wte's first V rows."""
+# Bugs `state --inject-bug` plants in the forward pass, so that a test can show that the trainers'
+# checks fail on a reference that is wrong in each of these ways (make test-ref-mutants).
+INJECTABLE_BUGS = {
+    "ignore-ln-weights": "every layernorm ignores its gain and bias",
+    "layer0-params": "every layer uses layer 0's layernorm parameters and biases",
+    "ignore-biases": "every linear layer ignores its bias",
+}
+
+
+def gpt2_forward(cfg, P, inputs, bug=None):
+    """inputs (B,T) int64 -> logits (B,T,V). The lm_head is tied to wte's first V rows.
+    bug: None, or one of INJECTABLE_BUGS (tests of the tests only)."""
     B, T = inputs.shape
     C, H, hs = cfg.C, cfg.H, cfg.C // cfg.H
     causal = torch.ones(T, T, dtype=torch.bool).triu(1)  # True above the diagonal: masked
     # Per-layer views through one unbind per tensor: indexing P[name][l] in the loop would make
     # backward materialise a full-size zero gradient per layer (L times the work).
     Pl = {k: P[k].unbind(0) for k in PARAM_NAMES if P[k].dim() > 1 and k not in ("wte", "wpe")}
+    if bug is not None:
+        P = dict(P)
+        small = {"ln1w", "ln1b", "ln2w", "ln2b", "qkvb", "attprojb", "fcb", "fcprojb"}
+        for k in small:
+            if bug == "ignore-ln-weights" and k.startswith("ln"):
+                Pl[k] = [None] * cfg.L
+            elif bug == "layer0-params":
+                Pl[k] = [Pl[k][0]] * cfg.L
+            elif bug == "ignore-biases" and not k.startswith("ln"):
+                Pl[k] = [None] * cfg.L
+        if bug == "ignore-ln-weights":
+            P["lnfw"], P["lnfb"] = None, None
     x = F.embedding(inputs, P["wte"]) + P["wpe"][:T]                      # (B,T,C)
     for l in range(cfg.L):
         h = F.layer_norm(x, (C,), Pl["ln1w"][l], Pl["ln1b"][l], LN_EPS)
@@ -326,6 +350,25 @@ def cmd_init(a):
           f"params={cfg.num_params()} seed={a.seed} wall={time.time() - t0:.2f}s")
 
 
+# Biases and layernorm biases ~ N(0, PERTURB_STD), layernorm gains ~ 1 + N(0, PERTURB_STD): large
+# enough that ignoring any of them, or taking layer 0's for every layer, moves the loss by far more
+# than the trainers' tolerance (README: tests), small enough to leave the model an ordinary GPT-2.
+PERTURB_STD = 0.1
+PERTURBED = {"ln1w", "ln1b", "qkvb", "attprojb", "ln2w", "ln2b", "fcb", "fcprojb", "lnfw", "lnfb"}
+
+
+def cmd_perturb(a):
+    cfg, params = read_model(a.model)
+    g = torch.Generator()
+    g.manual_seed(a.seed)
+    for name, shape in cfg.shapes():
+        if name in PERTURBED:
+            noise = torch.randn(shape, generator=g) * PERTURB_STD
+            params[name] = (1.0 + noise) if name in LN_WEIGHTS else noise
+    write_model(a.out, cfg, params)
+    print(f"perturb: {a.out}: biases and layernorm parameters of {a.model} drawn with std {PERTURB_STD}, seed {a.seed}")
+
+
 def make_batch(cfg, B, T, seed):
     """x = randint(0, V, (B, T+1)) from a Generator seeded with `seed`; inputs = x[:, :-1],
     targets = x[:, 1:]."""
@@ -355,9 +398,12 @@ def cmd_state(a):
         for step in range(a.steps):
             for p in params.values():
                 p.grad = None
-            logits = gpt2_forward(cfg, params, inputs)
+            logits = gpt2_forward(cfg, params, inputs, a.inject_bug)
             loss = gpt2_loss(logits, targets)
             loss.backward()
+            for p in params.values():  # a parameter an injected bug ignores has no gradient
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
             losses.append(loss.item())
             if step == 0:
                 header = np.zeros(HEADER_INTS, dtype="<i4")
@@ -678,6 +724,10 @@ def parse_args(argv):
     p.add_argument("--vocab", type=int, required=True)
     p.add_argument("--seed", type=seed_type, required=True)
     p.add_argument("--out", required=True)
+    p = sub.add_parser("perturb", help="randomise the biases and layernorm parameters of a model file")
+    p.add_argument("--model", required=True)
+    p.add_argument("--seed", type=seed_type, required=True)
+    p.add_argument("--out", required=True)
     p = sub.add_parser("state", help="write llm.c's debug-state file + appended AdamW step losses")
     p.add_argument("--model", required=True)
     p.add_argument("--batch", type=int, required=True)
@@ -691,6 +741,8 @@ def parse_args(argv):
     p.add_argument("--eps", type=float, default=1e-8)
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--inject-bug", choices=sorted(INJECTABLE_BUGS), default=None,
+                   help="testing: write the state of a reference with this bug (make test-ref-mutants)")
     sub.add_parser("check", help="self-tests; exit status 1 on failure")
     return ap.parse_args(argv)
 
@@ -703,6 +755,8 @@ def main(argv):
             cmd_init(a)
         elif a.cmd == "state":
             cmd_state(a)
+        elif a.cmd == "perturb":
+            cmd_perturb(a)
         else:
             return cmd_check(a)
     except RefError as e:
