@@ -53,6 +53,10 @@ TORCH_PYTHON ?= /usr/bin/python3
 # Where `make data` takes its inputs from when there is no network: a mirror directory.
 LEANSTEP_DATA_MIRROR ?=
 
+# A test whose dependency is missing: a visible skip on a developer's machine, a failure in CI
+# (CI=true), where dev/install_deps.sh must have installed it. $(call missing_dep,TARGET,WHAT,PACKAGE)
+missing_dep = echo "$(1): $(2) not found$(if $(filter true,$(CI)),: FAILED (CI=true; install $(3)),: skipped (install $(3)))"$(if $(filter true,$(CI)), && exit 1)
+
 .PHONY: all test test-san test-main test-units test-cli help clean train bench memory-table
 all: train_gpt2 test_gpt2
 
@@ -125,11 +129,11 @@ ifneq ($(NCCL_INC),)
 	$(PYTHON) dev/test/test_mpi_gpu.py --mpi-bin $(BUILD)/train_gpt2cu_emu_mpi_fp32 --bin $(BUILD)/train_gpt2cu_emu_fp32 \
 		--mpi-bin-bf16 $(BUILD)/train_gpt2cu_emu_mpi_bf16 --bin-bf16 $(BUILD)/train_gpt2cu_emu_bf16
 else
-	@echo "test-mpi: nccl.h not found: the GPU trainer's MPI test (NCCL over MPI under the harness) is skipped"
+	@$(call missing_dep,test-mpi,nccl.h (the GPU trainer's MPI test: NCCL over MPI under the harness),the CUDA toolkit's NCCL)
 endif
 else
 test-mpi:
-	@echo "test-mpi: mpicc not found (install libopenmpi-dev openmpi-bin): skipped"
+	@$(call missing_dep,test-mpi,mpicc,libopenmpi-dev openmpi-bin)
 endif
 TEST_PHONY += test-mpi
 
@@ -225,7 +229,7 @@ ifneq ($(NCCL_LIBS),)
 	@echo "  NVCC  train_gpt2.cu + NCCL$(if $(findstring USE_MPI,$(NCCL_FLAGS)), + MPI) ($(PRECISION), sm_80 + sm_90, compile and link, warnings are errors)"
 	$(Q)$(NVCC) $(NVCC_CHECK_FLAGS) $(NCCL_FLAGS) train_gpt2.cu -o $(BUILD)/train_gpt2cu_nccl_check $(NVCC_LIBS) $(NCCL_LIBS)
 else
-	@echo "gpu-compile-check: nccl.h not found: the multi-GPU (NCCL) build is not checked"
+	@$(call missing_dep,gpu-compile-check,NCCL (the multi-GPU build),the CUDA toolkit's NCCL)
 endif
 
 # Both precisions side by side for a GPU machine (dev/gpu_check.sh builds them all at once, -j):
