@@ -292,10 +292,18 @@ test-gpu-emu: $(REF_DIR)/$(REF_DESC)_state.bin $(BUILD)/train_gpt2 data
 	$(PYTHON) dev/test/test_cli.py --bin $(BUILD)/train_gpt2cu_emu_fp32
 	$(PYTHON) dev/test/test_cli.py --bin $(BUILD)/train_gpt2cu_emu_bf16
 	$(PYTHON) dev/test/test_guards.py --bin $(BUILD)/train_gpt2cu_emu_fp32
+	$(PYTHON) dev/test/test_guards.py --bin $(BUILD)/train_gpt2cu_emu_bf16
 	$(Q)$(MAKE) --no-print-directory gpu-compile-check PRECISION=BF16
 	$(Q)$(MAKE) --no-print-directory gpu-compile-check PRECISION=FP32
 
 TEST_PHONY += test-gpu-emu
+
+# The GPU trainer's whole step under ASan+UBSan (make test-san): the fp32 harness build against the
+# PyTorch reference.
+test-gpu-emu-san: $(REF_DIR)/$(REF_DESC)_state.bin
+	$(Q)$(MAKE) --no-print-directory SAN=1 build/san/test_gpt2cu_emu_fp32 PRECISION=FP32
+	build/san/test_gpt2cu_emu_fp32 --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin
+TEST_SAN_PHONY += test-gpu-emu-san
 
 TEST_PHONY += memory-table
 include dev/fuzz/rules.mk
