@@ -57,7 +57,7 @@ LEANSTEP_DATA_MIRROR ?=
 # (CI=true), where dev/install_deps.sh must have installed it. $(call missing_dep,TARGET,WHAT,PACKAGE)
 missing_dep = echo "$(1): $(2) not found$(if $(filter true,$(CI)),: FAILED (CI=true; install $(3)),: skipped (install $(3)))"$(if $(filter true,$(CI)), && exit 1)
 
-.PHONY: all test test-san test-main test-units test-cli help clean train bench memory-table
+.PHONY: all test test-san test-main test-units test-cli help clean train deps bench memory-table
 all: train_gpt2 test_gpt2
 
 TEST_TARGETS :=
@@ -102,16 +102,22 @@ ifeq ($(HAVE_MPICXX),1)
 MPI_CFLAGS := $(shell $(MPICXX) --showme:compile 2>/dev/null) -DUSE_MPI $(MPI_SKIP_CXX)
 MPI_LIBS := $(shell $(MPICXX) --showme:link 2>/dev/null)
 endif
+# The multi-GPU build needs both nccl.h and libnccl.so; NCCL_STATE says which the build lines show.
 NCCL_FLAGS :=
 NCCL_LIBS :=
-ifeq ($(NO_MULTI_GPU),)
-ifneq ($(NCCL_INC),)
+ifneq ($(NO_MULTI_GPU),)
+NCCL_STATE := NO_MULTI_GPU=1: one GPU only
+else ifeq ($(NCCL_INC),)
+NCCL_STATE := no NCCL (nccl.h not found): one GPU only
+else ifeq ($(NCCL_LIBDIR),)
+NCCL_STATE := no NCCL (nccl.h but no libnccl.so): one GPU only
+else
+NCCL_STATE := NCCL: several GPUs
 NCCL_FLAGS := -DUSE_NCCL -I$(dir $(NCCL_INC))
-NCCL_LIBS := $(if $(NCCL_LIBDIR),-L$(NCCL_LIBDIR) -Xlinker -rpath=$(NCCL_LIBDIR)) -lnccl
+NCCL_LIBS := -L$(NCCL_LIBDIR) -Xlinker -rpath=$(NCCL_LIBDIR) -lnccl
 ifeq ($(NO_USE_MPI),)
 NCCL_FLAGS += $(MPI_CFLAGS)
 NCCL_LIBS += $(MPI_LIBS)
-endif
 endif
 endif
 
@@ -210,7 +216,7 @@ NVCC_LIBS := -lcublasLt -lcublas -lgomp $(ZLIB_LIB)
 CUDA_TRAIN_DEPS := train_gpt2.cu $(LLMC_HEADERS) $(wildcard llmc/*.cuh)
 
 train_gpt2cu: $(CUDA_TRAIN_DEPS)
-	@echo "  NVCC  $@ ($(PRECISION), $(GPU_ARCH)$(if $(NCCL_LIBS),, no NCCL: one GPU only))"
+	@echo "  NVCC  $@ ($(PRECISION), $(GPU_ARCH), $(NCCL_STATE))"
 	$(Q)$(NVCC) $(NVCC_TRAIN_FLAGS) $(NCCL_FLAGS) -arch=$(GPU_ARCH) $< -o $@ $(NVCC_LIBS) $(NCCL_LIBS)
 
 test_gpt2cu: test_gpt2.cu dev/test/test_common.h $(CUDA_TRAIN_DEPS)
@@ -229,7 +235,7 @@ ifneq ($(NCCL_LIBS),)
 	@echo "  NVCC  train_gpt2.cu + NCCL$(if $(findstring USE_MPI,$(NCCL_FLAGS)), + MPI) ($(PRECISION), sm_80 + sm_90, compile and link, warnings are errors)"
 	$(Q)$(NVCC) $(NVCC_CHECK_FLAGS) $(NCCL_FLAGS) train_gpt2.cu -o $(BUILD)/train_gpt2cu_nccl_check $(NVCC_LIBS) $(NCCL_LIBS)
 else
-	@$(call missing_dep,gpu-compile-check,NCCL (the multi-GPU build),the CUDA toolkit's NCCL)
+	@$(call missing_dep,gpu-compile-check,NCCL (the multi-GPU build: $(NCCL_STATE)),the CUDA toolkit's NCCL)
 endif
 
 # Both precisions side by side for a GPU machine (dev/gpu_check.sh builds them all at once, -j):
@@ -291,6 +297,7 @@ test-gpu-emu: $(REF_DIR)/$(REF_DESC)_state.bin $(BUILD)/train_gpt2 data
 		--mode "--amsgrad 1"
 	$(PYTHON) dev/test/test_cli.py --bin $(BUILD)/train_gpt2cu_emu_fp32
 	$(PYTHON) dev/test/test_cli.py --bin $(BUILD)/train_gpt2cu_emu_bf16
+	$(PYTHON) dev/test/test_first_run.py --gpu-bin $(BUILD)/train_gpt2cu_emu_fp32
 	$(PYTHON) dev/test/test_guards.py --bin $(BUILD)/train_gpt2cu_emu_fp32
 	$(PYTHON) dev/test/test_guards.py --bin $(BUILD)/train_gpt2cu_emu_bf16
 	$(Q)$(MAKE) --no-print-directory gpu-compile-check PRECISION=BF16
@@ -311,25 +318,33 @@ include dev/export/rules.mk
 include dev/plot/rules.mk
 include dev/lint/rules.mk
 
-# The README's test command: everything, then the C tests again under ASan+UBSan.
-test: $(TEST_PHONY)
+# The README's test command: the dependency step, everything, then the C tests again under
+# ASan+UBSan.
+test: deps
+	$(MAKE) --no-print-directory $(TEST_PHONY)
 	$(MAKE) --no-print-directory test-san
 	@echo "all tests passed"
 
 test-san:
 	$(MAKE) --no-print-directory SAN=1 $(TEST_SAN_PHONY)
 
-train: train_gpt2 data
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} ./train_gpt2 -e L4C256H4 -b 4 -t 64 -x 200 -v 50 -s 100 -l 1e-3 -u 20 -c 0.1 -k cosine -q 0.1
+# The README's first command, the main job: the dependency step, the data, then training on the
+# CPU. TRAIN_STEPS: how many steps (`make test` runs it with a few).
+TRAIN_STEPS ?= 200
+train: deps
+	$(Q)$(MAKE) --no-print-directory train_gpt2 data
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} ./train_gpt2 -e L4C256H4 -b 4 -t 64 -x $(TRAIN_STEPS) -v 50 -s 100 -l 1e-3 -u 20 -c 0.1 -k cosine -q 0.1
 
+# installs what is missing (apt, pip); only checks when everything is there
 deps:
-	bash dev/install_deps.sh
+	$(Q)bash dev/install_deps.sh
 
 help:
 	@echo "make                 build train_gpt2 and test_gpt2 (CPU)"
 	@echo "make data            get TinyShakespeare + GPT-2 tokenizer files and tokenize them into data/"
-	@echo "make train           make data, then train GPT-2 on TinyShakespeare on the CPU"
-	@echo "make test            run the whole test suite (the README's test command)"
+	@echo "make deps            install what is missing (apt, pip); make train and make test run it"
+	@echo "make train           make deps and data, then train GPT-2 on TinyShakespeare on the CPU (TRAIN_STEPS=200)"
+	@echo "make test            make deps, then the whole test suite (the README's test command)"
 	@echo "make test-san        the C tests again under ASan+UBSan"
 	@echo "make bench           CPU benchmarks: trainer tokens/s and MFU, AdamW vs bandwidth"
 	@echo "make memory-table    published memory figures vs their formulas vs our memory model"
