@@ -180,6 +180,13 @@ test-ref-mutants: $(BUILD)/test_gpt2 $(REF_DIR)/$(REF_DESC)_state.bin
 test-d12: $(BUILD)/test_gpt2
 	TORCH_PYTHON=$(TORCH_PYTHON) $(BUILD)/test_gpt2 --d12
 
+# The training loop against the PyTorch reference: loss, gradient norm, lr per step, val loss;
+# gradient accumulation, 2 processes (-z 0, -z 1), every schedule, -m (dev/test/test_train_loop.py).
+test-train-loop: $(BUILD)/train_gpt2 $(REF_DIR)/$(REF_DESC)_model.bin $(if $(HAVE_MPI),$(BUILD)/train_gpt2_mpi)
+	$(PYTHON) dev/test/test_train_loop.py --bin $(BUILD)/train_gpt2 --model $(REF_DIR)/$(REF_DESC)_model.bin \
+		--torch-python $(TORCH_PYTHON) $(if $(HAVE_MPI),--mpi-bin $(BUILD)/train_gpt2_mpi)
+TEST_PHONY += test-train-loop
+
 test-cli: $(BUILD)/train_gpt2
 	$(PYTHON) dev/test/test_cli.py --bin $(BUILD)/train_gpt2
 
@@ -299,6 +306,8 @@ test-gpu-emu: $(REF_DIR)/$(REF_DESC)_state.bin $(BUILD)/train_gpt2 data
 	$(PYTHON) dev/test/test_cli.py --bin $(BUILD)/train_gpt2cu_emu_bf16
 	$(PYTHON) dev/test/test_first_run.py --gpu-bin $(BUILD)/train_gpt2cu_emu_fp32
 	$(PYTHON) dev/test/test_guards.py --bin $(BUILD)/train_gpt2cu_emu_fp32
+	$(PYTHON) dev/test/test_train_loop.py --bin $(BUILD)/train_gpt2cu_emu_fp32 --model $(REF_DIR)/$(REF_DESC)_model.bin \
+		--torch-python $(TORCH_PYTHON) --no-schedules
 	$(PYTHON) dev/test/test_guards.py --bin $(BUILD)/train_gpt2cu_emu_bf16
 	$(Q)$(MAKE) --no-print-directory gpu-compile-check PRECISION=BF16
 	$(Q)$(MAKE) --no-print-directory gpu-compile-check PRECISION=FP32

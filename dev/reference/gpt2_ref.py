@@ -10,6 +10,8 @@ A self-contained GPT-2 (no transformers), all float32, reading and writing llm.c
   state  loads a model file, runs forward/backward on a seeded random batch and writes llm.c's
          debug-state file (inputs, targets, logits, loss, gradients), then appends the losses of
          `--steps` AdamW steps on that batch.
+  train  trains on one batch with a learning-rate schedule and writes each step's loss, gradient
+         norm and lr and the val losses (JSON): the training loop's reference.
   check  self-tests: `init` bit for bit against a written-out spec of its RNG (mt19937 + Box-Muller
          with libm), model file I/O, the GPT-2 forward and backward against a second, naive
          float64 implementation in this file (plus a finite-difference check of the naive one),
@@ -427,6 +429,94 @@ def cmd_state(a):
           f"steps={a.steps} gradnorm[0]={norms[0]:.6f} B={B} T={T} wall={time.time() - t0:.2f}s")
 
 
+# ---- train: the training loop's contract (schedule, accumulation, clipping, val loss) on one batch
+
+def read_shard(path):
+    """An llm.c token shard: 256 int32 header (magic 20240520, version 1, count), uint16 tokens."""
+    with open(path, "rb") as f:
+        header = np.frombuffer(f.read(HEADER_BYTES), dtype="<i4")
+        if header[0] != 20240520 or header[1] != 1:
+            raise RefError(f"{path}: not an llm.c token shard (magic {header[0]}, version {header[1]})")
+        tokens = np.frombuffer(f.read(), dtype="<u2")
+    if len(tokens) != header[2]:
+        raise RefError(f"{path}: header says {header[2]} tokens, the file holds {len(tokens)}")
+    return torch.from_numpy(tokens.astype(np.int64))
+
+
+def lr_at(a, step):
+    """The learning rate of step `step` (from 0) of a run of a.steps steps, from the schedule's
+    definition (README: learning-rate schedules): linear warmup lr*(step+1)/warmup, then cosine or
+    linear decay to lr*final_frac over the remaining steps, constant, or wsd (flat, then the last
+    20% of the run cooling down with the 1-sqrt shape)."""
+    lr, lr_min = a.lr, a.lr * a.final_frac
+    if step < a.warmup:
+        return lr * (step + 1) / a.warmup
+    span = a.steps - a.warmup
+    if span <= 1:
+        return lr if a.schedule == "constant" else lr_min
+    progress = min(1.0, (step - a.warmup) / (span - 1))
+    if a.schedule == "cosine":
+        return lr_min + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - lr_min)
+    if a.schedule == "linear":
+        return lr - progress * (lr - lr_min)
+    if a.schedule == "constant":
+        return lr
+    decay = int(0.2 * a.steps)  # wsd
+    start = a.steps - decay
+    if decay < 1 or step < start:
+        return lr
+    return lr_min + (1.0 - math.sqrt((step - start + 1) / decay)) * (lr - lr_min)
+
+
+def cmd_train(a):
+    """Trains on the first B*T+1 tokens of the train shard, every step (a shard of exactly that many
+    tokens gives a trainer the same batch every step, however it splits it into micro-batches or
+    processes), and writes JSON: per step loss, pre-clip gradient norm and lr; val losses (the mean
+    over the first --val-max windows of B*T+1 tokens of the val shard, all with -1) at step 0, every
+    --val-every steps and at the last step."""
+    import json
+    cfg, params = read_model(a.model)
+    B, T = a.batch, a.seq
+    train = read_shard(a.train)
+    val = read_shard(a.val)
+    if len(train) < B * T + 1:
+        raise RefError(f"{a.train}: {len(train)} tokens, fewer than B*T+1 = {B * T + 1}")
+    x = train[:B * T + 1]
+    inputs, targets = x[:-1].view(B, T), x[1:].view(B, T)
+    nval = (len(val) - 1) // (B * T)
+    if a.val_max >= 0:
+        nval = min(nval, a.val_max)
+    for p in params.values():
+        p.requires_grad_(True)
+    opt = AdamW(params, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.grad_clip)
+    out = {"train": [], "val": []}
+
+    def val_loss(step):
+        with torch.no_grad():
+            total = 0.0
+            for i in range(nval):
+                w = val[i * B * T:(i + 1) * B * T + 1]
+                total += float(gpt2_loss(gpt2_forward(cfg, params, w[:-1].view(B, T)), w[1:].view(B, T)))
+        out["val"].append({"step": step, "val_loss": total / nval})
+
+    for step in range(a.steps):
+        if a.val_every > 0 and step % a.val_every == 0:
+            val_loss(step)
+        for p in params.values():
+            p.grad = None
+        loss = gpt2_loss(gpt2_forward(cfg, params, inputs), targets)
+        loss.backward()
+        opt.lr = lr_at(a, step)
+        norm = opt.step(step)
+        out["train"].append({"step": step + 1, "loss": loss.item(), "norm": norm, "lr": opt.lr})
+    if a.val_every > 0:
+        val_loss(a.steps)
+    with open(a.out + ".tmp", "w") as f:
+        json.dump(out, f)
+    os.replace(a.out + ".tmp", a.out)
+    print(f"train: {a.out}: {a.steps} steps, loss {out['train'][0]['loss']:.6f} -> {out['train'][-1]['loss']:.6f}")
+
+
 # ---- check
 
 def random_params(cfg, seed, scale=0.3):
@@ -743,6 +833,25 @@ def parse_args(argv):
     p.add_argument("--grad-clip", type=float, default=1.0)
     p.add_argument("--inject-bug", choices=sorted(INJECTABLE_BUGS), default=None,
                    help="testing: write the state of a reference with this bug (make test-ref-mutants)")
+    p = sub.add_parser("train", help="train on one batch with a schedule; per-step loss, norm, lr and val loss (JSON)")
+    p.add_argument("--model", required=True)
+    p.add_argument("--train", required=True, help="token shard: the batch is its first B*T+1 tokens")
+    p.add_argument("--val", required=True, help="token shard: val batches are its windows of B*T+1 tokens")
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--seq", type=int, required=True)
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--lr", type=float, required=True)
+    p.add_argument("--warmup", type=int, default=0)
+    p.add_argument("--schedule", choices=["cosine", "linear", "constant", "wsd"], default="cosine")
+    p.add_argument("--final-frac", type=float, default=1.0)
+    p.add_argument("--beta1", type=float, default=0.9)
+    p.add_argument("--beta2", type=float, default=0.95)
+    p.add_argument("--eps", type=float, default=1e-8)
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--val-every", type=int, default=0)
+    p.add_argument("--val-max", type=int, default=-1)
+    p.add_argument("--out", required=True)
     sub.add_parser("check", help="self-tests; exit status 1 on failure")
     return ap.parse_args(argv)
 
@@ -757,6 +866,8 @@ def main(argv):
             cmd_state(a)
         elif a.cmd == "perturb":
             cmd_perturb(a)
+        elif a.cmd == "train":
+            cmd_train(a)
         else:
             return cmd_check(a)
     except RefError as e:
