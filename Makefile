@@ -53,7 +53,11 @@ TORCH_PYTHON ?= /usr/bin/python3
 # Where `make data` takes its inputs from when there is no network: a mirror directory.
 LEANSTEP_DATA_MIRROR ?=
 
-.PHONY: all test test-san test-main test-units test-cli help clean train bench memory-table
+# A test whose dependency is missing: a visible skip on a developer's machine, a failure in CI
+# (CI=true), where dev/install_deps.sh must have installed it. $(call missing_dep,TARGET,WHAT,PACKAGE)
+missing_dep = echo "$(1): $(2) not found$(if $(filter true,$(CI)),: FAILED (CI=true; install $(3)),: skipped (install $(3)))"$(if $(filter true,$(CI)), && exit 1)
+
+.PHONY: all test test-san test-main test-units test-cli help clean train deps bench memory-table
 all: train_gpt2 test_gpt2
 
 TEST_TARGETS :=
@@ -98,16 +102,22 @@ ifeq ($(HAVE_MPICXX),1)
 MPI_CFLAGS := $(shell $(MPICXX) --showme:compile 2>/dev/null) -DUSE_MPI $(MPI_SKIP_CXX)
 MPI_LIBS := $(shell $(MPICXX) --showme:link 2>/dev/null)
 endif
+# The multi-GPU build needs both nccl.h and libnccl.so; NCCL_STATE says which the build lines show.
 NCCL_FLAGS :=
 NCCL_LIBS :=
-ifeq ($(NO_MULTI_GPU),)
-ifneq ($(NCCL_INC),)
+ifneq ($(NO_MULTI_GPU),)
+NCCL_STATE := NO_MULTI_GPU=1: one GPU only
+else ifeq ($(NCCL_INC),)
+NCCL_STATE := no NCCL (nccl.h not found): one GPU only
+else ifeq ($(NCCL_LIBDIR),)
+NCCL_STATE := no NCCL (nccl.h but no libnccl.so): one GPU only
+else
+NCCL_STATE := NCCL: several GPUs
 NCCL_FLAGS := -DUSE_NCCL -I$(dir $(NCCL_INC))
-NCCL_LIBS := $(if $(NCCL_LIBDIR),-L$(NCCL_LIBDIR) -Xlinker -rpath=$(NCCL_LIBDIR)) -lnccl
+NCCL_LIBS := -L$(NCCL_LIBDIR) -Xlinker -rpath=$(NCCL_LIBDIR) -lnccl
 ifeq ($(NO_USE_MPI),)
 NCCL_FLAGS += $(MPI_CFLAGS)
 NCCL_LIBS += $(MPI_LIBS)
-endif
 endif
 endif
 
@@ -125,11 +135,11 @@ ifneq ($(NCCL_INC),)
 	$(PYTHON) dev/test/test_mpi_gpu.py --mpi-bin $(BUILD)/train_gpt2cu_emu_mpi_fp32 --bin $(BUILD)/train_gpt2cu_emu_fp32 \
 		--mpi-bin-bf16 $(BUILD)/train_gpt2cu_emu_mpi_bf16 --bin-bf16 $(BUILD)/train_gpt2cu_emu_bf16
 else
-	@echo "test-mpi: nccl.h not found: the GPU trainer's MPI test (NCCL over MPI under the harness) is skipped"
+	@$(call missing_dep,test-mpi,nccl.h (the GPU trainer's MPI test: NCCL over MPI under the harness),the CUDA toolkit's NCCL)
 endif
 else
 test-mpi:
-	@echo "test-mpi: mpicc not found (install libopenmpi-dev openmpi-bin): skipped"
+	@$(call missing_dep,test-mpi,mpicc,libopenmpi-dev openmpi-bin)
 endif
 TEST_PHONY += test-mpi
 
@@ -141,10 +151,15 @@ REF_ARGS ?= --layers 2 --channels 64 --heads 4 --max-seq 64 --vocab 50257
 REF_B ?= 4
 REF_T ?= 32
 REF_DIR := build/ref
-$(REF_DIR)/$(REF_DESC)_model.bin: dev/reference/gpt2_ref.py
+# _init.bin is the initialised model (the init check); _model.bin the same with random biases and
+# layernorm parameters (init leaves them 0 and 1, where a trainer that ignores them is still exact).
+$(REF_DIR)/$(REF_DESC)_init.bin: dev/reference/gpt2_ref.py
 	@mkdir -p $(REF_DIR)
 	@echo "  REF   $@"
 	$(Q)$(TORCH_PYTHON) dev/reference/gpt2_ref.py init $(REF_ARGS) --seed 42 --out $@ >/dev/null
+$(REF_DIR)/$(REF_DESC)_model.bin: $(REF_DIR)/$(REF_DESC)_init.bin
+	@echo "  REF   $@"
+	$(Q)$(TORCH_PYTHON) dev/reference/gpt2_ref.py perturb --model $< --seed 7 --out $@ >/dev/null
 $(REF_DIR)/$(REF_DESC)_state.bin: $(REF_DIR)/$(REF_DESC)_model.bin
 	@echo "  REF   $@"
 	$(Q)$(TORCH_PYTHON) dev/reference/gpt2_ref.py state --model $< --batch $(REF_B) --seq $(REF_T) --seed 1 \
@@ -153,10 +168,24 @@ $(REF_DIR)/$(REF_DESC)_state.bin: $(REF_DIR)/$(REF_DESC)_model.bin
 test-main: $(BUILD)/test_gpt2 $(REF_DIR)/$(REF_DESC)_state.bin
 	$(BUILD)/test_gpt2 --units
 	$(BUILD)/test_gpt2 --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin \
-		--descriptor $(REF_DESC) --init-seed 42
+		--descriptor $(REF_DESC) --init-seed 42 --init-model $(REF_DIR)/$(REF_DESC)_init.bin
+
+# The checks have teeth: against a reference with a planted bug (dev/test/test_ref_mutants.py),
+# test_gpt2 must fail (test-gpu-emu runs the same for the harness test_gpt2cu builds).
+REF_MUTANTS = $(PYTHON) dev/test/test_ref_mutants.py --model $(REF_DIR)/$(REF_DESC)_model.bin \
+	--state $(REF_DIR)/$(REF_DESC)_state.bin --torch-python $(TORCH_PYTHON)
+test-ref-mutants: $(BUILD)/test_gpt2 $(REF_DIR)/$(REF_DESC)_state.bin
+	$(REF_MUTANTS) --bin $(BUILD)/test_gpt2
 
 test-d12: $(BUILD)/test_gpt2
 	TORCH_PYTHON=$(TORCH_PYTHON) $(BUILD)/test_gpt2 --d12
+
+# The training loop against the PyTorch reference: loss, gradient norm, lr per step, val loss;
+# gradient accumulation, 2 processes (-z 0, -z 1), every schedule, -m (dev/test/test_train_loop.py).
+test-train-loop: $(BUILD)/train_gpt2 $(REF_DIR)/$(REF_DESC)_model.bin $(if $(HAVE_MPI),$(BUILD)/train_gpt2_mpi)
+	$(PYTHON) dev/test/test_train_loop.py --bin $(BUILD)/train_gpt2 --model $(REF_DIR)/$(REF_DESC)_model.bin \
+		--torch-python $(TORCH_PYTHON) $(if $(HAVE_MPI),--mpi-bin $(BUILD)/train_gpt2_mpi)
+TEST_PHONY += test-train-loop
 
 test-cli: $(BUILD)/train_gpt2
 	$(PYTHON) dev/test/test_cli.py --bin $(BUILD)/train_gpt2
@@ -168,7 +197,7 @@ test-reliability: $(BUILD)/train_gpt2
 	$(PYTHON) dev/test/test_reliability.py --bin $(BUILD)/train_gpt2 --kills $(KILLS)
 	$(PYTHON) dev/test/test_guards.py --bin $(BUILD)/train_gpt2
 
-TEST_PHONY += test-main test-cli test-reliability
+TEST_PHONY += test-main test-cli test-reliability test-ref-mutants
 TEST_SAN_PHONY += test-main test-cli
 
 # ----------------------------------------------------------------------------
@@ -186,12 +215,15 @@ $(error PRECISION must be BF16 or FP32, got '$(PRECISION)')
 endif
 PREC_LC := $(shell echo $(PRECISION) | tr A-Z a-z)
 GPU_ARCH ?= native
-NVCC_TRAIN_FLAGS := -std=c++17 -O3 -lineinfo -Xptxas=--warn-on-spills -Xcompiler -Wall,-Wextra,-fopenmp -I. $(PFLAGS)
-NVCC_LIBS := -lcublasLt -lcublas -lgomp -lz
+# EXTRA_INC / ZLIB_LIB: a machine without zlib's headers builds with the copy `make gpu-carry` made
+EXTRA_INC ?=
+ZLIB_LIB ?= -lz
+NVCC_TRAIN_FLAGS := -std=c++17 -O3 -lineinfo -Xptxas=--warn-on-spills -Xcompiler -Wall,-Wextra,-fopenmp -I. $(EXTRA_INC) $(PFLAGS)
+NVCC_LIBS := -lcublasLt -lcublas -lgomp $(ZLIB_LIB)
 CUDA_TRAIN_DEPS := train_gpt2.cu $(LLMC_HEADERS) $(wildcard llmc/*.cuh)
 
 train_gpt2cu: $(CUDA_TRAIN_DEPS)
-	@echo "  NVCC  $@ ($(PRECISION), $(GPU_ARCH)$(if $(NCCL_LIBS),, no NCCL: one GPU only))"
+	@echo "  NVCC  $@ ($(PRECISION), $(GPU_ARCH), $(NCCL_STATE))"
 	$(Q)$(NVCC) $(NVCC_TRAIN_FLAGS) $(NCCL_FLAGS) -arch=$(GPU_ARCH) $< -o $@ $(NVCC_LIBS) $(NCCL_LIBS)
 
 test_gpt2cu: test_gpt2.cu dev/test/test_common.h dev/test/shape_sweep.h $(CUDA_TRAIN_DEPS)
@@ -210,8 +242,33 @@ ifneq ($(NCCL_LIBS),)
 	@echo "  NVCC  train_gpt2.cu + NCCL$(if $(findstring USE_MPI,$(NCCL_FLAGS)), + MPI) ($(PRECISION), sm_80 + sm_90, compile and link, warnings are errors)"
 	$(Q)$(NVCC) $(NVCC_CHECK_FLAGS) $(NCCL_FLAGS) train_gpt2.cu -o $(BUILD)/train_gpt2cu_nccl_check $(NVCC_LIBS) $(NCCL_LIBS)
 else
-	@echo "gpu-compile-check: nccl.h not found: the multi-GPU (NCCL) build is not checked"
+	@$(call missing_dep,gpu-compile-check,NCCL (the multi-GPU build: $(NCCL_STATE)),the CUDA toolkit's NCCL)
 endif
+
+# Both precisions side by side for a GPU machine (dev/gpu_check.sh builds them all at once, -j):
+#   make -j gpu-build    the labs (build/cuda-gpu/) and build/gpu/{train,test}_gpt2cu_{bf16,fp32}
+#   make gpu-carry       what a GPU machine without network needs from here: data/, the cuDNN
+#                        frontend headers and zlib's (build/deps/), the PyTorch reference (build/ref/)
+GPU_BUILD := build/gpu
+GPU_BINS := $(foreach p,bf16 fp32,$(GPU_BUILD)/train_gpt2cu_$(p) $(GPU_BUILD)/test_gpt2cu_$(p))
+$(GPU_BUILD)/train_gpt2cu_%: $(CUDA_TRAIN_DEPS)
+	@mkdir -p $(@D)
+	@echo "  NVCC  $@ ($(GPU_ARCH))"
+	$(Q)$(NVCC) $(filter-out $(PFLAGS),$(NVCC_TRAIN_FLAGS)) -DENABLE_$$(echo $* | tr a-z A-Z) $(NCCL_FLAGS) -arch=$(GPU_ARCH) \
+		$< -o $@ $(NVCC_LIBS) $(NCCL_LIBS)
+$(GPU_BUILD)/test_gpt2cu_%: test_gpt2.cu dev/test/test_common.h $(CUDA_TRAIN_DEPS)
+	@mkdir -p $(@D)
+	@echo "  NVCC  $@ ($(GPU_ARCH))"
+	$(Q)$(NVCC) $(filter-out $(PFLAGS),$(NVCC_TRAIN_FLAGS)) -DENABLE_$$(echo $* | tr a-z A-Z) -arch=$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
+gpu-lab-build:
+	$(Q)$(MAKE) --no-print-directory -C dev/cuda gpu NVCC=$(NVCC) GPU_ARCH=$(GPU_ARCH) Q=$(Q)
+gpu-build: $(GPU_BINS) gpu-lab-build
+ref: $(REF_DIR)/$(REF_DESC)_state.bin
+gpu-carry: data ref
+	@mkdir -p build/deps/include
+	$(Q)cp -f $(wildcard /usr/include/zlib.h /usr/include/zconf.h /usr/include/$(MULTIARCH)/zconf.h) build/deps/include/
+	@echo "carry to the GPU machine: data build/deps build/ref (then: dev/gpu_check.sh)"
+.PHONY: gpu-build gpu-lab-build gpu-carry ref
 
 # the harness builds: g++, every CUDA thread a fiber, cuBLASLt replaced by a CPU matmul
 $(BUILD)/train_gpt2cu_emu_$(PREC_LC): $(CUDA_TRAIN_DEPS)
@@ -242,6 +299,7 @@ test-gpu-emu: $(REF_DIR)/$(REF_DESC)_state.bin $(BUILD)/train_gpt2 data
 	$(Q)$(MAKE) --no-print-directory test_gpt2cu_emu train_gpt2cu_emu PRECISION=BF16
 	$(BUILD)/test_gpt2cu_emu_fp32 --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin
 	$(BUILD)/test_gpt2cu_emu_bf16 --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin
+	$(REF_MUTANTS) --bin $(BUILD)/test_gpt2cu_emu_fp32 --bin $(BUILD)/test_gpt2cu_emu_bf16
 	$(PYTHON) dev/test/compare_trainers.py --cpu $(BUILD)/train_gpt2 --gpu $(BUILD)/train_gpt2cu_emu_fp32 \
 		--model $(REF_DIR)/$(REF_DESC)_model.bin --mode "" --mode "--badam 2" --mode "--optimizer sgd --nesterov 1" \
 		--mode "--optimizer lamb" --mode "--optimizer lion" --mode "--opt-state bf16" --mode "--opt-state int8" \
@@ -252,11 +310,22 @@ test-gpu-emu: $(REF_DIR)/$(REF_DESC)_state.bin $(BUILD)/train_gpt2 data
 	OMP_NUM_THREADS=1 $(BUILD)/test_gpt2cu_emu_bf16 --sweep 1
 	$(PYTHON) dev/test/test_modes.py --bin $(BUILD)/train_gpt2 --bin $(BUILD)/train_gpt2cu_emu_fp32 \
 		--bin $(BUILD)/train_gpt2cu_emu_bf16
+	$(PYTHON) dev/test/test_first_run.py --gpu-bin $(BUILD)/train_gpt2cu_emu_fp32
 	$(PYTHON) dev/test/test_guards.py --bin $(BUILD)/train_gpt2cu_emu_fp32
+	$(PYTHON) dev/test/test_train_loop.py --bin $(BUILD)/train_gpt2cu_emu_fp32 --model $(REF_DIR)/$(REF_DESC)_model.bin \
+		--torch-python $(TORCH_PYTHON) --no-schedules
+	$(PYTHON) dev/test/test_guards.py --bin $(BUILD)/train_gpt2cu_emu_bf16
 	$(Q)$(MAKE) --no-print-directory gpu-compile-check PRECISION=BF16
 	$(Q)$(MAKE) --no-print-directory gpu-compile-check PRECISION=FP32
 
 TEST_PHONY += test-gpu-emu
+
+# The GPU trainer's whole step under ASan+UBSan (make test-san): the fp32 harness build against the
+# PyTorch reference.
+test-gpu-emu-san: $(REF_DIR)/$(REF_DESC)_state.bin
+	$(Q)$(MAKE) --no-print-directory SAN=1 build/san/test_gpt2cu_emu_fp32 PRECISION=FP32
+	build/san/test_gpt2cu_emu_fp32 --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin
+TEST_SAN_PHONY += test-gpu-emu-san
 
 TEST_PHONY += memory-table
 include dev/fuzz/rules.mk
@@ -264,25 +333,33 @@ include dev/export/rules.mk
 include dev/plot/rules.mk
 include dev/lint/rules.mk
 
-# The README's test command: everything, then the C tests again under ASan+UBSan.
-test: $(TEST_PHONY)
+# The README's test command: the dependency step, everything, then the C tests again under
+# ASan+UBSan.
+test: deps
+	$(MAKE) --no-print-directory $(TEST_PHONY)
 	$(MAKE) --no-print-directory test-san
 	@echo "all tests passed"
 
 test-san:
 	$(MAKE) --no-print-directory SAN=1 $(TEST_SAN_PHONY)
 
-train: train_gpt2 data
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} ./train_gpt2 -e L4C256H4 -b 4 -t 64 -x 200 -v 50 -s 100 -l 1e-3 -u 20 -c 0.1 -k cosine -q 0.1
+# The README's first command, the main job: the dependency step, the data, then training on the
+# CPU. TRAIN_STEPS: how many steps (`make test` runs it with a few).
+TRAIN_STEPS ?= 200
+train: deps
+	$(Q)$(MAKE) --no-print-directory train_gpt2 data
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} ./train_gpt2 -e L4C256H4 -b 4 -t 64 -x $(TRAIN_STEPS) -v 50 -s 100 -l 1e-3 -u 20 -c 0.1 -k cosine -q 0.1
 
+# installs what is missing (apt, pip); only checks when everything is there
 deps:
-	bash dev/install_deps.sh
+	$(Q)bash dev/install_deps.sh
 
 help:
 	@echo "make                 build train_gpt2 and test_gpt2 (CPU)"
 	@echo "make data            get TinyShakespeare + GPT-2 tokenizer files and tokenize them into data/"
-	@echo "make train           make data, then train GPT-2 on TinyShakespeare on the CPU"
-	@echo "make test            run the whole test suite (the README's test command)"
+	@echo "make deps            install what is missing (apt, pip); make train and make test run it"
+	@echo "make train           make deps and data, then train GPT-2 on TinyShakespeare on the CPU (TRAIN_STEPS=200)"
+	@echo "make test            make deps, then the whole test suite (the README's test command)"
 	@echo "make test-san        the C tests again under ASan+UBSan"
 	@echo "make bench           CPU benchmarks: trainer tokens/s and MFU, AdamW vs bandwidth"
 	@echo "make memory-table    published memory figures vs their formulas vs our memory model"

@@ -1043,7 +1043,9 @@ static LS_UNUSED void trainer_init(const TrainOptions* o) {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0) {
-        ls_fatal("no CUDA device (%s): train on the CPU with ./train_gpt2 instead", cudaGetErrorString(err));
+        ls_fatal("no CUDA GPU found (cudaGetDeviceCount: %s%s); train on the CPU with `make train`",
+                 err != cudaSuccess ? cudaGetErrorString(err) : "0 devices",
+                 err == cudaErrorInsufficientDriver ? ": no NVIDIA driver, or one older than this CUDA" : "");
     }
     gpu_check_flags(o);
     if (gpu_procs(o) > 1) { nccl_comm_init(&trainer_nccl, o->comm, o); return; }

@@ -7,7 +7,7 @@
 set -euo pipefail
 packages=(build-essential libopenblas-openmp-dev libopenblas-dev libpcre2-dev libcjson-dev zlib1g-dev
           libcurl4-openssl-dev libssl-dev libboost-context-dev libopenmpi-dev openmpi-bin python3-torch
-          python3-venv python3-matplotlib clang libclang-rt-14-dev libomp-14-dev cppcheck clang-tidy)
+          python3-venv python3-matplotlib clang libclang-rt-14-dev libomp-14-dev cppcheck clang-tidy shellcheck)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

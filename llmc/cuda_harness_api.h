@@ -218,6 +218,9 @@ inline cudaError_t check_copy(void* dst, const void* src, size_t n, cudaMemcpyKi
     }
     return ok ? cudaSuccess : set_error(cudaErrorInvalidValue);
 }
+// LEANSTEP_HARNESS_DEVICES=0 plays a machine without a GPU, as the runtime reports it (the test of
+// the trainer's "no CUDA GPU" message); default 1.
+inline int device_count() { return (int)env_long("LEANSTEP_HARNESS_DEVICES", 1, 0, 1); }
 } // namespace ls_harness
 
 extern "C" {
@@ -239,6 +242,7 @@ inline const char* cudaGetErrorName(cudaError_t e) {
         case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
         case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
         case cudaErrorNotSupported: return "cudaErrorNotSupported";
+        case cudaErrorNoDevice: return "cudaErrorNoDevice";
         default: return "cudaErrorUnknown";
     }
 }
@@ -254,6 +258,7 @@ inline const char* cudaGetErrorString(cudaError_t e) {
         case cudaErrorInvalidDeviceFunction: return "invalid device function";
         case cudaErrorLaunchFailure: return "unspecified launch failure";
         case cudaErrorNotSupported: return "operation not supported";
+        case cudaErrorNoDevice: return "no CUDA-capable device is detected";
         default: return "unknown error";
     }
 }
@@ -352,10 +357,14 @@ inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_
 inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 inline cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
 inline cudaError_t cudaSetDevice(int device) {
+    if (ls_harness::device_count() == 0) return ls_harness::set_error(cudaErrorNoDevice);
     return device == 0 ? cudaSuccess : ls_harness::set_error(cudaErrorInvalidDevice);
 }
 inline cudaError_t cudaGetDevice(int* device) { *device = 0; return cudaSuccess; }
-inline cudaError_t cudaGetDeviceCount(int* count) { *count = 1; return cudaSuccess; }
+inline cudaError_t cudaGetDeviceCount(int* count) {
+    *count = ls_harness::device_count();
+    return *count > 0 ? cudaSuccess : ls_harness::set_error(cudaErrorNoDevice);
+}
 
 inline cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* p, int device) {
     if (device != 0) return ls_harness::set_error(cudaErrorInvalidDevice);

@@ -43,6 +43,7 @@
 #include "llmc/schedulers.h"
 #include "llmc/step_guard.h"
 #include "llmc/tokenizer.h"
+#include "llmc/default_data.h"
 #include "llmc/train_options.h"
 
 // ----------------------------------------------------------------------------
@@ -238,6 +239,7 @@ static LS_UNUSED int train_main(int argc, char** argv) {
     TrainOptions o;
     train_options_defaults(&o);
     trainer_defaults(&o);
+    const TrainOptions defaults = o;  // data_check_inputs tells given paths from defaults
     o.comm = &comm;
     if (cli_parse(argc, argv, train_flags, TRAIN_FLAG_COUNT, TRAINER_FLAGS, &o)) {
         cli_print_help(stdout, argv[0], TRAINER_SUMMARY, train_flags, TRAIN_FLAG_COUNT, TRAINER_FLAGS, &o);
@@ -295,6 +297,7 @@ static LS_UNUSED int train_main(int argc, char** argv) {
     }
     if (o.dry_run) { gpt2_free(&model); comm_finalize(&comm); return 0; }
 
+    data_check_inputs(&o, &defaults, &comm);  // a missing default: `make data` runs now
     DataLoader train, val;
     dataloader_init(&train, o.train_data, o.B, o.T, comm.rank, comm.size, !o.overfit, (uint64_t)o.seed, c->vocab_size);
     int do_val = o.val_every > 0;

@@ -10,8 +10,7 @@
 #   make cuda-compile-check  nvcc, sm_80 and sm_90, warnings as errors (dev/cuda/Makefile)
 #   make cuda-gpu            nvcc builds for the local GPU (dev/cuda/Makefile, needs a GPU)
 # `make test` runs test-cuda (TEST_PHONY), `make test-san` runs test-cuda-san (TEST_SAN_PHONY).
-# A new lab file dev/cuda/foo.cu is picked up by every target; add its test command to
-# CUDA_TEST_CMDS.
+# A new lab file dev/cuda/foo.cu is picked up by every target, and its --check runs in test-cuda.
 
 CUDA_HOME ?= /usr/local/cuda
 CUDA_SOURCES := $(wildcard dev/cuda/*.cu)
@@ -26,7 +25,10 @@ CUDA_HARNESS_LIBS := -lboost_context
 
 # The thread orders CI runs every kernel test in.
 CUDA_ORDERS := forward reverse
-CUDA_TEST_CMDS := $(BUILD)/cuda/harness_selftest -q && $(BUILD)/cuda/adamw --check -q && \
+# Every lab file's --check runs (the list comes from the files, so a new lab cannot be forgotten);
+# the blocks below add the FP32 builds' checks and --bench smoke runs.
+CUDA_LABS := $(filter-out harness_selftest,$(patsubst dev/cuda/%.cu,%,$(CUDA_SOURCES)))
+CUDA_TEST_CMDS := $(BUILD)/cuda/harness_selftest -q $(foreach l,$(CUDA_LABS),&& $(BUILD)/cuda/$(l) --check -q) && \
 	$(BUILD)/cuda/adamw --bench -r 2 -n 20000 >/dev/null
 
 # Header dependencies come from the compiler (-MMD): only the headers a lab file includes.
@@ -82,8 +84,8 @@ $(BUILD)/cuda/%_fp32: dev/cuda/%.cu
 	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) -DENABLE_FP32 -MMD -MP -MF $@.d $< -o $@ $(CUDA_HARNESS_LIBS)
 cuda-harness test-cuda: $(CUDA_FP32_BINS)
 TEST_TARGETS += $(CUDA_FP32_BINS)
-CUDA_TEST_CMDS += $(foreach l,$(CUDA_PRECISION_LABS),&& $(BUILD)/cuda/$(l) --check -q && \
-	$(BUILD)/cuda/$(l)_fp32 --check -q && $(BUILD)/cuda/$(l) --bench -r 2 >/dev/null)
+CUDA_TEST_CMDS += $(foreach l,$(CUDA_PRECISION_LABS),&& $(BUILD)/cuda/$(l)_fp32 --check -q && \
+	$(BUILD)/cuda/$(l) --bench -r 2 >/dev/null)
 
 CUDA_FP32_CHECK_OBJS := $(patsubst %,build/cuda-check/%_fp32.o,$(CUDA_PRECISION_LABS))
 build/cuda-check/%_fp32.o: dev/cuda/%.cu $(wildcard llmc/*.h llmc/*.cuh dev/cuda/*.h)
@@ -101,7 +103,7 @@ cuda-compile-check: $(CUDA_FP32_CHECK_OBJS)
 CUDA_MM_FP32_BINS := $(BUILD)/cuda/matmul_fp32 $(BUILD)/cuda/attention_fp32
 cuda-harness test-cuda: $(CUDA_MM_FP32_BINS)
 TEST_TARGETS += $(CUDA_MM_FP32_BINS)
-CUDA_TEST_CMDS += $(foreach l,matmul attention,&& $(BUILD)/cuda/$(l) --check -q && $(BUILD)/cuda/$(l)_fp32 --check -q)
+CUDA_TEST_CMDS += $(foreach l,matmul attention,&& $(BUILD)/cuda/$(l)_fp32 --check -q)
 CUDA_TEST_CMDS += $(foreach p,matmul matmul_fp32,&& $(BUILD)/cuda/$(p) --bench -n 40 -c 32 --vocab 96 -s 64 -r 1 >/dev/null)
 CUDA_TEST_CMDS += $(foreach p,attention attention_fp32,&& $(BUILD)/cuda/$(p) --bench -b 1 -t 24 -c 32 --nh 2 -s 64 -r 1 >/dev/null)
 cuda-compile-check: build/cuda-check/matmul_fp32.o build/cuda-check/attention_fp32.o
@@ -110,4 +112,4 @@ cuda-compile-check: build/cuda-check/matmul_fp32.o build/cuda-check/attention_fp
 # Every optimizer x state precision x parameter format through optimizer_step_gpu, against the CPU
 # updates of llmc/optim.h bit for bit and against float64, in both thread orders; --bench once on
 # a tiny problem (the code path only).
-CUDA_TEST_CMDS += && $(BUILD)/cuda/optimizers --check -q && $(BUILD)/cuda/optimizers --bench -r 1 -n 5000 >/dev/null
+CUDA_TEST_CMDS += && $(BUILD)/cuda/optimizers --bench -r 1 -n 5000 >/dev/null

@@ -6,7 +6,13 @@
 #                         the network), tokenize them into data/tinyshakespeare/*.bin and write
 #                         data/gpt2_tokenizer.bin. A no-op when everything is up to date.
 #   make test-tokenizer   C unit tests, then id-for-id comparison with tiktoken (python3)
-# `make test` runs test-tokenizer (TEST_PHONY), `make test-san` again under ASan+UBSan (TEST_SAN_PHONY).
+#   make test-first-run   a run as on a fresh machine (dev/test/test_first_run.py): the CPU trainer
+#                         makes missing default data itself (`make data` from the mirror), missing
+#                         -i/-j/--tokenizer paths are named, the Makefile's NCCL detection, and
+#                         `make train` with TEST_TRAIN_STEPS steps (the README's first command).
+#                         test-gpu-emu runs it on the GPU trainer's harness build (+ its no-GPU line).
+# `make test` runs test-tokenizer and test-first-run (TEST_PHONY), `make test-san` test-tokenizer again
+# under ASan+UBSan (TEST_SAN_PHONY).
 
 TOKENIZER_DEPS := llmc/tokenizer.h llmc/shard.h llmc/utils.h
 
@@ -33,3 +39,10 @@ test-tokenizer: $(BUILD)/test_tokenizer $(BUILD)/prepare_data data
 TEST_TARGETS += $(BUILD)/test_tokenizer $(BUILD)/prepare_data
 TEST_PHONY += test-tokenizer
 TEST_SAN_PHONY += test-tokenizer
+
+TEST_TRAIN_STEPS ?= 5
+.PHONY: test-first-run
+test-first-run: $(BUILD)/train_gpt2 $(BUILD)/prepare_data data
+	$(Q)$(PYTHON) dev/test/test_first_run.py --bin $(BUILD)/train_gpt2 --make-train $(TEST_TRAIN_STEPS)
+
+TEST_PHONY += test-first-run

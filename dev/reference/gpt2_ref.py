@@ -5,9 +5,13 @@ gpt2_ref.py: the independent PyTorch reference that leanstep's C/CUDA trainers a
 A self-contained GPT-2 (no transformers), all float32, reading and writing llm.c's binary formats:
   init   writes a random model file with a fully specified initialisation (seeded torch.Generator,
          tensors in file order), so a C reimplementation of mt19937 + normal_ can match it bit for bit.
+  perturb  rewrites a model file with random biases and layernorm gains and biases (init leaves
+         them 0 and 1, where a trainer that ignores them, or reads another layer's, is still exact).
   state  loads a model file, runs forward/backward on a seeded random batch and writes llm.c's
          debug-state file (inputs, targets, logits, loss, gradients), then appends the losses of
          `--steps` AdamW steps on that batch.
+  train  trains on one batch with a learning-rate schedule and writes each step's loss, gradient
+         norm and lr and the val losses (JSON): the training loop's reference.
   check  self-tests: `init` bit for bit against a written-out spec of its RNG (mt19937 + Box-Muller
          with libm), model file I/O, the GPT-2 forward and backward against a second, naive
          float64 implementation in this file (plus a finite-difference check of the naive one),
@@ -171,14 +175,36 @@ def read_model(path):
 # ----------------------------------------------------------------------------------------------
 # GPT-2, the reference forward (float32, autograd for backward)
 
-def gpt2_forward(cfg, P, inputs):
-    """inputs (B,T) int64 -> logits (B,T,V). The lm_head is tied to wte's first V rows."""
+# Bugs `state --inject-bug` plants in the forward pass, so that a test can show that the trainers'
+# checks fail on a reference that is wrong in each of these ways (make test-ref-mutants).
+INJECTABLE_BUGS = {
+    "ignore-ln-weights": "every layernorm ignores its gain and bias",
+    "layer0-params": "every layer uses layer 0's layernorm parameters and biases",
+    "ignore-biases": "every linear layer ignores its bias",
+}
+
+
+def gpt2_forward(cfg, P, inputs, bug=None):
+    """inputs (B,T) int64 -> logits (B,T,V). The lm_head is tied to wte's first V rows.
+    bug: None, or one of INJECTABLE_BUGS (tests of the tests only)."""
     B, T = inputs.shape
     C, H, hs = cfg.C, cfg.H, cfg.C // cfg.H
     causal = torch.ones(T, T, dtype=torch.bool).triu(1)  # True above the diagonal: masked
     # Per-layer views through one unbind per tensor: indexing P[name][l] in the loop would make
     # backward materialise a full-size zero gradient per layer (L times the work).
     Pl = {k: P[k].unbind(0) for k in PARAM_NAMES if P[k].dim() > 1 and k not in ("wte", "wpe")}
+    if bug is not None:
+        P = dict(P)
+        small = {"ln1w", "ln1b", "ln2w", "ln2b", "qkvb", "attprojb", "fcb", "fcprojb"}
+        for k in small:
+            if bug == "ignore-ln-weights" and k.startswith("ln"):
+                Pl[k] = [None] * cfg.L
+            elif bug == "layer0-params":
+                Pl[k] = [Pl[k][0]] * cfg.L
+            elif bug == "ignore-biases" and not k.startswith("ln"):
+                Pl[k] = [None] * cfg.L
+        if bug == "ignore-ln-weights":
+            P["lnfw"], P["lnfb"] = None, None
     x = F.embedding(inputs, P["wte"]) + P["wpe"][:T]                      # (B,T,C)
     for l in range(cfg.L):
         h = F.layer_norm(x, (C,), Pl["ln1w"][l], Pl["ln1b"][l], LN_EPS)
@@ -326,6 +352,25 @@ def cmd_init(a):
           f"params={cfg.num_params()} seed={a.seed} wall={time.time() - t0:.2f}s")
 
 
+# Biases and layernorm biases ~ N(0, PERTURB_STD), layernorm gains ~ 1 + N(0, PERTURB_STD): large
+# enough that ignoring any of them, or taking layer 0's for every layer, moves the loss by far more
+# than the trainers' tolerance (README: tests), small enough to leave the model an ordinary GPT-2.
+PERTURB_STD = 0.1
+PERTURBED = {"ln1w", "ln1b", "qkvb", "attprojb", "ln2w", "ln2b", "fcb", "fcprojb", "lnfw", "lnfb"}
+
+
+def cmd_perturb(a):
+    cfg, params = read_model(a.model)
+    g = torch.Generator()
+    g.manual_seed(a.seed)
+    for name, shape in cfg.shapes():
+        if name in PERTURBED:
+            noise = torch.randn(shape, generator=g) * PERTURB_STD
+            params[name] = (1.0 + noise) if name in LN_WEIGHTS else noise
+    write_model(a.out, cfg, params)
+    print(f"perturb: {a.out}: biases and layernorm parameters of {a.model} drawn with std {PERTURB_STD}, seed {a.seed}")
+
+
 def make_batch(cfg, B, T, seed):
     """x = randint(0, V, (B, T+1)) from a Generator seeded with `seed`; inputs = x[:, :-1],
     targets = x[:, 1:]."""
@@ -355,9 +400,12 @@ def cmd_state(a):
         for step in range(a.steps):
             for p in params.values():
                 p.grad = None
-            logits = gpt2_forward(cfg, params, inputs)
+            logits = gpt2_forward(cfg, params, inputs, a.inject_bug)
             loss = gpt2_loss(logits, targets)
             loss.backward()
+            for p in params.values():  # a parameter an injected bug ignores has no gradient
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
             losses.append(loss.item())
             if step == 0:
                 header = np.zeros(HEADER_INTS, dtype="<i4")
@@ -379,6 +427,94 @@ def cmd_state(a):
     os.replace(tmp, a.out)
     print(f"state: {a.out}: loss[0]={losses[0]:.6f} loss[{a.steps - 1}]={losses[-1]:.6f} "
           f"steps={a.steps} gradnorm[0]={norms[0]:.6f} B={B} T={T} wall={time.time() - t0:.2f}s")
+
+
+# ---- train: the training loop's contract (schedule, accumulation, clipping, val loss) on one batch
+
+def read_shard(path):
+    """An llm.c token shard: 256 int32 header (magic 20240520, version 1, count), uint16 tokens."""
+    with open(path, "rb") as f:
+        header = np.frombuffer(f.read(HEADER_BYTES), dtype="<i4")
+        if header[0] != 20240520 or header[1] != 1:
+            raise RefError(f"{path}: not an llm.c token shard (magic {header[0]}, version {header[1]})")
+        tokens = np.frombuffer(f.read(), dtype="<u2")
+    if len(tokens) != header[2]:
+        raise RefError(f"{path}: header says {header[2]} tokens, the file holds {len(tokens)}")
+    return torch.from_numpy(tokens.astype(np.int64))
+
+
+def lr_at(a, step):
+    """The learning rate of step `step` (from 0) of a run of a.steps steps, from the schedule's
+    definition (README: learning-rate schedules): linear warmup lr*(step+1)/warmup, then cosine or
+    linear decay to lr*final_frac over the remaining steps, constant, or wsd (flat, then the last
+    20% of the run cooling down with the 1-sqrt shape)."""
+    lr, lr_min = a.lr, a.lr * a.final_frac
+    if step < a.warmup:
+        return lr * (step + 1) / a.warmup
+    span = a.steps - a.warmup
+    if span <= 1:
+        return lr if a.schedule == "constant" else lr_min
+    progress = min(1.0, (step - a.warmup) / (span - 1))
+    if a.schedule == "cosine":
+        return lr_min + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - lr_min)
+    if a.schedule == "linear":
+        return lr - progress * (lr - lr_min)
+    if a.schedule == "constant":
+        return lr
+    decay = int(0.2 * a.steps)  # wsd
+    start = a.steps - decay
+    if decay < 1 or step < start:
+        return lr
+    return lr_min + (1.0 - math.sqrt((step - start + 1) / decay)) * (lr - lr_min)
+
+
+def cmd_train(a):
+    """Trains on the first B*T+1 tokens of the train shard, every step (a shard of exactly that many
+    tokens gives a trainer the same batch every step, however it splits it into micro-batches or
+    processes), and writes JSON: per step loss, pre-clip gradient norm and lr; val losses (the mean
+    over the first --val-max windows of B*T+1 tokens of the val shard, all with -1) at step 0, every
+    --val-every steps and at the last step."""
+    import json
+    cfg, params = read_model(a.model)
+    B, T = a.batch, a.seq
+    train = read_shard(a.train)
+    val = read_shard(a.val)
+    if len(train) < B * T + 1:
+        raise RefError(f"{a.train}: {len(train)} tokens, fewer than B*T+1 = {B * T + 1}")
+    x = train[:B * T + 1]
+    inputs, targets = x[:-1].view(B, T), x[1:].view(B, T)
+    nval = (len(val) - 1) // (B * T)
+    if a.val_max >= 0:
+        nval = min(nval, a.val_max)
+    for p in params.values():
+        p.requires_grad_(True)
+    opt = AdamW(params, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.grad_clip)
+    out = {"train": [], "val": []}
+
+    def val_loss(step):
+        with torch.no_grad():
+            total = 0.0
+            for i in range(nval):
+                w = val[i * B * T:(i + 1) * B * T + 1]
+                total += float(gpt2_loss(gpt2_forward(cfg, params, w[:-1].view(B, T)), w[1:].view(B, T)))
+        out["val"].append({"step": step, "val_loss": total / nval})
+
+    for step in range(a.steps):
+        if a.val_every > 0 and step % a.val_every == 0:
+            val_loss(step)
+        for p in params.values():
+            p.grad = None
+        loss = gpt2_loss(gpt2_forward(cfg, params, inputs), targets)
+        loss.backward()
+        opt.lr = lr_at(a, step)
+        norm = opt.step(step)
+        out["train"].append({"step": step + 1, "loss": loss.item(), "norm": norm, "lr": opt.lr})
+    if a.val_every > 0:
+        val_loss(a.steps)
+    with open(a.out + ".tmp", "w") as f:
+        json.dump(out, f)
+    os.replace(a.out + ".tmp", a.out)
+    print(f"train: {a.out}: {a.steps} steps, loss {out['train'][0]['loss']:.6f} -> {out['train'][-1]['loss']:.6f}")
 
 
 # ---- check
@@ -678,6 +814,10 @@ def parse_args(argv):
     p.add_argument("--vocab", type=int, required=True)
     p.add_argument("--seed", type=seed_type, required=True)
     p.add_argument("--out", required=True)
+    p = sub.add_parser("perturb", help="randomise the biases and layernorm parameters of a model file")
+    p.add_argument("--model", required=True)
+    p.add_argument("--seed", type=seed_type, required=True)
+    p.add_argument("--out", required=True)
     p = sub.add_parser("state", help="write llm.c's debug-state file + appended AdamW step losses")
     p.add_argument("--model", required=True)
     p.add_argument("--batch", type=int, required=True)
@@ -691,6 +831,27 @@ def parse_args(argv):
     p.add_argument("--eps", type=float, default=1e-8)
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--inject-bug", choices=sorted(INJECTABLE_BUGS), default=None,
+                   help="testing: write the state of a reference with this bug (make test-ref-mutants)")
+    p = sub.add_parser("train", help="train on one batch with a schedule; per-step loss, norm, lr and val loss (JSON)")
+    p.add_argument("--model", required=True)
+    p.add_argument("--train", required=True, help="token shard: the batch is its first B*T+1 tokens")
+    p.add_argument("--val", required=True, help="token shard: val batches are its windows of B*T+1 tokens")
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--seq", type=int, required=True)
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--lr", type=float, required=True)
+    p.add_argument("--warmup", type=int, default=0)
+    p.add_argument("--schedule", choices=["cosine", "linear", "constant", "wsd"], default="cosine")
+    p.add_argument("--final-frac", type=float, default=1.0)
+    p.add_argument("--beta1", type=float, default=0.9)
+    p.add_argument("--beta2", type=float, default=0.95)
+    p.add_argument("--eps", type=float, default=1e-8)
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--val-every", type=int, default=0)
+    p.add_argument("--val-max", type=int, default=-1)
+    p.add_argument("--out", required=True)
     sub.add_parser("check", help="self-tests; exit status 1 on failure")
     return ap.parse_args(argv)
 
@@ -703,6 +864,10 @@ def main(argv):
             cmd_init(a)
         elif a.cmd == "state":
             cmd_state(a)
+        elif a.cmd == "perturb":
+            cmd_perturb(a)
+        elif a.cmd == "train":
+            cmd_train(a)
         else:
             return cmd_check(a)
     except RefError as e:

@@ -26,3 +26,9 @@ bench-optim: $(BUILD)/test_optim
 TEST_TARGETS += $(BUILD)/test_optim
 TEST_PHONY += test-optim
 TEST_SAN_PHONY += test-optim
+
+# dev/gpu_check.sh rehearsed without a GPU (--dry-run): the summary is always written, a failing or
+# interrupted step is reported, shellcheck is clean. A few seconds.
+test-gpu-check:
+	$(PYTHON) dev/test/test_gpu_check.py
+TEST_PHONY += test-gpu-check
