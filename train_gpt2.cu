@@ -603,7 +603,8 @@ static LS_UNUSED void gpt2_forward_train(GPT2* model, const int* inputs, const i
 static LS_UNUSED double gpt2_loss_sum(GPT2* model) {
     if (model->loss_micro_steps == 0) { return 0.0; }
     double sum = 0.0;
-    cudaCheck(cudaMemcpy(&sum, model->d_loss_sum, sizeof(double), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpyAsync(&sum, model->d_loss_sum, sizeof(double), cudaMemcpyDeviceToHost, model->stream));
+    cudaCheck(cudaStreamSynchronize(model->stream));
     return sum / model->loss_BT;
 }
 
@@ -1148,8 +1149,8 @@ static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o,
 static LS_UNUSED void trainer_profile(GPT2* model, const TrainOptions* o, int begin) {
     if (begin) { profile_start(model->stream); return; }
     char title[200];
-    snprintf(title, sizeof(title), "one training step of %s, B %d, T %d, %s%s (%d micro-steps); device time per kernel family",
-             o->model, o->B, o->T, PRECISION_NAME, LS_HARNESS ? ", CPU harness: host-timed" : "", model->accum);
+    snprintf(title, sizeof(title), "one training step of %s, B %d, T %d, %d micro-step(s), %s%s; device time per kernel family",
+             o->model, o->B, o->T, model->accum, PRECISION_NAME, LS_HARNESS ? ", CPU harness: host-timed" : "");
     profile_finish(model->stream, stdout, title);
     profile_free();
 }
