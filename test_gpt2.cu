@@ -65,7 +65,8 @@ static void check_forward_train(GPT2* model, const RefState* s, size_t n_params)
     gpt2_begin_step(model, 0);
     gpt2_forward_train(model, s->inputs, s->targets, B, T, scale);
     cudaCheck(cudaMemcpy(db, a->output, nl * sizeof(floatX), cudaMemcpyDeviceToHost));
-    CHECK(memcmp(da, db, nl * sizeof(floatX)) == 0, "forward_train: dlogits differ from the backward classifier's");
+    int same = memcmp(da, db, nl * sizeof(floatX)) == 0;
+    CHECK(same, "forward_train: dlogits differ from the backward classifier's");
     gpt2_backward(model, s->inputs, s->targets, B, T, scale);
     float lt = (float)gpt2_loss_sum(model);
     download_floatx(gb, model->grads_memory, n_params);
@@ -73,6 +74,7 @@ static void check_forward_train(GPT2* model, const RefState* s, size_t n_params)
     gpt2_forward(model, s->inputs, s->targets, B, T);
     gpt2_backward(model, s->inputs, s->targets, B, T, scale);
     download_floatx(ga, model->grads_memory, n_params);
+    same = same && memcmp(ga, gb, n_params * sizeof(float)) == 0;
     CHECK(memcmp(ga, gb, n_params * sizeof(float)) == 0, "forward_train: gradients differ from forward + backward classifier");
     CHECK(fabsf(lt - loss) <= 1e-6f * fabsf(loss), "forward_train: loss %.9g, evaluation forward %.9g", lt, loss);
     gpt2_begin_step(model, 0);
@@ -82,8 +84,8 @@ static void check_forward_train(GPT2* model, const RefState* s, size_t n_params)
     }
     double l2 = gpt2_loss_sum(model);
     CHECK(fabs(l2 - 2.0 * loss) <= 2e-6 * fabs(loss), "forward_train: 2 micro-steps sum to %.9g, expected %.9g", l2, 2.0 * loss);
-    printf("forward_train: dlogits and gradients bit-identical to the backward classifier's (scale 1/3); loss %.7f, "
-           "2 micro-steps %.7f\n", lt, l2);
+    printf("forward_train: dlogits and gradients %s the backward classifier's (scale 1/3); loss %.7f, 2 micro-steps %.7f\n",
+           same ? "bit-identical to" : "DIFFERENT from", lt, l2);
     free(da); free(db); free(ga); free(gb);
 }
 
