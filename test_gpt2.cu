@@ -47,6 +47,49 @@ static size_t check_memory_model(const GPT2* model, int B, int T, size_t badam_b
     return memory_report_total(&predicted);
 }
 
+// The classifier once per training step: gpt2_forward_train's one pass writes the dlogits that the
+// backward's classifier wrote after an evaluation forward, bit for bit, with a gradient-accumulation
+// scale (1/3); the gradients are then bit-identical; the loss read at the end of the step is the
+// evaluation loss (1e-6 relative: a tree sum instead of a sequential one), also over 2 micro-steps.
+static void check_forward_train(GPT2* model, const RefState* s, size_t n_params) {
+    int B = s->B, T = s->T, BT = B * T, V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
+    const float scale = 1.0f / 3.0f;
+    size_t nl = (size_t)BT * Vp;
+    floatX* da = (floatX*)mallocCheck(nl * sizeof(floatX));
+    floatX* db = (floatX*)mallocCheck(nl * sizeof(floatX));
+    float* ga = (float*)mallocCheck(n_params * sizeof(float));
+    float* gb = (float*)mallocCheck(n_params * sizeof(float));
+    ActivationTensors* a = &model->acts;
+    float loss = gpt2_forward(model, s->inputs, s->targets, B, T);  // then the classifier as the backward ran it before
+    fused_classifier(a->output, a->losses, scale / (float)BT, a->targets, BT, V, Vp, 1, model->stream);
+    cudaCheck(cudaMemcpy(da, a->output, nl * sizeof(floatX), cudaMemcpyDeviceToHost));
+    gpt2_begin_step(model, 0);
+    gpt2_forward_train(model, s->inputs, s->targets, B, T, scale);
+    cudaCheck(cudaMemcpy(db, a->output, nl * sizeof(floatX), cudaMemcpyDeviceToHost));
+    int same = memcmp(da, db, nl * sizeof(floatX)) == 0;
+    CHECK(same, "forward_train: dlogits differ from the backward classifier's");
+    gpt2_backward(model, s->inputs, s->targets, B, T, scale);
+    float lt = (float)gpt2_loss_sum(model);
+    download_floatx(gb, model->grads_memory, n_params);
+    gpt2_begin_step(model, 0);  // the same step: the same rounding seed in the encoder backward
+    gpt2_forward(model, s->inputs, s->targets, B, T);
+    gpt2_backward(model, s->inputs, s->targets, B, T, scale);
+    download_floatx(ga, model->grads_memory, n_params);
+    same = same && memcmp(ga, gb, n_params * sizeof(float)) == 0;
+    CHECK(memcmp(ga, gb, n_params * sizeof(float)) == 0, "forward_train: gradients differ from forward + backward classifier");
+    CHECK(fabsf(lt - loss) <= 1e-6f * fabsf(loss), "forward_train: loss %.9g, evaluation forward %.9g", lt, loss);
+    gpt2_begin_step(model, 0);
+    for (int micro = 0; micro < 2; micro++) {
+        gpt2_forward_train(model, s->inputs, s->targets, B, T, 0.5f);
+        gpt2_backward(model, s->inputs, s->targets, B, T, 0.5f);
+    }
+    double l2 = gpt2_loss_sum(model);
+    CHECK(fabs(l2 - 2.0 * loss) <= 2e-6 * fabs(loss), "forward_train: 2 micro-steps sum to %.9g, expected %.9g", l2, 2.0 * loss);
+    printf("forward_train: dlogits and gradients %s the backward classifier's (scale 1/3); loss %.7f, 2 micro-steps %.7f\n",
+           same ? "bit-identical to" : "DIFFERENT from", lt, l2);
+    free(da); free(db); free(ga); free(gb);
+}
+
 static void check_model(const char* model_path, const char* state_path) {
     GPT2Config c;
     ParamTable pt;
@@ -73,6 +116,7 @@ static void check_model(const char* model_path, const char* state_path) {
     download_floatx(host, model.grads_memory, pt.total);
     ref_check_grads(host, &pt, &s, &TOL, 1);
     free(host);
+    check_forward_train(&model, &s, pt.total);
     gpt2_free(&model);
 
     // training: the losses of n AdamW steps on the same batch
@@ -85,9 +129,10 @@ static void run_steps(GPT2* model, const RefState* s, int first_step, int steps,
     AdamWHyper h = {3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     for (int i = 0; i < steps; i++) {
         gpt2_begin_step(model, first_step + i);
-        out[i] = gpt2_forward(model, s->inputs, s->targets, s->B, s->T);
+        gpt2_forward_train(model, s->inputs, s->targets, s->B, s->T, 1.0f);
         gpt2_backward(model, s->inputs, s->targets, s->B, s->T, 1.0f);
         gpt2_grad_norm(model, &h);
+        out[i] = (float)gpt2_loss_sum(model);
         gpt2_update(model, &h, first_step + i + 1);
     }
 }
@@ -187,9 +232,10 @@ static void badam_run_steps(GPT2* model, const int* inputs, const int* targets, 
     AdamWHyper h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     for (int i = 0; i < steps; i++) {
         gpt2_begin_step(model, first_step + i);
-        out[i] = gpt2_forward(model, inputs, targets, BADAM_B, BADAM_T);
+        gpt2_forward_train(model, inputs, targets, BADAM_B, BADAM_T, 1.0f);
         gpt2_backward(model, inputs, targets, BADAM_B, BADAM_T, 1.0f);
         gpt2_grad_norm(model, &h);
+        out[i] = (float)gpt2_loss_sum(model);
         gpt2_update(model, &h, first_step + i + 1);
     }
 }

@@ -439,6 +439,7 @@ typedef struct {
     ScratchTensors scratch;
     MemCounter mem;        // what was really allocated, per category
     float mean_loss;       // of the last forward with targets
+    double loss_sum;       // the mean losses of the gpt2_forward_train calls since gpt2_begin_step
     float grad_norm;       // of the last gpt2_grad_norm, before clipping
     float clip_scale;      // what gpt2_update multiplies the gradients by
 } GPT2;
@@ -589,6 +590,16 @@ static float gpt2_forward(GPT2* model, const int* inputs, const int* targets, in
     return model->mean_loss;
 }
 
+// The forward pass of a training micro-step (train_loop.h's contract). Here the loss is known at
+// once and the backward pass computes the dlogits itself, so loss_scale is not needed yet.
+static LS_UNUSED void gpt2_forward_train(GPT2* model, const int* inputs, const int* targets, int B, int T, float loss_scale) {
+    (void)loss_scale;
+    if (targets == NULL) { ls_fatal("gpt2_forward_train: no targets"); }
+    model->loss_sum += gpt2_forward(model, inputs, targets, B, T);
+}
+
+static LS_UNUSED double gpt2_loss_sum(GPT2* model) { return model->loss_sum; }
+
 static size_t grad_elems(const GPT2* model) {
     if (model->zero_stage >= 1) { return model->shard * (size_t)model->comm->size; }
     return model->use_badam ? model->badam.max_block : model->num_parameters;
@@ -625,6 +636,7 @@ static void gpt2_begin_step(GPT2* model, int step) {
             memset(model->v_memory, 0, model->state_elems * sizeof(float));
         }
     }
+    model->loss_sum = 0.0;
     gpt2_zero_grad(model);
 }
 
@@ -766,6 +778,9 @@ static LS_UNUSED void gpt2_state_read(GPT2* model, const char* state_path, RunSt
 #define TRAINER_SUMMARY "Train GPT-2 on the CPU (fp32, OpenMP + BLAS). Flags follow llm.c's train_gpt2cu."
 
 static LS_UNUSED void trainer_defaults(TrainOptions* o) { o->T = 64; }  // llm.c's train_gpt2.c
+
+// --profile is the GPU trainer's (CLI_GPU): never set here.
+static LS_UNUSED void trainer_profile(GPT2* model, const TrainOptions* o, int begin) { (void)model; (void)o; (void)begin; }
 
 static LS_UNUSED void trainer_init(const TrainOptions* o) {
 #ifdef _OPENMP

@@ -175,6 +175,14 @@ typedef struct {
     float* logits_row_cpu;    // (Vp) host, for sampling
     MemCounter mem;           // what was really allocated on the device, per category
     float mean_loss;
+    // gpt2_forward_train: the dlogits it leaves in acts.output for gpt2_backward, and the step's
+    // loss, kept on the device until gpt2_loss_sum reads it (no sync in the forward pass)
+    int dlogits_ready;        // acts.output holds dlogits of (mean loss * dlogits_scale) for (dlogits_B, dlogits_T)
+    float dlogits_scale;
+    int dlogits_B, dlogits_T;
+    double* d_loss_sum;       // (1) device: the summed losses of the step's gpt2_forward_train calls
+    int loss_micro_steps;     // gpt2_forward_train calls since gpt2_begin_step
+    int loss_BT;              // their B*T
     cudaStream_t stream;
 } GPT2;
 
@@ -450,6 +458,7 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     MemCounter small;
     memset(&small, 0, sizeof(small));
     model->d_norm_scratch = (float*)cuda_malloc_counted(&small, MEM_SCRATCH, (GLOBAL_NORM_MAX_BLOCKS + 3) * sizeof(float));
+    model->d_loss_sum = (double*)cuda_malloc_counted(&small, MEM_SCRATCH, sizeof(double));
     if (model->use_badam) {
         model->d_badam_segments = (AdamWSegment*)cuda_malloc_counted(&small, MEM_SCRATCH, BADAM_MAX_SLICES * sizeof(AdamWSegment));
     }
@@ -471,6 +480,7 @@ static void gpt2_free(GPT2* model) {
         cudaCheck(cudaFreeHost(model->v_host));
         if (model->master_host) { cudaCheck(cudaFreeHost(model->master_host)); }
     }
+    cudaCheck(cudaFree(model->d_loss_sum));
     cudaCheck(cudaFree(model->d_norm_scratch));
     cudaCheck(cudaFree(model->kernel_scratch));
     cudaCheck(cudaFree(model->scratch_memory));
@@ -499,7 +509,10 @@ static void gpt2_free(GPT2* model) {
 
 // Forward pass on host tokens inputs (B,T) (B <= model->B, T <= model->T). With targets: the
 // losses, and the mean loss is returned; without: -1, and the logits stay in acts.output.
-static float gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T) {
+// train (gpt2_forward_train): the same pass over the logits also writes the dlogits of
+// (mean loss * loss_scale) in their place, the loss stays on the device, and nothing waits.
+static float gpt2_forward_pass(GPT2* model, const int* inputs, const int* targets, int B, int T, int train,
+                               float loss_scale) {
     if (B > model->B || T > model->T) { ls_fatal("forward: batch (%d, %d) exceeds the allocated (%d, %d)", B, T, model->B, model->T); }
     const GPT2Config* c = &model->config;
     int L = c->num_layers, C = c->channels, NH = c->num_heads, V = c->vocab_size, Vp = c->padded_vocab_size;
@@ -551,7 +564,22 @@ static float gpt2_forward(GPT2* model, const int* inputs, const int* targets, in
         }
     }
     matmul_forward(a->output, NULL, a->lnf, w->wte, NULL, BT, C, Vp, s);
+    model->dlogits_ready = 0;
     if (targets == NULL) { model->mean_loss = -1.0f; return -1.0f; }
+    if (train) {  // loss and dlogits in one pass; the dloss of gpt2_backward's classifier, bit for bit
+        if (model->loss_micro_steps > 0 && BT != model->loss_BT) {
+            ls_fatal("forward: micro-steps of one step have different B*T (%d, then %d)", model->loss_BT, BT);
+        }
+        fused_classifier(a->output, a->losses, loss_scale / (float)BT, a->targets, BT, V, Vp, 1, s);
+        fused_classifier_loss_sum(model->d_loss_sum, a->losses, BT, model->loss_micro_steps > 0, s);
+        model->loss_micro_steps++;
+        model->loss_BT = BT;
+        model->dlogits_ready = 1;
+        model->dlogits_scale = loss_scale;
+        model->dlogits_B = B;
+        model->dlogits_T = T;
+        return NAN;  // read with gpt2_loss_sum
+    }
     fused_classifier(a->output, a->losses, 1.0f, a->targets, BT, V, Vp, 0, s);
     cudaCheck(cudaMemcpyAsync(model->losses_cpu, a->losses, (size_t)BT * sizeof(float), cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
@@ -559,6 +587,27 @@ static float gpt2_forward(GPT2* model, const int* inputs, const int* targets, in
     for (int i = 0; i < BT; i++) { sum += model->losses_cpu[i]; }
     model->mean_loss = (float)(sum / BT);
     return model->mean_loss;
+}
+
+static float gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T) {
+    return gpt2_forward_pass(model, inputs, targets, B, T, 0, 0.0f);
+}
+
+// The forward pass of a training micro-step, before gpt2_backward(..., loss_scale): the classifier
+// writes the loss and the dlogits in one pass, and nothing is read back (gpt2_loss_sum does).
+static LS_UNUSED void gpt2_forward_train(GPT2* model, const int* inputs, const int* targets, int B, int T, float loss_scale) {
+    if (targets == NULL) { ls_fatal("gpt2_forward_train: no targets"); }
+    gpt2_forward_pass(model, inputs, targets, B, T, 1, loss_scale);
+}
+
+// The sum of the mean losses of the gpt2_forward_train calls since gpt2_begin_step. It waits for
+// the queued work: call it once the step's backward passes are queued.
+static LS_UNUSED double gpt2_loss_sum(GPT2* model) {
+    if (model->loss_micro_steps == 0) { return 0.0; }
+    double sum = 0.0;
+    cudaCheck(cudaMemcpyAsync(&sum, model->d_loss_sum, sizeof(double), cudaMemcpyDeviceToHost, model->stream));
+    cudaCheck(cudaStreamSynchronize(model->stream));
+    return sum / model->loss_BT;
 }
 
 static void gpt2_zero_grad(GPT2* model) {
@@ -609,6 +658,7 @@ static void gpt2_begin_step(GPT2* model, int step) {
     model->step = step;
     model->micro_step = 0;
     model->grads_reduced = 0;
+    model->loss_micro_steps = 0;
     if (model->use_badam) {
         int block = badam_block_at(&model->badam, step);
         model->block_step = badam_step_in_block(&model->badam, step);
@@ -633,6 +683,7 @@ static void grads_reduce_layer(GPT2* model, int l) {
     NcclComm* nc = model->nccl;
     cudaCheck(cudaEventRecord(nc->ready, model->stream));
     cudaCheck(cudaStreamWaitEvent(nc->stream, nc->ready, 0));
+    PROFILE_SCOPE(PROF_COMM, nc->stream);  // the group's all-reduces, timed as one
     nccl_group_start();
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         const ParamTensor* t = &model->table.t[i];
@@ -643,9 +694,9 @@ static void grads_reduce_layer(GPT2* model, int l) {
     nccl_group_end();
 }
 
-// Backward pass after gpt2_forward with targets: adds the gradient of (mean loss * loss_scale)
-// to the parameter gradients (grad_slice: with BAdam, the active block's only; frozen weights get
-// no weight-gradient matmul, and the pass stops below the lowest active layer). With -z 0 and
+// Backward pass after gpt2_forward_train(..., loss_scale), or after gpt2_forward with targets
+// (then the classifier runs here): adds the gradient of (mean loss * loss_scale) to the parameter
+// gradients (grad_slice: with BAdam, the active block's only; frozen weights get no weight-gradient matmul, and the pass stops below the lowest active layer). With -z 0 and
 // several processes, the step's last micro-step also sums them over the processes, layer by layer.
 static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, int B, int T, float loss_scale) {
     (void)inputs; (void)targets;  // on the device since the forward pass (host copy in inputs_cpu)
@@ -667,8 +718,14 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
         watchdog_arm("the gradient all-reduce");  // disarmed after gpt2_grad_norm's sync
     }
 
-    // the classifier: dlogits in place of the logits, then into lnf and wte
-    fused_classifier(a->output, a->losses, loss_scale / (float)BT, a->targets, BT, V, Vp, 1, s);
+    // the classifier: dlogits in place of the logits (gpt2_forward_train wrote them), then into lnf and wte
+    if (!model->dlogits_ready) {
+        fused_classifier(a->output, a->losses, loss_scale / (float)BT, a->targets, BT, V, Vp, 1, s);
+    } else if (model->dlogits_scale != loss_scale || model->dlogits_B != B || model->dlogits_T != T) {
+        ls_fatal("gpt2_backward: loss_scale %g and batch (%d, %d), but gpt2_forward_train wrote the dlogits for %g and (%d, %d)",
+                 loss_scale, B, T, model->dlogits_scale, model->dlogits_B, model->dlogits_T);
+    }
+    model->dlogits_ready = 0;
     cudaCheck(cudaMemsetAsync(d->dresidual, 0, BTC * sizeof(floatX), s));
     matmul_backward(d->dbuf, grad_slice(model, P_WTE, 0), NULL, ks, a->output, a->lnf, w->wte, NULL, BT, C, Vp, s);
     layernorm_backward(d->dresidual, grad_slice(model, P_LNFW, 0), grad_slice(model, P_LNFB, 0), ks, d->dbuf,
@@ -1090,6 +1147,16 @@ static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o,
     size_t free_b = 0, total_b = 0;
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
     printf("device memory: %.1f MiB free of %.1f MiB\n", mib(free_b), mib(total_b));
+}
+
+// --profile: events around every kernel family's calls during one step (llmc/profile.cuh).
+static LS_UNUSED void trainer_profile(GPT2* model, const TrainOptions* o, int begin) {
+    if (begin) { profile_start(model->stream); return; }
+    char title[200];
+    snprintf(title, sizeof(title), "one training step of %s, B %d, T %d, %d micro-step(s), %s%s; device time per kernel family",
+             o->model, o->B, o->T, model->accum, PRECISION_NAME, LS_HARNESS ? ", CPU harness: host-timed" : "");
+    profile_finish(model->stream, stdout, title);
+    profile_free();
 }
 
 static LS_UNUSED void trainer_step_extra(const GPT2* model, const TrainOptions* o, double tok_per_s, char* buf, size_t len) {

@@ -44,6 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "cuda_common.h"
+#include "profile.cuh"
 #include "optim.h"
 #include "srng.h"
 
@@ -386,6 +387,7 @@ static void adamw_launch(const AdamWBuffers<Tp, Tg>& b, size_t n, const AdamWSeg
 template <typename Tp, typename Tg>
 void adamw_update(const AdamWBuffers<Tp, Tg>& b, size_t n, const AdamWSegment* d_segments, int nseg,
                   const AdamWParams& hp, int step, const float* d_clip_scale, cudaStream_t stream) {
+    PROFILE_SCOPE(PROF_OPTIMIZER, stream);
     constexpr bool kBf16 = sizeof(Tp) == 2;
     static_assert(sizeof(Tp) == 2 || sizeof(Tp) == 4, "params are bf16 or fp32");
     static_assert(sizeof(Tg) == 2 || sizeof(Tg) == 4, "grads are bf16 or fp32");

@@ -42,6 +42,7 @@
 #include "cuda_common.h"
 #include "cuda_precision.h"
 #include "matmul.cuh"
+#include "profile.cuh"
 
 #define ATTENTION_BLOCK 256 // threads per block of every kernel here (8 warps = 8 softmax rows)
 
@@ -263,6 +264,7 @@ static inline void attention_check_aligned(const void* p, const char* fn, const 
 // qkv (B,T,3C) -> out (B,T,C); qkvr (3,B,NH,T,hs) and att (B,NH,T,T) written for the backward pass.
 static inline void attention_forward(floatX* out, floatX* qkvr, floatX* att, const floatX* qkv, int B, int T, int C,
                                      int NH, cudaStream_t stream) {
+    PROFILE_SCOPE(PROF_ATTENTION, stream);
     static const char* fn = "attention_forward";
     attention_check(fn, B, T, C, NH);
     attention_check_aligned(out, fn, "out");
@@ -303,6 +305,7 @@ static inline size_t attention_backward_scratch_bytes(int B, int T, int C, int N
 static inline void attention_backward(floatX* dqkv, floatX* dqkvr, floatX* datt, floatX* scratch, const floatX* dout,
                                       const floatX* qkvr, const floatX* att, int B, int T, int C, int NH,
                                       cudaStream_t stream) {
+    PROFILE_SCOPE(PROF_ATTENTION, stream);
     static const char* fn = "attention_backward";
     (void)scratch;
     attention_check(fn, B, T, C, NH);

@@ -37,6 +37,7 @@
 #include <vector>
 #include "cuda_common.h"
 #include "cuda_precision.h"
+#include "profile.cuh"
 
 #define ENCODER_BLOCK 256
 #define ENCODER_BWD_MAX_WARPS 8
@@ -142,6 +143,7 @@ static inline void encoder_check_aligned(const char* what, const void* p, const 
 // out (B,T,C) = wte[inp[b,t]] + wpe[t]. inp (B,T) device.
 static inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T, int C,
                                    cudaStream_t stream) {
+    PROFILE_SCOPE(PROF_ENCODER, stream);
     encoder_check_args("encoder_forward", B, T, C);
     encoder_check_aligned("encoder_forward", out, "out");
     encoder_check_aligned("encoder_forward", wte, "wte");
@@ -202,6 +204,7 @@ static inline int encoder_group_positions(std::vector<int>& staging, const int* 
 // new one every step).
 static inline void encoder_backward(floatX* dwte, floatX* dwpe, float* scratch, const floatX* dout, const int* inp,
                                     const int* inp_cpu, int B, int T, int C, unsigned int seed, cudaStream_t stream) {
+    PROFILE_SCOPE(PROF_ENCODER, stream);
     static const char* what = "encoder_backward";
     encoder_check_args(what, B, T, C);
     encoder_check_aligned(what, dwte, "dwte");

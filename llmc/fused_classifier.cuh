@@ -19,6 +19,10 @@
  Preconditions (ls_fatal): N > 0, 0 < V <= Vp, Vp % x128::size == 0 (8 in bf16, 4 in fp32),
  logits 16-byte aligned. Not checked on the host (device data): 0 <= targets[n] < V; finite
  logits.
+
+ fused_classifier_loss_sum adds the N losses into one device double (one block, a fixed order:
+ the same bits on every run), so a training step can read its loss once, after its work is
+ queued, instead of synchronizing in every forward pass.
 */
 #ifndef LLMC_FUSED_CLASSIFIER_CUH
 #define LLMC_FUSED_CLASSIFIER_CUH
@@ -28,6 +32,7 @@
 #include <stdint.h>
 #include "cuda_common.h"
 #include "cuda_precision.h"
+#include "profile.cuh"
 
 #define CLASSIFIER_BLOCK 1024
 
@@ -116,6 +121,7 @@ fused_classifier_kernel(floatX* __restrict__ logits, float* __restrict__ losses,
 // logits (N, Vp) become dloss * (softmax - onehot(target)), 0 in the padding.
 static inline void fused_classifier(floatX* logits, float* losses, float dloss, const int* targets, int N, int V, int Vp,
                                     int write_dlogits, cudaStream_t stream) {
+    PROFILE_SCOPE(PROF_CLASSIFIER, stream);
     static const char* what = "fused_classifier";
     if (N <= 0 || V <= 0 || V > Vp) ls_fatal("%s: N=%d V=%d Vp=%d (N > 0, 0 < V <= Vp expected)", what, N, V, Vp);
     if (Vp % x128::size != 0) {
@@ -132,6 +138,29 @@ static inline void fused_classifier(floatX* logits, float* losses, float dloss, 
         launch(fused_classifier_kernel<false>, (unsigned)N, CLASSIFIER_BLOCK, 0, stream, logits, losses, dloss,
                targets, V, Vp);
     }
+}
+
+#define CLASSIFIER_SUM_BLOCK 256
+
+static __global__ void __launch_bounds__(CLASSIFIER_SUM_BLOCK)
+classifier_loss_sum_kernel(double* __restrict__ sum, const float* __restrict__ losses, int N, int accumulate) {
+    __shared__ double part[CLASSIFIER_SUM_BLOCK];
+    double s = 0.0;
+    for (int i = threadIdx.x; i < N; i += blockDim.x) s += (double)losses[i];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (unsigned w = blockDim.x / 2; w > 0; w >>= 1) {
+        if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *sum = (accumulate ? *sum : 0.0) + part[0];
+}
+
+// *sum = (accumulate ? *sum : 0) + sum of losses[0..N) (device pointers), in double.
+static inline void fused_classifier_loss_sum(double* sum, const float* losses, int N, int accumulate, cudaStream_t stream) {
+    PROFILE_SCOPE(PROF_CLASSIFIER, stream);
+    if (N <= 0 || sum == nullptr || losses == nullptr) ls_fatal("fused_classifier_loss_sum: N=%d, sum or losses NULL", N);
+    launch(classifier_loss_sum_kernel, 1, CLASSIFIER_SUM_BLOCK, 0, stream, sum, losses, N, accumulate);
 }
 
 #endif // LLMC_FUSED_CLASSIFIER_CUH

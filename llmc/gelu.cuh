@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include "cuda_common.h"
 #include "cuda_precision.h"
+#include "profile.cuh"
 
 #define GELU_BLOCK 512
 
@@ -79,11 +80,13 @@ static inline void gelu_launch(const char* what, floatX* out, const floatX* inp,
 
 // out (n) = gelu(inp (n)).
 static inline void gelu_forward(floatX* out, const floatX* inp, size_t n, cudaStream_t stream) {
+    PROFILE_SCOPE(PROF_GELU, stream);
     gelu_launch<false>("gelu_forward", out, inp, n, stream);
 }
 
 // d_in_out (n): on entry d out, on exit d inp = d out * gelu'(inp). inp (n) the forward input.
 static inline void gelu_backward_inplace(floatX* d_in_out, const floatX* inp, size_t n, cudaStream_t stream) {
+    PROFILE_SCOPE(PROF_GELU, stream);
     gelu_launch<true>("gelu_backward_inplace", d_in_out, inp, n, stream);
 }
 

@@ -21,6 +21,7 @@
 #include <math.h>
 #include <stddef.h>
 #include "cuda_common.h"
+#include "profile.cuh"
 
 #define GLOBAL_NORM_BLOCK 512
 #define GLOBAL_NORM_MAX_BLOCKS 1024
@@ -96,6 +97,7 @@ static inline int global_norm_num_blocks(size_t n, size_t elems_per_chunk) {
 // GLOBAL_NORM_MAX_BLOCKS floats.
 template <typename Tg>
 void global_norm_squared(float* d_sumsq, const Tg* grads, size_t n, float* d_scratch, cudaStream_t stream) {
+    PROFILE_SCOPE(PROF_GLOBAL_NORM, stream);
     if (((uintptr_t)grads & 15u) != 0) ls_fatal("global_norm: grads (%p) not 16-byte aligned", (const void*)grads);
     int nb = global_norm_num_blocks(n, (size_t)Vec128<Tg>::size);
     launch(global_norm_partials_kernel<Tg>, nb, GLOBAL_NORM_BLOCK, 0, stream, d_scratch, grads, n);
@@ -105,6 +107,7 @@ void global_norm_squared(float* d_sumsq, const Tg* grads, size_t n, float* d_scr
 // d_norm may be NULL. max_norm <= 0: no clipping.
 static inline void global_norm_clip_scale(float* d_scale, float* d_norm, const float* d_sumsq, float max_norm,
                                           cudaStream_t stream) {
+    PROFILE_SCOPE(PROF_GLOBAL_NORM, stream);
     launch(global_norm_clip_scale_kernel, 1, 1, 0, stream, d_scale, d_norm, d_sumsq, max_norm);
 }
 

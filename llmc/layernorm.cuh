@@ -37,6 +37,7 @@
 #include <stdint.h>
 #include "cuda_common.h"
 #include "cuda_precision.h"
+#include "profile.cuh"
 
 #define LAYERNORM_EPS 1e-5f
 #define LAYERNORM_MAX_WARPS 8              // warps (rows) per block
@@ -242,6 +243,7 @@ static inline void layernorm_forward_launch(const char* what, floatX* residual, 
 // out (N,C) = layernorm(inp) * weight + bias; mean, rstd (N) fp32 (each may be NULL).
 static inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
                                      const floatX* bias, int N, int C, cudaStream_t stream) {
+    PROFILE_SCOPE(PROF_LAYERNORM, stream);
     layernorm_forward_launch<false>("layernorm_forward", nullptr, out, mean, rstd, inp, nullptr, weight, bias, N, C,
                                     stream);
 }
@@ -251,6 +253,7 @@ static inline void layernorm_forward(floatX* out, float* mean, float* rstd, cons
 static inline void fused_residual_layernorm_forward(floatX* residual, floatX* normed, float* mean, float* rstd,
                                                     const floatX* inp1, const floatX* inp2, const floatX* weight,
                                                     const floatX* bias, int N, int C, cudaStream_t stream) {
+    PROFILE_SCOPE(PROF_LAYERNORM, stream);
     layernorm_forward_launch<true>("fused_residual_layernorm_forward", residual, normed, mean, rstd, inp1, inp2,
                                    weight, bias, N, C, stream);
 }
@@ -272,6 +275,7 @@ static inline size_t layernorm_backward_scratch_bytes(int N, int C) {
 static inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout,
                                       const floatX* inp, const floatX* weight, const float* mean, const float* rstd, int N,
                                       int C, cudaStream_t stream) {
+    PROFILE_SCOPE(PROF_LAYERNORM, stream);
     static const char* what = "layernorm_backward";
     layernorm_check_shape(what, N, C);
     layernorm_check_aligned(what, dinp, "dinp");

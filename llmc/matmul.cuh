@@ -53,6 +53,7 @@
 #include <string.h>
 #include "cuda_common.h"
 #include "cuda_precision.h"
+#include "profile.cuh"
 #include "gelu.cuh" // the unfused path, and the GELU of the CPU fallback
 #if LS_HARNESS
 #include <vector>
@@ -613,6 +614,7 @@ static inline void matmul_note_unfused(const char* epilogue) {
 // pre_gelu = that value and out = gelu(pre_gelu).
 static inline void matmul_forward(floatX* out, floatX* pre_gelu, const floatX* inp, const floatX* weight,
                                   const floatX* bias, int N, int C, int OC, cudaStream_t stream) {
+    PROFILE_SCOPE(PROF_MATMUL, stream);
     static const char* fn = "matmul_forward";
     matmul_require_init(fn);
     matmul_check_dims(fn, N, C, OC);
@@ -647,6 +649,7 @@ static inline void matmul_forward(floatX* out, floatX* pre_gelu, const floatX* i
 static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout,
                                    const floatX* inp, const floatX* weight, const floatX* pre_gelu, int N, int C,
                                    int OC, cudaStream_t stream) {
+    PROFILE_SCOPE(PROF_MATMUL_BACKWARD, stream);
     static const char* fn = "matmul_backward";
     matmul_require_init(fn);
     matmul_check_dims(fn, N, C, OC);

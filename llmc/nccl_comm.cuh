@@ -33,6 +33,7 @@
 #include "llmc/watchdog.h"
 #include "llmc/cuda_common.h"
 #include "llmc/cuda_precision.h"
+#include "llmc/profile.cuh"
 
 #if LS_HARNESS && defined(USE_MPI)
 #include "llmc/cuda_harness_nccl.h"
@@ -165,21 +166,25 @@ static inline void nccl_comm_init(NcclComm* nc, Comm* comm, const TrainOptions* 
 
 // buf (n) = its sum over the processes, in place, on `stream`.
 static inline void nccl_allreduce_sum(const NcclComm* nc, floatX* buf, size_t n, cudaStream_t stream) {
+    PROFILE_SCOPE(PROF_COMM, stream);
     ncclCheck(ncclAllReduce(buf, buf, n, nccl_floatx, ncclSum, nc->comm, stream));
 }
 
 static inline void nccl_allreduce_sum_f32(const NcclComm* nc, float* buf, size_t n, cudaStream_t stream) {
+    PROFILE_SCOPE(PROF_COMM, stream);
     ncclCheck(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, nc->comm, stream));
 }
 
 // ZeRO-1: buf (size * shard) summed over the processes; this rank's shard of the sum lands in
 // place at buf + rank * shard (the rest of buf is left as it was).
 static inline void nccl_reduce_scatter_sum(const NcclComm* nc, floatX* buf, size_t shard, cudaStream_t stream) {
+    PROFILE_SCOPE(PROF_COMM, stream);
     ncclCheck(ncclReduceScatter(buf, buf + (size_t)nc->rank * shard, shard, nccl_floatx, ncclSum, nc->comm, stream));
 }
 
 // ZeRO-1: every rank's shard at buf + rank * shard -> all of buf (size * shard), in place.
 static inline void nccl_allgather(const NcclComm* nc, floatX* buf, size_t shard, cudaStream_t stream) {
+    PROFILE_SCOPE(PROF_COMM, stream);
     ncclCheck(ncclAllGather(buf + (size_t)nc->rank * shard, buf, shard, nccl_floatx, nc->comm, stream));
 }
 

@@ -43,6 +43,7 @@
 #include "adamw_lowp.cuh"
 #include "optim.h"
 #include "optim_state.h"
+#include "profile.cuh"
 
 #define OPT_ELEM_BLOCK 512
 #define LAMB_THREADS 256 // x 8 elements = one OPT_BLOCK block; the trust kernel's block too
@@ -360,6 +361,7 @@ static inline void optimizer_state_free_device(OptimizerState* st) {
 template <typename Tp, typename Tg>
 void optimizer_step_gpu(OptimizerState* st, Tp* params, float* master, const Tg* grads, float lr, int step,
                         bool stochastic, const float* d_clip_scale, cudaStream_t stream) {
+    PROFILE_SCOPE(PROF_OPTIMIZER, stream);
     static_assert(sizeof(Tp) == 2 || sizeof(Tp) == 4, "params are bf16 or fp32");
     static_assert(sizeof(Tg) == 2 || sizeof(Tg) == 4, "grads are bf16 or fp32");
     if (!st->on_device) ls_fatal("optimizer: optimizer_step_gpu needs a device state (optimizer_state_init_device)");

@@ -9,6 +9,12 @@
    gpt2_free(GPT2*)
    float gpt2_forward(GPT2*, const int* inputs, const int* targets, int B, int T)   host token arrays;
                                 targets may be NULL; returns the mean loss (or -1 without targets)
+   gpt2_forward_train(GPT2*, const int* inputs, const int* targets, int B, int T, float loss_scale)
+                                the forward pass of a training micro-step, before gpt2_backward with
+                                the same loss_scale (the GPU trainer writes the loss and the dlogits
+                                in one pass and does not wait for the device)
+   double gpt2_loss_sum(GPT2*)  the sum of the mean losses of the gpt2_forward_train calls since
+                                gpt2_begin_step (may wait for the device: call it late)
    gpt2_begin_step(GPT2*, int step)    start of training step `step` (from 0): zero the gradients,
                                         choose what trains this step (BAdam)
    gpt2_backward(GPT2*, const int* inputs, const int* targets, int B, int T, float loss_scale)
@@ -26,6 +32,8 @@
    trainer_step_extra(const GPT2*, const TrainOptions*, double tok_per_s, char* buf, size_t len)
    trainer_memory_report(const GPT2Config*, const TrainOptions*)  the predicted table, no allocation
                                 text for the step line before tok/s, e.g. " 45.1% bf16 MFU |" (or "")
+   trainer_profile(GPT2*, const TrainOptions*, int begin)   --profile: begin = 1 before the profiled
+                                step, 0 after it (print the table); a no-op where there is no --profile
  and then calls train_main(argc, argv) from main.
 */
 #ifndef LLMC_TRAIN_LOOP_H
@@ -304,6 +312,12 @@ static LS_UNUSED int train_main(int argc, char** argv) {
     if (do_val) { dataloader_init(&val, o.val_data, o.B, o.T, comm.rank, comm.size, 0, (uint64_t)o.seed, c->vocab_size); }
     int total_steps = o.max_steps >= 0 ? o.max_steps : (int)(dataloader_steps_per_epoch(&train) / (size_t)accum);
     if (total_steps < 1 && o.max_steps != 0) { total_steps = 1; }
+    if (o.profile) {  // a warm-up step, then the profiled one; no val loss, samples or checkpoints
+        total_steps = start_step + 2;
+        do_val = 0;
+        o.sample_every = 0;
+        o.checkpoint_every = 0;
+    }
     printf("train: %zu batches per epoch in %d shard(s); %d steps\n", dataloader_steps_per_epoch(&train),
            train.num_shards, total_steps);
 
@@ -376,18 +390,21 @@ static LS_UNUSED int train_main(int argc, char** argv) {
         }
         if (last_step || stopping) { break; }
 
+        int profiling = o.profile && step == start_step + 1;
+        if (profiling) { trainer_profile(&model, &o, 1); }
         double t0 = wall_seconds();
         gpt2_begin_step(&model, step);
-        double loss = 0.0;
+        float loss_scale = 1.0f / (float)(accum * comm.size);
         for (int micro = 0; micro < accum; micro++) {
             if (!o.overfit) { dataloader_next_batch(&train); }
-            loss += gpt2_forward(&model, train.inputs, train.targets, o.B, o.T);
-            gpt2_backward(&model, train.inputs, train.targets, o.B, o.T, 1.0f / (float)(accum * comm.size));
+            gpt2_forward_train(&model, train.inputs, train.targets, o.B, o.T, loss_scale);
+            gpt2_backward(&model, train.inputs, train.targets, o.B, o.T, loss_scale);
         }
-        loss = comm_allreduce_sum_f64(&comm, loss) / (accum * comm.size);
         if (step_list_has(nan_steps, num_nan_steps, step + 1)) { gpt2_poison_grads(&model); }
         hyper.lr = lr_schedule_get(&sched, step);
         float norm = gpt2_grad_norm(&model, &hyper);
+        // the loss is read once the step's work has been queued (and waited for by the norm)
+        double loss = comm_allreduce_sum_f64(&comm, gpt2_loss_sum(&model)) / (accum * comm.size);
         char why[128];
         int skip = step_guard_check(&guard, (float)loss, norm, why, sizeof(why));
         if (!skip) { gpt2_update(&model, &hyper, step + 1); }
@@ -400,6 +417,7 @@ static LS_UNUSED int train_main(int argc, char** argv) {
         print_step_line(step + 1, total_steps, (float)loss, norm, hyper.lr, 1000.0 * (t1 - t0), extra, tok_s,
                         t1 - t_start, avg * (total_steps - step - 1));
         logger_train(&logger, step + 1, (float)loss, hyper.lr, norm, 1000.0 * (t1 - t0), tok_s, mem_mib, skip);
+        if (profiling) { trainer_profile(&model, &o, 0); }
         steps_done++;
         if (skip) {
             printf("step %d: update skipped, %s (%d skipped, %d in a row)\n", step + 1, why, guard.skipped, guard.in_a_row);

@@ -46,6 +46,7 @@ typedef struct {
     int threads;              // OpenMP threads (0: all cores)
     int dry_run;              // parse, build the model, print the memory table, exit
     int memory_report;        // print the memory model's table for this configuration; allocate nothing
+    int profile;              // GPU trainer: time one training step per kernel family, print the table, exit
     int badam;                // BAdam: switch the active block every K steps (0: off, full AdamW)
     int badam_order;          // BadamOrder
     int badam_embed;          // 1: the embeddings + final layernorm are a block too
@@ -115,6 +116,7 @@ static const CliFlag train_flags[] = {
     {NULL, "threads", CLI_INT, OPT(threads), 0, 4096, NULL, CLI_BOTH, "CPU threads (0: all cores)"},
     {NULL, "dry-run", CLI_SWITCH, OPT(dry_run), 0, 1, NULL, CLI_BOTH, "check flags, build the model, print the memory table and exit"},
     {NULL, "memory-report", CLI_SWITCH, OPT(memory_report), 0, 1, NULL, CLI_BOTH, "print the predicted memory table for these flags and exit (allocates nothing; no GPU needed)"},
+    {NULL, "profile", CLI_SWITCH, OPT(profile), 0, 1, NULL, CLI_GPU, "run a warm-up step and one profiled step, print the device time per kernel family (ms, % of the step, calls) and exit"},
     // the optimizer family (llmc/optim_state.h; GPU kernels in llmc/optimizers.cuh)
     {NULL, "optimizer", CLI_CHOICE, OPT(optimizer), 0, 0, optimizer_kind_choices, CLI_BOTH, "the optimizer"},
     {NULL, "opt-state", CLI_CHOICE, OPT(opt_state), 0, 0, opt_state_choices, CLI_BOTH, "precision of the AdamW state m, v"},

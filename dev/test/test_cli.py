@@ -64,6 +64,39 @@ def valid_value(f):
 
 
 
+PROFILE_FAMILIES = ("encoder", "layernorm", "matmul", "matmul backward", "attention", "gelu", "classifier",
+                    "global norm", "optimizer update", "communication")
+
+
+def check_profile(binary, train, val):
+    """--profile 1 (GPU trainer): a warm-up step, one profiled step of 2 micro-steps (-d 64), the
+    table with every kernel family, calls that match the model (L = 2), and exit 0."""
+    rr = run(binary, ["-e", SMALL, "-i", train, "-j", val, "-b", "2", "-t", "16", "-d", "64", "--threads", "1",
+                      "--profile", "1"])
+    check(rr.returncode == 0, "--profile 1 exits 0: %s" % rr.stderr.strip()[-300:])
+    check(len(re.findall(r"^step\s+\d+/2 \|", rr.stdout, re.M)) == 2, "--profile: a warm-up step and the profiled one")
+    check("val loss" not in rr.stdout and "generating" not in rr.stdout, "--profile: no val loss, no samples")
+    rows = {}
+    for m in re.finditer(r"^  ([a-z][a-z ]*?) +([\d.]+) +([\d.]+)%(?: +(\d+))?", rr.stdout, re.M):
+        rows[m.group(1)] = (float(m.group(2)), float(m.group(3)), int(m.group(4)) if m.group(4) else None)
+    missing = [f for f in PROFILE_FAMILIES + ("other", "step") if f not in rows]
+    check(not missing, "--profile: table rows for every family, other and step (missing %s): %s" % (missing, rr.stdout[-1500:]))
+    if missing:
+        return
+    # per micro-step: encoder fwd + bwd, 2 layernorms per layer + final in the forward and 2 per layer
+    # backward + final, 4 matmuls per layer + the logits, 1 attention fwd + bwd per layer, the
+    # classifier and its loss sum; per step: the norm's 2 calls and 1 update
+    L, accum = 2, 2
+    expect = {"encoder": 2 * accum, "layernorm": (2 * L + 1) * 2 * accum, "matmul": (4 * L + 1) * accum,
+              "matmul backward": (4 * L + 1) * accum, "attention": 2 * L * accum, "classifier": 2 * accum,
+              "global norm": 2, "optimizer update": 1, "communication": 0}
+    for f, n in expect.items():
+        check(rows[f][2] == n, "--profile: %s called %s times, expected %d" % (f, rows[f][2], n))
+    total = sum(rows[f][0] for f in PROFILE_FAMILIES) + rows["other"][0]
+    check(rows["step"][0] > 0 and abs(total - rows["step"][0]) <= 0.01 * rows["step"][0] + 0.01,
+          "--profile: the families and other add up to the step (%.3f vs %.3f ms)" % (total, rows["step"][0]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
@@ -169,6 +202,8 @@ def main():
             check(losses[-1] < losses[0], "%s: loss decreases over 6 steps: %s" % (tag, losses))
         rr = run(binary, common + ["-o", os.path.join(tmp, "empty"), "-y", "1"])
         check(rr.returncode == 1 and "no complete checkpoint" in rr.stderr, "-y 1 without checkpoints fails clearly")
+        if "gpt2cu" in os.path.basename(binary):
+            check_profile(binary, os.path.join(tmp, "train.bin"), os.path.join(tmp, "val.bin"))
 
     print("test_cli: %d flags; %s" % (len(flags), "%d failed" % len(failures) if failures else "all checks passed"))
     return 1 if failures else 0

@@ -12,7 +12,8 @@ checks its allocation against the model at start-up), 2-rank checkpoints resume 
 -z 0 and -z 1, a 2-rank ZeRO-1 checkpoint is refused by 1 process, the fs and tcp rendezvous
 (without mpirun's help: -pi fs|tcp -pn 2 -pr R) train, mismatched flags (over MPI and over the
 NCCL backend) fail with a message, a -d that the process count does not divide exits 2 naming
--d, and a rank that stops responding makes the other exit non-zero within --comm-timeout.
+-d, a rank that stops responding makes the other exit non-zero within --comm-timeout, and
+--profile counts the communication calls of -z 0 and -z 1.
 
   test_mpi_gpu.py --mpi-bin build/train_gpt2cu_emu_mpi_fp32 --bin build/train_gpt2cu_emu_fp32
 """
@@ -162,6 +163,14 @@ def main():
         check(r.returncode != 0 and "different flags" in r.stderr, "-pi fs: mismatched flags are refused: %s" % tail(r))
         r = mpirun(2, [mpi_bin] + [x if x != "256" else "320" for x in short])
         check(r.returncode != 0 and "flag -d" in r.stderr, "-d 320 over 2 processes of B*T = 64 exits naming -d: %s" % tail(r))
+        # --profile with 2 processes: the communication row counts -z 0's all-reduce groups (one per
+        # layer and one for the embeddings, on the last micro-step) and -z 1's reduce-scatter, norm
+        # all-reduce and all-gather
+        for z, calls in ((0, 3), (1, 3)):
+            r = mpirun(2, [mpi_bin] + short + ["-z", str(z), "--profile", "1"])
+            m = re.search(r"^  communication +[\d.]+ +[\d.]+% +(\d+)", r.stdout, re.M)
+            check(r.returncode == 0 and m is not None and int(m.group(1)) == calls,
+                  "-np 2 -z %d --profile 1: exit 0 and %d communication calls: %s" % (z, calls, m.group(0) if m else tail(r)))
         t0 = time.time()
         r = mpirun(2, [mpi_bin] + short + ["--comm-timeout", "3"], timeout=120, extra=["-x", "LEANSTEP_TEST_HANG=1:2"])
         took = time.time() - t0
