@@ -200,6 +200,10 @@ static void check_offload(const char* model_path, const char* state_path) {
     float la[4], lb[4];
     run_steps(&on, &s, 0, 4, la);
     run_steps(&off, &s, 0, 4, lb);
+    // the host may read the pinned state once the update has returned (a checkpoint does): copy it
+    // before any other CUDA call could complete copies still queued
+    float* m_off = (float*)mallocCheck(pt.total * sizeof(float));
+    memcpy(m_off, off.m_host, pt.total * sizeof(float));
     float* pa = (float*)mallocCheck(pt.total * sizeof(float));
     float* pb = (float*)mallocCheck(pt.total * sizeof(float));
     download_floatx(pa, on.params_memory, pt.total);
@@ -208,11 +212,11 @@ static void check_offload(const char* model_path, const char* state_path) {
     CHECK(memcmp(pa, pb, pt.total * sizeof(float)) == 0, "offload: parameters differ from the on-device update");
     float* m_dev = (float*)mallocCheck(pt.total * sizeof(float));
     cudaCheck(cudaMemcpy(m_dev, on.m_memory, pt.total * sizeof(float), cudaMemcpyDeviceToHost));
-    CHECK(memcmp(m_dev, off.m_host, pt.total * sizeof(float)) == 0, "offload: m differs from the on-device update");
+    CHECK(memcmp(m_dev, m_off, pt.total * sizeof(float)) == 0, "offload: m differs from the on-device update");
     printf("offload: %d chunks, 4 steps bit-identical to the on-device update; device state %.2f MiB instead of %.2f MiB\n",
            off.num_chunks, mib(off.mem.bytes[MEM_ADAM_M] + off.mem.bytes[MEM_ADAM_V] + off.mem.bytes[MEM_MASTER]),
            mib(on.mem.bytes[MEM_ADAM_M] + on.mem.bytes[MEM_ADAM_V] + on.mem.bytes[MEM_MASTER]));
-    free(pa); free(pb); free(m_dev);
+    free(pa); free(pb); free(m_dev); free(m_off);
     gpt2_free(&on);
     gpt2_free(&off);
     ref_state_free(&s);

@@ -6,7 +6,10 @@
  Model of execution
    - Each CUDA thread is a Boost.Context fiber (boost::context::fiber) on a persistent, guarded
      stack. Blocks run one after another on the calling OS thread (deterministic), or on
-     LEANSTEP_HARNESS_WORKERS persistent worker threads. Launches are synchronous.
+     LEANSTEP_HARNESS_WORKERS persistent worker threads.
+   - Launches, async copies, memsets, event records and waits are queued per stream and run later,
+     in a seeded random interleaving of the streams that respects only what CUDA guarantees (stream
+     order, events, the legacy default stream, synchronizations): see cuda_harness_streams.h.
    - A fiber runs until it reaches a barrier or a warp operation, or exits. The scheduler walks the
      block's threads in the selected order (LEANSTEP_HARNESS_ORDER=forward|reverse|strided|random,
      LEANSTEP_HARNESS_SEED for random) and resumes every runnable one; a full pass without a
@@ -23,7 +26,7 @@
      uninitialized reads show as NaN.
    - Runtime calls are host shims: cudaMalloc is malloc of the exact size (ASan sees kernel
      out-of-bounds accesses at their source line), copies are memcpy after checking that the
-     device side lies inside an allocation, streams are no-ops, events read the host clock.
+     device side lies inside an allocation, events read the host clock when they run.
    - Launch errors (block > 1024 threads, bad grid, dynamic shared memory over the kernel's limit:
      48 KB, or up to 227 KB after cudaFuncSetAttribute) surface through cudaGetLastError like on a
      GPU. Device-side faults (deadlock, bad mask, fiber stack overflow) print a report and exit 1.
@@ -37,7 +40,9 @@
 
  Files: this one holds the execution model (fibers, scheduler, barriers, warp operations, launch);
  cuda_harness_api.h, included at its end, the rest of the API (atomics, intrinsics, math, runtime
- calls). To add a synchronizing operation, extend Worker here; anything else goes there.
+ calls); cuda_harness_streams.h, included last, streams, events, copies and the launch primitive.
+ To add a synchronizing operation, extend Worker here; stream work goes there (stream_task); anything
+ else goes in cuda_harness_api.h.
 */
 #ifndef LLMC_CUDA_HARNESS_H
 #define LLMC_CUDA_HARNESS_H
@@ -114,6 +119,9 @@ struct Config {
     uint64_t seed = 1;
     int workers = 1;
     size_t stack_bytes = 0;
+    bool streams_sync = false; // LEANSTEP_HARNESS_STREAMS=sync: run stream work when issued
+    uint64_t stream_seed = 1;  // the interleaving of streams (cuda_harness_streams.h)
+    long stream_queue = 1024;  // queued operations before the harness runs some on its own
 };
 
 [[noreturn]] inline void die(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -165,6 +173,13 @@ inline Config& config() {
         k.workers = (int)env_long("LEANSTEP_HARNESS_WORKERS", 1, 1, 256);
         long kb = env_long("LEANSTEP_HARNESS_STACK_KB", LS_HARNESS_ASAN ? 256 : 64, 16, 65536);
         k.stack_bytes = (size_t)kb * 1024;
+        const char* sm = getenv("LEANSTEP_HARNESS_STREAMS");
+        if (sm != nullptr && *sm != '\0') {
+            if (strcmp(sm, "sync") == 0) k.streams_sync = true;
+            else if (strcmp(sm, "deferred") != 0) die("LEANSTEP_HARNESS_STREAMS='%s': expected deferred or sync", sm);
+        }
+        k.stream_seed = (uint64_t)env_long("LEANSTEP_HARNESS_STREAM_SEED", 1, 0, 0x7fffffffL);
+        k.stream_queue = env_long("LEANSTEP_HARNESS_STREAM_QUEUE", 1024, 1, 1L << 24);
         return k;
     }();
     return c;
@@ -894,7 +909,8 @@ inline std::map<const void*, size_t>& dyn_smem_limits() {
     return m;
 }
 
-inline cudaError_t run(Launch& L) {
+// The checks a GPU makes when a kernel is launched (errors through cudaGetLastError).
+inline cudaError_t check_launch(Launch& L) {
     const dim3 g = L.grid, b = L.block;
     if (b.x == 0 || b.y == 0 || b.z == 0 || b.x > 1024 || b.y > 1024 || b.z > 64 ||
         (uint64_t)b.x * b.y * b.z > kMaxThreads || g.x == 0 || g.y == 0 || g.z == 0 ||
@@ -913,6 +929,11 @@ inline cudaError_t run(Launch& L) {
     }
     L.nthreads = b.x * b.y * b.z;
     L.nblocks = (uint64_t)g.x * g.y * g.z;
+    return cudaSuccess;
+}
+
+// Runs a checked launch to completion (when its stream's turn comes).
+inline void execute_launch(const Launch& L) {
     std::atomic<uint64_t> next{0};
     int nw = config().workers;
     if (nw > 1 && L.nblocks > 1) {
@@ -920,7 +941,6 @@ inline cudaError_t run(Launch& L) {
     } else {
         this_worker().run_launch(L, next);
     }
-    return cudaSuccess;
 }
 
 // Set by launch() (cuda_compat.h) to its caller, so reports name the code that launched.
@@ -937,28 +957,6 @@ struct Bound {
 };
 
 } // namespace ls_harness
-
-// ----------------------------------------------------------------------------
-// the launch primitive (kernel<<<grid, block, smem, stream>>>(args...)); use launch() from
-// cuda_compat.h, which also checks the error
-
-template <typename... KP, typename... A>
-__attribute__((noinline)) void ls_launch_raw(void (*kernel)(KP...), dim3 grid, dim3 block, size_t smem,
-                                             cudaStream_t stream, A&&... args) {
-    static_assert(sizeof...(KP) == sizeof...(A), "launch: wrong number of kernel arguments");
-    (void)stream;
-    ls_harness::Bound<KP...> bound{kernel, std::tuple<std::decay_t<KP>...>(std::forward<A>(args)...)};
-    ls_harness::Launch L;
-    L.kernel = (const void*)kernel;
-    L.site = ls_harness::launch_site != nullptr ? ls_harness::launch_site : __builtin_return_address(0);
-    ls_harness::launch_site = nullptr;
-    L.invoke = &ls_harness::Bound<KP...>::invoke;
-    L.bound = &bound;
-    L.grid = grid;
-    L.block = block;
-    L.smem = smem;
-    ls_harness::run(L);
-}
 
 // ----------------------------------------------------------------------------
 // device API: synchronization
@@ -1077,7 +1075,8 @@ LS_WARP_REDUCE(__reduce_xor_sync, unsigned, OP_RED_XOR)
 
 #undef LS_SITE
 
-// Atomics, intrinsics, math and the runtime API shims.
+// Atomics, intrinsics, math and the runtime API shims; then streams, copies and the launch primitive.
 #include "cuda_harness_api.h"
+#include "cuda_harness_streams.h"
 
 #endif // LLMC_CUDA_HARNESS_H

@@ -179,16 +179,11 @@ inline void* ls_dynamic_smem() { return ls_harness::device_worker("DYNAMIC_SHARE
 // ----------------------------------------------------------------------------
 // runtime API shims (exact prototypes of cuda_runtime_api.h, C linkage)
 
-struct CUstream_st { int unused; };
-struct CUevent_st {
-    std::chrono::steady_clock::time_point t;
-    bool recorded;
-};
-
 namespace ls_harness {
 struct Allocs {
     std::mutex mu;
-    std::map<uintptr_t, size_t> live; // base -> bytes
+    std::map<uintptr_t, size_t> live;   // base -> bytes
+    std::map<uintptr_t, size_t> pinned; // cudaMallocHost: base -> bytes
     size_t total = 0;
 };
 inline Allocs& allocs() {
@@ -221,6 +216,7 @@ inline cudaError_t check_copy(void* dst, const void* src, size_t n, cudaMemcpyKi
 // LEANSTEP_HARNESS_DEVICES=0 plays a machine without a GPU, as the runtime reports it (the test of
 // the trainer's "no CUDA GPU" message); default 1.
 inline int device_count() { return (int)env_long("LEANSTEP_HARNESS_DEVICES", 1, 0, 1); }
+inline void sync_all(); // every queued operation of every stream (cuda_harness_streams.h)
 } // namespace ls_harness
 
 extern "C" {
@@ -243,6 +239,7 @@ inline const char* cudaGetErrorName(cudaError_t e) {
         case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
         case cudaErrorNotSupported: return "cudaErrorNotSupported";
         case cudaErrorNoDevice: return "cudaErrorNoDevice";
+        case cudaErrorNotReady: return "cudaErrorNotReady";
         default: return "cudaErrorUnknown";
     }
 }
@@ -259,6 +256,7 @@ inline const char* cudaGetErrorString(cudaError_t e) {
         case cudaErrorLaunchFailure: return "unspecified launch failure";
         case cudaErrorNotSupported: return "operation not supported";
         case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+        case cudaErrorNotReady: return "device not ready";
         default: return "unknown error";
     }
 }
@@ -278,52 +276,51 @@ inline cudaError_t cudaMalloc(void** devPtr, size_t size) {
     *devPtr = p;
     return cudaSuccess;
 }
+// Frees after all queued work has run (cudaFree synchronizes the device; queued work may use it).
 inline cudaError_t cudaFree(void* devPtr) {
     if (devPtr == nullptr) return cudaSuccess;
     ls_harness::Allocs& a = ls_harness::allocs();
     {
         std::lock_guard<std::mutex> lk(a.mu);
+        if (a.live.find((uintptr_t)devPtr) == a.live.end()) return ls_harness::set_error(cudaErrorInvalidValue);
+    }
+    ls_harness::sync_all();
+    {
+        std::lock_guard<std::mutex> lk(a.mu);
         auto it = a.live.find((uintptr_t)devPtr);
-        if (it == a.live.end()) return ls_harness::set_error(cudaErrorInvalidValue);
         a.total -= it->second;
         a.live.erase(it);
     }
     free(devPtr);
     return cudaSuccess;
 }
+// Pinned host memory: recorded, because async copies read and write it when they run, not when issued.
 inline cudaError_t cudaMallocHost(void** ptr, size_t size) {
+    if (ptr == nullptr) return ls_harness::set_error(cudaErrorInvalidValue);
     *ptr = malloc(size > 0 ? size : 1);
-    return *ptr ? cudaSuccess : ls_harness::set_error(cudaErrorMemoryAllocation);
+    if (*ptr == nullptr) return ls_harness::set_error(cudaErrorMemoryAllocation);
+    ls_harness::Allocs& a = ls_harness::allocs();
+    std::lock_guard<std::mutex> lk(a.mu);
+    a.pinned[(uintptr_t)*ptr] = size;
+    return cudaSuccess;
 }
 inline cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int) { return cudaMallocHost(pHost, size); }
-inline cudaError_t cudaFreeHost(void* ptr) { free(ptr); return cudaSuccess; }
+inline cudaError_t cudaFreeHost(void* ptr) {
+    if (ptr == nullptr) return cudaSuccess;
+    ls_harness::Allocs& a = ls_harness::allocs();
+    {
+        std::lock_guard<std::mutex> lk(a.mu);
+        if (a.pinned.find((uintptr_t)ptr) == a.pinned.end()) return ls_harness::set_error(cudaErrorInvalidValue);
+    }
+    ls_harness::sync_all();
+    {
+        std::lock_guard<std::mutex> lk(a.mu);
+        a.pinned.erase((uintptr_t)ptr);
+    }
+    free(ptr);
+    return cudaSuccess;
+}
 
-inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
-    cudaError_t e = ls_harness::check_copy(dst, src, count, kind);
-    if (e == cudaSuccess && count > 0) memcpy(dst, src, count);
-    return e;
-}
-inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind, cudaStream_t) {
-    return cudaMemcpy(dst, src, count, kind);
-}
-inline cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
-    if (count > 0 && !ls_harness::is_device_range(devPtr, count)) return ls_harness::set_error(cudaErrorInvalidValue);
-    if (count > 0) memset(devPtr, value, count);
-    return cudaSuccess;
-}
-inline cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t) {
-    return cudaMemset(devPtr, value, count);
-}
-inline cudaError_t cudaMemcpyToSymbol(const void* symbol, const void* src, size_t count, size_t offset,
-                                      enum cudaMemcpyKind) {
-    memcpy((char*)(uintptr_t)symbol + offset, src, count);
-    return cudaSuccess;
-}
-inline cudaError_t cudaMemcpyFromSymbol(void* dst, const void* symbol, size_t count, size_t offset,
-                                        enum cudaMemcpyKind) {
-    memcpy(dst, (const char*)symbol + offset, count);
-    return cudaSuccess;
-}
 inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
     ls_harness::Allocs& a = ls_harness::allocs();
     std::lock_guard<std::mutex> lk(a.mu);
@@ -332,30 +329,7 @@ inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
     return cudaSuccess;
 }
 
-inline cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = new CUstream_st{0}; return cudaSuccess; }
-inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int) { return cudaStreamCreate(s); }
-inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; }
-inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new CUevent_st{{}, false}; return cudaSuccess; }
-inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) { return cudaEventCreate(e); }
-inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
-inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
-    if (e == nullptr) return ls_harness::set_error(cudaErrorInvalidResourceHandle);
-    e->t = std::chrono::steady_clock::now(); // launches are synchronous: host time is device time
-    e->recorded = true;
-    return cudaSuccess;
-}
-inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
-    if (start == nullptr || end == nullptr || !start->recorded || !end->recorded)
-        return ls_harness::set_error(cudaErrorInvalidResourceHandle);
-    *ms = std::chrono::duration<float, std::milli>(end->t - start->t).count();
-    return cudaSuccess;
-}
-
-inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
-inline cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
+inline cudaError_t cudaDeviceReset(void) { ls_harness::sync_all(); return cudaSuccess; }
 inline cudaError_t cudaSetDevice(int device) {
     if (ls_harness::device_count() == 0) return ls_harness::set_error(cudaErrorNoDevice);
     return device == 0 ? cudaSuccess : ls_harness::set_error(cudaErrorInvalidDevice);

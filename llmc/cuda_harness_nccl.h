@@ -4,11 +4,15 @@
  code of train_gpt2.cu then runs in CI under `mpirun -np 2` without a GPU or NCCL's library.
 
  The declarations come from the real <nccl.h>, so a signature that drifts from NCCL's does not
- compile. "Device" buffers are host memory in the harness and launches are synchronous, so each
- call runs its collective at once on the calling thread (streams are ignored; a group is simply
- its calls in order, which every rank issues identically). The communicator is a duplicate of
- MPI_COMM_WORLD: nranks and rank must be MPI's, and CommInitRank checks that every rank got the
- same unique id (so the fs / tcp rendezvous is tested too).
+ compile. "Device" buffers are host memory in the harness. Each collective is stream work
+ (llmc/cuda_harness_streams.h): it runs, on the host thread, when its stream's turn comes, after
+ the waits its stream was given, and after the communicator's previous call (NCCL runs one
+ communicator's calls in issue order, which every rank issues identically; a group is simply its
+ calls in order). The harness runs a collective only when a synchronization needs it, so that a
+ process never blocks in MPI on work that its peers have not been asked to finish yet. Argument
+ errors are returned when the call is issued; an MPI failure while it runs is fatal. The
+ communicator is a duplicate of MPI_COMM_WORLD: nranks and rank must be MPI's, and CommInitRank
+ checks that every rank got the same unique id (so the fs / tcp rendezvous is tested too).
 
  Numerics: ncclFloat sums in fp32 (for two ranks a + b, as NCCL), ncclFloat64 in fp64, and
  ncclBfloat16 widens to fp32, sums, and rounds once to nearest even. NCCL's ring rounds to bf16
@@ -29,6 +33,7 @@
 struct ncclComm {
     MPI_Comm mpi;
     int rank, size;
+    ls_harness::Dep last;  // the previous collective: the next one runs after it
 };
 
 static size_t nccl_shim_type_bytes(ncclDataType_t t) {
@@ -65,6 +70,15 @@ static ncclResult_t nccl_shim_args(size_t count, ncclDataType_t t, ncclComm_t co
 }
 
 static MPI_Datatype nccl_shim_mpi_type(ncclDataType_t t) { return t == ncclFloat64 ? MPI_DOUBLE : MPI_FLOAT; }
+
+// Queues a collective on `stream` after the communicator's previous one.
+static void nccl_shim_issue(ncclComm_t comm, cudaStream_t stream, const char* what, std::function<void()> fn) {
+    comm->last = ls_harness::stream_task(stream, what, std::move(fn), true, &comm->last);
+}
+
+static void nccl_shim_mpi_check(int rc, const char* what) {
+    if (rc != MPI_SUCCESS) { ls_fatal("nccl shim: %s: the MPI call failed (error %d)", what, rc); }
+}
 
 extern "C" {
 
@@ -111,18 +125,19 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
         fprintf(stderr, "nccl shim: rank %d: the ranks were given different unique ids (the rendezvous is broken)\n", rank);
         return ncclInvalidUsage;
     }
-    ncclComm* c = (ncclComm*)mallocCheck(sizeof(ncclComm));
+    ncclComm* c = new ncclComm();
     c->rank = rank;
     c->size = nranks;
-    if (MPI_Comm_dup(MPI_COMM_WORLD, &c->mpi) != MPI_SUCCESS) { free(c); return ncclSystemError; }
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &c->mpi) != MPI_SUCCESS) { delete c; return ncclSystemError; }
     *comm = c;
     return ncclSuccess;
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (comm == NULL) { return ncclSuccess; }
+    if (comm->last.s != NULL) { ls_harness::run_until({comm->last}); }  // its queued collectives first
     MPI_Comm_free(&comm->mpi);
-    free(comm);
+    delete comm;
     return ncclSuccess;
 }
 
@@ -134,7 +149,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* err) {
     (void)comm;
-    *err = ncclSuccess;  // every call completed (or failed) before it returned
+    *err = ncclSuccess;  // a collective that fails while it runs ends the process
     return ncclSuccess;
 }
 
@@ -143,43 +158,47 @@ ncclResult_t ncclGroupEnd() { return ncclSuccess; }
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t t, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t stream) {
-    (void)stream;
     ncclResult_t r = nccl_shim_args(count, t, comm);
     if (r != ncclSuccess || op != ncclSum) { return r != ncclSuccess ? r : ncclInvalidArgument; }
-    void* w = nccl_shim_widen(sendbuff, count, t);
-    int rc = MPI_Allreduce(MPI_IN_PLACE, w, (int)count, nccl_shim_mpi_type(t), MPI_SUM, comm->mpi);
-    if (rc == MPI_SUCCESS) { nccl_shim_narrow(w, recvbuff, count, t); }
-    free(w);
-    return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    nccl_shim_issue(comm, stream, "ncclAllReduce", [=] {
+        void* w = nccl_shim_widen(sendbuff, count, t);
+        nccl_shim_mpi_check(MPI_Allreduce(MPI_IN_PLACE, w, (int)count, nccl_shim_mpi_type(t), MPI_SUM, comm->mpi), "ncclAllReduce");
+        nccl_shim_narrow(w, recvbuff, count, t);
+        free(w);
+    });
+    return ncclSuccess;
 }
 
 // sendbuff holds size * recvcount elements (in place: recvbuff == sendbuff + rank * recvcount)
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t t, ncclRedOp_t op,
                                ncclComm_t comm, cudaStream_t stream) {
-    (void)stream;
     ncclResult_t r = nccl_shim_args(recvcount, t, comm);
     if (r != ncclSuccess || op != ncclSum) { return r != ncclSuccess ? r : ncclInvalidArgument; }
-    void* w = nccl_shim_widen(sendbuff, recvcount * (size_t)comm->size, t);
-    void* out = mallocCheck(recvcount * 8 + 8);
-    int rc = MPI_Reduce_scatter_block(w, out, (int)recvcount, nccl_shim_mpi_type(t), MPI_SUM, comm->mpi);
-    if (rc == MPI_SUCCESS) { nccl_shim_narrow(out, recvbuff, recvcount, t); }
-    free(out);
-    free(w);
-    return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    nccl_shim_issue(comm, stream, "ncclReduceScatter", [=] {
+        void* w = nccl_shim_widen(sendbuff, recvcount * (size_t)comm->size, t);
+        void* out = mallocCheck(recvcount * 8 + 8);
+        nccl_shim_mpi_check(MPI_Reduce_scatter_block(w, out, (int)recvcount, nccl_shim_mpi_type(t), MPI_SUM, comm->mpi),
+                            "ncclReduceScatter");
+        nccl_shim_narrow(out, recvbuff, recvcount, t);
+        free(out);
+        free(w);
+    });
+    return ncclSuccess;
 }
 
 // recvbuff gets size * sendcount elements (in place: sendbuff == recvbuff + rank * sendcount)
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t t, ncclComm_t comm,
                            cudaStream_t stream) {
-    (void)stream;
     ncclResult_t r = nccl_shim_args(sendcount, t, comm);
     if (r != ncclSuccess) { return r; }
     size_t bytes = sendcount * nccl_shim_type_bytes(t);
-    void* mine = mallocCheck(bytes + 1);
-    memcpy(mine, sendbuff, bytes);
-    int rc = MPI_Allgather(mine, (int)bytes, MPI_BYTE, recvbuff, (int)bytes, MPI_BYTE, comm->mpi);
-    free(mine);
-    return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    nccl_shim_issue(comm, stream, "ncclAllGather", [=] {
+        void* mine = mallocCheck(bytes + 1);
+        memcpy(mine, sendbuff, bytes);
+        nccl_shim_mpi_check(MPI_Allgather(mine, (int)bytes, MPI_BYTE, recvbuff, (int)bytes, MPI_BYTE, comm->mpi), "ncclAllGather");
+        free(mine);
+    });
+    return ncclSuccess;
 }
 
 }  // extern "C"

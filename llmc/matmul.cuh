@@ -510,8 +510,8 @@ static inline int matmul_gemm(floatX* d, const floatX* a, const floatX* b, const
     gemm_check_shape(s, epi, "matmul_gemm");
     if (epi != GEMM_EPI_NONE && aux == NULL) ls_fatal("matmul_gemm: a GELU epilogue needs the aux matrix");
 #if LS_HARNESS
-    (void)stream;
-    matmul_gemm_cpu(d, a, b, s, epi, bias, aux);
+    // stream work, like the library call: it runs in `stream`'s order with the kernels
+    ls_harness::stream_task(stream, "matmul_gemm (CPU cuBLASLt)", [=] { matmul_gemm_cpu(d, a, b, s, epi, bias, aux); });
     return 1;
 #else
     return matmul_gemm_lt(d, a, b, s, epi, bias, aux, stream);

@@ -591,6 +591,104 @@ static void test_runtime() {
 }
 
 // ----------------------------------------------------------------------------
+// streams: what CUDA guarantees about the order of work on different streams
+
+static __global__ void k_fill(int* x, int n, int v) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = v + i;
+}
+static __global__ void k_add(int* y, const int* x, int n, int v) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] + v;
+}
+static __global__ void k_step(int* x, int n) { // x = 3x + 1 (mod 2^32): order-sensitive
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = (int)(3u * (unsigned)x[i] + 1u);
+}
+
+// A pinned host buffer of n ints.
+struct PinnedInts {
+    int* h = nullptr;
+    explicit PinnedInts(size_t n) { cudaCheck(cudaMallocHost((void**)&h, n * sizeof(int))); }
+    ~PinnedInts() { cudaCheck(cudaFreeHost(h)); }
+    PinnedInts(const PinnedInts&) = delete;
+    PinnedInts& operator=(const PinnedInts&) = delete;
+};
+
+// Two streams share x. read_after_write: a kernel on stream a writes x, one on stream b reads it
+// (b must wait for a); else b reads x first and a overwrites it (a must wait for b). `wait`: with
+// the cudaStreamWaitEvent that orders them. Returns the number of wrong outputs (of 256).
+static int run_two_streams(bool read_after_write, bool wait) {
+    const int n = 256;
+    cudaStream_t a, b;
+    cudaEvent_t e;
+    cudaCheck(cudaStreamCreate(&a));
+    cudaCheck(cudaStreamCreate(&b));
+    cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    DevBuf<int> x(n), y(n);
+    PinnedInts out(n);
+    launch(k_fill, 1, n, 0, 0, x.d, n, 1000); // legacy stream: a and b wait for it
+    if (read_after_write) {
+        launch(k_fill, 1, n, 0, a, x.d, n, 2000);
+        cudaCheck(cudaEventRecord(e, a));
+        if (wait) cudaCheck(cudaStreamWaitEvent(b, e, 0));
+        launch(k_add, 1, n, 0, b, y.d, x.d, n, 1);
+    } else {
+        launch(k_add, 1, n, 0, b, y.d, x.d, n, 1);
+        cudaCheck(cudaEventRecord(e, b));
+        if (wait) cudaCheck(cudaStreamWaitEvent(a, e, 0));
+        launch(k_fill, 1, n, 0, a, x.d, n, 2000);
+    }
+    cudaCheck(cudaMemcpyAsync(out.h, y.d, n * sizeof(int), cudaMemcpyDeviceToHost, b));
+    cudaCheck(cudaStreamSynchronize(b)); // out is complete; a may still run
+    int bad = 0;
+    for (int i = 0; i < n; i++) bad += out.h[i] != (read_after_write ? 2000 : 1000) + i + 1;
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaEventDestroy(e));
+    cudaCheck(cudaStreamDestroy(a));
+    cudaCheck(cudaStreamDestroy(b));
+    return bad;
+}
+
+static void test_stream_waits() {
+    EXPECT(run_two_streams(true, true) == 0, "read after write across streams, with the wait");
+    EXPECT(run_two_streams(false, true) == 0, "write after read across streams, with the wait");
+}
+
+// Three streams each run a chain of k_step on their own buffer, stream 2 then joins stream 0's
+// result through an event, and the legacy stream (synchronous cudaMemcpy) reads everything: stream
+// order, events and the legacy stream's implicit waits, with more operations than fit the queue.
+static void test_stream_order() {
+    const int n = 64, steps = 700;
+    cudaStream_t s[3];
+    cudaEvent_t done0;
+    for (auto& x : s) cudaCheck(cudaStreamCreate(&x));
+    cudaCheck(cudaEventCreate(&done0));
+    DevBuf<int> buf(3 * n), joined(n);
+    for (int k = 0; k < 3; k++) launch(k_fill, 1, n, 0, s[k], buf.d + k * n, n, 10 * k);
+    for (int r = 0; r < steps; r++)
+        for (int k = 0; k < 3; k++) launch(k_step, 1, n, 0, s[k], buf.d + k * n, n);
+    cudaCheck(cudaEventRecord(done0, s[0]));
+    cudaCheck(cudaStreamWaitEvent(s[2], done0, 0));
+    launch(k_add, 1, n, 0, s[2], joined.d, buf.d, n, 7);
+    std::vector<int> got = buf.get(), got_joined = joined.get(); // legacy stream: waits for all three
+    int bad = 0;
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < n; i++) {
+            unsigned v = (unsigned)(10 * k + i);
+            for (int r = 0; r < steps; r++) v = 3u * v + 1u;
+            bad += got[k * n + i] != (int)v;
+            if (k == 0) bad += got_joined[i] != (int)(v + 7u);
+        }
+    }
+    EXPECT(bad == 0, "%d wrong values after %d steps on 3 streams", bad, steps);
+    float ms = -1.0f;
+    EXPECT(cudaEventElapsedTime(&ms, done0, done0) == cudaSuccess && ms == 0.0f, "elapsed time of an event to itself");
+    cudaCheck(cudaEventDestroy(done0));
+    for (auto& x : s) cudaCheck(cudaStreamDestroy(x));
+}
+
+// ----------------------------------------------------------------------------
 // harness-only: orders, workers, the planted race
 
 #if LS_HARNESS
@@ -619,6 +717,63 @@ static void test_missing_barrier_caught() {
     }
     ls_harness::set_order(saved);
     EXPECT(orders_wrong >= 1, "the missing __syncthreads went unnoticed in every order");
+}
+
+// Planted bugs: the cudaStreamWaitEvent left out, in both directions. The interleaving is random
+// under a seed, so each seed catches a given missing wait or not, deterministically; over 8 seeds
+// both must be caught, and the correct versions must pass under every seed.
+static const uint64_t kStreamSeeds[] = {1, 2, 3, 4, 5, 6, 7, 8};
+
+static void test_missing_wait_caught() {
+    uint64_t saved = ls_harness::config().stream_seed;
+    int caught_raw = 0, caught_war = 0;
+    for (uint64_t seed : kStreamSeeds) {
+        ls_harness::set_stream_seed(seed);
+        EXPECT(run_two_streams(true, true) == 0 && run_two_streams(false, true) == 0,
+               "with the waits, stream seed %llu", (unsigned long long)seed);
+        test_stream_order();
+        int raw = run_two_streams(true, false), war = run_two_streams(false, false);
+        if (!g_quiet) printf("    missing wait, stream seed %llu: read-after-write %3d, write-after-read %3d of 256 wrong\n",
+                             (unsigned long long)seed, raw, war);
+        caught_raw += raw > 0;
+        caught_war += war > 0;
+    }
+    ls_harness::set_stream_seed(saved);
+    EXPECT(caught_raw >= 1, "the missing wait (read after write) went unnoticed under every seed");
+    EXPECT(caught_war >= 1, "the missing wait (write after read) went unnoticed under every seed");
+    // the old synchronous mode runs in issue order: it cannot see them
+    ls_harness::config().streams_sync = true;
+    EXPECT(run_two_streams(true, false) == 0 && run_two_streams(false, false) == 0, "LEANSTEP_HARNESS_STREAMS=sync");
+    ls_harness::config().streams_sync = false;
+}
+
+// Planted bug: the host reads pinned memory that an async copy writes, without synchronizing.
+static void test_missing_sync_caught() {
+    const int n = 64;
+    cudaStream_t s;
+    cudaCheck(cudaStreamCreate(&s));
+    DevBuf<int> y(n);
+    PinnedInts out(n);
+    for (int i = 0; i < n; i++) out.h[i] = -1;
+    launch(k_fill, 1, n, 0, s, y.d, n, 5);
+    cudaCheck(cudaMemcpyAsync(out.h, y.d, n * sizeof(int), cudaMemcpyDeviceToHost, s));
+    int stale = 0;
+    for (int i = 0; i < n; i++) stale += out.h[i] == -1; // no synchronization yet
+    EXPECT(stale == n, "the copy ran before any synchronization (%d of %d stale)", stale, n);
+    cudaCheck(cudaStreamSynchronize(s));
+    int bad = 0;
+    for (int i = 0; i < n; i++) bad += out.h[i] != 5 + i;
+    EXPECT(bad == 0, "%d wrong values after cudaStreamSynchronize", bad);
+    // a pageable source is staged when the copy is issued; a pinned one is read when it runs
+    std::vector<int> pageable(n, 1);
+    for (int i = 0; i < n; i++) out.h[i] = 2;
+    cudaCheck(cudaMemcpyAsync(y.d, pageable.data(), n * sizeof(int), cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemcpyAsync(y.d + n / 2, out.h, n / 2 * sizeof(int), cudaMemcpyHostToDevice, s));
+    pageable[0] = 3;
+    out.h[0] = 4;
+    std::vector<int> got = y.get();
+    EXPECT(got[0] == 1 && got[n / 2] == 4 && got[n / 2 + 1] == 2, "staging: %d %d %d", got[0], got[n / 2], got[n / 2 + 1]);
+    cudaCheck(cudaStreamDestroy(s));
 }
 
 static void test_workers() {
@@ -719,6 +874,8 @@ static const DeathTest kDeathTests[] = {
     {"stack-overflow", "", false, {"", "", ""}},
     {"ok", "LEANSTEP_HARNESS_ORDER=sideways", false, {"LEANSTEP_HARNESS_ORDER='sideways'", "forward", ""}},
     {"ok", "LEANSTEP_HARNESS_WORKERS=0", false, {"LEANSTEP_HARNESS_WORKERS='0'", "", ""}},
+    {"ok", "LEANSTEP_HARNESS_STREAMS=eager", false, {"LEANSTEP_HARNESS_STREAMS='eager'", "deferred or sync", ""}},
+    {"ok", "LEANSTEP_HARNESS_STREAM_QUEUE=0", false, {"LEANSTEP_HARNESS_STREAM_QUEUE='0'", "", ""}},
 };
 
 // Returns the number of failure tests run.
@@ -799,9 +956,9 @@ static void bench() {
     cudaCheck(cudaMalloc(&sink, 4));
     const int B = 256, T = 256, R = 64;
     double threads = (double)B * T;
-    double t_empty = time_ms([] { launch(k_empty, 256, 256, 0, 0); });
-    double t_bar = time_ms([] { launch(k_barriers, 256, 256, 0, 0, 64); });
-    double t_shfl = time_ms([] { launch(k_shfls, 256, 256, 0, 0, 64, sink); });
+    double t_empty = time_ms([] { launch(k_empty, 256, 256, 0, 0); cudaCheck(cudaDeviceSynchronize()); });
+    double t_bar = time_ms([] { launch(k_barriers, 256, 256, 0, 0, 64); cudaCheck(cudaDeviceSynchronize()); });
+    double t_shfl = time_ms([] { launch(k_shfls, 256, 256, 0, 0, 64, sink); cudaCheck(cudaDeviceSynchronize()); });
     printf("harness cost (order %s, %d worker(s), %s build):\n", ls_harness::order_name(ls_harness::config().order),
            ls_harness::config().workers, LS_HARNESS_ASAN ? "ASan" : "optimized");
     printf("  thread start+run+exit : %6.1f ns per thread\n", t_empty * 1e6 / threads);
@@ -845,12 +1002,16 @@ static const Test kTests[] = {
     {"bf16", test_bf16},
     {"constant", test_constant},
     {"runtime", test_runtime},
+    {"stream-waits", test_stream_waits},
+    {"stream-order", test_stream_order},
 #if LS_HARNESS
     {"poison", test_poison},
     {"shfl-outside-mask", test_shfl_outside_mask},
     {"orders", test_orders},
     {"workers", test_workers},
     {"missing-barrier-caught", test_missing_barrier_caught},
+    {"missing-wait-caught", test_missing_wait_caught},
+    {"missing-sync-caught", test_missing_sync_caught},
 #endif
 };
 
