@@ -93,7 +93,7 @@ int main(void) {
     row("llm.c 124M bf16: m (and v, master each)", "4 B x N", mib(gpu.bytes[MEM_ADAM_M]), 4 * N124 / 1048576.0, 474, "MiB");
 
     // 4. llm.c GPT-2 1558M, 8 GPUs, ZeRO-1
-    GpuMemoryOptions z = {1, 1, 2, 0, 0, 1, 8, 0, 0, 0, 0};
+    GpuMemoryOptions z = {1, 1, 2, 0, 0, 1, 8, 0, 0, 0, 0, 1};  // cuDNN attention, as llm.c
     MemoryReport gz = memory_model_gpu(&d48, 16, 1024, &z);
     row("llm.c 1558M bf16: parameters", "2 B x N", mib(gz.bytes[MEM_PARAMS]), 2 * N1558 / 1048576.0, 2971, "MiB");
     row("llm.c 1558M ZeRO-1 x8: m (v, master) per GPU", "4 B x N / 8", mib(gz.bytes[MEM_ADAM_M]), 4 * N1558 / 8 / 1048576.0, 742, "MiB");
