@@ -211,7 +211,7 @@ cudnn-frontend:
 	@if [ -f $(CUDNN_FRONTEND_H) ]; then echo "cudnn frontend headers: $(CUDNN_FRONTEND_DIR)/include"; \
 	else bash dev/get_cudnn_frontend.sh $(CUDNN_FRONTEND_DIR) $(CUDNN_FRONTEND_VERSION); fi
 
-$(CUDNN_ATT_OBJ): llmc/cudnn_att.cpp llmc/cudnn_att.h llmc/utils.h
+$(CUDNN_ATT_OBJ): llmc/cudnn_att.cpp llmc/cudnn_att.cuh llmc/utils.h
 	@test -f $(CUDNN_FRONTEND_H) || { echo "error: $(CUDNN_FRONTEND_H) not found: the cuDNN frontend headers (PyPI nvidia-cudnn-frontend) are needed for --attention cudnn; run make cudnn-frontend"; exit 1; }
 	@mkdir -p $(@D)
 	@echo "  CXX   $@ (cuDNN frontend)"

@@ -49,7 +49,7 @@
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
 #include "llmc/attention.cuh"
-#include "llmc/cudnn_att.h"
+#include "llmc/cudnn_att.cuh"
 #include "llmc/gelu.cuh"
 #include "llmc/fused_classifier.cuh"
 #include "llmc/global_norm.cuh"
@@ -119,7 +119,7 @@ typedef struct {
     size_t num_parameters;
     int B, T;                 // the largest batch the activations hold
     int recompute;            // -r
-    int flash;                // --attention cudnn (llmc/cudnn_att.h), else the matmul path (llmc/attention.cuh)
+    int flash;                // --attention cudnn (llmc/cudnn_att.cuh), else the matmul path (llmc/attention.cuh)
     floatX* params_memory;    // (num_parameters) device
     ParameterTensorsX params;
     floatX* grads_memory;     // (state_elems) device: all parameters, or BAdam's active block (grad_slice)

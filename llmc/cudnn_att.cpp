@@ -1,6 +1,6 @@
 /*
- cudnn_att.cpp: the GPU implementation of llmc/cudnn_att.h: causal bf16 attention through cuDNN's
- fused scaled-dot-product attention (the cuDNN frontend graph API, header-only C++).
+ cudnn_att.cpp: the GPU implementation of llmc/cudnn_att.cuh: causal bf16 attention through
+ cuDNN's fused scaled-dot-product attention (the cuDNN frontend graph API, header-only C++).
 
  Its own translation unit, compiled once with the host compiler against the CUDA and cuDNN
  headers (no device code here), so that the frontend's heavy headers do not slow down every
@@ -18,7 +18,7 @@
  scratch) are one line naming the shape and `--attention matmul`, and exit non-zero.
 */
 #define LS_CUDNN_ATT_IMPL
-#include "llmc/cudnn_att.h"
+#include "llmc/cudnn_att.cuh"
 
 #include <cudnn.h>
 #include <cudnn_frontend.h>
@@ -84,7 +84,8 @@ const AttGraph& cudnn_att_graph(bool backward, int B, int T, int NH, int C, size
     if (it != st.graphs.end()) {
         if ((size_t)it->second.workspace > scratch_bytes) {
             cudnn_att_fail(fn, B, T, NH, C, "cuDNN needs " + std::to_string(it->second.workspace) +
-                                                " bytes of workspace, the caller passed " + std::to_string(scratch_bytes));
+                                                " bytes of workspace, the caller passed " +
+                                                std::to_string(scratch_bytes));
         }
         return it->second;
     }
@@ -153,7 +154,9 @@ void cudnn_att_execute(const char* fn, const AttGraph& ag, std::unordered_map<in
                        cudaStream_t stream, int B, int T, int NH, int C) {
     cudnnHandle_t handle = cudnn_att_handle(fn, B, T, NH, C);
     cudnnStatus_t s = cudnnSetStream(handle, stream);
-    if (s != CUDNN_STATUS_SUCCESS) cudnn_att_fail(fn, B, T, NH, C, std::string("cudnnSetStream: ") + cudnnGetErrorString(s));
+    if (s != CUDNN_STATUS_SUCCESS) {
+        cudnn_att_fail(fn, B, T, NH, C, std::string("cudnnSetStream: ") + cudnnGetErrorString(s));
+    }
     fe::error_t e;
     try {
         e = ag.graph->execute(handle, pack, scratch);

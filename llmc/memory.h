@@ -144,7 +144,7 @@ static inline MemoryReport memory_model_cpu(const GPT2Config* c, int B, int T, c
 //   lnf_mean lnf_rstd losses (B,T) fp32  qkvr (L,B,T,3C)  output (B,T,max(3C,Vp))  att_stats (L,B,NH,T) fp32
 // Backward scratch (floatX): dresidual dbuf datty (B,T,C)  dfch (B,T,4C)  dqkv dqkvr (B,T,3C)
 //   datt (B,NH,T,T); plus the kernels' fp32 scratch, sized by the kernel headers.
-// Attention: flash (--attention cudnn, llmc/cudnn_att.h) keeps no T x T tensor: att, datt and
+// Attention: flash (--attention cudnn, llmc/cudnn_att.cuh) keeps no T x T tensor: att, datt and
 // dqkvr are empty, qkvr holds each layer's qkv as the matmul wrote it (B,T,3C), and att_stats the
 // log-sum-exp of every score row; the matmul path (llmc/attention.cuh) has no att_stats.
 

@@ -1,7 +1,7 @@
 /*
  attention.cu: the lab of llmc/attention.cuh (causal self-attention, forward and backward: this
  file's kernels for the head split/merge and the softmax, GEMMs through llmc/matmul.cuh) and of
- llmc/cudnn_att.h (the flash path, --attention cudnn: cuDNN on a GPU, its CPU implementation
+ llmc/cudnn_att.cuh (the flash path, --attention cudnn: cuDNN on a GPU, its CPU implementation
  under the harness).
  One driver, two modes:
    --check  small shapes (T not a multiple of 8 or of the 8-row block, T = 1, head sizes 16 and
@@ -38,7 +38,7 @@
 #include "lab.h"
 #include "llmc/matmul.cuh"
 #include "llmc/attention.cuh"
-#include "llmc/cudnn_att.h"
+#include "llmc/cudnn_att.cuh"
 
 // The flash path runs where it exists: the harness (both precisions) and the BF16 GPU build.
 #define LAB_FLASH (LS_HARNESS || FLOATX_IS_BF16)
@@ -114,6 +114,7 @@ static void ref_backward(std::vector<double>& dqkv, const std::vector<double>& d
             }
 }
 
+#if LAB_FLASH
 // lse (B,NH,T): log sum_j<=t exp(q_t . k_j / sqrt(hs)), the flash path's stats.
 static void ref_lse(std::vector<double>& lse, const std::vector<double>& qkv, int B, int T, int C, int NH) {
     const int hs = C / NH;
@@ -136,6 +137,7 @@ static void ref_lse(std::vector<double>& lse, const std::vector<double>& qkv, in
                 lse[((size_t)b * NH + h) * T + t] = mx + log(sum);
             }
 }
+#endif
 
 // The reference backward against central differences of L = sum(dout * out) on a tiny shape.
 static bool ref_selfcheck(void) {
@@ -259,7 +261,7 @@ static bool check_case(const CheckCase& k, uint64_t seed) {
                bad ? "FAIL" : "ok", k.note);
     }
 #if LAB_FLASH
-    // the flash path (llmc/cudnn_att.h) on the same inputs: out, stats, dqkv
+    // the flash path (llmc/cudnn_att.cuh) on the same inputs: out, stats, dqkv
     {
         const size_t nstats = (size_t)B * NH * T;
         const size_t ws = attention_cudnn_scratch_bytes(B, T, NH, C);

@@ -1,5 +1,5 @@
 /*
- cudnn_att.h: causal self-attention without T x T buffers (flash attention), the GPU trainer's
+ cudnn_att.cuh: causal self-attention without T x T buffers (flash attention), the GPU trainer's
  `--attention cudnn` path (the BF16 default; llmc/attention.cuh is `--attention matmul`).
 
    attention_forward_cudnn(out, stats, qkv, B, T, NH, C, scratch, scratch_bytes, stream)
@@ -192,8 +192,8 @@ static inline void attention_forward_cudnn(floatX* out, float* stats, const floa
     attention_forward_cudnn_bf16(out, stats, qkv, B, T, NH, C, scratch, scratch_bytes, stream);
 #else
     (void)scratch, (void)scratch_bytes, (void)stream;
-    ls_fatal("attention_forward_cudnn: cuDNN attention needs the BF16 build (B=%d T=%d NH=%d C=%d; use --attention matmul)",
-             B, T, NH, C);
+    ls_fatal("attention_forward_cudnn: cuDNN attention needs the BF16 build (B=%d T=%d NH=%d C=%d; "
+             "use --attention matmul)", B, T, NH, C);
 #endif
 }
 
@@ -222,8 +222,8 @@ static inline void attention_backward_cudnn(floatX* dqkv, const floatX* dout, co
     attention_backward_cudnn_bf16(dqkv, dout, qkv, out, stats, B, T, NH, C, scratch, scratch_bytes, stream);
 #else
     (void)scratch, (void)scratch_bytes, (void)stream;
-    ls_fatal("attention_backward_cudnn: cuDNN attention needs the BF16 build (B=%d T=%d NH=%d C=%d; use --attention matmul)",
-             B, T, NH, C);
+    ls_fatal("attention_backward_cudnn: cuDNN attention needs the BF16 build (B=%d T=%d NH=%d C=%d; "
+             "use --attention matmul)", B, T, NH, C);
 #endif
 }
 
