@@ -119,7 +119,7 @@ typedef struct {
     size_t num_parameters;
     int B, T;                 // the largest batch the activations hold
     int recompute;            // -r
-    int flash;                // --attention cudnn (llmc/cudnn_att.cuh), else the matmul path (llmc/attention.cuh)
+    int flash;                // 0: --attention matmul (llmc/attention.cuh); 1 cudnn, 2 cudnn-fast (llmc/cudnn_att.cuh)
     floatX* params_memory;    // (num_parameters) device
     ParameterTensorsX params;
     floatX* grads_memory;     // (state_elems) device: all parameters, or BAdam's active block (grad_slice)
@@ -193,6 +193,12 @@ static void* cuda_malloc_counted(MemCounter* mc, MemCategory cat, size_t bytes) 
     return p;
 }
 
+// --attention as the model's flash mode (see GPT2.flash); NULL options: the build's default.
+static int attention_flash_mode(const TrainOptions* o) {
+    if (o == NULL) { return FLOATX_IS_BF16 ? 1 : 0; }
+    return o->attention == ATTENTION_CUDNN ? 1 : o->attention == ATTENTION_CUDNN_FAST ? 2 : 0;
+}
+
 static size_t kernel_scratch_bytes_for(const GPT2Config* c, int B, int T, int flash) {
     size_t BT = (size_t)B * T, C = (size_t)c->channels, Vp = (size_t)c->padded_vocab_size;
     size_t need = encoder_backward_scratch_bytes(B, T, (int)C);
@@ -200,7 +206,7 @@ static size_t kernel_scratch_bytes_for(const GPT2Config* c, int B, int T, int fl
     x = layernorm_backward_scratch_bytes((int)BT, (int)C); if (x > need) { need = x; }
     x = matmul_backward_scratch_bytes((int)BT, (int)(Vp > 4 * C ? Vp : 4 * C)); if (x > need) { need = x; }
     x = attention_backward_scratch_bytes(B, T, (int)C, c->num_heads); if (x > need) { need = x; }
-    x = flash ? attention_cudnn_scratch_bytes(B, T, c->num_heads, (int)C) : 0; if (x > need) { need = x; }
+    x = flash ? attention_cudnn_scratch_bytes(B, T, c->num_heads, (int)C, flash == 1) : 0; if (x > need) { need = x; }
     return need;
 }
 
@@ -272,9 +278,9 @@ static void gpu_check_flags(const TrainOptions* o) {
     if (o && procs > 1 && o->zero_stage >= 1 && o->badam > 0) {
         ls_fatal("flags -z 1 and --badam: ZeRO-1 with BAdam is not supported; use -z 0");
     }
-    if (o && o->attention == ATTENTION_CUDNN && !FLOATX_IS_BF16) {
-        ls_fatal("flag --attention cudnn: cuDNN's flash attention needs the BF16 build (make train_gpt2cu PRECISION=BF16); "
-                 "this FP32 build has --attention matmul");
+    if (o && o->attention != ATTENTION_MATMUL && !FLOATX_IS_BF16) {
+        ls_fatal("flag --attention %s: cuDNN's flash attention needs the BF16 build (make train_gpt2cu PRECISION=BF16); "
+                 "this FP32 build has --attention matmul", attention_choices[o->attention]);
     }
     if (o && procs > 1 && o->zero_stage >= 1 && o->offload) {
         ls_fatal("flags -z 1 and --offload cannot be combined yet (ZeRO-1 already divides m, v and master by the process count)");
@@ -333,7 +339,7 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     model->use_family = opts ? train_options_uses_family(opts) : 0;
     size_t opt_state_bytes = opts ? train_options_family_state_bytes(opts, c) : 0;
     model->recompute = opts ? opts->recompute : 1;
-    model->flash = opts ? opts->attention == ATTENTION_CUDNN : FLOATX_IS_BF16;  // NULL opts: the build's default
+    model->flash = attention_flash_mode(opts);
     int master = FLOATX_IS_BF16 && (opts ? opts->master_weights : 1);
     model->use_master = master;
     model->seed = seed;
@@ -722,8 +728,8 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
                         LAYER(a->atty, l, BTC), w->attprojw + lC * C, NULL, BT, C, C, s);
         if (model->flash) {
             attention_backward_cudnn(d->dqkv, d->datty, LAYER(a->qkvr, l, 3 * BTC), LAYER(a->atty, l, BTC),
-                                     LAYER(a->att_stats, l, gpu_att_stats_layer_elems(B, T, NH)), B, T, NH, C, ks,
-                                     model->kernel_scratch_bytes, s);
+                                     LAYER(a->att_stats, l, gpu_att_stats_layer_elems(B, T, NH)), B, T, NH, C,
+                                     model->flash == 1, ks, model->kernel_scratch_bytes, s);
         } else {
             attention_backward(d->dqkv, d->dqkvr, d->datt, (floatX*)ks, d->datty, LAYER(a->qkvr, l, 3 * BTC),
                                LAYER(a->att, l, (size_t)B * NH * T * T), B, T, C, NH, s);
@@ -1081,7 +1087,7 @@ static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOpti
     size_t badam_block = badam_block_for(c, o, 1);
     GpuMemoryOptions g = gpu_memory_options(c, o->B, o->T, o->recompute, FLOATX_IS_BF16 && o->master_weights, chunk,
                                             badam_block, gpu_zero_stage(o), gpu_procs(o), train_options_uses_family(o),
-                                            train_options_family_state_bytes(o, c), o->attention == ATTENTION_CUDNN);
+                                            train_options_family_state_bytes(o, c), attention_flash_mode(o));
     MemoryReport predicted = memory_model_gpu(c, o->B, o->T, &g);
     printf("GPU memory (%s, recompute %d, master weights %s, attention %s", PRECISION_NAME, o->recompute,
            g.master_weights ? "on" : "off", attention_choices[o->attention]);
@@ -1097,7 +1103,7 @@ static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o,
            gpu_peak_flops() > 0 ? "" : " (peak FLOP/s unknown: no MFU)");
     gpt2_describe(&model->config, model->num_parameters, o, accum);
     printf("recompute %d, master weights %s, attention %s", model->recompute, model->use_master ? "on" : "off",
-           model->flash ? "cudnn (flash, no T x T buffers)" : "matmul (T x T scores)");
+           model->flash ? attention_choices[model->flash == 1 ? ATTENTION_CUDNN : ATTENTION_CUDNN_FAST] : "matmul");
     if (model->offload) {
         printf(", optimizer state offloaded to host: %d chunks of %zu elements, %.1f MiB host<->device per step",
                model->num_chunks, model->chunk, mib(offload_bytes_per_step(model)));

@@ -40,7 +40,8 @@ struct AttGraph {
     int64_t workspace = 0;
 };
 
-using AttKey = std::tuple<int, int, int, int, int>; // backward?, B, T, NH, C
+// (0 forward, 1 backward, 2 deterministic backward), B, T, NH, C
+using AttKey = std::tuple<int, int, int, int, int>;
 
 struct CudnnAttState {
     cudnnHandle_t handle = nullptr;
@@ -76,10 +77,10 @@ std::shared_ptr<fe::graph::Tensor_attributes> att_tensor(fe::graph::Graph& g, co
 }
 
 // The graph of one direction and shape, built on first use.
-const AttGraph& cudnn_att_graph(bool backward, int B, int T, int NH, int C, size_t scratch_bytes) {
+const AttGraph& cudnn_att_graph(bool backward, bool deterministic, int B, int T, int NH, int C, size_t scratch_bytes) {
     const char* fn = backward ? "attention_backward_cudnn" : "attention_forward_cudnn";
     CudnnAttState& st = cudnn_att_state();
-    const AttKey key{backward ? 1 : 0, B, T, NH, C};
+    const AttKey key{backward ? (deterministic ? 2 : 1) : 0, B, T, NH, C};
     auto it = st.graphs.find(key);
     if (it != st.graphs.end()) {
         if ((size_t)it->second.workspace > scratch_bytes) {
@@ -122,6 +123,7 @@ const AttGraph& cudnn_att_graph(bool backward, int B, int T, int NH, int C, size
         auto attrs = fe::graph::SDPA_backward_attributes()
                          .set_name("attention_backward")
                          .set_causal_mask(true)
+                         .set_deterministic_algorithm(deterministic)
                          .set_attn_scale(scale);
         auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, stats, attrs);
         dQ->set_output(true).set_dim(dim).set_stride(qkv_stride).set_uid(UID_DQ);
@@ -170,7 +172,7 @@ void cudnn_att_execute(const char* fn, const AttGraph& ag, std::unordered_map<in
 
 void attention_forward_cudnn_bf16(__nv_bfloat16* out, float* stats, const __nv_bfloat16* qkv, int B, int T, int NH,
                                   int C, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
-    const AttGraph& ag = cudnn_att_graph(false, B, T, NH, C, scratch_bytes);
+    const AttGraph& ag = cudnn_att_graph(false, false, B, T, NH, C, scratch_bytes);
     __nv_bfloat16* base = const_cast<__nv_bfloat16*>(qkv); // the variant pack takes void*; cuDNN only reads Q, K, V
     std::unordered_map<int64_t, void*> pack = {
         {UID_Q, base}, {UID_K, base + C}, {UID_V, base + 2 * (size_t)C}, {UID_O, out}, {UID_STATS, stats}};
@@ -179,8 +181,8 @@ void attention_forward_cudnn_bf16(__nv_bfloat16* out, float* stats, const __nv_b
 
 void attention_backward_cudnn_bf16(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                                    const __nv_bfloat16* out, const float* stats, int B, int T, int NH, int C,
-                                   void* scratch, size_t scratch_bytes, cudaStream_t stream) {
-    const AttGraph& ag = cudnn_att_graph(true, B, T, NH, C, scratch_bytes);
+                                   int deterministic, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+    const AttGraph& ag = cudnn_att_graph(true, deterministic != 0, B, T, NH, C, scratch_bytes);
     __nv_bfloat16* base = const_cast<__nv_bfloat16*>(qkv); // inputs: read only
     std::unordered_map<int64_t, void*> pack = {
         {UID_Q, base},

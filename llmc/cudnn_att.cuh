@@ -6,9 +6,13 @@
        qkv (B,T,3,NH,hs) as the qkv matmul writes it (no head split); out (B,T,NH,hs) = (B,T,C);
        stats (B,NH,T) fp32: the log-sum-exp of each query row's scaled scores (natural log),
        kept for the backward pass.
-   attention_backward_cudnn(dqkv, dout, qkv, out, stats, B, T, NH, C, scratch, scratch_bytes, stream)
+   attention_backward_cudnn(dqkv, dout, qkv, out, stats, B, T, NH, C, deterministic, scratch, scratch_bytes,
+                            stream)
        dout (B,T,C) -> dqkv (B,T,3,NH,hs) (overwritten), from the forward's qkv, out and stats.
-   attention_cudnn_scratch_bytes(B, T, NH, C)
+       deterministic = 1: cuDNN's deterministic backward (bitwise reproducible; on Hopper it goes
+       through a (B,NH,T,T) bf16 dP workspace), 0: its default one (fp32 dQ accumulated with
+       atomics: linear workspace, faster, not bitwise reproducible). --attention cudnn / cudnn-fast.
+   attention_cudnn_scratch_bytes(B, T, NH, C, deterministic)
        device bytes the caller passes as scratch (cuDNN's workspace), at most what a shape needs.
    attention_cudnn_free()
        releases cuDNN's cached graphs and handle (before the CUDA context goes).
@@ -51,11 +55,13 @@
 #define ATTENTION_CUDNN_MAX_HS 128
 
 // Workspace for cuDNN (the backward pass's fp32 dQ accumulator and row sums, with room to spare):
-// 2 (B,T,C) fp32 tensors, 4 (B,NH,T) fp32 vectors and 1 MiB. The trainer passes its fp32 kernel
-// scratch; a graph that wants more stops the run with the numbers (see llmc/cudnn_att.cpp).
-static inline size_t attention_cudnn_scratch_bytes(int B, int T, int NH, int C) {
-    const size_t BT = (size_t)B * (size_t)T;
-    return 2 * BT * (size_t)C * 4 + 4 * BT * (size_t)NH * 4 + ((size_t)1 << 20);
+// 2 (B,T,C) fp32 tensors, 4 (B,NH,T) fp32 vectors and 1 MiB; deterministic: also the bf16 dP
+// matrix (B,NH,T,T), T padded to 128 both ways. The trainer passes its fp32 kernel scratch; a
+// graph that wants more stops the run with the numbers (see llmc/cudnn_att.cpp).
+static inline size_t attention_cudnn_scratch_bytes(int B, int T, int NH, int C, int deterministic) {
+    const size_t BT = (size_t)B * (size_t)T, Tp = ((size_t)T + 127) / 128 * 128;
+    const size_t dp = deterministic ? (size_t)B * (size_t)NH * Tp * Tp * 2 : 0;
+    return dp + 2 * BT * (size_t)C * 4 + 4 * BT * (size_t)NH * 4 + ((size_t)1 << 20);
 }
 
 #if defined(LS_CUDNN_ATT_IMPL) || (!LS_HARNESS && FLOATX_IS_BF16)
@@ -64,7 +70,7 @@ void attention_forward_cudnn_bf16(__nv_bfloat16* out, float* stats, const __nv_b
                                   int C, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 void attention_backward_cudnn_bf16(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                                    const __nv_bfloat16* out, const float* stats, int B, int T, int NH, int C,
-                                   void* scratch, size_t scratch_bytes, cudaStream_t stream);
+                                   int deterministic, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 void attention_cudnn_free_gpu(void);
 #endif
 
@@ -198,13 +204,13 @@ static inline void attention_forward_cudnn(floatX* out, float* stats, const floa
 }
 
 static inline void attention_backward_cudnn(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                            const float* stats, int B, int T, int NH, int C, void* scratch,
-                                            size_t scratch_bytes, cudaStream_t stream) {
+                                            const float* stats, int B, int T, int NH, int C, int deterministic,
+                                            void* scratch, size_t scratch_bytes, cudaStream_t stream) {
     const void* ptrs[] = {dqkv, dout, qkv, out, stats};
     const char* names[] = {"dqkv", "dout", "qkv", "out", "stats"};
     attention_cudnn_check("attention_backward_cudnn", B, T, NH, C, ptrs, names, 5);
 #if LS_HARNESS
-    (void)scratch, (void)scratch_bytes, (void)stream;
+    (void)deterministic, (void)scratch, (void)scratch_bytes, (void)stream;  // always deterministic here
     const size_t C3 = 3 * (size_t)C;
     const int hs = C / NH;
 #pragma omp parallel for collapse(2) schedule(static)
@@ -219,9 +225,10 @@ static inline void attention_backward_cudnn(floatX* dqkv, const floatX* dout, co
                                               w + 3 * n);
         }
 #elif FLOATX_IS_BF16
-    attention_backward_cudnn_bf16(dqkv, dout, qkv, out, stats, B, T, NH, C, scratch, scratch_bytes, stream);
+    attention_backward_cudnn_bf16(dqkv, dout, qkv, out, stats, B, T, NH, C, deterministic, scratch, scratch_bytes,
+                                  stream);
 #else
-    (void)scratch, (void)scratch_bytes, (void)stream;
+    (void)deterministic, (void)scratch, (void)scratch_bytes, (void)stream;
     ls_fatal("attention_backward_cudnn: cuDNN attention needs the BF16 build (B=%d T=%d NH=%d C=%d; "
              "use --attention matmul)", B, T, NH, C);
 #endif

@@ -8,8 +8,9 @@
             64) against a float64 reference: qkvr (an exact copy), att, out, dqkv; the forward and
             backward twice (bitwise identical); the reference backward against central
             differences of the reference forward. The flash path on the same inputs: out, the
-            LSE stats and dqkv against the same reference, twice (bitwise identical). It runs
-            under the harness in both precisions and on a GPU in the BF16 build (cuDNN).
+            LSE stats and dqkv against the same reference, twice (bitwise identical: cuDNN's
+            deterministic backward). It runs under the harness in both precisions and on a GPU in
+            the BF16 build (cuDNN).
    --bench  B=8, T=1024, NH=12, hs=64 (GPT-2 124M): forward and backward time, each step on its
             own, TFLOP/s of the GEMMs against a square GEMM, GB/s of the kernels against the
             device-to-device copy bandwidth, both measured in the same run.
@@ -264,7 +265,7 @@ static bool check_case(const CheckCase& k, uint64_t seed) {
     // the flash path (llmc/cudnn_att.cuh) on the same inputs: out, stats, dqkv
     {
         const size_t nstats = (size_t)B * NH * T;
-        const size_t ws = attention_cudnn_scratch_bytes(B, T, NH, C);
+        const size_t ws = attention_cudnn_scratch_bytes(B, T, NH, C, 1);
         floatX *out = dev_alloc<floatX>(BTC), *dqkv = dev_alloc<floatX>(3 * BTC);
         float* stats = dev_alloc<float>(nstats);
         void* scratch = NULL;
@@ -273,7 +274,7 @@ static bool check_case(const CheckCase& k, uint64_t seed) {
         std::vector<double> fstats[2];
         for (int rep = 0; rep < 2; rep++) {
             attention_forward_cudnn(out, stats, d.qkv, B, T, NH, C, scratch, ws, 0);
-            attention_backward_cudnn(dqkv, d.dout, d.qkv, out, stats, B, T, NH, C, scratch, ws, 0);
+            attention_backward_cudnn(dqkv, d.dout, d.qkv, out, stats, B, T, NH, C, 1, scratch, ws, 0);
             cudaCheck(cudaDeviceSynchronize());
             fgot[rep][0] = download_X<float>(out, BTC);
             fgot[rep][1] = download_X<float>(dqkv, 3 * BTC);

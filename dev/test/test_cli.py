@@ -38,7 +38,7 @@ def parse_help(text):
         r = re.search(r"range \[([-\d.e+]+), ([-\d.e+]+)\]", line)
         if r:
             f["min"], f["max"] = float(r.group(1)), float(r.group(2))
-        c = re.search(r"one of ([\w ]+)\)", line)
+        c = re.search(r"one of ([\w -]+)\)", line)
         if c:
             f["choices"] = c.group(1).split()
         flags.append(f)
