@@ -144,18 +144,20 @@ static inline MemoryReport memory_model_cpu(const GPT2Config* c, int B, int T, c
 //   lnf_mean lnf_rstd losses (B,T) fp32  qkvr (L,B,T,3C)  output (B,T,max(3C,Vp))  att_stats (L,B,NH,T) fp32
 // Backward scratch (floatX): dresidual dbuf datty (B,T,C)  dfch (B,T,4C)  dqkv dqkvr (B,T,3C)
 //   datt (B,NH,T,T); plus the kernels' fp32 scratch, sized by the kernel headers.
-// Attention: flash (--attention cudnn, llmc/cudnn_att.cuh) keeps no T x T tensor: att, datt and
-// dqkvr are empty, qkvr holds each layer's qkv as the matmul wrote it (B,T,3C), and att_stats the
-// log-sum-exp of every score row; the matmul path (llmc/attention.cuh) has no att_stats.
+// Attention: flash (--attention cudnn|cudnn-fast, llmc/cudnn_att.cuh) keeps no T x T tensor: att,
+// datt and dqkvr are empty, qkvr holds each layer's qkv as the matmul wrote it (B,T,3C), and
+// att_stats the log-sum-exp of every score row (cuDNN's workspace is in the kernel scratch: with
+// the deterministic backward of `cudnn` it holds one (B,NH,T,T) bf16 matrix on Hopper); the
+// matmul path (llmc/attention.cuh) has no att_stats.
 
 #define GPU_NUM_ACTIVATIONS 23
+#define GPU_NUM_SCRATCH 7
 
 // Elements of one layer's att_stats slice: (B,NH,T) rounded up to 64 floats, so that every layer's
 // slice stays 256-byte aligned for any B, NH and T.
 static inline size_t gpu_att_stats_layer_elems(int B, int T, int NH) {
     return ((size_t)B * (size_t)NH * (size_t)T + 63) / 64 * 64;
 }
-#define GPU_NUM_SCRATCH 7
 
 static inline void gpu_activation_sizes(const GPT2Config* c, int B, int T, int recompute, int flash, size_t* n,
                                         int* is_fp32) {
@@ -219,7 +221,7 @@ typedef struct {
                             // block's elements only (Badam.max_block)
     int family;             // 1: the optimizer family's state block (llmc/optim_state.h) replaces m, v
     size_t opt_state_bytes; // its bytes (0 for plain SGD)
-    int flash_attention;    // 1: --attention cudnn (no T x T buffers, LSE stats), 0: the matmul path
+    int flash_attention;    // 0: --attention matmul; 1 cudnn, 2 cudnn-fast (no T x T activations, LSE stats)
 } GpuMemoryOptions;
 
 // --offload: elements per streamed chunk, a multiple of 32 (every chunk stays 128-bit aligned).
