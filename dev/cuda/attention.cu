@@ -13,7 +13,8 @@
             the BF16 build (cuDNN).
    --bench  B=8, T=1024, NH=12, hs=64 (GPT-2 124M): forward and backward time, each step on its
             own, TFLOP/s of the GEMMs against a square GEMM, GB/s of the kernels against the
-            device-to-device copy bandwidth, both measured in the same run.
+            device-to-device copy bandwidth, both measured in the same run; then the flash path's
+            forward and backward (deterministic and atomic) times.
  Only the production version is kept: the T x T products are the library's, and the kernels
  around them are single passes over memory.
 
@@ -335,6 +336,25 @@ static int bench(int B, int T, int C, int NH, int S, int repeats) {
            tflops_of(2 * gemm_flops, fwd), 100.0 * tflops_of(2 * gemm_flops, fwd) / ceil_tf);
     printf("  backward %9.4f ms  (%.4g TFLOP/s of GEMM work, %.1f%% of the ceiling)\n", bwd,
            tflops_of(4 * gemm_flops, bwd), 100.0 * tflops_of(4 * gemm_flops, bwd) / ceil_tf);
+#if LAB_FLASH
+    {   // the flash path (llmc/cudnn_att.cuh): the causal half of the same products, no T x T buffers
+        const size_t ws = attention_cudnn_scratch_bytes(B, T, NH, C, 1);
+        float* stats = dev_alloc<float>((size_t)BNH * T);
+        void* scratch = NULL;
+        cudaCheck(cudaMalloc(&scratch, ws));
+        const float ffwd = warm_ms([&] { attention_forward_cudnn(d.out, stats, d.qkv, B, T, NH, C, scratch, ws, 0); });
+        for (int det = 1; det >= 0; det--) {
+            const float fbwd = warm_ms([&] {
+                attention_backward_cudnn(d.dqkv, d.dout, d.qkv, d.out, stats, B, T, NH, C, det, scratch, ws, 0);
+            });
+            printf("  flash (%s, %s backward): forward %.4f ms, backward %.4f ms, together %.4f ms\n",
+                   LS_HARNESS ? "CPU implementation" : "cuDNN", det ? "deterministic" : "atomic", ffwd, fbwd,
+                   ffwd + fbwd);
+        }
+        cudaCheck(cudaFree(stats));
+        cudaCheck(cudaFree(scratch));
+    }
+#endif
 
     // the steps one by one (the same calls the launchers make)
     struct Step {
