@@ -222,25 +222,59 @@ NVCC_TRAIN_FLAGS := -std=c++17 -O3 -lineinfo -Xptxas=--warn-on-spills -Xcompiler
 NVCC_LIBS := -lcublasLt -lcublas -lgomp $(ZLIB_LIB)
 CUDA_TRAIN_DEPS := train_gpt2.cu $(LLMC_HEADERS) $(wildcard llmc/*.cuh)
 
-train_gpt2cu: $(CUDA_TRAIN_DEPS)
-	@echo "  NVCC  $@ ($(PRECISION), $(GPU_ARCH), $(NCCL_STATE))"
-	$(Q)$(NVCC) $(NVCC_TRAIN_FLAGS) $(NCCL_FLAGS) -arch=$(GPU_ARCH) $< -o $@ $(NVCC_LIBS) $(NCCL_LIBS)
+# Flash attention (--attention cudnn, the BF16 default): cuDNN's fused attention through the cuDNN
+# frontend (header-only C++, PyPI nvidia-cudnn-frontend). `make cudnn-frontend` (also run by
+# `make deps`) puts its headers in an ignored folder of the working tree, so that they travel with
+# it to a GPU machine without network; llmc/cudnn_att.cpp, its own translation unit (host code
+# only: the host compiler, about a minute), is linked into the BF16 nvcc builds with cuDNN.
+CUDNN_FRONTEND_VERSION ?= 1.32.0
+CUDNN_FRONTEND_DIR := build/deps/cudnn_frontend
+CUDNN_FRONTEND_H := $(CUDNN_FRONTEND_DIR)/include/cudnn_frontend.h
+CUDNN_ATT_OBJ := build/cudnn_att.o
+# CUDNN_HOME: where cuDNN's include/ and lib/ (or lib64/) are; the toolkit's by default (a machine
+# with cuDNN from PyTorch's wheels passes site-packages/nvidia/cudnn, as dev/gpu_check.sh does)
+CUDNN_HOME ?= $(CUDA_HOME)
+CUDNN_LIBDIR := $(firstword $(dir $(wildcard $(CUDNN_HOME)/lib64/libcudnn.so $(CUDNN_HOME)/lib/libcudnn.so \
+	$(CUDNN_HOME)/lib/libcudnn.so.9 /usr/lib/$(MULTIARCH)/libcudnn.so)))
+# (-lnvrtc: the frontend headers carry an NVRTC-compiled engine of their own, never used here;
+# -l:libcudnn.so.9 finds a cuDNN without its development symlink, as in PyTorch's wheels)
+CUDNN_LINK := $(if $(CUDNN_LIBDIR),-L$(CUDNN_LIBDIR) -Xlinker -rpath=$(CUDNN_LIBDIR)) -l:libcudnn.so.9 -lnvrtc
+ifeq ($(PRECISION),BF16)
+CUDNN_OBJS := $(CUDNN_ATT_OBJ)
+CUDNN_LIBS := $(CUDNN_LINK)
+endif
 
-test_gpt2cu: test_gpt2.cu dev/test/test_common.h dev/test/shape_sweep.h $(CUDA_TRAIN_DEPS)
+.PHONY: cudnn-frontend
+cudnn-frontend:
+	@if [ -f $(CUDNN_FRONTEND_H) ]; then echo "cudnn frontend headers: $(CUDNN_FRONTEND_DIR)/include"; \
+	else bash dev/get_cudnn_frontend.sh $(CUDNN_FRONTEND_DIR) $(CUDNN_FRONTEND_VERSION); fi
+
+$(CUDNN_ATT_OBJ): llmc/cudnn_att.cpp llmc/cudnn_att.cuh llmc/utils.h
+	@test -f $(CUDNN_FRONTEND_H) || { echo "error: $(CUDNN_FRONTEND_H) not found: the cuDNN frontend headers (PyPI nvidia-cudnn-frontend) are needed for --attention cudnn; run make cudnn-frontend"; exit 1; }
+	@mkdir -p $(@D)
+	@echo "  CXX   $@ (cuDNN frontend)"
+	$(Q)$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -I. -I$(CUDA_HOME)/include -I$(CUDNN_HOME)/include -isystem $(CUDNN_FRONTEND_DIR)/include \
+		-c $< -o $@
+
+train_gpt2cu: $(CUDA_TRAIN_DEPS) $(CUDNN_OBJS)
+	@echo "  NVCC  $@ ($(PRECISION), $(GPU_ARCH), $(NCCL_STATE))"
+	$(Q)$(NVCC) $(NVCC_TRAIN_FLAGS) $(NCCL_FLAGS) -arch=$(GPU_ARCH) $< $(CUDNN_OBJS) -o $@ $(NVCC_LIBS) $(CUDNN_LIBS) $(NCCL_LIBS)
+
+test_gpt2cu: test_gpt2.cu dev/test/test_common.h dev/test/shape_sweep.h $(CUDA_TRAIN_DEPS) $(CUDNN_OBJS)
 	@echo "  NVCC  $@ ($(PRECISION), $(GPU_ARCH))"
-	$(Q)$(NVCC) $(NVCC_TRAIN_FLAGS) -arch=$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
+	$(Q)$(NVCC) $(NVCC_TRAIN_FLAGS) -arch=$(GPU_ARCH) $< $(CUDNN_OBJS) -o $@ $(NVCC_LIBS) $(CUDNN_LIBS)
 
 # compile (no link, no GPU needed) for sm_80 and sm_90 with warnings as errors; then, when NCCL
 # is installed, the multi-GPU trainer (NCCL, and MPI when found) compiled and linked the same way
 NVCC_CHECK_FLAGS = $(NVCC_TRAIN_FLAGS) -Werror all-warnings -Xcompiler -Werror \
 	-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-gpu-compile-check: $(CUDA_TRAIN_DEPS) test_gpt2.cu
+gpu-compile-check: $(CUDA_TRAIN_DEPS) test_gpt2.cu $(CUDNN_OBJS)
 	@echo "  NVCC  train_gpt2.cu test_gpt2.cu ($(PRECISION), sm_80 + sm_90, warnings are errors)"
 	$(Q)for f in train_gpt2.cu test_gpt2.cu; do $(NVCC) $(NVCC_CHECK_FLAGS) -c $$f -o /dev/null || exit 1; done
 ifneq ($(NCCL_LIBS),)
 	@mkdir -p $(BUILD)
-	@echo "  NVCC  train_gpt2.cu + NCCL$(if $(findstring USE_MPI,$(NCCL_FLAGS)), + MPI) ($(PRECISION), sm_80 + sm_90, compile and link, warnings are errors)"
-	$(Q)$(NVCC) $(NVCC_CHECK_FLAGS) $(NCCL_FLAGS) train_gpt2.cu -o $(BUILD)/train_gpt2cu_nccl_check $(NVCC_LIBS) $(NCCL_LIBS)
+	@echo "  NVCC  train_gpt2.cu + NCCL$(if $(findstring USE_MPI,$(NCCL_FLAGS)), + MPI)$(if $(CUDNN_OBJS), + cuDNN) ($(PRECISION), sm_80 + sm_90, compile and link, warnings are errors)"
+	$(Q)$(NVCC) $(NVCC_CHECK_FLAGS) $(NCCL_FLAGS) train_gpt2.cu $(CUDNN_OBJS) -o $(BUILD)/train_gpt2cu_nccl_check $(NVCC_LIBS) $(CUDNN_LIBS) $(NCCL_LIBS)
 else
 	@$(call missing_dep,gpu-compile-check,NCCL (the multi-GPU build: $(NCCL_STATE)),the CUDA toolkit's NCCL)
 endif
@@ -251,20 +285,24 @@ endif
 #                        frontend headers and zlib's (build/deps/), the PyTorch reference (build/ref/)
 GPU_BUILD := build/gpu
 GPU_BINS := $(foreach p,bf16 fp32,$(GPU_BUILD)/train_gpt2cu_$(p) $(GPU_BUILD)/test_gpt2cu_$(p))
+# (the bf16 builds link cuDNN's flash attention, build/cudnn_att.o; the fp32 builds have none)
+gpu_prec_flags = $(filter-out $(PFLAGS),$(NVCC_TRAIN_FLAGS)) -DENABLE_$(if $(filter bf16,$(1)),BF16,FP32) -arch=$(GPU_ARCH)
+gpu_cudnn = $(if $(filter bf16,$(1)),$(CUDNN_ATT_OBJ))
+$(GPU_BUILD)/train_gpt2cu_bf16 $(GPU_BUILD)/test_gpt2cu_bf16: $(CUDNN_ATT_OBJ)
 $(GPU_BUILD)/train_gpt2cu_%: $(CUDA_TRAIN_DEPS)
 	@mkdir -p $(@D)
-	@echo "  NVCC  $@ ($(GPU_ARCH))"
-	$(Q)$(NVCC) $(filter-out $(PFLAGS),$(NVCC_TRAIN_FLAGS)) -DENABLE_$$(echo $* | tr a-z A-Z) $(NCCL_FLAGS) -arch=$(GPU_ARCH) \
-		$< -o $@ $(NVCC_LIBS) $(NCCL_LIBS)
-$(GPU_BUILD)/test_gpt2cu_%: test_gpt2.cu dev/test/test_common.h $(CUDA_TRAIN_DEPS)
+	@echo "  NVCC  $@ ($(GPU_ARCH), $(NCCL_STATE))"
+	$(Q)$(NVCC) $(call gpu_prec_flags,$*) $(NCCL_FLAGS) $< $(call gpu_cudnn,$*) -o $@ $(NVCC_LIBS) \
+		$(if $(call gpu_cudnn,$*),$(CUDNN_LINK)) $(NCCL_LIBS)
+$(GPU_BUILD)/test_gpt2cu_%: test_gpt2.cu dev/test/test_common.h dev/test/shape_sweep.h $(CUDA_TRAIN_DEPS)
 	@mkdir -p $(@D)
 	@echo "  NVCC  $@ ($(GPU_ARCH))"
-	$(Q)$(NVCC) $(filter-out $(PFLAGS),$(NVCC_TRAIN_FLAGS)) -DENABLE_$$(echo $* | tr a-z A-Z) -arch=$(GPU_ARCH) $< -o $@ $(NVCC_LIBS)
+	$(Q)$(NVCC) $(call gpu_prec_flags,$*) $< $(call gpu_cudnn,$*) -o $@ $(NVCC_LIBS) $(if $(call gpu_cudnn,$*),$(CUDNN_LINK))
 gpu-lab-build:
 	$(Q)$(MAKE) --no-print-directory -C dev/cuda gpu NVCC=$(NVCC) GPU_ARCH=$(GPU_ARCH) Q=$(Q)
 gpu-build: $(GPU_BINS) gpu-lab-build
 ref: $(REF_DIR)/$(REF_DESC)_state.bin
-gpu-carry: data ref
+gpu-carry: data ref cudnn-frontend
 	@mkdir -p build/deps/include
 	$(Q)cp -f $(wildcard /usr/include/zlib.h /usr/include/zconf.h /usr/include/$(MULTIARCH)/zconf.h) build/deps/include/
 	@echo "carry to the GPU machine: data build/deps build/ref (then: dev/gpu_check.sh)"
@@ -290,16 +328,19 @@ $(BUILD)/train_gpt2cu_emu_mpi_$(PREC_LC): $(CUDA_TRAIN_DEPS)
 	$(Q)OMPI_CXX=$(CXX) $(MPICXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS) -DUSE_MPI $(MPI_SKIP_CXX) $< -o $@ $(CUDA_HARNESS_LIBS) -lz
 train_gpt2cu_emu_mpi: $(BUILD)/train_gpt2cu_emu_mpi_$(PREC_LC)
 
-# CI: the GPU trainer's whole step under the harness in both precisions, against PyTorch; then
-# 10 training steps of the fp32 harness build against the CPU trainer on TinyShakespeare; every
-# awkward (B, T, NH) against a float64 forward (--sweep 1); both trainers run as a user runs them,
-# default flags and one row per mode (test_modes.py). Tiny shapes: one OpenMP thread (more only spin).
+# CI: the GPU trainer's whole step under the harness in both precisions, against PyTorch (bf16: the
+# default --attention cudnn, then the matmul path); then 10 training steps of the fp32 harness build
+# against the CPU trainer on TinyShakespeare; every awkward (B, T, NH) against a float64 forward
+# (--sweep 1); both trainers run as a user runs them, default flags and one row per mode
+# (test_modes.py). Tiny shapes: one OpenMP thread (more only spin).
 test-gpu-emu: $(REF_DIR)/$(REF_DESC)_state.bin $(BUILD)/train_gpt2 data
 	$(Q)$(MAKE) --no-print-directory test_gpt2cu_emu train_gpt2cu_emu PRECISION=FP32
 	$(Q)$(MAKE) --no-print-directory test_gpt2cu_emu train_gpt2cu_emu PRECISION=BF16
 	$(BUILD)/test_gpt2cu_emu_fp32 --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin
 	$(BUILD)/test_gpt2cu_emu_bf16 --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin
 	$(REF_MUTANTS) --bin $(BUILD)/test_gpt2cu_emu_fp32 --bin $(BUILD)/test_gpt2cu_emu_bf16
+	$(BUILD)/test_gpt2cu_emu_bf16 --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin \
+		--attention matmul --resume-check 0
 	$(PYTHON) dev/test/compare_trainers.py --cpu $(BUILD)/train_gpt2 --gpu $(BUILD)/train_gpt2cu_emu_fp32 \
 		--model $(REF_DIR)/$(REF_DESC)_model.bin --mode "" --mode "--badam 2" --mode "--optimizer sgd --nesterov 1" \
 		--mode "--optimizer lamb" --mode "--optimizer lion" --mode "--opt-state bf16" --mode "--opt-state int8" \
@@ -364,6 +405,7 @@ help:
 	@echo "make bench           CPU benchmarks: trainer tokens/s and MFU, AdamW vs bandwidth"
 	@echo "make memory-table    published memory figures vs their formulas vs our memory model"
 	@echo "make train_gpt2cu    the GPU trainer (PRECISION=BF16|FP32, GPU_ARCH=native|sm_90...)"
+	@echo "make cudnn-frontend  the cuDNN frontend headers (pip) for the BF16 GPU trainer's flash attention"
 	@echo "make test-gpu-emu    the GPU trainer's tests under the CPU harness"
 	@echo "make quality-table   the same CPU training run in every optimizer-memory mode (minutes)"
 	@echo "make fuzz            every file reader under libFuzzer, FUZZ_SECONDS each"

@@ -23,6 +23,8 @@
 */
 #define TESTING
 #include "train_gpt2.cu"
+static const TrainOptions* model_check_opts(void);
+#define REF_BUILD_OPTS model_check_opts()  // the step losses on the --attention path too
 #include "dev/test/test_common.h"
 
 // logits, loss, gradients, step losses (see test_common.h)
@@ -36,7 +38,7 @@ static const RefTolerances TOL = {1e-4, 1e-5, 1e-3, 1e-4};
 // category; returns the predicted total.
 static size_t check_memory_model(const GPT2* model, int B, int T, size_t badam_block, const char* what) {
     GpuMemoryOptions mo = gpu_memory_options(&model->config, B, T, model->recompute, model->use_master, model->chunk,
-                                             badam_block, model->zero_stage, 1, model->use_family, model->opt.bytes);
+                                             badam_block, model->zero_stage, 1, model->use_family, model->opt.bytes, model->flash);
     MemoryReport predicted = memory_model_gpu(&model->config, B, T, &mo);
     for (int i = 0; i < MEM_COUNT; i++) {
         CHECK(predicted.bytes[i] == model->mem.bytes[i], "%s memory %s: predicted %zu bytes, allocated %zu", what,
@@ -88,6 +90,16 @@ static void check_forward_train(GPT2* model, const RefState* s, size_t n_params)
     printf("forward_train: dlogits and gradients %s the backward classifier's (scale 1/3); loss %.7f, 2 micro-steps %.7f\n",
            same ? "bit-identical to" : "DIFFERENT from", lt, l2);
     free(da); free(db); free(ga); free(gb);
+// --attention matmul|cudnn: the model check on that path (default: the build's, with NULL options)
+static int g_attention = -1;
+
+static const TrainOptions* model_check_opts(void) {
+    static TrainOptions o;
+    if (g_attention < 0) { return NULL; }
+    train_options_defaults(&o);
+    trainer_defaults(&o);
+    o.attention = g_attention;
+    return &o;
 }
 
 static void check_model(const char* model_path, const char* state_path) {
@@ -96,7 +108,8 @@ static void check_model(const char* model_path, const char* state_path) {
     RefState s;
     ref_load(model_path, state_path, &c, &pt, &s);
     GPT2 model;
-    gpt2_build(&model, model_path, 0, s.B, s.T, NULL);
+    gpt2_build(&model, model_path, 0, s.B, s.T, model_check_opts());
+    printf("attention: %s\n", model.flash ? "cudnn (flash)" : "matmul");
     int B = s.B, T = s.T, V = c.vocab_size, Vp = c.padded_vocab_size;
 
     // the memory table equals what was allocated
@@ -188,6 +201,7 @@ static void check_offload(const char* model_path, const char* state_path) {
     ref_load(model_path, state_path, &c, &pt, &s);
     TrainOptions o;
     train_options_defaults(&o);
+    trainer_defaults(&o);  // the build's attention, as the NULL-options model below
     o.offload = 1;
     o.offload_chunk = (int)(pt.total / 3 + 1000);  // 3 full chunks and a short one
     GPT2 on, off;
@@ -394,10 +408,16 @@ int main(int argc, char** argv) {
         else if (strcmp(argv[i], "--state") == 0) { state_path = argv[i + 1]; }
         else if (strcmp(argv[i], "--resume-check") == 0) { resume_check = atoi(argv[i + 1]); }
         else if (strcmp(argv[i], "--sweep") == 0) { sweep = atoi(argv[i + 1]); }
+        else if (strcmp(argv[i], "--attention") == 0) {
+            for (int k = 0; attention_choices[k]; k++) {
+                if (strcmp(argv[i + 1], attention_choices[k]) == 0) { g_attention = k; }
+            }
+            if (g_attention < 0) { fprintf(stderr, "test_gpt2cu: --attention %s: matmul or cudnn expected\n", argv[i + 1]); return 2; }
+        }
         else { fprintf(stderr, "test_gpt2cu: unknown flag %s\n", argv[i]); return 2; }
     }
     if ((!sweep && (model_path == NULL || state_path == NULL)) || argc % 2 == 0) {
-        fprintf(stderr, "usage: test_gpt2cu --model M.bin --state S.bin [--resume-check 0|1]\n"
+        fprintf(stderr, "usage: test_gpt2cu --model M.bin --state S.bin [--resume-check 0|1] [--attention matmul|cudnn]\n"
                         "       test_gpt2cu --sweep 1   (every awkward shape against a float64 forward pass)\n");
         return 2;
     }

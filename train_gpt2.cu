@@ -49,6 +49,7 @@
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
 #include "llmc/attention.cuh"
+#include "llmc/cudnn_att.cuh"
 #include "llmc/gelu.cuh"
 #include "llmc/fused_classifier.cuh"
 #include "llmc/global_norm.cuh"
@@ -72,7 +73,7 @@ typedef union {
         float* ln1_mean;   // (L,B,T)
         float* ln1_rstd;   // (L,B,T)
         floatX* atty;      // (L,B,T,C)
-        floatX* att;       // (L,B,NH,T,T)
+        floatX* att;       // (L,B,NH,T,T); NULL with --attention cudnn
         floatX* residual2; // (L,B,T,C)
         floatX* ln2;       // (L,B,T,C), or (B,T,C) with -r 2
         float* ln2_mean;   // (L,B,T)
@@ -84,8 +85,9 @@ typedef union {
         float* lnf_mean;   // (B,T)
         float* lnf_rstd;   // (B,T)
         float* losses;     // (B,T)
-        floatX* qkvr;      // (L,B,T,3C) q, k, v permuted per head
+        floatX* qkvr;      // (L,B,T,3C) q, k, v permuted per head; --attention cudnn: qkv as the matmul wrote it
         floatX* output;    // (B,T,max(3C,Vp)) matmul outputs; logits, then dlogits
+        float* att_stats;  // (L,B,NH,T) --attention cudnn: LSE of each score row; else NULL
         void* end;
     };
     void* t[GPU_NUM_ACTIVATIONS];
@@ -98,8 +100,8 @@ typedef union {
         floatX* datty;     // (B,T,C)
         floatX* dfch;      // (B,T,4C)
         floatX* dqkv;      // (B,T,3C)
-        floatX* dqkvr;     // (B,T,3C)
-        floatX* datt;      // (B,NH,T,T)
+        floatX* dqkvr;     // (B,T,3C); NULL with --attention cudnn
+        floatX* datt;      // (B,NH,T,T); NULL with --attention cudnn
     };
     floatX* t[GPU_NUM_SCRATCH];
 } ScratchTensors;
@@ -118,6 +120,7 @@ typedef struct {
     size_t num_parameters;
     int B, T;                 // the largest batch the activations hold
     int recompute;            // -r
+    int flash;                // 0: --attention matmul (llmc/attention.cuh); 1 cudnn, 2 cudnn-fast (llmc/cudnn_att.cuh)
     floatX* params_memory;    // (num_parameters) device
     ParameterTensorsX params;
     floatX* grads_memory;     // (state_elems) device: all parameters, or BAdam's active block (grad_slice)
@@ -199,24 +202,31 @@ static void* cuda_malloc_counted(MemCounter* mc, MemCategory cat, size_t bytes) 
     return p;
 }
 
-static size_t kernel_scratch_bytes_for(const GPT2Config* c, int B, int T) {
+// --attention as the model's flash mode (see GPT2.flash); NULL options: the build's default.
+static int attention_flash_mode(const TrainOptions* o) {
+    if (o == NULL) { return FLOATX_IS_BF16 ? 1 : 0; }
+    return o->attention == ATTENTION_CUDNN ? 1 : o->attention == ATTENTION_CUDNN_FAST ? 2 : 0;
+}
+
+static size_t kernel_scratch_bytes_for(const GPT2Config* c, int B, int T, int flash) {
     size_t BT = (size_t)B * T, C = (size_t)c->channels, Vp = (size_t)c->padded_vocab_size;
     size_t need = encoder_backward_scratch_bytes(B, T, (int)C);
     size_t x;
     x = layernorm_backward_scratch_bytes((int)BT, (int)C); if (x > need) { need = x; }
     x = matmul_backward_scratch_bytes((int)BT, (int)(Vp > 4 * C ? Vp : 4 * C)); if (x > need) { need = x; }
     x = attention_backward_scratch_bytes(B, T, (int)C, c->num_heads); if (x > need) { need = x; }
+    x = flash ? attention_cudnn_scratch_bytes(B, T, c->num_heads, (int)C, flash == 1) : 0; if (x > need) { need = x; }
     return need;
 }
 
 static GpuMemoryOptions gpu_memory_options(const GPT2Config* c, int B, int T, int recompute, int master,
                                            size_t offload_chunk, size_t badam_block, int zero_stage, int procs, int family,
-                                           size_t opt_state_bytes) {
+                                           size_t opt_state_bytes, int flash) {
     GpuMemoryOptions g;
     g.recompute = recompute;
     g.master_weights = master;
     g.floatx_bytes = sizeof(floatX);
-    g.kernel_scratch = kernel_scratch_bytes_for(c, B, T);
+    g.kernel_scratch = kernel_scratch_bytes_for(c, B, T, flash);
     g.workspace = CUBLASLT_WORKSPACE_BYTES;
     g.zero_stage = zero_stage;
     g.num_processes = procs;
@@ -224,6 +234,7 @@ static GpuMemoryOptions gpu_memory_options(const GPT2Config* c, int B, int T, in
     g.badam_block = badam_block;
     g.family = family;
     g.opt_state_bytes = opt_state_bytes;
+    g.flash_attention = flash;
     return g;
 }
 
@@ -275,6 +286,10 @@ static void gpu_check_flags(const TrainOptions* o) {
     }
     if (o && procs > 1 && o->zero_stage >= 1 && o->badam > 0) {
         ls_fatal("flags -z 1 and --badam: ZeRO-1 with BAdam is not supported; use -z 0");
+    }
+    if (o && o->attention != ATTENTION_MATMUL && !FLOATX_IS_BF16) {
+        ls_fatal("flag --attention %s: cuDNN's flash attention needs the BF16 build (make train_gpt2cu PRECISION=BF16); "
+                 "this FP32 build has --attention matmul", attention_choices[o->attention]);
     }
     if (o && procs > 1 && o->zero_stage >= 1 && o->offload) {
         ls_fatal("flags -z 1 and --offload cannot be combined yet (ZeRO-1 already divides m, v and master by the process count)");
@@ -333,6 +348,7 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     model->use_family = opts ? train_options_uses_family(opts) : 0;
     size_t opt_state_bytes = opts ? train_options_family_state_bytes(opts, c) : 0;
     model->recompute = opts ? opts->recompute : 1;
+    model->flash = attention_flash_mode(opts);
     int master = FLOATX_IS_BF16 && (opts ? opts->master_weights : 1);
     model->use_master = master;
     model->seed = seed;
@@ -367,14 +383,14 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     size_t free_b = 0, total_b = 0;
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
     GpuMemoryOptions mo = gpu_memory_options(c, B, T, model->recompute, master, model->chunk, badam_block, model->zero_stage, procs,
-                                             model->use_family, opt_state_bytes);
+                                             model->use_family, opt_state_bytes, model->flash);
     MemoryReport need = memory_model_gpu(c, B, T, &mo);
     if (memory_report_total(&need) > free_b) {
         memory_report_print(stderr, &need, gpt2_num_parameters(c));
         int fit = 0;
         for (int b = B - 1; b >= 1 && fit == 0; b--) {
             GpuMemoryOptions mb = gpu_memory_options(c, b, T, model->recompute, master, model->chunk, badam_block,
-                                                     model->zero_stage, procs, model->use_family, opt_state_bytes);
+                                                     model->zero_stage, procs, model->use_family, opt_state_bytes, model->flash);
             MemoryReport r = memory_model_gpu(c, b, T, &mb);
             if (memory_report_total(&r) <= free_b) { fit = b; }
         }
@@ -448,11 +464,13 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     model->T = T;
     size_t act_n[GPU_NUM_ACTIVATIONS], scr_n[GPU_NUM_SCRATCH];
     int act_fp32[GPU_NUM_ACTIVATIONS];
-    gpu_activation_sizes(c, B, T, model->recompute, sizeof(floatX), act_n, act_fp32);
-    gpu_scratch_sizes(c, B, T, scr_n);
+    gpu_activation_sizes(c, B, T, model->recompute, sizeof(floatX), model->flash, act_n, act_fp32);
+    gpu_scratch_sizes(c, B, T, model->flash, scr_n);
     model->acts_memory = carve_tensors(mc, MEM_ACTS, act_n, act_fp32, GPU_NUM_ACTIVATIONS, model->acts.t);
     model->scratch_memory = carve_tensors(mc, MEM_SCRATCH, scr_n, NULL, GPU_NUM_SCRATCH, (void**)model->scratch.t);
-    model->kernel_scratch_bytes = kernel_scratch_bytes_for(c, B, T);
+    if (model->flash) { model->acts.att = model->scratch.datt = model->scratch.dqkvr = NULL; }  // empty in this mode
+    else { model->acts.att_stats = NULL; }
+    model->kernel_scratch_bytes = kernel_scratch_bytes_for(c, B, T, model->flash);
     model->kernel_scratch = (float*)cuda_malloc_counted(mc, MEM_SCRATCH, gpu_tensor_bytes(model->kernel_scratch_bytes, 1));
     // small buffers that the memory model does not list (a few KB)
     MemCounter small;
@@ -497,6 +515,7 @@ static void gpt2_free(GPT2* model) {
     cudaCheck(cudaFree(model->params_memory));
     cudaCheck(cudaStreamDestroy(model->stream));
     matmul_free();
+    if (model->flash) { attention_cudnn_free(); }
     free(model->logits_row_cpu);
     free(model->losses_cpu);
     free(model->inputs_cpu);
@@ -539,15 +558,20 @@ static float gpt2_forward_pass(GPT2* model, const int* inputs, const int* target
         floatX* ln1 = LAYER(a->ln1, l, ln_stride);
         floatX* qkvr = LAYER(a->qkvr, l, 3 * BTC);
         floatX* atty = LAYER(a->atty, l, BTC);
-        floatX* att = LAYER(a->att, l, (size_t)B * NH * T * T);
         floatX* residual2 = LAYER(a->residual2, l, BTC);
         floatX* ln2 = LAYER(a->ln2, l, ln_stride);
         floatX* fch = LAYER(a->fch, l, 4 * BTC);
         floatX* fch_gelu = LAYER(a->fch_gelu, l, gelu_stride);
         floatX* residual3 = LAYER(a->residual3, l, BTC);
         // ln1 of this layer was written by the previous layer's fused residual + layernorm
-        matmul_forward(a->output, NULL, ln1, w->qkvw + 3 * lC * C, w->qkvb + 3 * lC, BT, C, 3 * C, s);
-        attention_forward(atty, qkvr, att, a->output, B, T, C, NH, s);
+        if (model->flash) {  // qkv kept per layer as the matmul writes it; no T x T buffer
+            float* stats = LAYER(a->att_stats, l, (size_t)B * NH * T);
+            matmul_forward(qkvr, NULL, ln1, w->qkvw + 3 * lC * C, w->qkvb + 3 * lC, BT, C, 3 * C, s);
+            attention_forward_cudnn(atty, stats, qkvr, B, T, NH, C, model->kernel_scratch, model->kernel_scratch_bytes, s);
+        } else {
+            matmul_forward(a->output, NULL, ln1, w->qkvw + 3 * lC * C, w->qkvb + 3 * lC, BT, C, 3 * C, s);
+            attention_forward(atty, qkvr, LAYER(a->att, l, (size_t)B * NH * T * T), a->output, B, T, C, NH, s);
+        }
         matmul_forward(a->output, NULL, atty, w->attprojw + lC * C, w->attprojb + lC, BT, C, C, s);
         fused_residual_layernorm_forward(residual2, ln2, LAYER(a->ln2_mean, l, BT), LAYER(a->ln2_rstd, l, BT),
                                          residual, a->output, w->ln2w + lC, w->ln2b + lC, BT, C, s);
@@ -761,8 +785,14 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
         // dresidual holds d residual2[l]: the attention block
         matmul_backward(d->datty, dattprojw, grad_slice(model, P_ATTPROJB, l), ks, d->dresidual,
                         LAYER(a->atty, l, BTC), w->attprojw + lC * C, NULL, BT, C, C, s);
-        attention_backward(d->dqkv, d->dqkvr, d->datt, (floatX*)ks, d->datty, LAYER(a->qkvr, l, 3 * BTC),
-                           LAYER(a->att, l, (size_t)B * NH * T * T), B, T, C, NH, s);
+        if (model->flash) {
+            attention_backward_cudnn(d->dqkv, d->datty, LAYER(a->qkvr, l, 3 * BTC), LAYER(a->atty, l, BTC),
+                                     LAYER(a->att_stats, l, (size_t)B * NH * T), B, T, NH, C,
+                                     model->flash == 1, ks, model->kernel_scratch_bytes, s);
+        } else {
+            attention_backward(d->dqkv, d->dqkvr, d->datt, (floatX*)ks, d->datty, LAYER(a->qkvr, l, 3 * BTC),
+                               LAYER(a->att, l, (size_t)B * NH * T * T), B, T, C, NH, s);
+        }
         matmul_backward(d->dbuf, dqkvw, grad_slice(model, P_QKVB, l), ks, d->dqkv, ln1, w->qkvw + 3 * lC * C, NULL,
                         BT, C, 3 * C, s);
         layernorm_backward(d->dresidual, grad_slice(model, P_LN1W, l), grad_slice(model, P_LN1B, l), ks, d->dbuf,
@@ -1090,7 +1120,10 @@ static double gpu_peak_flops(void) {
 #define TRAINER_FLAGS CLI_GPU
 #define TRAINER_SUMMARY "Train GPT-2 on one GPU (" PRECISION_NAME ", cuBLASLt, fused AdamW). Flags follow llm.c's train_gpt2cu."
 
-static LS_UNUSED void trainer_defaults(TrainOptions* o) { o->T = 1024; }
+static LS_UNUSED void trainer_defaults(TrainOptions* o) {
+    o->T = 1024;
+    o->attention = FLOATX_IS_BF16 ? ATTENTION_CUDNN : ATTENTION_MATMUL;  // flash attention is bf16 only
+}
 
 static NcclComm trainer_nccl;  // the communicator of a run with several processes
 
@@ -1115,9 +1148,10 @@ static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOpti
     size_t badam_block = badam_block_for(c, o, 1);
     GpuMemoryOptions g = gpu_memory_options(c, o->B, o->T, o->recompute, FLOATX_IS_BF16 && o->master_weights, chunk,
                                             badam_block, gpu_zero_stage(o), gpu_procs(o), train_options_uses_family(o),
-                                            train_options_family_state_bytes(o, c));
+                                            train_options_family_state_bytes(o, c), attention_flash_mode(o));
     MemoryReport predicted = memory_model_gpu(c, o->B, o->T, &g);
-    printf("GPU memory (%s, recompute %d, master weights %s", PRECISION_NAME, o->recompute, g.master_weights ? "on" : "off");
+    printf("GPU memory (%s, recompute %d, master weights %s, attention %s", PRECISION_NAME, o->recompute,
+           g.master_weights ? "on" : "off", attention_choices[o->attention]);
     if (gpu_procs(o) > 1) { printf(", per process of %d, -z %d", gpu_procs(o), gpu_zero_stage(o)); }
     printf("):\n");
     memory_report_print(stdout, &predicted, gpt2_num_parameters(c));
@@ -1129,7 +1163,8 @@ static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o,
     printf("leanstep train_gpt2cu (%s%s), device: %s%s\n", PRECISION_NAME, LS_HARNESS ? ", CPU harness" : "", prop.name,
            gpu_peak_flops() > 0 ? "" : " (peak FLOP/s unknown: no MFU)");
     gpt2_describe(&model->config, model->num_parameters, o, accum);
-    printf("recompute %d, master weights %s", model->recompute, model->use_master ? "on" : "off");
+    printf("recompute %d, master weights %s, attention %s", model->recompute, model->use_master ? "on" : "off",
+           model->flash ? attention_choices[model->flash == 1 ? ATTENTION_CUDNN : ATTENTION_CUDNN_FAST] : "matmul");
     if (model->offload) {
         printf(", optimizer state offloaded to host: %d chunks of %zu elements, %.1f MiB host<->device per step",
                model->num_chunks, model->chunk, mib(offload_bytes_per_step(model)));
@@ -1139,7 +1174,7 @@ static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o,
     int procs = model->nccl ? model->nccl->size : 1;
     GpuMemoryOptions g = gpu_memory_options(&model->config, model->B, model->T, model->recompute, model->use_master,
                                             model->chunk, badam_block, model->zero_stage, procs, model->use_family,
-                                            model->opt.bytes);
+                                            model->opt.bytes, model->flash);
     if (procs > 1) { printf("memory per process (%d processes, -z %d):\n", procs, model->zero_stage); }
     MemoryReport predicted = memory_model_gpu(&model->config, model->B, model->T, &g);
     memory_report_print(stdout, &predicted, model->num_parameters);

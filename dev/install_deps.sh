@@ -3,7 +3,8 @@
 # Required: a C compiler, OpenBLAS, PCRE2, cJSON, zlib (checksums), libcurl and OpenSSL (sha256, the
 # data step), Boost.Context (the CUDA CPU harness). Optional but installed here: OpenMPI (the
 # data-parallel CPU trainer, train_gpt2_mpi). For the tests: Debian's PyTorch (python3-torch) and
-# tiktoken from PyPI. Not installed here: the CUDA toolkit (nvcc) for the GPU builds.
+# tiktoken from PyPI; the cuDNN frontend headers (PyPI, into build/deps/). Not installed here: the
+# CUDA toolkit (nvcc) for the GPU builds.
 set -euo pipefail
 packages=(build-essential libopenblas-openmp-dev libopenblas-dev libpcre2-dev libcjson-dev zlib1g-dev
           libcurl4-openssl-dev libssl-dev libboost-context-dev libopenmpi-dev openmpi-bin python3-torch
@@ -24,4 +25,7 @@ if ! "$PY" -c "import tiktoken" >/dev/null 2>&1; then
   echo "installing: tiktoken (pip)"
   "$PY" -m pip install -q tiktoken
 fi
+# the cuDNN frontend headers (pip) for the BF16 GPU trainer's flash attention: into the working tree
+make -C "$(dirname "$0")/.." --no-print-directory cudnn-frontend ||
+  echo "warning: cuDNN frontend headers not installed: the BF16 GPU builds need them (make cudnn-frontend)"
 echo "dependencies: ok"

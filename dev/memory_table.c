@@ -87,13 +87,13 @@ int main(void) {
     row("1e8 fp32: Adam state (m, v)", "8 B x 1e8", MB(8 * 1e8), MB(8 * 1e8), 800, "MB");
 
     // 3. llm.c bf16 GPT-2 124M, one GPU: our GPU model with bf16 parameters and master weights
-    GpuMemoryOptions g = {1, 1, 2, 0, 0, 0, 1, 0, 0, 0, 0};
+    GpuMemoryOptions g = {1, 1, 2, 0, 0, 0, 1, 0, 0, 0, 0, 1};  // cuDNN attention, as llm.c
     MemoryReport gpu = memory_model_gpu(&d12, 4, 1024, &g);
     row("llm.c 124M bf16: parameters", "2 B x N", mib(gpu.bytes[MEM_PARAMS]), 2 * N124 / 1048576.0, 237, "MiB");
     row("llm.c 124M bf16: m (and v, master each)", "4 B x N", mib(gpu.bytes[MEM_ADAM_M]), 4 * N124 / 1048576.0, 474, "MiB");
 
     // 4. llm.c GPT-2 1558M, 8 GPUs, ZeRO-1
-    GpuMemoryOptions z = {1, 1, 2, 0, 0, 1, 8, 0, 0, 0, 0};
+    GpuMemoryOptions z = {1, 1, 2, 0, 0, 1, 8, 0, 0, 0, 0, 1};  // cuDNN attention, as llm.c
     MemoryReport gz = memory_model_gpu(&d48, 16, 1024, &z);
     row("llm.c 1558M bf16: parameters", "2 B x N", mib(gz.bytes[MEM_PARAMS]), 2 * N1558 / 1048576.0, 2971, "MiB");
     row("llm.c 1558M ZeRO-1 x8: m (v, master) per GPU", "4 B x N / 8", mib(gz.bytes[MEM_ADAM_M]), 4 * N1558 / 8 / 1048576.0, 742, "MiB");
@@ -106,7 +106,7 @@ int main(void) {
     double psi = 7.5e9;
     row("ZeRO: mixed-precision Adam, 7.5B", "(2 + 2 + 12) B x psi", GB(16 * psi), GB(16 * psi), 120, "GB");
     row("ZeRO-1 (P_os), 7.5B, Nd = 64, per GPU", "4 psi + 12 psi / Nd", GB(4 * psi + 12 * psi / 64), GB(4 * psi + 12 * psi / 64), 31.4, "GB");
-    GpuMemoryOptions z124 = {1, 1, 2, 0, 0, 1, 8, 0, 0, 0, 0};
+    GpuMemoryOptions z124 = {1, 1, 2, 0, 0, 1, 8, 0, 0, 0, 0, 1};
     MemoryReport g124 = memory_model_gpu(&d12, 4, 1024, &z124);
     double ours124 = (double)(g124.bytes[MEM_PARAMS] + g124.bytes[MEM_GRADS] + g124.bytes[MEM_MASTER] +
                               g124.bytes[MEM_ADAM_M] + g124.bytes[MEM_ADAM_V]);

@@ -141,13 +141,18 @@ static inline MemoryReport memory_model_cpu(const GPT2Config* c, int B, int T, c
 //   inputs targets (B,T) int  encoded (B,T,C)  ln1 (L|1,B,T,C)  ln1_mean ln1_rstd (L,B,T) fp32
 //   atty (L,B,T,C)  att (L,B,NH,T,T)  residual2 (L,B,T,C)  ln2 (L|1,B,T,C)  ln2_mean ln2_rstd (L,B,T) fp32
 //   fch (L,B,T,4C) pre-GELU  fch_gelu (L|1,B,T,4C)  residual3 (L,B,T,C)  lnf (B,T,C)
-//   lnf_mean lnf_rstd losses (B,T) fp32  qkvr (L,B,T,3C)  output (B,T,max(3C,Vp))
+//   lnf_mean lnf_rstd losses (B,T) fp32  qkvr (L,B,T,3C)  output (B,T,max(3C,Vp))  att_stats (L,B,NH,T) fp32
 // Backward scratch (floatX): dresidual dbuf datty (B,T,C)  dfch (B,T,4C)  dqkv dqkvr (B,T,3C)
 //   datt (B,NH,T,T); plus the kernels' fp32 scratch, sized by the kernel headers.
 // Every tensor starts 256-byte aligned, and so does every layer's slice of an (L, ...) tensor:
 // its layers lie gpu_layer_stride() elements apart.
+// Attention: flash (--attention cudnn|cudnn-fast, llmc/cudnn_att.cuh) keeps no T x T tensor: att,
+// datt and dqkvr are empty, qkvr holds each layer's qkv as the matmul wrote it (B,T,3C), and
+// att_stats the log-sum-exp of every score row (cuDNN's workspace is in the kernel scratch: with
+// the deterministic backward of `cudnn` it holds one (B,NH,T,T) bf16 matrix on Hopper); the
+// matmul path (llmc/attention.cuh) has no att_stats.
 
-#define GPU_NUM_ACTIVATIONS 22
+#define GPU_NUM_ACTIVATIONS 23
 #define GPU_NUM_SCRATCH 7
 
 // Elements from one layer's slice of a per-layer tensor (L, ...) to the next: the slice's n
@@ -157,8 +162,10 @@ static inline MemoryReport memory_model_cpu(const GPT2Config* c, int B, int T, c
 // allocated (B, T).
 static inline size_t gpu_layer_stride(size_t n, size_t elem) { return (n * elem + 255) / 256 * 256 / elem; }
 
-// floatx_bytes: 2 (bf16) or 4 (fp32), for the padding of the per-layer floatX tensors.
-static inline void gpu_activation_sizes(const GPT2Config* c, int B, int T, int recompute, size_t floatx_bytes, size_t* n,
+// floatx_bytes: 2 (bf16) or 4 (fp32), for the padding of the per-layer floatX tensors; flash:
+// GpuMemoryOptions.flash_attention (no T x T tensors, att_stats instead).
+static inline void gpu_activation_sizes(const GPT2Config* c, int B, int T, int recompute, size_t floatx_bytes, int flash,
+                                        size_t* n,
                                         int* is_fp32) {
     size_t L = (size_t)c->num_layers, C = (size_t)c->channels, NH = (size_t)c->num_heads;
     size_t BT = (size_t)B * (size_t)T, Vp = (size_t)c->padded_vocab_size;
@@ -175,7 +182,7 @@ static inline void gpu_activation_sizes(const GPT2Config* c, int B, int T, int r
     ACT(PER_LAYER(L, BT, 1), 1);              // ln1_mean
     ACT(PER_LAYER(L, BT, 1), 1);              // ln1_rstd
     ACT(PER_LAYER(L, BT * C, 0), 0);          // atty
-    ACT(PER_LAYER(L, (size_t)B * NH * (size_t)T * (size_t)T, 0), 0);  // att
+    ACT(flash ? 0 : PER_LAYER(L, (size_t)B * NH * (size_t)T * (size_t)T, 0), 0);  // att
     ACT(PER_LAYER(L, BT * C, 0), 0);          // residual2
     ACT(PER_LAYER(L_ln, BT * C, 0), 0);       // ln2
     ACT(PER_LAYER(L, BT, 1), 1);              // ln2_mean
@@ -189,20 +196,21 @@ static inline void gpu_activation_sizes(const GPT2Config* c, int B, int T, int r
     ACT(BT, 1);                      // losses
     ACT(PER_LAYER(L, BT * 3 * C, 0), 0);      // qkvr
     ACT(BT * out, 0);                // output
+    ACT(flash ? PER_LAYER(L, (size_t)B * NH * (size_t)T, 1) : 0, 1);  // att_stats
     ACT(0, 1);                       // (end)
 #undef PER_LAYER
 #undef ACT
 }
 
-static inline void gpu_scratch_sizes(const GPT2Config* c, int B, int T, size_t* n) {
+static inline void gpu_scratch_sizes(const GPT2Config* c, int B, int T, int flash, size_t* n) {
     size_t C = (size_t)c->channels, NH = (size_t)c->num_heads, BT = (size_t)B * (size_t)T;
     n[0] = BT * C;      // dresidual
     n[1] = BT * C;      // dbuf
     n[2] = BT * C;      // datty
     n[3] = BT * 4 * C;  // dfch
     n[4] = BT * 3 * C;  // dqkv
-    n[5] = BT * 3 * C;  // dqkvr
-    n[6] = (size_t)B * NH * (size_t)T * (size_t)T;  // datt
+    n[5] = flash ? 0 : BT * 3 * C;  // dqkvr
+    n[6] = flash ? 0 : (size_t)B * NH * (size_t)T * (size_t)T;  // datt
 }
 
 // Bytes of an activation list, each tensor rounded up to 256 bytes (the trainer aligns every
@@ -222,6 +230,7 @@ typedef struct {
                             // block's elements only (Badam.max_block)
     int family;             // 1: the optimizer family's state block (llmc/optim_state.h) replaces m, v
     size_t opt_state_bytes; // its bytes (0 for plain SGD)
+    int flash_attention;    // 0: --attention matmul; 1 cudnn, 2 cudnn-fast (no T x T activations, LSE stats)
 } GpuMemoryOptions;
 
 // --offload: elements per streamed chunk, a multiple of 32 (every chunk stays 128-bit aligned).
@@ -263,9 +272,9 @@ static inline MemoryReport memory_model_gpu(const GPT2Config* c, int B, int T, c
     }
     size_t acts[GPU_NUM_ACTIVATIONS], scratch[GPU_NUM_SCRATCH];
     int fp32[GPU_NUM_ACTIVATIONS];
-    gpu_activation_sizes(c, B, T, g->recompute, g->floatx_bytes, acts, fp32);
+    gpu_activation_sizes(c, B, T, g->recompute, g->floatx_bytes, g->flash_attention, acts, fp32);
     for (int i = 0; i < GPU_NUM_ACTIVATIONS; i++) { r.bytes[MEM_ACTS] += gpu_tensor_bytes(acts[i], fp32[i] ? 4 : g->floatx_bytes); }
-    gpu_scratch_sizes(c, B, T, scratch);
+    gpu_scratch_sizes(c, B, T, g->flash_attention, scratch);
     for (int i = 0; i < GPU_NUM_SCRATCH; i++) { r.bytes[MEM_SCRATCH] += gpu_tensor_bytes(scratch[i], g->floatx_bytes); }
     r.bytes[MEM_SCRATCH] += gpu_tensor_bytes(g->kernel_scratch, 1);
     r.bytes[MEM_WORKSPACE] = g->workspace;

@@ -74,12 +74,15 @@ typedef struct {
     int master_weights;       // -w keep fp32 master weights of bf16 parameters
     int offload;              // optimizer state (m, v, master) in pinned host memory, streamed in chunks
     int offload_chunk;        // elements per streamed chunk
+    int attention;            // AttentionKind: the matmul-softmax path or cuDNN's flash attention
 } TrainOptions;
 
 static const char* const lr_schedule_choices[] = {"cosine", "linear", "constant", "wsd", NULL};
 static const char* const badam_order_choices[] = {"ascending", "descending", "random", NULL};
 typedef enum { INIT_MPI, INIT_FS, INIT_TCP } InitMethod;
 static const char* const init_method_choices[] = {"mpi", "fs", "tcp", NULL};
+typedef enum { ATTENTION_CUDNN, ATTENTION_CUDNN_FAST, ATTENTION_MATMUL } AttentionKind;
+static const char* const attention_choices[] = {"cudnn", "cudnn-fast", "matmul", NULL};
 // flags whose values differ between the processes of one run (left out of the same-flags check)
 static const char* const per_rank_flags[] = {"-pr", "--process-rank", NULL};
 
@@ -142,6 +145,7 @@ static const CliFlag train_flags[] = {
     {"w", "master-weights", CLI_SWITCH, OPT(master_weights), 0, 1, NULL, CLI_GPU, "keep fp32 master weights (bf16 build)"},
     {NULL, "offload", CLI_SWITCH, OPT(offload), 0, 1, NULL, CLI_GPU, "keep AdamW m, v (and master weights) in pinned host memory; stream them through the GPU in chunks"},
     {NULL, "offload-chunk", CLI_INT, OPT(offload_chunk), 1024, 1 << 30, NULL, CLI_GPU, "elements per offload chunk (two chunks of staging on the GPU)"},
+    {NULL, "attention", CLI_CHOICE, OPT(attention), 0, 0, attention_choices, CLI_GPU, "attention: cudnn (flash attention, no T x T activations, deterministic backward; BF16 build only, its default), cudnn-fast (the same with cuDNN's atomic, non-deterministic backward: no T x T workspace) or matmul (scores, softmax, GEMMs; the FP32 build's)"},
 };
 #undef OPT
 #define TRAIN_FLAG_COUNT ((int)(sizeof(train_flags) / sizeof(train_flags[0])))
@@ -197,6 +201,7 @@ static inline void train_options_defaults(TrainOptions* o) {
     o->master_weights = 1;
     o->offload = 0;
     o->offload_chunk = 1 << 24;
+    o->attention = ATTENTION_MATMUL;  // the BF16 GPU trainer defaults to cudnn (its trainer_defaults)
 }
 
 // -pi fs|tcp: the processes were not started by mpirun, so the count and this rank come from -pn

@@ -1,14 +1,20 @@
 /*
  attention.cu: the lab of llmc/attention.cuh (causal self-attention, forward and backward: this
- file's kernels for the head split/merge and the softmax, GEMMs through llmc/matmul.cuh).
+ file's kernels for the head split/merge and the softmax, GEMMs through llmc/matmul.cuh) and of
+ llmc/cudnn_att.cuh (the flash path, --attention cudnn: cuDNN on a GPU, its CPU implementation
+ under the harness).
  One driver, two modes:
    --check  small shapes (T not a multiple of 8 or of the 8-row block, T = 1, head sizes 16 and
             64) against a float64 reference: qkvr (an exact copy), att, out, dqkv; the forward and
             backward twice (bitwise identical); the reference backward against central
-            differences of the reference forward.
+            differences of the reference forward. The flash path on the same inputs: out, the
+            LSE stats and dqkv against the same reference, twice (bitwise identical: cuDNN's
+            deterministic backward). It runs under the harness in both precisions and on a GPU in
+            the BF16 build (cuDNN).
    --bench  B=8, T=1024, NH=12, hs=64 (GPT-2 124M): forward and backward time, each step on its
             own, TFLOP/s of the GEMMs against a square GEMM, GB/s of the kernels against the
-            device-to-device copy bandwidth, both measured in the same run.
+            device-to-device copy bandwidth, both measured in the same run; then the flash path's
+            forward and backward (deterministic and atomic) times.
  Only the production version is kept: the T x T products are the library's, and the kernels
  around them are single passes over memory.
 
@@ -16,6 +22,10 @@
  copy and must match exactly):
    FP32: |got - ref| <= 1e-5 * max|ref|. Every intermediate is fp32; expf and the fp32 sums of the
          softmax and of the GEMMs give < 7e-7 of max|ref| here (worst over 400 seeds: 0.07 of it).
+   Flash path: out and dqkv as the matmul path's below (on a GPU cuDNN rounds the probabilities to
+         bf16 before the value product, as the matmul path does); stats (fp32 in both builds):
+         |got - ref| <= 1e-5 * max|ref| (FP32) or 2^-12 * max|ref| (BF16: the GPU's fast exp),
+         against errors of a few fp32 ulps of the scores here.
    BF16: att: |got - bf16(ref)| <= 1 ulp + 2^-5 * |ref|. A probability p_j = exp(s_j) / sum
          inherits the errors e_j of the bf16 scores s_j (|e_j| <= 2^-9 |s_j|, |s| <= ~3 here) as
          a relative error e_j - sum_i p_i e_i, at most ~1.2% whatever the size of p_j, plus its
@@ -30,6 +40,10 @@
 #include "lab.h"
 #include "llmc/matmul.cuh"
 #include "llmc/attention.cuh"
+#include "llmc/cudnn_att.cuh"
+
+// The flash path runs where it exists: the harness (both precisions) and the BF16 GPU build.
+#define LAB_FLASH (LS_HARNESS || FLOATX_IS_BF16)
 
 // ----------------------------------------------------------------------------
 // float64 reference (the CPU trainer's loops, in double)
@@ -101,6 +115,31 @@ static void ref_backward(std::vector<double>& dqkv, const std::vector<double>& d
                 }
             }
 }
+
+#if LAB_FLASH
+// lse (B,NH,T): log sum_j<=t exp(q_t . k_j / sqrt(hs)), the flash path's stats.
+static void ref_lse(std::vector<double>& lse, const std::vector<double>& qkv, int B, int T, int C, int NH) {
+    const int hs = C / NH;
+    const double scale = 1.0 / sqrt((double)hs);
+    lse.assign((size_t)B * NH * T, 0.0);
+    std::vector<double> s(T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const double* q = &qkv[((size_t)b * T + t) * 3 * C + (size_t)h * hs];
+                double mx = -INFINITY, sum = 0.0;
+                for (int j = 0; j <= t; j++) {
+                    const double* k = &qkv[((size_t)b * T + j) * 3 * C + C + (size_t)h * hs];
+                    s[j] = 0.0;
+                    for (int i = 0; i < hs; i++) s[j] += q[i] * k[i];
+                    s[j] *= scale;
+                    mx = std::max(mx, s[j]);
+                }
+                for (int j = 0; j <= t; j++) sum += exp(s[j] - mx);
+                lse[((size_t)b * NH + h) * T + t] = mx + log(sum);
+            }
+}
+#endif
 
 // The reference backward against central differences of L = sum(dout * out) on a tiny shape.
 static bool ref_selfcheck(void) {
@@ -223,6 +262,47 @@ static bool check_case(const CheckCase& k, uint64_t seed) {
         printf("  B=%d T=%3d C=%3d NH=%d hs=%2d  worst err/tol %.3f  %s  (%s)\n", B, T, C, NH, hs, worst,
                bad ? "FAIL" : "ok", k.note);
     }
+#if LAB_FLASH
+    // the flash path (llmc/cudnn_att.cuh) on the same inputs: out, stats, dqkv
+    {
+        const size_t nstats = (size_t)B * NH * T;
+        const size_t ws = attention_cudnn_scratch_bytes(B, T, NH, C, 1);
+        floatX *out = dev_alloc<floatX>(BTC), *dqkv = dev_alloc<floatX>(3 * BTC);
+        float* stats = dev_alloc<float>(nstats);
+        void* scratch = NULL;
+        cudaCheck(cudaMalloc(&scratch, ws));
+        std::vector<float> fgot[2][2];
+        std::vector<double> fstats[2];
+        for (int rep = 0; rep < 2; rep++) {
+            attention_forward_cudnn(out, stats, d.qkv, B, T, NH, C, scratch, ws, 0);
+            attention_backward_cudnn(dqkv, d.dout, d.qkv, out, stats, B, T, NH, C, 1, scratch, ws, 0);
+            cudaCheck(cudaDeviceSynchronize());
+            fgot[rep][0] = download_X<float>(out, BTC);
+            fgot[rep][1] = download_X<float>(dqkv, 3 * BTC);
+            fstats[rep] = download_f(stats, nstats);
+        }
+        std::vector<double> r_lse;
+        ref_lse(r_lse, qkv64, B, T, C, NH);
+        long fbad = 0;
+        double fworst = 0.0;
+        fbad += compare_shaped("flash out", fgot[0][0], r_out, {B, T, C}, rel_out, 0.0, &fworst);
+        fbad += compare_shaped("flash dqkv", fgot[0][1], r_dqkv, {B, T, 3 * C}, rel_out, 0.0, &fworst);
+        fbad += compare("flash stats", fstats[0], r_lse, FLOATX_IS_BF16 ? 0x1.0p-12 : 1e-5, 0.0, &fworst);
+        if (!same_bits(fgot[0], fgot[1]) || fstats[0] != fstats[1]) {
+            printf("      flash path not deterministic: two runs differ\n");
+            fbad++;
+        }
+        if (!g_quiet || fbad) {
+            printf("  B=%d T=%3d C=%3d NH=%d hs=%2d  worst err/tol %.3f  %s  (flash path, %s)\n", B, T, C, NH, hs,
+                   fworst, fbad ? "FAIL" : "ok", LS_HARNESS ? "CPU implementation" : "cuDNN");
+        }
+        cudaCheck(cudaFree(out));
+        cudaCheck(cudaFree(dqkv));
+        cudaCheck(cudaFree(stats));
+        cudaCheck(cudaFree(scratch));
+        bad += fbad;
+    }
+#endif
     bufs_free(d);
     return bad == 0;
 }
@@ -256,6 +336,25 @@ static int bench(int B, int T, int C, int NH, int S, int repeats) {
            tflops_of(2 * gemm_flops, fwd), 100.0 * tflops_of(2 * gemm_flops, fwd) / ceil_tf);
     printf("  backward %9.4f ms  (%.4g TFLOP/s of GEMM work, %.1f%% of the ceiling)\n", bwd,
            tflops_of(4 * gemm_flops, bwd), 100.0 * tflops_of(4 * gemm_flops, bwd) / ceil_tf);
+#if LAB_FLASH
+    {   // the flash path (llmc/cudnn_att.cuh): the causal half of the same products, no T x T buffers
+        const size_t ws = attention_cudnn_scratch_bytes(B, T, NH, C, 1);
+        float* stats = dev_alloc<float>((size_t)BNH * T);
+        void* scratch = NULL;
+        cudaCheck(cudaMalloc(&scratch, ws));
+        const float ffwd = warm_ms([&] { attention_forward_cudnn(d.out, stats, d.qkv, B, T, NH, C, scratch, ws, 0); });
+        for (int det = 1; det >= 0; det--) {
+            const float fbwd = warm_ms([&] {
+                attention_backward_cudnn(d.dqkv, d.dout, d.qkv, d.out, stats, B, T, NH, C, det, scratch, ws, 0);
+            });
+            printf("  flash (%s, %s backward): forward %.4f ms, backward %.4f ms, together %.4f ms\n",
+                   LS_HARNESS ? "CPU implementation" : "cuDNN", det ? "deterministic" : "atomic", ffwd, fbwd,
+                   ffwd + fbwd);
+        }
+        cudaCheck(cudaFree(stats));
+        cudaCheck(cudaFree(scratch));
+    }
+#endif
 
     // the steps one by one (the same calls the launchers make)
     struct Step {
@@ -367,6 +466,7 @@ int main(int argc, char** argv) {
         printf("attention --check (%s): %d of %d checks passed (seed %lld)\n", PRECISION_NAME, total - failed, total, seed);
         rc = failed ? 1 : 0;
     }
+    attention_cudnn_free();
     matmul_free();
     return rc;
 }

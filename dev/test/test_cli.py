@@ -38,7 +38,7 @@ def parse_help(text):
         r = re.search(r"range \[([-\d.e+]+), ([-\d.e+]+)\]", line)
         if r:
             f["min"], f["max"] = float(r.group(1)), float(r.group(2))
-        c = re.search(r"one of ([\w ]+)\)", line)
+        c = re.search(r"one of ([\w -]+)\)", line)
         if c:
             f["choices"] = c.group(1).split()
         flags.append(f)
@@ -143,6 +143,24 @@ def main():
         rr = run(binary, ["--dry-run", "1", "-e", "d48", "-b", "64", "-t", "1024"])
         check(rr.returncode == 1 and "largest batch that fits is -b" in rr.stderr,
               "out of device memory names the largest batch that fits: %s" % rr.stderr.strip()[-300:])
+        # --attention: cudnn (flash, no T x T buffers) is the BF16 build's default; FP32 has matmul only
+        fp32 = "(fp32" in r.stdout  # the --help summary names the precision
+        rr = run(binary, ["--dry-run", "1", "-e", SMALL, "-t", "16"])
+        want = "attention matmul" if fp32 else "attention cudnn"
+        check(rr.returncode == 0 and want in rr.stdout, "the default is %s: %s" % (want, rr.stdout[-300:]))
+        rr = run(binary, ["--dry-run", "1", "-e", SMALL, "-t", "16", "--attention", "cudnn"])
+        if fp32:
+            check(rr.returncode == 1 and "--attention" in rr.stderr and len(rr.stderr.strip().splitlines()) == 1,
+                  "--attention cudnn in the FP32 build: one line naming the flag: %s" % rr.stderr.strip())
+        else:
+            acts = {}
+            for att in ("matmul", "cudnn"):
+                rr = run(binary, ["--memory-report", "1", "-e", "d12", "-b", "16", "-t", "1024", "--attention", att])
+                m = re.search(r"\| activations +\| +([\d.]+) \|", rr.stdout)
+                acts[att] = float(m.group(1)) if rr.returncode == 0 and m else float("nan")
+            check(acts["matmul"] - acts["cudnn"] >= 4.5e9 / 2**20,
+                  "--attention cudnn: d12 B16 T1024 activations %.1f MiB, at least 4.5 GB below matmul's %.1f MiB"
+                  % (acts["cudnn"], acts["matmul"]))
     # --memory-report -pn N: one of N processes' table (ZeRO-1: m and v divided by N); -pn without
     # the processes to go with it fails
     rr = run(binary, ["--memory-report", "1", "-e", "d12", "-b", "4", "-t", "64", "-z", "1", "-pn", "4"])

@@ -120,10 +120,14 @@ static LS_UNUSED void ref_check_grads(const float* grads, const ParamTable* pt, 
 
 // The reference's AdamW steps (lr 1e-4, betas 0.9 0.95, eps 1e-8, wd 0.1, clip 1) on its batch,
 // from the model file: the loss of every step.
+// A test may define REF_BUILD_OPTS (the options of this model's gpt2_build) before the include.
+#ifndef REF_BUILD_OPTS
+#define REF_BUILD_OPTS NULL
+#endif
 static LS_UNUSED void ref_check_steps(const char* model_path, const RefState* s, const RefTolerances* tol) {
     AdamWHyper h = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     GPT2 model;
-    gpt2_build(&model, model_path, 0, s->B, s->T, NULL);
+    gpt2_build(&model, model_path, 0, s->B, s->T, REF_BUILD_OPTS);
     for (int step = 0; step < s->n_steps; step++) {
         gpt2_begin_step(&model, step);
         gpt2_forward_train(&model, s->inputs, s->targets, s->B, s->T, 1.0f);
