@@ -298,8 +298,8 @@ $(GPU_BUILD)/test_gpt2cu_%: test_gpt2.cu dev/test/test_common.h dev/test/shape_s
 	@mkdir -p $(@D)
 	@echo "  NVCC  $@ ($(GPU_ARCH))"
 	$(Q)$(NVCC) $(call gpu_prec_flags,$*) $< $(call gpu_cudnn,$*) -o $@ $(NVCC_LIBS) $(if $(call gpu_cudnn,$*),$(CUDNN_LINK))
-gpu-lab-build:
-	$(Q)$(MAKE) --no-print-directory -C dev/cuda gpu NVCC=$(NVCC) GPU_ARCH=$(GPU_ARCH) Q=$(Q)
+gpu-lab-build: $(CUDNN_ATT_OBJ)  # first: the attention lab links it too (no two builds of it at once)
+	$(Q)$(MAKE) --no-print-directory -C dev/cuda gpu NVCC=$(NVCC) GPU_ARCH=$(GPU_ARCH) Q=$(Q) CUDNN_LINK="$(CUDNN_LINK)"
 gpu-build: $(GPU_BINS) gpu-lab-build
 ref: $(REF_DIR)/$(REF_DESC)_state.bin
 gpu-carry: data ref cudnn-frontend

@@ -6,16 +6,18 @@
    test_gpt2cu --model M.bin --state S.bin [--resume-check 1]
    test_gpt2cu --sweep 1      every awkward (B, T, NH) against a float64 forward (dev/test/shape_sweep.h)
 
- Tolerances (measured values in the README):
-   fp32 build: as test_gpt2.c (same arithmetic in fp32; only the summation order differs):
-     logits max|diff| <= 1e-4 max|ref|, loss 1e-5 relative, each gradient tensor max|diff| <=
-     1e-3 max|ref|, 10 losses 1e-4 relative.
+ Tolerances (the reference model has random biases and layernorm parameters; measured on the CI
+ config, L2C64H4T64 B4 T32, under the harness; a planted reference bug fails each build, see
+ dev/test/test_ref_mutants.py):
+   fp32 build: same arithmetic as test_gpt2.c, only the summation order differs: logits
+     max|diff| <= 1e-5 max|ref| (measured 3.7e-7), loss 1e-6 relative (1e-7), each gradient
+     tensor max|diff| <= 5e-5 max|ref| (6.9e-6), 10 losses 2e-6 relative (1e-7).
    bf16 build: parameters, activations and gradients are rounded to bf16 (8 significant bits,
      relative step 2^-8 = 3.9e-3) at every op, so errors of a few bf16 steps are expected:
-     logits max|diff| <= 2e-2 max|ref| (measured 5.0e-3 on the CI config), loss 1e-3 relative
-     (measured 8e-6: the mean over B*T rows averages the rounding out), each gradient tensor
-     max|diff| <= 5e-2 max|ref| (measured at most 9.3e-3, ~2.4 bf16 steps), the 10 losses 1e-3
-     relative (measured 1.8e-5; stochastic rounding keeps the update unbiased).
+     logits max|diff| <= 2e-2 max|ref| (measured 6.1e-3), loss 1e-4 relative (4e-6: the mean over
+     B*T rows averages the rounding out), each gradient tensor max|diff| <= 5e-2 max|ref| (1.3e-2,
+     ~3 bf16 steps), the 10 losses 1e-4 relative (8e-6; stochastic rounding keeps the update
+     unbiased). Ignoring the layernorm parameters moves the loss by 2.6e-4 relative.
  Determinism: the same steps from the same checkpoint give bit-identical losses and parameters.
  --offload: bit-identical to the on-device update. --badam (check_badam, on a small random model
  in both precisions): compact gradients bit-identical to the full backward pass's, updates touch
@@ -29,9 +31,9 @@ static const TrainOptions* model_check_opts(void);
 
 // logits, loss, gradients, step losses (see test_common.h)
 #if FLOATX_IS_BF16
-static const RefTolerances TOL = {2e-2, 1e-3, 5e-2, 1e-3};
+static const RefTolerances TOL = {2e-2, 1e-4, 5e-2, 1e-4};
 #else
-static const RefTolerances TOL = {1e-4, 1e-5, 1e-3, 1e-4};
+static const RefTolerances TOL = {1e-5, 1e-6, 5e-5, 2e-6};
 #endif
 
 // The memory model for what `model` was built with equals what it allocated, category by
@@ -90,6 +92,8 @@ static void check_forward_train(GPT2* model, const RefState* s, size_t n_params)
     printf("forward_train: dlogits and gradients %s the backward classifier's (scale 1/3); loss %.7f, 2 micro-steps %.7f\n",
            same ? "bit-identical to" : "DIFFERENT from", lt, l2);
     free(da); free(db); free(ga); free(gb);
+}
+
 // --attention matmul|cudnn: the model check on that path (default: the build's, with NULL options)
 static int g_attention = -1;
 

@@ -20,8 +20,8 @@
 # outside still leaves the steps it finished.
 #
 # The GPU machine has no network and gets a copy of the working tree only: prepare here, then carry
-#   make data cudnn-frontend ref      (data/, build/deps/cudnn_frontend, build/ref)
-#   carry: data, build/deps, build/ref
+#   make gpu-carry      (data/, build/deps/: the cuDNN frontend headers and zlib's, build/ref/)
+#   carry: data, build/deps, build/ref        (about 10 MB)
 # Without data/ the training steps are skipped (and say so); without the cuDNN frontend headers the
 # build fails naming `make cudnn-frontend`.
 #
@@ -178,10 +178,10 @@ fi
 env_report() {
     echo "GPU: $GPU_INFO (arch $GPU_ARCH)"
     echo "nvcc: $($NVCC --version 2>/dev/null | tail -n 1 || echo missing)"
-    echo "cuDNN: ${CUDNN_HOME:-not found}; frontend headers: $([ -f build/deps/cudnn_frontend/include/cudnn_frontend.h ] && echo build/deps/cudnn_frontend || echo 'missing (make cudnn-frontend here, carry build/deps)')"
+    echo "cuDNN: ${CUDNN_HOME:-not found}; frontend headers: $([ -f build/deps/cudnn_frontend/include/cudnn_frontend.h ] && echo build/deps/cudnn_frontend || echo 'missing (make gpu-carry here, carry build/deps)')"
     echo "torch with CUDA: $([ $HAVE_TORCH = 1 ] && "$TORCH_PYTHON" -c 'import torch; print(torch.__version__)' || echo no)"
-    echo "data: $([ -f data/tinyshakespeare/tiny_shakespeare_train.bin ] && echo yes || echo 'missing (make data here, carry data)')"
-    echo "reference: $([ -f $REF/L2C64H4T64_state.bin ] && echo build/ref || echo 'missing (make ref here, carry build/ref)')"
+    echo "data: $([ -f data/tinyshakespeare/tiny_shakespeare_train.bin ] && echo yes || echo 'missing (make gpu-carry here, carry data)')"
+    echo "reference: $([ -f $REF/L2C64H4T64_state.bin ] && echo build/ref || echo 'missing (make gpu-carry here, carry build/ref)')"
     echo "make: ${MAKE_VARS[*]}"
     echo "cores: $(nproc)"
 }
@@ -312,7 +312,7 @@ else
 fi
 train_modes() {
     local mode
-    for mode in "--attention matmul" "" "--offload 1" "--opt-state bf16" "--opt-state int8" "--optimizer lion" \
+    for mode in "--attention matmul" "--attention cudnn-fast" "" "--offload 1" "--opt-state bf16" "--opt-state int8" "--optimizer lion" \
         "--optimizer lamb" "--badam 5" "-r 2"; do
         echo "=== mode: ${mode:-adamw}"
         # shellcheck disable=SC2086  # the mode is several words
