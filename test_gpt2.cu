@@ -18,6 +18,7 @@
      B*T rows averages the rounding out), each gradient tensor max|diff| <= 5e-2 max|ref| (1.3e-2,
      ~3 bf16 steps), the 10 losses 1e-4 relative (8e-6; stochastic rounding keeps the update
      unbiased). Ignoring the layernorm parameters moves the loss by 2.6e-4 relative.
+ Every check runs with -r 1 (the default), -r 0 and -r 2 (recompute in the backward pass).
  Determinism: the same steps from the same checkpoint give bit-identical losses and parameters.
  --offload: bit-identical to the on-device update. --badam (check_badam, on a small random model
  in both precisions): compact gradients bit-identical to the full backward pass's, updates touch
@@ -94,15 +95,18 @@ static void check_forward_train(GPT2* model, const RefState* s, size_t n_params)
     free(da); free(db); free(ga); free(gb);
 }
 
-// --attention matmul|cudnn: the model check on that path (default: the build's, with NULL options)
+// --attention matmul|cudnn: the model check on that path (default: the build's, with NULL options);
+// g_recompute: the model check with -r 0 or 2 (-1: the default, 1)
 static int g_attention = -1;
+static int g_recompute = -1;
 
 static const TrainOptions* model_check_opts(void) {
     static TrainOptions o;
-    if (g_attention < 0) { return NULL; }
+    if (g_attention < 0 && g_recompute < 0) { return NULL; }
     train_options_defaults(&o);
     trainer_defaults(&o);
-    o.attention = g_attention;
+    if (g_attention >= 0) { o.attention = g_attention; }
+    o.recompute = g_recompute >= 0 ? g_recompute : 1;
     return &o;
 }
 
@@ -113,7 +117,7 @@ static void check_model(const char* model_path, const char* state_path) {
     ref_load(model_path, state_path, &c, &pt, &s);
     GPT2 model;
     gpt2_build(&model, model_path, 0, s.B, s.T, model_check_opts());
-    printf("attention: %s\n", model.flash ? "cudnn (flash)" : "matmul");
+    printf("attention: %s, recompute -r %d\n", model.flash ? "cudnn (flash)" : "matmul", model.recompute);
     int B = s.B, T = s.T, V = c.vocab_size, Vp = c.padded_vocab_size;
 
     // the memory table equals what was allocated
@@ -433,6 +437,11 @@ int main(int argc, char** argv) {
         return failures ? 1 : 0;
     }
     check_model(model_path, state_path);
+    for (int r = 0; r <= 2; r += 2) {  // -r 0 and -r 2 against the reference too (default -r 1 above)
+        g_recompute = r;
+        check_model(model_path, state_path);
+    }
+    g_recompute = -1;
     if (resume_check) { check_resume(model_path, state_path); }
     if (resume_check) { check_offload(model_path, state_path); }
     check_badam();
