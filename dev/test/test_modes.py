@@ -38,6 +38,9 @@ ROWS = [
     ("-r 0", FEW + ["-r", "0", "-t", "37"], 3, "gpu", None),
     ("-r 2", FEW + ["-r", "2", "-t", "37"], 3, "gpu", None),
     ("--offload 1", FEW + ["--offload", "1", "--offload-chunk", "100000"], 3, "gpu", None),
+    ("-a 1 (overfit one batch)", FEW + ["-a", "1", "-x", "6", "-l", "1e-3"], 6, None, "loss falls"),
+    ("-w 0 (no master weights)", FEW + ["-w", "0"], 3, "gpu", None),
+    ("--attention matmul", FEW + ["--attention", "matmul", "-t", "37"], 3, "gpu", None),
 ]
 
 
@@ -60,6 +63,8 @@ def check_run(tag, r, steps, seq_len, extra):
     if seq_len > 1:
         check(all(s.strip() for s in samples), "%s: the samples hold text: %r" % (tag, samples))
     check(re.search(r"^summary: %d steps" % steps, out, re.M) is not None, "%s: the summary line" % tag)
+    if extra == "loss falls":
+        check(len(losses) == steps and losses[-1] < losses[0] - 0.05, "%s: the loss on the one batch falls (%s)" % (tag, losses))
     if extra == "lr decays":
         lrs = [float(x) for x in re.findall(r"^step\s+\d+/\d+ \| loss [\d.]+ \| norm [\d.]+ \| lr ([\d.e+-]+)", out, re.M)]
         check(len(lrs) == steps and lrs[-1] < lrs[0], "%s: the learning rate decays (%s)" % (tag, lrs))
