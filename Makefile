@@ -269,7 +269,9 @@ $(CUDNN_ATT_LIB): $(CUDNN_ATT_PIC) llmc/cudnn_att.map
 
 # The loader (llmc/cudnn_load.h) without a GPU: a missing library, a file that is no library and a
 # library whose own dependency is missing (as without libcudnn.so.9) each stop with the one line;
-# the built library resolves every entry point (run by gpu-compile-check PRECISION=BF16).
+# the built library resolves every entry point, and is found from copies of the test where the
+# binaries live: next to it (build/), in its build/ (the repository root) and in ../ (build/gpu/);
+# none near it is the one line too (run by gpu-compile-check PRECISION=BF16).
 CUDNN_LOAD_DIR := $(BUILD)/cudnn_load
 $(BUILD)/test_cudnn_load: dev/test/test_cudnn_load.cpp llmc/cudnn_load.h llmc/utils.h
 	@mkdir -p $(@D)
@@ -286,6 +288,9 @@ test-cudnn-load: $(BUILD)/test_cudnn_load $(CUDNN_LOAD_DIR)/libneeds_gone.so $(C
 		--not-lib dev/test/test_cudnn_load.cpp
 	$(Q)mkdir -p $(CUDNN_LOAD_DIR)/alone/bin && cp -f $(BUILD)/test_cudnn_load $(CUDNN_LOAD_DIR)/alone/bin/
 	$(Q)$(CUDNN_LOAD_DIR)/alone/bin/test_cudnn_load --not-found
+	$(Q)cd $(CUDNN_LOAD_DIR) && mkdir -p root/build up/bin && cp -f ../test_cudnn_load root/ && cp -f ../test_cudnn_load up/bin/ && \
+		ln -sf $(abspath $(CUDNN_ATT_LIB)) root/build/ && ln -sf $(abspath $(CUDNN_ATT_LIB)) up/ && \
+		root/test_cudnn_load --expect-at root/build/libleanstep_cudnn.so && up/bin/test_cudnn_load --expect-at up/libleanstep_cudnn.so
 .PHONY: test-cudnn-load
 
 train_gpt2cu: $(CUDA_TRAIN_DEPS) $(CUDNN_DEPS)

@@ -4,6 +4,7 @@
 
    test_cudnn_load --lib build/libleanstep_cudnn.so --needs-missing LIB --not-lib FILE
    test_cudnn_load --not-found     (a copy of it where no library is near: DIR/, DIR/build/, DIR/..)
+   test_cudnn_load --expect-at LIB (a copy of it with the library, a link, in its build/ or ../)
 
  Each failing case runs in a child process (ls_fatal exits) and must exit 1 with exactly one line
  on stderr that names the call and shape, the fallback flag and why:
@@ -12,6 +13,7 @@
    LIB, whose own dependency libls_gone.so is gone (as a cuDNN library without libcudnn.so.9)
                                                   -> libls_gone.so
    --not-found: no LEANSTEP_CUDNN_LIB and no library near the executable -> "not found in DIR/"
+   --expect-at LIB: without LEANSTEP_CUDNN_LIB, the library opened is LIB (same directory, same name)
  Then, in this process: the built library found without LEANSTEP_CUDNN_LIB (it sits next to this
  executable, in build/), and with it, resolves every entry point; a second load returns the same
  addresses. Exits 1 on any failure.
@@ -63,7 +65,27 @@ static void expect_fatal(const char* what, const char* lib, const char* want) {
     check(exit1 && one_line && names, what, err.empty() ? std::string("(no message)") : err.substr(0, err.size() - 1));
 }
 
+// dir/name of path with dir made canonical (the name itself may be a link)
+static std::string canonical_dir(const char* path) {
+    std::string p(path);
+    const size_t slash = p.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : p.substr(0, slash);
+    char real[PATH_MAX];
+    if (realpath(dir.c_str(), real) == NULL) return "(unresolvable " + p + ")";
+    return std::string(real) + p.substr(slash == std::string::npos ? 0 : slash);
+}
+
 int main(int argc, char** argv) {
+    if (argc == 3 && strcmp(argv[1], "--expect-at") == 0) {
+        unsetenv("LEANSTEP_CUDNN_LIB");
+        void* syms[CUDNN_LIB_NSYMS];
+        cudnn_lib_load("attention_forward_cudnn", 2, 3, 4, 64, syms);
+        Dl_info info;
+        const bool found = dladdr(syms[0], &info) != 0 && info.dli_fname != NULL;
+        const std::string got = found ? canonical_dir(info.dli_fname) : std::string("dladdr failed");
+        check(found && got == canonical_dir(argv[2]), "found from the executable's directory", got);
+        return failures > 0 ? 1 : 0;
+    }
     if (argc == 2 && strcmp(argv[1], "--not-found") == 0) {
         char exe[PATH_MAX];
         const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
