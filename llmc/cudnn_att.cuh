@@ -70,7 +70,8 @@ static inline size_t attention_cudnn_scratch_bytes(int B, int T, int NH, int C, 
 #if defined(LS_CUDNN_ATT_IMPL) || (!LS_HARNESS && FLOATX_IS_BF16)
 // The GPU implementation: llmc/cudnn_att.cpp, built as build/libleanstep_cudnn.so (linked with cuDNN)
 // and opened at run time by the first cudnn call (llmc/cudnn_load.h): the nvcc builds do not link
-// libcudnn, so they start on a machine without it. extern "C": found by these names with dlsym.
+// libcudnn, so they start on a machine without it. extern "C": found by these names with dlsym
+// (cudnn_load.h lists them, cudnn_att.map exports them).
 // The trainer calls them only through the pointers cudnn_att_lib() resolves (a direct call would
 // not link).
 extern "C" {
