@@ -226,11 +226,14 @@ CUDA_TRAIN_DEPS := train_gpt2.cu $(LLMC_HEADERS) $(wildcard llmc/*.cuh)
 # frontend (header-only C++, PyPI nvidia-cudnn-frontend). `make cudnn-frontend` (also run by
 # `make deps`) puts its headers in an ignored folder of the working tree, so that they travel with
 # it to a GPU machine without network; llmc/cudnn_att.cpp, its own translation unit (host code
-# only: the host compiler, about a minute), is linked into the BF16 nvcc builds with cuDNN.
+# only: the host compiler, about a minute), is a shared library linked with cuDNN,
+# build/libleanstep_cudnn.so, that the BF16 nvcc builds open at run time on the first cudnn call
+# (llmc/cudnn_load.h, dlopen): they do not link libcudnn, so `--attention matmul` runs without it.
+# Their targets build the library first (order-only: relinking a binary does not need it).
 CUDNN_FRONTEND_VERSION ?= 1.32.0
 CUDNN_FRONTEND_DIR := build/deps/cudnn_frontend
 CUDNN_FRONTEND_H := $(CUDNN_FRONTEND_DIR)/include/cudnn_frontend.h
-CUDNN_ATT_OBJ := build/cudnn_att.o
+CUDNN_ATT_LIB := build/libleanstep_cudnn.so
 # CUDNN_HOME: where cuDNN's include/ and lib/ (or lib64/) are; the toolkit's by default (a machine
 # with cuDNN from PyTorch's wheels passes site-packages/nvidia/cudnn, as dev/gpu_check.sh does)
 CUDNN_HOME ?= $(CUDA_HOME)
@@ -240,8 +243,8 @@ CUDNN_LIBDIR := $(firstword $(dir $(wildcard $(CUDNN_HOME)/lib64/libcudnn.so $(C
 # -l:libcudnn.so.9 finds a cuDNN without its development symlink, as in PyTorch's wheels)
 CUDNN_LINK := $(if $(CUDNN_LIBDIR),-L$(CUDNN_LIBDIR) -Xlinker -rpath=$(CUDNN_LIBDIR)) -l:libcudnn.so.9 -lnvrtc
 ifeq ($(PRECISION),BF16)
-CUDNN_OBJS := $(CUDNN_ATT_OBJ)
-CUDNN_LIBS := $(CUDNN_LINK)
+CUDNN_DEPS := | $(CUDNN_ATT_LIB)
+CUDNN_LIBS := -ldl
 endif
 
 .PHONY: cudnn-frontend
@@ -249,32 +252,66 @@ cudnn-frontend:
 	@if [ -f $(CUDNN_FRONTEND_H) ]; then echo "cudnn frontend headers: $(CUDNN_FRONTEND_DIR)/include"; \
 	else bash dev/get_cudnn_frontend.sh $(CUDNN_FRONTEND_DIR) $(CUDNN_FRONTEND_VERSION); fi
 
-$(CUDNN_ATT_OBJ): llmc/cudnn_att.cpp llmc/cudnn_att.cuh llmc/utils.h
+# (llmc/cudnn_att.map: only the three extern "C" entry points are exported; -z defs: every symbol
+# resolved at link time, so a dlopen that finds cuDNN cannot fail on a missing symbol later; the
+# frontend's few CUDA runtime calls link the static runtime, as the nvcc builds do)
+CUDNN_ATT_PIC := build/cudnn_att.pic.o
+$(CUDNN_ATT_PIC): llmc/cudnn_att.cpp llmc/cudnn_att.cuh llmc/utils.h
 	@test -f $(CUDNN_FRONTEND_H) || { echo "error: $(CUDNN_FRONTEND_H) not found: the cuDNN frontend headers (PyPI nvidia-cudnn-frontend) are needed for --attention cudnn; run make cudnn-frontend"; exit 1; }
 	@mkdir -p $(@D)
 	@echo "  CXX   $@ (cuDNN frontend)"
-	$(Q)$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -I. -I$(CUDA_HOME)/include -I$(CUDNN_HOME)/include -isystem $(CUDNN_FRONTEND_DIR)/include \
-		-c $< -o $@
+	$(Q)$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
+		-I. -I$(CUDA_HOME)/include -I$(CUDNN_HOME)/include -isystem $(CUDNN_FRONTEND_DIR)/include -c $< -o $@
+$(CUDNN_ATT_LIB): $(CUDNN_ATT_PIC) llmc/cudnn_att.map
+	@echo "  LD    $@ (cuDNN)"
+	$(Q)$(CXX) -shared -Wl,-z,defs -Wl,--version-script=llmc/cudnn_att.map $< -o $@ \
+		$(CUDNN_LINK) -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lpthread -ldl
 
-train_gpt2cu: $(CUDA_TRAIN_DEPS) $(CUDNN_OBJS)
+# The loader (llmc/cudnn_load.h) without a GPU: a missing library, a file that is no library and a
+# library whose own dependency is missing (as without libcudnn.so.9) each stop with the one line;
+# the built library resolves every entry point, and is found from copies of the test where the
+# binaries live: next to it (build/), in its build/ (the repository root) and in ../ (build/gpu/);
+# none near it is the one line too (run by gpu-compile-check PRECISION=BF16).
+CUDNN_LOAD_DIR := $(BUILD)/cudnn_load
+$(BUILD)/test_cudnn_load: dev/test/test_cudnn_load.cpp llmc/cudnn_load.h llmc/utils.h
+	@mkdir -p $(@D)
+	@echo "  CXX   $@"
+	$(Q)$(CXX) $(CXXFLAGS) -Werror $< -o $@ -ldl
+$(CUDNN_LOAD_DIR)/libneeds_gone.so:
+	@mkdir -p $(@D)
+	$(Q)printf 'void ls_gone(void) {}\n' | $(CC) -shared -fPIC -x c - -o $(@D)/libls_gone.so
+	$(Q)printf 'void ls_gone(void); void ls_needs_gone(void) { ls_gone(); }\n' | \
+		$(CC) -shared -fPIC -x c - -o $@ -L$(@D) -l:libls_gone.so
+	$(Q)rm -f $(@D)/libls_gone.so
+test-cudnn-load: $(BUILD)/test_cudnn_load $(CUDNN_LOAD_DIR)/libneeds_gone.so $(CUDNN_ATT_LIB)
+	$(Q)$(BUILD)/test_cudnn_load --lib $(CUDNN_ATT_LIB) --needs-missing $(CUDNN_LOAD_DIR)/libneeds_gone.so \
+		--not-lib dev/test/test_cudnn_load.cpp
+	$(Q)mkdir -p $(CUDNN_LOAD_DIR)/alone/bin && cp -f $(BUILD)/test_cudnn_load $(CUDNN_LOAD_DIR)/alone/bin/
+	$(Q)$(CUDNN_LOAD_DIR)/alone/bin/test_cudnn_load --not-found
+	$(Q)cd $(CUDNN_LOAD_DIR) && mkdir -p root/build up/bin && cp -f ../test_cudnn_load root/ && cp -f ../test_cudnn_load up/bin/ && \
+		ln -sf $(abspath $(CUDNN_ATT_LIB)) root/build/ && ln -sf $(abspath $(CUDNN_ATT_LIB)) up/ && \
+		root/test_cudnn_load --expect-at root/build/libleanstep_cudnn.so && up/bin/test_cudnn_load --expect-at up/libleanstep_cudnn.so
+.PHONY: test-cudnn-load
+
+train_gpt2cu: $(CUDA_TRAIN_DEPS) $(CUDNN_DEPS)
 	@echo "  NVCC  $@ ($(PRECISION), $(GPU_ARCH), $(NCCL_STATE))"
-	$(Q)$(NVCC) $(NVCC_TRAIN_FLAGS) $(NCCL_FLAGS) -arch=$(GPU_ARCH) $< $(CUDNN_OBJS) -o $@ $(NVCC_LIBS) $(CUDNN_LIBS) $(NCCL_LIBS)
+	$(Q)$(NVCC) $(NVCC_TRAIN_FLAGS) $(NCCL_FLAGS) -arch=$(GPU_ARCH) $< -o $@ $(NVCC_LIBS) $(CUDNN_LIBS) $(NCCL_LIBS)
 
-test_gpt2cu: test_gpt2.cu dev/test/test_common.h dev/test/shape_sweep.h $(CUDA_TRAIN_DEPS) $(CUDNN_OBJS)
+test_gpt2cu: test_gpt2.cu dev/test/test_common.h dev/test/shape_sweep.h $(CUDA_TRAIN_DEPS) $(CUDNN_DEPS)
 	@echo "  NVCC  $@ ($(PRECISION), $(GPU_ARCH))"
-	$(Q)$(NVCC) $(NVCC_TRAIN_FLAGS) -arch=$(GPU_ARCH) $< $(CUDNN_OBJS) -o $@ $(NVCC_LIBS) $(CUDNN_LIBS)
+	$(Q)$(NVCC) $(NVCC_TRAIN_FLAGS) -arch=$(GPU_ARCH) $< -o $@ $(NVCC_LIBS) $(CUDNN_LIBS)
 
 # compile (no link, no GPU needed) for sm_80 and sm_90 with warnings as errors; then, when NCCL
 # is installed, the multi-GPU trainer (NCCL, and MPI when found) compiled and linked the same way
 NVCC_CHECK_FLAGS = $(NVCC_TRAIN_FLAGS) -Werror all-warnings -Xcompiler -Werror \
 	-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-gpu-compile-check: $(CUDA_TRAIN_DEPS) test_gpt2.cu $(CUDNN_OBJS)
+gpu-compile-check: $(CUDA_TRAIN_DEPS) test_gpt2.cu $(CUDNN_DEPS) $(if $(CUDNN_DEPS),test-cudnn-load)
 	@echo "  NVCC  train_gpt2.cu test_gpt2.cu ($(PRECISION), sm_80 + sm_90, warnings are errors)"
 	$(Q)for f in train_gpt2.cu test_gpt2.cu; do $(NVCC) $(NVCC_CHECK_FLAGS) -c $$f -o /dev/null || exit 1; done
 ifneq ($(NCCL_LIBS),)
 	@mkdir -p $(BUILD)
-	@echo "  NVCC  train_gpt2.cu + NCCL$(if $(findstring USE_MPI,$(NCCL_FLAGS)), + MPI)$(if $(CUDNN_OBJS), + cuDNN) ($(PRECISION), sm_80 + sm_90, compile and link, warnings are errors)"
-	$(Q)$(NVCC) $(NVCC_CHECK_FLAGS) $(NCCL_FLAGS) train_gpt2.cu $(CUDNN_OBJS) -o $(BUILD)/train_gpt2cu_nccl_check $(NVCC_LIBS) $(CUDNN_LIBS) $(NCCL_LIBS)
+	@echo "  NVCC  train_gpt2.cu + NCCL$(if $(findstring USE_MPI,$(NCCL_FLAGS)), + MPI)$(if $(CUDNN_DEPS), + cuDNN loader) ($(PRECISION), sm_80 + sm_90, compile and link, warnings are errors)"
+	$(Q)$(NVCC) $(NVCC_CHECK_FLAGS) $(NCCL_FLAGS) train_gpt2.cu -o $(BUILD)/train_gpt2cu_nccl_check $(NVCC_LIBS) $(CUDNN_LIBS) $(NCCL_LIBS)
 else
 	@$(call missing_dep,gpu-compile-check,NCCL (the multi-GPU build: $(NCCL_STATE)),the CUDA toolkit's NCCL)
 endif
@@ -285,21 +322,21 @@ endif
 #                        frontend headers and zlib's (build/deps/), the PyTorch reference (build/ref/)
 GPU_BUILD := build/gpu
 GPU_BINS := $(foreach p,bf16 fp32,$(GPU_BUILD)/train_gpt2cu_$(p) $(GPU_BUILD)/test_gpt2cu_$(p))
-# (the bf16 builds link cuDNN's flash attention, build/cudnn_att.o; the fp32 builds have none)
+# (the bf16 builds open cuDNN's flash attention at run time, build/libleanstep_cudnn.so, found
+# from build/gpu/ as ../; the fp32 builds have none)
 gpu_prec_flags = $(filter-out $(PFLAGS),$(NVCC_TRAIN_FLAGS)) -DENABLE_$(if $(filter bf16,$(1)),BF16,FP32) -arch=$(GPU_ARCH)
-gpu_cudnn = $(if $(filter bf16,$(1)),$(CUDNN_ATT_OBJ))
-$(GPU_BUILD)/train_gpt2cu_bf16 $(GPU_BUILD)/test_gpt2cu_bf16: $(CUDNN_ATT_OBJ)
+gpu_cudnn_libs = $(if $(filter bf16,$(1)),-ldl)
+$(GPU_BUILD)/train_gpt2cu_bf16 $(GPU_BUILD)/test_gpt2cu_bf16: | $(CUDNN_ATT_LIB)
 $(GPU_BUILD)/train_gpt2cu_%: $(CUDA_TRAIN_DEPS)
 	@mkdir -p $(@D)
 	@echo "  NVCC  $@ ($(GPU_ARCH), $(NCCL_STATE))"
-	$(Q)$(NVCC) $(call gpu_prec_flags,$*) $(NCCL_FLAGS) $< $(call gpu_cudnn,$*) -o $@ $(NVCC_LIBS) \
-		$(if $(call gpu_cudnn,$*),$(CUDNN_LINK)) $(NCCL_LIBS)
+	$(Q)$(NVCC) $(call gpu_prec_flags,$*) $(NCCL_FLAGS) $< -o $@ $(NVCC_LIBS) $(call gpu_cudnn_libs,$*) $(NCCL_LIBS)
 $(GPU_BUILD)/test_gpt2cu_%: test_gpt2.cu dev/test/test_common.h dev/test/shape_sweep.h $(CUDA_TRAIN_DEPS)
 	@mkdir -p $(@D)
 	@echo "  NVCC  $@ ($(GPU_ARCH))"
-	$(Q)$(NVCC) $(call gpu_prec_flags,$*) $< $(call gpu_cudnn,$*) -o $@ $(NVCC_LIBS) $(if $(call gpu_cudnn,$*),$(CUDNN_LINK))
-gpu-lab-build: $(CUDNN_ATT_OBJ)  # first: the attention lab links it too (no two builds of it at once)
-	$(Q)$(MAKE) --no-print-directory -C dev/cuda gpu NVCC=$(NVCC) GPU_ARCH=$(GPU_ARCH) Q=$(Q) CUDNN_LINK="$(CUDNN_LINK)"
+	$(Q)$(NVCC) $(call gpu_prec_flags,$*) $< -o $@ $(NVCC_LIBS) $(call gpu_cudnn_libs,$*)
+gpu-lab-build: $(CUDNN_ATT_LIB)  # first: the attention lab opens it too (no two builds of it at once)
+	$(Q)$(MAKE) --no-print-directory -C dev/cuda gpu NVCC=$(NVCC) GPU_ARCH=$(GPU_ARCH) Q=$(Q)
 gpu-build: $(GPU_BINS) gpu-lab-build
 ref: $(REF_DIR)/$(REF_DESC)_state.bin
 gpu-carry: data ref cudnn-frontend
@@ -407,6 +444,10 @@ help:
 	@echo "make train_gpt2cu    the GPU trainer (PRECISION=BF16|FP32, GPU_ARCH=native|sm_90...)"
 	@echo "make cudnn-frontend  the cuDNN frontend headers (pip) for the BF16 GPU trainer's flash attention"
 	@echo "make test-gpu-emu    the GPU trainer's tests under the CPU harness"
+	@echo "make test-train-loop the training loop (loss, norm, lr, val loss) against the PyTorch reference"
+	@echo "make test-ref-mutants the model checks must fail against a reference with a planted bug"
+	@echo "make gpu-build       (GPU machine) the labs and both precisions of the GPU trainer, make -j"
+	@echo "make gpu-carry       data, cuDNN frontend and reference files for a GPU machine without network"
 	@echo "make quality-table   the same CPU training run in every optimizer-memory mode (minutes)"
 	@echo "make fuzz            every file reader under libFuzzer, FUZZ_SECONDS each"
 	@echo "make lint            cppcheck + clang-tidy"

@@ -4,7 +4,9 @@
 
  Its own translation unit, compiled once with the host compiler against the CUDA and cuDNN
  headers (no device code here), so that the frontend's heavy headers do not slow down every
- build of the trainer; linked into the BF16 nvcc builds with -lcudnn. The frontend's headers come
+ build of the trainer; built as a shared library linked with cuDNN (build/libleanstep_cudnn.so,
+ only the three extern "C" entry points exported) that the BF16 nvcc builds open at run time on
+ the first cudnn call (llmc/cudnn_load.h), so that they do not need libcudnn to start. The frontend's headers come
  from PyPI's nvidia-cudnn-frontend: `make cudnn-frontend` puts them in
  build/deps/cudnn_frontend/include.
 

@@ -20,7 +20,9 @@
  Where the work is done
    GPU build: cuDNN's fused scaled-dot-product attention through the cuDNN frontend graph API,
    in llmc/cudnn_att.cpp, its own translation unit (the frontend headers are heavy; built with
-   `make cudnn-frontend` into build/deps/cudnn_frontend/include). BF16 only: the FP32 build's
+   `make cudnn-frontend` into build/deps/cudnn_frontend/include), a shared library
+   (build/libleanstep_cudnn.so) that the first cudnn call opens (llmc/cudnn_load.h): without it or
+   without libcudnn.so.9, a one-line error naming the shape and `--attention matmul`. BF16 only: the FP32 build's
    attention is the matmul path. Scores, softmax and LSE in fp32, tensor-core GEMMs; one graph
    per shape and direction, built on first use and cached. A shape cuDNN cannot run, or cuDNN
    asking for more workspace than scratch_bytes: a one-line error naming the shape and the
@@ -66,13 +68,45 @@ static inline size_t attention_cudnn_scratch_bytes(int B, int T, int NH, int C, 
 }
 
 #if defined(LS_CUDNN_ATT_IMPL) || (!LS_HARNESS && FLOATX_IS_BF16)
-// the GPU implementation (llmc/cudnn_att.cpp)
-void attention_forward_cudnn_bf16(__nv_bfloat16* out, float* stats, const __nv_bfloat16* qkv, int B, int T, int NH,
-                                  int C, void* scratch, size_t scratch_bytes, cudaStream_t stream);
-void attention_backward_cudnn_bf16(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
-                                   const __nv_bfloat16* out, const float* stats, int B, int T, int NH, int C,
-                                   int deterministic, void* scratch, size_t scratch_bytes, cudaStream_t stream);
-void attention_cudnn_free_gpu(void);
+// The GPU implementation: llmc/cudnn_att.cpp, built as build/libleanstep_cudnn.so (linked with cuDNN)
+// and opened at run time by the first cudnn call (llmc/cudnn_load.h): the nvcc builds do not link
+// libcudnn, so they start on a machine without it. extern "C": found by these names with dlsym
+// (cudnn_load.h lists them, cudnn_att.map exports them).
+// The trainer calls them only through the pointers cudnn_att_lib() resolves (a direct call would
+// not link).
+extern "C" {
+__attribute__((visibility("default"))) void attention_forward_cudnn_bf16(
+    __nv_bfloat16* out, float* stats, const __nv_bfloat16* qkv, int B, int T, int NH, int C, void* scratch,
+    size_t scratch_bytes, cudaStream_t stream);
+__attribute__((visibility("default"))) void attention_backward_cudnn_bf16(
+    __nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const __nv_bfloat16* out,
+    const float* stats, int B, int T, int NH, int C, int deterministic, void* scratch, size_t scratch_bytes,
+    cudaStream_t stream);
+__attribute__((visibility("default"))) void attention_cudnn_free_gpu(void);
+}
+#endif
+
+#if !defined(LS_CUDNN_ATT_IMPL) && !LS_HARNESS && FLOATX_IS_BF16
+#include "cudnn_load.h"
+
+struct CudnnAttLib {
+    decltype(&attention_forward_cudnn_bf16) forward;
+    decltype(&attention_backward_cudnn_bf16) backward;
+    decltype(&attention_cudnn_free_gpu) free_gpu;
+};
+
+// The library's entry points, opened on first use; fn and the shape name the failing call.
+static inline const CudnnAttLib& cudnn_att_lib(const char* fn, int B, int T, int NH, int C) {
+    static CudnnAttLib lib = {NULL, NULL, NULL};
+    if (lib.forward == NULL) {
+        void* syms[CUDNN_LIB_NSYMS];
+        cudnn_lib_load(fn, B, T, NH, C, syms);
+        lib.forward = (decltype(lib.forward))syms[0];
+        lib.backward = (decltype(lib.backward))syms[1];
+        lib.free_gpu = (decltype(lib.free_gpu))syms[2];
+    }
+    return lib;
+}
 #endif
 
 #if !defined(LS_CUDNN_ATT_IMPL)
@@ -201,7 +235,8 @@ static inline void attention_forward_cudnn(floatX* out, float* stats, const floa
             }
     });
 #elif FLOATX_IS_BF16
-    attention_forward_cudnn_bf16(out, stats, qkv, B, T, NH, C, scratch, scratch_bytes, stream);
+    cudnn_att_lib("attention_forward_cudnn", B, T, NH, C).forward(out, stats, qkv, B, T, NH, C, scratch, scratch_bytes,
+                                                                  stream);
 #else
     (void)scratch, (void)scratch_bytes, (void)stream;
     ls_fatal("attention_forward_cudnn: cuDNN attention needs the BF16 build (B=%d T=%d NH=%d C=%d; "
@@ -234,8 +269,8 @@ static inline void attention_backward_cudnn(floatX* dqkv, const floatX* dout, co
             }
     });
 #elif FLOATX_IS_BF16
-    attention_backward_cudnn_bf16(dqkv, dout, qkv, out, stats, B, T, NH, C, deterministic, scratch, scratch_bytes,
-                                  stream);
+    cudnn_att_lib("attention_backward_cudnn", B, T, NH, C)
+        .backward(dqkv, dout, qkv, out, stats, B, T, NH, C, deterministic, scratch, scratch_bytes, stream);
 #else
     (void)deterministic, (void)scratch, (void)scratch_bytes, (void)stream;
     ls_fatal("attention_backward_cudnn: cuDNN attention needs the BF16 build (B=%d T=%d NH=%d C=%d; "
@@ -246,7 +281,7 @@ static inline void attention_backward_cudnn(floatX* dqkv, const floatX* dout, co
 // Releases cuDNN's graphs and handle (the trainer's gpt2_free); the next call builds them again.
 static inline void attention_cudnn_free(void) {
 #if !LS_HARNESS && FLOATX_IS_BF16
-    attention_cudnn_free_gpu();
+    if (cudnn_lib_loaded()) cudnn_att_lib("attention_cudnn_free", 0, 0, 0, 0).free_gpu(); // nothing to free before
 #endif
 }
 
