@@ -388,6 +388,8 @@ test-gpu-emu: $(REF_DIR)/$(REF_DESC)_state.bin $(BUILD)/train_gpt2 data
 	OMP_NUM_THREADS=1 $(BUILD)/test_gpt2cu_emu_bf16 --sweep 1
 	$(PYTHON) dev/test/test_modes.py --bin $(BUILD)/train_gpt2 --bin $(BUILD)/train_gpt2cu_emu_fp32 \
 		--bin $(BUILD)/train_gpt2cu_emu_bf16
+	$(PYTHON) dev/test/test_cross_resume.py --cpu $(BUILD)/train_gpt2 --fp32 $(BUILD)/train_gpt2cu_emu_fp32 \
+		--bf16 $(BUILD)/train_gpt2cu_emu_bf16
 	$(PYTHON) dev/test/test_first_run.py --gpu-bin $(BUILD)/train_gpt2cu_emu_fp32
 	$(PYTHON) dev/test/test_guards.py --bin $(BUILD)/train_gpt2cu_emu_fp32
 	$(PYTHON) dev/test/test_train_loop.py --bin $(BUILD)/train_gpt2cu_emu_fp32 --model $(REF_DIR)/$(REF_DESC)_model.bin \

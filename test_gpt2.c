@@ -296,15 +296,23 @@ static void test_model_files(void) {
     expect_fatal(load_model_file, bad, "cannot open", "missing model file");
     free(bytes);
     // state file round trip
-    RunState rs = {1, 0, 17, 1, pt.total, 3, 5, 99}, rs2;
+    RunState rs = {1, 0, 17, 1, pt.total, 3, 5, 99, 0, 0}, rs2;
     snprintf(path, sizeof(path), "%s/state.bin", tmpdir);
     state_file_write(path, &rs, p, q, NULL);
     float* m2 = (float*)mallocCheck(pt.total * sizeof(float));
     float* v2 = (float*)mallocCheck(pt.total * sizeof(float));
-    state_file_read(path, pt.total, &rs2, m2, v2, NULL);
+    float* w2 = (float*)mallocCheck(pt.total * sizeof(float));
+    CHECK(state_file_read(path, pt.total, pt.total, &rs2, m2, v2, w2) == 0, "a state file without master weights says so");
     CHECK(rs2.step == 17 && rs2.data_epoch == 3 && rs2.data_sample == 5 && rs2.sampler_rng == 99, "state header round trip");
     CHECK(memcmp(m2, p, pt.total * 4) == 0 && memcmp(v2, q, pt.total * 4) == 0, "state m/v round trip");
-    free(m2); free(v2); free(p); free(q);
+    // with master weights (a bf16 run's): read into a buffer, or skipped (NULL) by a run without them
+    rs.num_master = pt.total - 5;  // any count: the optimizer family keeps a block plus n master weights
+    state_file_write(path, &rs, p, q, q);
+    CHECK(state_file_read(path, pt.total, pt.total - 5, &rs2, m2, v2, w2) == 1 && rs2.num_master == pt.total - 5 &&
+          memcmp(w2, q, (pt.total - 5) * 4) == 0, "state master weights round trip");
+    CHECK(state_file_read(path, pt.total, pt.total - 5, &rs2, m2, v2, NULL) == 1 && memcmp(v2, q, pt.total * 4) == 0,
+          "master weights skipped by a run without them");
+    free(w2); free(m2); free(v2); free(p); free(q);
 }
 
 static void test_schedulers(void) {

@@ -766,12 +766,38 @@ static LS_UNUSED void gpt2_checkpoint_write(GPT2* model, const char* model_path,
     state_file_write(state_path, &r, model->m_memory, model->v_memory, NULL);
 }
 
-static LS_UNUSED void gpt2_state_read(GPT2* model, const char* state_path, RunState* rs) {
-    if (model->use_family) {
-        state_file_read(state_path, model->opt.bytes / sizeof(float), rs, (float*)model->opt.memory, NULL, NULL);
-        return;
+// A checkpoint of a run with master weights (the bf16 GPU trainer): they are the exact trained
+// parameters of the state's elements (the model file holds their bf16 rounding), so they replace
+// the parameters read from the model file. BAdam: the compact master of the block of the last
+// update (step - 1); ZeRO-1: this process's shard, then every process gathers the others'.
+static void gpt2_params_from_master(GPT2* model, const float* master, int step) {
+    if (model->use_badam) {
+        if (step < 1) { return; }
+        BadamSlice slices[BADAM_MAX_SLICES];
+        int k = badam_block_slices(&model->badam, &model->table, badam_block_at(&model->badam, step - 1), slices);
+        for (int i = 0; i < k; i++) { memcpy(model->params_memory + slices[i].offset, master + slices[i].compact, slices[i].count * sizeof(float)); }
+    } else if (model->zero_stage >= 1) {
+        size_t lo = (size_t)model->comm->rank * model->shard;
+        size_t len = lo >= model->num_parameters ? 0 : model->num_parameters - lo < model->shard ? model->num_parameters - lo : model->shard;
+        memcpy(model->params_memory + lo, master, len * sizeof(float));
+        comm_allgather_inplace_f32(model->comm, model->params_memory, model->shard);
+    } else {
+        memcpy(model->params_memory, master, model->num_parameters * sizeof(float));
     }
-    state_file_read(state_path, model->state_elems, rs, model->m_memory, model->v_memory, NULL);
+}
+
+static LS_UNUSED void gpt2_state_read(GPT2* model, const char* state_path, RunState* rs) {
+    size_t n = model->num_parameters;
+    float* master = (float*)mallocCheck((model->use_family ? n : model->state_elems) * sizeof(float));
+    int had_master;
+    if (model->use_family) {
+        had_master = state_file_read(state_path, model->opt.bytes / sizeof(float), n, rs, (float*)model->opt.memory, NULL, master);
+    } else {
+        had_master = state_file_read(state_path, model->state_elems, model->state_elems, rs, model->m_memory,
+                                     model->v_memory, master);
+    }
+    if (had_master) { gpt2_params_from_master(model, master, rs->step); }
+    free(master);
 }
 
 #define TRAINER_FLAGS CLI_CPU

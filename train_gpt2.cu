@@ -135,6 +135,7 @@ typedef struct {
     int active_block;         // the block of the current step (-1 before the first)
     int block_step;           // steps since the block was switched in
     int badam_fresh;          // 1 until the state holds a block's (reset at a switch, or read from a checkpoint)
+    int badam_master_stale;   // 1: resumed from a checkpoint without master weights (the block's are made at the next step)
     BadamSlice slices[BADAM_MAX_SLICES];  // the active block's slices
     int num_slices;
     AdamWSegment badam_segs[BADAM_MAX_SLICES];  // host: slice k's one-segment table (rebased to the slice)
@@ -661,12 +662,14 @@ static __global__ void badam_master_from_params_kernel(float* master, const floa
     }
 }
 
-// BAdam at a switch: AdamW state zero, and (master weights) the block's compact master = its
-// current floatX parameters, exactly.
-static void badam_reset_state(GPT2* model) {
+// BAdam at a switch: AdamW state zero (zero_moments), and (master weights) the block's compact
+// master = its current floatX parameters, exactly.
+static void badam_reset_state(GPT2* model, int zero_moments) {
     cudaStream_t s = model->stream;
-    cudaCheck(cudaMemsetAsync(model->m_memory, 0, model->state_elems * sizeof(float), s));
-    cudaCheck(cudaMemsetAsync(model->v_memory, 0, model->state_elems * sizeof(float), s));
+    if (zero_moments) {
+        cudaCheck(cudaMemsetAsync(model->m_memory, 0, model->state_elems * sizeof(float), s));
+        cudaCheck(cudaMemsetAsync(model->v_memory, 0, model->state_elems * sizeof(float), s));
+    }
     if (model->master_memory == NULL) { return; }
     for (int k = 0; k < model->num_slices; k++) {
         const BadamSlice* sl = &model->slices[k];
@@ -691,9 +694,9 @@ static void gpt2_begin_step(GPT2* model, int step) {
             model->num_slices = badam_block_slices(&model->badam, &model->table, block, model->slices);
         }
         // at a switch; or on a fresh start in the middle of a block phase (no state to continue)
-        if (model->block_step == 0 || model->badam_fresh) {
-            badam_reset_state(model);
-            model->badam_fresh = 0;
+        if (model->block_step == 0 || model->badam_fresh || model->badam_master_stale) {
+            badam_reset_state(model, model->block_step == 0 || model->badam_fresh);
+            model->badam_fresh = model->badam_master_stale = 0;
         }
     }
     gpt2_zero_grad(model);
@@ -877,6 +880,12 @@ static size_t offload_bytes_per_step(const GPT2* model) {
     return model->offload ? 2 * (size_t)(model->use_master ? 3 : 2) * model->num_parameters * sizeof(float) : 0;
 }
 
+// Elements of the fp32 master weights: the optimizer state's (the largest BAdam block, the ZeRO-1
+// shard) or, for the optimizer family and --offload, all parameters.
+static size_t gpt2_master_elems(const GPT2* model) {
+    return model->use_family || model->offload ? model->num_parameters : model->state_elems;
+}
+
 // Elements of BAdam's active block (its compact gradients).
 static size_t badam_active_elems(const GPT2* model) {
     const BadamSlice* last = &model->slices[model->num_slices - 1];
@@ -1017,27 +1026,8 @@ static LS_UNUSED const float* gpt2_logits_row(GPT2* model, int t) {
 // The model file holds the parameters exactly as trained: fp32 (version 3) in the fp32 build,
 // bf16 (version 5) in the bf16 build, by rank 0; the state file holds m, v and the master weights
 // (BAdam: those of the active block, num_params = the largest block, as the CPU trainer writes
-// them; ZeRO-1: this process's shard), one per process; the optimizer family's state is
-// family_block_words below.
-
-// The optimizer family's checkpoint block: its state (opt.bytes, a multiple of 4) then, with -w,
-// the fp32 master weights; in 32-bit words.
-static size_t family_block_words(const GPT2* model) {
-    return model->opt.bytes / sizeof(float) + (model->use_master ? model->num_parameters : 0);
-}
-
-static void family_block_copy(GPT2* model, float* host, cudaMemcpyKind dir) {
-    size_t sw = model->opt.bytes / sizeof(float), n = model->num_parameters;
-    int down = dir == cudaMemcpyDeviceToHost;
-    if (sw > 0) {
-        cudaCheck(cudaMemcpy(down ? (void*)host : model->opt_memory, down ? model->opt_memory : (const void*)host,
-                             sw * sizeof(float), dir));
-    }
-    if (model->use_master) {
-        cudaCheck(cudaMemcpy(down ? (void*)(host + sw) : (void*)model->master_memory,
-                             down ? (const void*)model->master_memory : (const void*)(host + sw), n * sizeof(float), dir));
-    }
-}
+// them; ZeRO-1: this process's shard), one per process; the optimizer family's state is its
+// block of opt.bytes (a multiple of 4) as 32-bit words, then the n master weights.
 
 static LS_UNUSED void gpt2_checkpoint_write(GPT2* model, const char* model_path, const char* state_path, const RunState* rs) {
     size_t n = model->num_parameters;
@@ -1051,52 +1041,79 @@ static LS_UNUSED void gpt2_checkpoint_write(GPT2* model, const char* model_path,
         state_file_write(state_path, rs, model->m_host, model->v_host, model->use_master ? model->master_host : NULL);
         return;
     }
-    if (model->use_family) {  // one opaque block: the optimizer state's words, then the master weights
-        RunState r = *rs;
-        size_t words = family_block_words(model);
-        float* block = (float*)mallocCheck(words * sizeof(float));
-        family_block_copy(model, block, cudaMemcpyDeviceToHost);
-        r.num_params = words;
-        state_file_write(state_path, &r, block, NULL, NULL);
-        free(block);
-        return;
-    }
-    size_t ns = model->state_elems;
     RunState r = *rs;
-    r.num_params = ns;
-    float* m = (float*)mallocCheck(ns * sizeof(float));
-    float* v = (float*)mallocCheck(ns * sizeof(float));
-    float* master = model->use_master ? (float*)mallocCheck(ns * sizeof(float)) : NULL;
-    cudaCheck(cudaMemcpy(m, model->m_memory, ns * sizeof(float), cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(v, model->v_memory, ns * sizeof(float), cudaMemcpyDeviceToHost));
-    if (master) { cudaCheck(cudaMemcpy(master, model->master_memory, ns * sizeof(float), cudaMemcpyDeviceToHost)); }
+    float *m, *v = NULL;
+    if (model->use_family) {  // one opaque block: the optimizer state's words
+        r.num_params = model->opt.bytes / sizeof(float);
+        m = (float*)mallocCheck(r.num_params * sizeof(float) + 4);
+        if (r.num_params > 0) { cudaCheck(cudaMemcpy(m, model->opt_memory, model->opt.bytes, cudaMemcpyDeviceToHost)); }
+    } else {
+        r.num_params = model->state_elems;
+        m = (float*)mallocCheck(r.num_params * sizeof(float));
+        v = (float*)mallocCheck(r.num_params * sizeof(float));
+        cudaCheck(cudaMemcpy(m, model->m_memory, r.num_params * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(v, model->v_memory, r.num_params * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    r.num_master = gpt2_master_elems(model);
+    float* master = model->use_master ? (float*)mallocCheck(r.num_master * sizeof(float)) : NULL;
+    if (master) { cudaCheck(cudaMemcpy(master, model->master_memory, r.num_master * sizeof(float), cudaMemcpyDeviceToHost)); }
     state_file_write(state_path, &r, m, v, master);
     free(master); free(v); free(m);
 }
 
+// A checkpoint with master weights resumed by a run without them (the fp32 build, -w 0): they are
+// the exact trained parameters (the model file holds their bf16 rounding), so the parameters are
+// taken from them: BAdam, the slices of the block of the last update (step - 1); ZeRO-1, this
+// process's shard, then every process gathers the others'.
+static void gpt2_params_from_master(GPT2* model, const float* master, int step) {
+    if (model->use_badam) {
+        if (step < 1) { return; }
+        BadamSlice sl[BADAM_MAX_SLICES];
+        int k = badam_block_slices(&model->badam, &model->table, badam_block_at(&model->badam, step - 1), sl);
+        for (int i = 0; i < k; i++) { upload_floatx(model->params_memory + sl[i].offset, master + sl[i].compact, sl[i].count); }
+        return;
+    }
+    size_t lo, hi;
+    zero_range(model, &lo, &hi);
+    upload_floatx(model->params_memory + lo, master, hi - lo);
+    if (model->zero_stage >= 1) {
+        nccl_allgather(model->nccl, model->params_memory, model->shard, model->stream);
+        nccl_comm_sync(model->nccl, model->stream, "the parameter all-gather");
+    }
+}
+
+// Resuming (-y). A run with master weights resuming from a checkpoint without them (an fp32 or
+// -w 0 run) keeps the master weights gpt2_build made from the model file's fp32 parameters (BAdam:
+// the active block's, made from the parameters at the first step, gpt2_begin_step).
 static LS_UNUSED void gpt2_state_read(GPT2* model, const char* state_path, RunState* rs) {
-    size_t n = model->num_parameters;
+    size_t n = model->num_parameters, nm = gpt2_master_elems(model);
+    float* master = model->offload && model->use_master ? model->master_host : (float*)mallocCheck(nm * sizeof(float));
+    int had_master;
     if (model->offload) {
-        state_file_read(state_path, n, rs, model->m_host, model->v_host, model->use_master ? model->master_host : NULL);
-        return;
-    }
-    if (model->use_family) {
-        size_t words = family_block_words(model);
-        float* block = (float*)mallocCheck(words * sizeof(float));
-        state_file_read(state_path, words, rs, block, NULL, NULL);
-        family_block_copy(model, block, cudaMemcpyHostToDevice);
+        had_master = state_file_read(state_path, n, nm, rs, model->m_host, model->v_host, master);
+    } else if (model->use_family) {
+        size_t words = model->opt.bytes / sizeof(float);
+        float* block = (float*)mallocCheck(words * sizeof(float) + 4);
+        had_master = state_file_read(state_path, words, nm, rs, block, NULL, master);
+        if (words > 0) { cudaCheck(cudaMemcpy(model->opt_memory, block, model->opt.bytes, cudaMemcpyHostToDevice)); }
         free(block);
-        return;
+    } else {
+        size_t ns = model->state_elems;
+        float* m = (float*)mallocCheck(ns * sizeof(float));
+        float* v = (float*)mallocCheck(ns * sizeof(float));
+        had_master = state_file_read(state_path, ns, nm, rs, m, v, master);
+        cudaCheck(cudaMemcpy(model->m_memory, m, ns * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(model->v_memory, v, ns * sizeof(float), cudaMemcpyHostToDevice));
+        free(v); free(m);
     }
-    size_t ns = model->state_elems;
-    float* m = (float*)mallocCheck(ns * sizeof(float));
-    float* v = (float*)mallocCheck(ns * sizeof(float));
-    float* master = model->use_master ? (float*)mallocCheck(ns * sizeof(float)) : NULL;
-    state_file_read(state_path, ns, rs, m, v, master);
-    cudaCheck(cudaMemcpy(model->m_memory, m, ns * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(model->v_memory, v, ns * sizeof(float), cudaMemcpyHostToDevice));
-    if (master) { cudaCheck(cudaMemcpy(model->master_memory, master, ns * sizeof(float), cudaMemcpyHostToDevice)); }
-    free(master); free(v); free(m);
+    if (had_master && model->use_master && !model->offload) {
+        cudaCheck(cudaMemcpy(model->master_memory, master, nm * sizeof(float), cudaMemcpyHostToDevice));
+    } else if (had_master && !model->use_master) {
+        gpt2_params_from_master(model, master, rs->step);
+    } else if (!had_master && model->use_master && model->use_badam) {
+        model->badam_master_stale = 1;
+    }
+    if (master != model->master_host) { free(master); }
     model->badam_fresh = 0;  // BAdam: the state of the step's block, unless the step starts a new one
 }
 

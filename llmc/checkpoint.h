@@ -9,7 +9,13 @@
    header[0] = 20240527 magic, [1] = 1 version, [2] = num_processes, [3] = process_rank,
    [4] = step, [5] = has_m_v, [6..7] = parameter count (uint64), [8..9] = dataloader epoch,
    [10..11] = dataloader sample index, [12..13] = sampler rng state (uint64), [14] = has_master,
-   [15] = CHECKSUM_TAG, [16] = crc32.
+   [15] = CHECKSUM_TAG, [16] = crc32, [17..18] = master weight count (uint64; 0: the parameter
+  count, as in files written before the slot existed).
+Resuming across precisions (-y): the master weights are the exact trained parameters (a bf16 model
+  file holds their rounding), so a run without master weights (the CPU trainer, an fp32 GPU build,
+  -w 0) takes its parameters from them; a run with master weights resuming from a file without
+  them takes them from the model file's parameters (fp32 from an fp32 run). state_file_read reports
+  whether the file has them; the trainers do the rest.
  Every read validates magic, version, shape and exact file size, and names the file on error.
  Every write is atomic (utils.h): a crash leaves the old file or the whole new one.
  Checksums: writers put CHECKSUM_TAG and the zlib crc32 of everything after the header in
@@ -190,6 +196,8 @@ typedef struct {
     uint64_t data_epoch;   // dataloader position
     uint64_t data_sample;
     uint64_t sampler_rng;  // state of the text sampler's generator
+    int has_master;        // read: the file holds fp32 master weights
+    uint64_t num_master;   // their count (write: 0 = num_params)
 } RunState;
 
 // master may be NULL (no master weights); v NULL: m is the optimizer's whole state block
@@ -209,10 +217,12 @@ static inline void state_file_write(const char* path, const RunState* s, const f
     memcpy(&header[10], &s->data_sample, 8);
     memcpy(&header[12], &s->sampler_rng, 8);
     header[14] = master != NULL;
+    const uint64_t nm = master == NULL ? 0 : s->num_master ? s->num_master : s->num_params;
+    memcpy(&header[17], &nm, 8);
     uint32_t crc = crc32_update(0, NULL, 0);
     crc = crc32_update(crc, m, s->num_params * sizeof(float));
     if (v) { crc = crc32_update(crc, v, s->num_params * sizeof(float)); }
-    if (master) { crc = crc32_update(crc, master, s->num_params * sizeof(float)); }
+    if (master) { crc = crc32_update(crc, master, nm * sizeof(float)); }
     header[15] = CHECKSUM_TAG;
     memcpy(&header[16], &crc, 4);
     AtomicFile af;
@@ -220,7 +230,7 @@ static inline void state_file_write(const char* path, const RunState* s, const f
     fwriteCheck(header, sizeof(int), HEADER_INTS, af.fp, path);
     fwriteCheck(m, sizeof(float), s->num_params, af.fp, path);
     if (v) { fwriteCheck(v, sizeof(float), s->num_params, af.fp, path); }
-    if (master) { fwriteCheck(master, sizeof(float), s->num_params, af.fp, path); }
+    if (master) { fwriteCheck(master, sizeof(float), nm, af.fp, path); }
     atomic_file_commit(&af);
 }
 
@@ -239,6 +249,12 @@ static inline void state_header_parse(FILE* fp, const char* path, RunState* s, i
     memcpy(&s->data_epoch, &header[8], 8);
     memcpy(&s->data_sample, &header[10], 8);
     memcpy(&s->sampler_rng, &header[12], 8);
+    s->has_master = header[14] != 0;
+    s->num_master = 0;
+    if (s->has_master) {
+        memcpy(&s->num_master, &header[17], 8);
+        if (s->num_master == 0) { s->num_master = s->num_params; }
+    }
 }
 
 // Reads only the header of a state file (to check it against the run before reading the rest).
@@ -250,9 +266,13 @@ static inline void state_file_read_header(const char* path, RunState* s) {
     fclose(fp);
 }
 
-// Reads a state file for a model of num_params parameters; m and v receive the moments, master
-// the master weights (NULL when the run keeps none: the file must agree).
-static inline void state_file_read(const char* path, size_t num_params, RunState* s, float* m, float* v, float* master) {
+// Reads a state file for a model of num_params state elements; m and v receive the moments (v
+// NULL: m receives the optimizer's whole state block of num_params words). master (num_master
+// floats, or NULL to skip them) receives the file's master weights when it has them. Returns 1
+// when the file has master weights (their count must be num_master), else 0: the caller decides
+// what they become (see the banner: resuming across precisions).
+static inline int state_file_read(const char* path, size_t num_params, size_t num_master, RunState* s, float* m,
+                                  float* v, float* master) {
     FILE* fp = fopen(path, "rb");
     if (fp == NULL) { ls_fatal("state file '%s': cannot open: %s", path, strerror(errno)); }
     int header[HEADER_INTS];
@@ -261,29 +281,32 @@ static inline void state_file_read(const char* path, size_t num_params, RunState
         ls_fatal("state file '%s': holds %llu parameters, the model has %zu", path,
                  (unsigned long long)s->num_params, num_params);
     }
-    int has_master = header[14];
     if ((header[5] == 2) != (v == NULL)) {
         ls_fatal("state file '%s': holds %s, this run expects %s (flags --optimizer/--opt-state/--amsgrad)", path,
                  header[5] == 2 ? "an optimizer-family state block" : "AdamW m and v",
                  v == NULL ? "an optimizer-family state block" : "AdamW m and v");
     }
-    if (has_master != (master != NULL)) {
-        ls_fatal("state file '%s': %s master weights, this run %s (flag -w)", path, has_master ? "has" : "has no",
-                 master ? "keeps them" : "does not");
+    if (s->has_master && s->num_master != num_master) {
+        ls_fatal("state file '%s': holds %llu master weights, this run's state has %zu (resume with the -z, --badam "
+                 "and optimizer flags of the run that wrote it)", path, (unsigned long long)s->num_master, num_master);
     }
-    long long expected = (long long)HEADER_INTS * 4 + ((v ? 2LL : 1LL) + has_master) * (long long)num_params * 4;
+    long long expected = (long long)HEADER_INTS * 4 + (v ? 2LL : 1LL) * (long long)num_params * 4 +
+                         (long long)s->num_master * 4;
     long long size = file_size_of(fp);
     if (size != expected) { ls_fatal("state file '%s': size %lld bytes, expected %lld", path, size, expected); }
     fseek(fp, (long)HEADER_INTS * 4, SEEK_SET);
+    float* mw = s->has_master && master == NULL ? (float*)mallocCheck(num_master * sizeof(float)) : master;
     freadCheck(m, sizeof(float), num_params, fp, path);
     if (v) { freadCheck(v, sizeof(float), num_params, fp, path); }
-    if (master) { freadCheck(master, sizeof(float), num_params, fp, path); }
+    if (s->has_master) { freadCheck(mw, sizeof(float), num_master, fp, path); }
     fclose(fp);
     uint32_t crc = crc32_update(0, NULL, 0);
     crc = crc32_update(crc, m, num_params * sizeof(float));
     if (v) { crc = crc32_update(crc, v, num_params * sizeof(float)); }
-    if (master) { crc = crc32_update(crc, master, num_params * sizeof(float)); }
+    if (s->has_master) { crc = crc32_update(crc, mw, num_master * sizeof(float)); }
+    if (mw != master) { free(mw); }
     checksum_verify(path, header, 15, 16, crc);
+    return s->has_master;
 }
 
 #endif // LLMC_CHECKPOINT_H

@@ -383,7 +383,7 @@ static LS_UNUSED int train_main(int argc, char** argv) {
         }
         if (o.output_dir && step > start_step &&
             ((o.checkpoint_every > 0 && (step % o.checkpoint_every == 0 || last_step)) || stopping)) {
-            RunState rs = {comm.size, comm.rank, step, 1, model.num_parameters, train.epoch, train.step_in_epoch, sample_rng};
+            RunState rs = {comm.size, comm.rank, step, 1, model.num_parameters, train.epoch, train.step_in_epoch, sample_rng, 0, 0};
             checkpoint_save(&model, o.output_dir, &rs, &comm);
             if (comm.rank == 0) { checkpoint_prune(o.output_dir, o.keep_last, o.keep_every, comm.size); }
             snprintf(last_checkpoint, sizeof(last_checkpoint), "%s/model_%08d.bin", o.output_dir, step);

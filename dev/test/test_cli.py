@@ -194,6 +194,8 @@ def main():
         write_shard(os.path.join(tmp, "val.bin"), [rng.randrange(512) for _ in range(1000)])
         variants = [[], ["--badam", "2"], ["--optimizer", "lion", "--beta2", "0.99", "-l", "3e-4"], ["--opt-state", "int8"],
                     ["--optimizer", "lamb"], ["--optimizer", "sgd", "--momentum", "0", "-l", "1e-1"]]
+        if "gpt2cu" in os.path.basename(binary):  # the state in pinned host memory, streamed in chunks
+            variants.append(["--offload", "1", "--offload-chunk", "5000"])
         for extra in variants:
             tag = " ".join(extra) or "full AdamW"
             common = ["-e", SMALL, "-i", os.path.join(tmp, "train.bin"), "-j", os.path.join(tmp, "val.bin"),
