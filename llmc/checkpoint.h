@@ -76,6 +76,26 @@ static inline float bf16_bits_to_f32(uint16_t h) {
     return f;
 }
 
+// n parameters between fp32 memory and bf16 in a file, in chunks: read (write 0: widen, exact) or
+// write (write 1: round to nearest even; params only read). Returns crc updated with the file's bytes.
+static inline uint32_t bf16_file_transfer(FILE* fp, const char* path, float* params, size_t n, int write, uint32_t crc) {
+    const size_t chunk = 1 << 20;
+    uint16_t* buf = (uint16_t*)mallocCheck(chunk * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i += chunk) {
+        size_t k = n - i < chunk ? n - i : chunk;
+        if (write) {
+            for (size_t j = 0; j < k; j++) { buf[j] = f32_to_bf16_bits(params[i + j]); }
+            fwriteCheck(buf, sizeof(uint16_t), k, fp, path);
+        } else {
+            freadCheck(buf, sizeof(uint16_t), k, fp, path);
+            for (size_t j = 0; j < k; j++) { params[i + j] = bf16_bits_to_f32(buf[j]); }
+        }
+        crc = crc32_update(crc, buf, k * sizeof(uint16_t));
+    }
+    free(buf);
+    return crc;
+}
+
 // Reads and validates a model file's header (and its size). Returns the version (3 or 5).
 static inline int model_file_read_header(const char* path, GPT2Config* c) {
     FILE* fp = fopen(path, "rb");
@@ -128,15 +148,7 @@ static inline void model_file_read_params(const char* path, const GPT2Config* c,
         freadCheck(params, sizeof(float), n, fp, path);
         crc = crc32_update(crc, params, n * sizeof(float));
     } else {
-        const size_t chunk = 1 << 20;
-        uint16_t* buf = (uint16_t*)mallocCheck(chunk * sizeof(uint16_t));
-        for (size_t i = 0; i < n; i += chunk) {
-            size_t k = n - i < chunk ? n - i : chunk;
-            freadCheck(buf, sizeof(uint16_t), k, fp, path);
-            crc = crc32_update(crc, buf, k * sizeof(uint16_t));
-            for (size_t j = 0; j < k; j++) { params[i + j] = bf16_bits_to_f32(buf[j]); }
-        }
-        free(buf);
+        crc = bf16_file_transfer(fp, path, params, n, 0, crc);
     }
     fclose(fp);
     checksum_verify(path, header, 8, 9, crc);
@@ -167,15 +179,7 @@ static inline void model_file_write(const char* path, const GPT2Config* c, const
         fwriteCheck(params, sizeof(float), n, af.fp, path);
         crc = crc32_update(crc, params, n * sizeof(float));
     } else {
-        const size_t chunk = 1 << 20;
-        uint16_t* buf = (uint16_t*)mallocCheck(chunk * sizeof(uint16_t));
-        for (size_t i = 0; i < n; i += chunk) {
-            size_t k = n - i < chunk ? n - i : chunk;
-            for (size_t j = 0; j < k; j++) { buf[j] = f32_to_bf16_bits(params[i + j]); }
-            fwriteCheck(buf, sizeof(uint16_t), k, af.fp, path);
-            crc = crc32_update(crc, buf, k * sizeof(uint16_t));
-        }
-        free(buf);
+        crc = bf16_file_transfer(af.fp, path, (float*)params, n, 1, crc);
     }
     header[8] = CHECKSUM_TAG;
     memcpy(&header[9], &crc, 4);

@@ -14,7 +14,7 @@
 
  Include this file before any llmc header. The shape of a target:
      static Tokenizer tok;                  // anything used after the jump: static storage
-     int LLVMFuzzerInitialize(int* argc, char*** argv) { fuzz_setup(); return 0; }
+     FUZZ_INITIALIZE_DEFAULT              // LLVMFuzzerInitialize: fuzz_setup() only
      int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
          const char* path = fuzz_write_input("tok.bin", data, size);
          fuzz_begin();
@@ -256,6 +256,15 @@ static FUZZ_UNUSED void fuzz_setup(void) {
     static char outbuf[1 << 16];
     setvbuf(stdout, outbuf, _IOFBF, sizeof(outbuf));
 }
+
+// The LLVMFuzzerInitialize of a target that needs nothing but fuzz_setup().
+#define FUZZ_INITIALIZE_DEFAULT                              \
+    int LLVMFuzzerInitialize(int* argc, char*** argv) {      \
+        (void)argc;                                          \
+        (void)argv;                                          \
+        fuzz_setup();                                        \
+        return 0;                                            \
+    }
 
 // Writes bytes to <private dir>/<name> and returns the path (slot k: up to 4 files at once).
 static FUZZ_UNUSED const char* fuzz_write_file(int k, const char* name, const uint8_t* data, size_t size) {

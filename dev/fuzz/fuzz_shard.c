@@ -13,11 +13,7 @@
 
 static DataLoader dl;
 
-int LLVMFuzzerInitialize(int* argc, char*** argv) {
-    (void)argc; (void)argv;
-    fuzz_setup();
-    return 0;
-}
+FUZZ_INITIALIZE_DEFAULT
 
 static void check_batch(const DataLoader* d) {
     size_t BT = (size_t)d->B * (size_t)d->T;

@@ -11,11 +11,7 @@
 static Tokenizer tok;
 static TokenList toks;
 
-int LLVMFuzzerInitialize(int* argc, char*** argv) {
-    (void)argc; (void)argv;
-    fuzz_setup();
-    return 0;
-}
+FUZZ_INITIALIZE_DEFAULT
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const uint8_t* nul = (const uint8_t*)memchr(data, 0, size);

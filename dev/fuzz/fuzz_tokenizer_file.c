@@ -12,11 +12,7 @@ static Tokenizer tok;
 static TokenList toks;
 static int* ids;
 
-int LLVMFuzzerInitialize(int* argc, char*** argv) {
-    (void)argc; (void)argv;
-    fuzz_setup();
-    return 0;
-}
+FUZZ_INITIALIZE_DEFAULT
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const char* path = fuzz_write_input("tokenizer.bin", data, size);
