@@ -32,8 +32,8 @@
                       launcher signature): [--check | --bench] [-v N|all] [-s SEED] [-r REPEATS]
                       [-q]; lab_usage: its help text.
 
- To use it in a lab: #include "lab.h" (it includes llmc/cuda/cuda_common.h and llmc/cuda/cuda_precision.h;
- the lab's llmc/<op>.cuh next to it). A ladder lab's main is
+ To use it in a lab: #include "dev/cuda/lab.h" (it includes llmc/cuda/cuda_common.h and
+ llmc/cuda/cuda_precision.h; the lab's llmc/kernels/<op>.cuh next to it). A ladder lab's main is
      static void usage(const char* prog) { lab_usage(prog, "what --bench times", "1 (naive), 2 (production)"); }
      int main(int argc, char** argv) { return lab_main(argc, argv, usage, kVersions, run_check, run_bench); }
  with run_check(versions, seed) and run_bench(versions, repeats) returning the exit status. A lab

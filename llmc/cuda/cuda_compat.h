@@ -50,7 +50,7 @@ inline void ls_launch_raw(void (*kernel)(KP...), dim3 grid, dim3 block, size_t s
     kernel<<<grid, block, smem, stream>>>(std::forward<A>(args)...);
 }
 
-#elif defined(LS_HARNESS) // defined 1 by the harness's cuda_runtime.h
+#elif defined(LS_HARNESS) // 1: the harness is in (dev/harness/cuda_harness.h, by its cuda_runtime.h)
 
 #define DYNAMIC_SHARED(T, name) T* name = reinterpret_cast<T*>(ls_dynamic_smem())
 
