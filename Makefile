@@ -30,7 +30,12 @@ CFLAGS += -I$(BLAS_INC)
 endif
 LDLIBS_TOK := -lpcre2-8 -lcjson
 LDLIBS  ?= -lm -lz
-LLMC_HEADERS := $(wildcard llmc/*.h)
+# Header dependencies by layer (llmc/ shows them as folders): the C programs depend on the C layers;
+# the CUDA programs also on the CUDA platform (llmc/cuda/) and the kernels (llmc/kernels/, and the
+# .cuh of the other layers); only the harness builds on the CPU execution harness (dev/harness/).
+LLMC_HEADERS := $(wildcard llmc/*.h llmc/io/*.h llmc/dist/*.h llmc/run/*.h llmc/optim/*.h)
+LLMC_CUDA_HEADERS := $(wildcard llmc/*.cuh llmc/*/*.cuh llmc/cuda/*.h llmc/kernels/*.h)
+HARNESS_HEADERS := $(wildcard dev/harness/*.h)
 
 # Sanitizer build of the C programs: `make SAN=1 ...` writes into build/san/.
 ifeq ($(SAN),1)
@@ -64,6 +69,18 @@ TEST_TARGETS :=
 TEST_PHONY :=
 TEST_SAN_PHONY :=
 
+# The CPU-harness builds of CUDA code (the GPU trainer's test builds, dev/cuda's labs): g++ with
+# dev/harness/ first on the include path, whose cuda_runtime.h (and nccl.h) add the CPU execution
+# of kernels to the toolkit's headers (llmc/cuda/cuda_compat.h). CUDA code type-puns through
+# reinterpret_cast (float4, int4) and uses #pragma unroll: the host compiler must not assume strict
+# aliasing, and ignores the pragma. -g1: kernel names and source lines in harness reports.
+# Stack-clash protection: a kernel's large locals hit the fiber stack's guard page instead of
+# jumping over it.
+CUDA_HOME ?= /usr/local/cuda
+CUDA_HARNESS_FLAGS := -x c++ -Idev/harness -I$(CUDA_HOME)/include -g1 -fno-strict-aliasing -Wno-unknown-pragmas \
+	-fstack-clash-protection -fopenmp
+CUDA_HARNESS_LIBS := -lboost_context
+
 include dev/data/rules.mk
 include dev/reference/rules.mk
 include dev/cuda/rules.mk
@@ -90,9 +107,8 @@ $(BUILD)/train_gpt2 $(BUILD)/test_gpt2: $(BUILD)/%: %.c train_gpt2.c dev/test/te
 MPICC ?= mpicc
 HAVE_MPI := $(shell command -v $(MPICC) >/dev/null 2>&1 && echo 1)
 
-# Several GPUs (llmc/nccl_comm.cuh): NCCL when nccl.h is found (NO_MULTI_GPU=1: without), and MPI
+# Several GPUs (llmc/dist/nccl_comm.cuh): NCCL when nccl.h is found (NO_MULTI_GPU=1: without), and MPI
 # for `mpirun` launches when mpicxx is found (NO_USE_MPI=1: without; -pi fs|tcp still work).
-CUDA_HOME ?= /usr/local/cuda
 NCCL_INC := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
 NCCL_LIBDIR := $(firstword $(dir $(wildcard $(CUDA_HOME)/lib/libnccl.so $(CUDA_HOME)/lib64/libnccl.so /usr/lib/$(MULTIARCH)/libnccl.so)))
 MPICXX ?= mpicxx
@@ -220,15 +236,15 @@ EXTRA_INC ?=
 ZLIB_LIB ?= -lz
 NVCC_TRAIN_FLAGS := -std=c++17 -O3 -lineinfo -Xptxas=--warn-on-spills -Xcompiler -Wall,-Wextra,-fopenmp -I. $(EXTRA_INC) $(PFLAGS)
 NVCC_LIBS := -lcublasLt -lcublas -lgomp $(ZLIB_LIB)
-CUDA_TRAIN_DEPS := train_gpt2.cu $(LLMC_HEADERS) $(wildcard llmc/*.cuh)
+CUDA_TRAIN_DEPS := train_gpt2.cu $(LLMC_HEADERS) $(LLMC_CUDA_HEADERS)
 
 # Flash attention (--attention cudnn, the BF16 default): cuDNN's fused attention through the cuDNN
 # frontend (header-only C++, PyPI nvidia-cudnn-frontend). `make cudnn-frontend` (also run by
 # `make deps`) puts its headers in an ignored folder of the working tree, so that they travel with
-# it to a GPU machine without network; llmc/cudnn_att.cpp, its own translation unit (host code
+# it to a GPU machine without network; llmc/kernels/cudnn_att.cpp, its own translation unit (host code
 # only: the host compiler, about a minute), is a shared library linked with cuDNN,
 # build/libleanstep_cudnn.so, that the BF16 nvcc builds open at run time on the first cudnn call
-# (llmc/cudnn_load.h, dlopen): they do not link libcudnn, so `--attention matmul` runs without it.
+# (llmc/kernels/cudnn_load.h, dlopen): they do not link libcudnn, so `--attention matmul` runs without it.
 # Their targets build the library first (order-only: relinking a binary does not need it).
 CUDNN_FRONTEND_VERSION ?= 1.32.0
 CUDNN_FRONTEND_DIR := build/deps/cudnn_frontend
@@ -252,28 +268,28 @@ cudnn-frontend:
 	@if [ -f $(CUDNN_FRONTEND_H) ]; then echo "cudnn frontend headers: $(CUDNN_FRONTEND_DIR)/include"; \
 	else bash dev/get_cudnn_frontend.sh $(CUDNN_FRONTEND_DIR) $(CUDNN_FRONTEND_VERSION); fi
 
-# (llmc/cudnn_att.map: only the three extern "C" entry points are exported; -z defs: every symbol
+# (llmc/kernels/cudnn_att.map: only the three extern "C" entry points are exported; -z defs: every symbol
 # resolved at link time, so a dlopen that finds cuDNN cannot fail on a missing symbol later; the
 # frontend's few CUDA runtime calls link the static runtime, as the nvcc builds do)
 CUDNN_ATT_PIC := build/cudnn_att.pic.o
-$(CUDNN_ATT_PIC): llmc/cudnn_att.cpp llmc/cudnn_att.cuh llmc/utils.h
+$(CUDNN_ATT_PIC): llmc/kernels/cudnn_att.cpp llmc/kernels/cudnn_att.cuh llmc/utils.h
 	@test -f $(CUDNN_FRONTEND_H) || { echo "error: $(CUDNN_FRONTEND_H) not found: the cuDNN frontend headers (PyPI nvidia-cudnn-frontend) are needed for --attention cudnn; run make cudnn-frontend"; exit 1; }
 	@mkdir -p $(@D)
 	@echo "  CXX   $@ (cuDNN frontend)"
 	$(Q)$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
 		-I. -I$(CUDA_HOME)/include -I$(CUDNN_HOME)/include -isystem $(CUDNN_FRONTEND_DIR)/include -c $< -o $@
-$(CUDNN_ATT_LIB): $(CUDNN_ATT_PIC) llmc/cudnn_att.map
+$(CUDNN_ATT_LIB): $(CUDNN_ATT_PIC) llmc/kernels/cudnn_att.map
 	@echo "  LD    $@ (cuDNN)"
-	$(Q)$(CXX) -shared -Wl,-z,defs -Wl,--version-script=llmc/cudnn_att.map $< -o $@ \
+	$(Q)$(CXX) -shared -Wl,-z,defs -Wl,--version-script=llmc/kernels/cudnn_att.map $< -o $@ \
 		$(CUDNN_LINK) -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lpthread -ldl
 
-# The loader (llmc/cudnn_load.h) without a GPU: a missing library, a file that is no library and a
+# The loader (llmc/kernels/cudnn_load.h) without a GPU: a missing library, a file that is no library and a
 # library whose own dependency is missing (as without libcudnn.so.9) each stop with the one line;
 # the built library resolves every entry point, and is found from copies of the test where the
 # binaries live: next to it (build/), in its build/ (the repository root) and in ../ (build/gpu/);
 # none near it is the one line too (run by gpu-compile-check PRECISION=BF16).
 CUDNN_LOAD_DIR := $(BUILD)/cudnn_load
-$(BUILD)/test_cudnn_load: dev/test/test_cudnn_load.cpp llmc/cudnn_load.h llmc/utils.h
+$(BUILD)/test_cudnn_load: dev/test/test_cudnn_load.cpp llmc/kernels/cudnn_load.h llmc/utils.h
 	@mkdir -p $(@D)
 	@echo "  CXX   $@"
 	$(Q)$(CXX) $(CXXFLAGS) -Werror $< -o $@ -ldl
@@ -346,20 +362,20 @@ gpu-carry: data ref cudnn-frontend
 .PHONY: gpu-build gpu-lab-build gpu-carry ref
 
 # the harness builds: g++, every CUDA thread a fiber, cuBLASLt replaced by a CPU matmul
-$(BUILD)/train_gpt2cu_emu_$(PREC_LC): $(CUDA_TRAIN_DEPS)
+$(BUILD)/train_gpt2cu_emu_$(PREC_LC): $(CUDA_TRAIN_DEPS) $(HARNESS_HEADERS)
 	@mkdir -p $(@D)
 	@echo "  CXX   $@ (CPU harness)"
 	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS) $< -o $@ $(CUDA_HARNESS_LIBS) -lz
-$(BUILD)/test_gpt2cu_emu_$(PREC_LC): test_gpt2.cu dev/test/test_common.h dev/test/shape_sweep.h $(CUDA_TRAIN_DEPS)
+$(BUILD)/test_gpt2cu_emu_$(PREC_LC): test_gpt2.cu dev/test/test_common.h dev/test/shape_sweep.h $(CUDA_TRAIN_DEPS) $(HARNESS_HEADERS)
 	@mkdir -p $(@D)
 	@echo "  CXX   $@ (CPU harness)"
 	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS) $< -o $@ $(CUDA_HARNESS_LIBS) -lz
 train_gpt2cu_emu: $(BUILD)/train_gpt2cu_emu_$(PREC_LC)
 test_gpt2cu_emu: $(BUILD)/test_gpt2cu_emu_$(PREC_LC)
 
-# the harness build with MPI: NCCL's calls over MPI between CPU processes (llmc/cuda_harness_nccl.h),
+# the harness build with MPI: NCCL's calls over MPI between CPU processes (dev/harness/nccl.h),
 # so `mpirun -np 2` runs the GPU trainer's -z 0 / -z 1 code; needs mpicxx and nccl.h (declarations)
-$(BUILD)/train_gpt2cu_emu_mpi_$(PREC_LC): $(CUDA_TRAIN_DEPS)
+$(BUILD)/train_gpt2cu_emu_mpi_$(PREC_LC): $(CUDA_TRAIN_DEPS) $(HARNESS_HEADERS)
 	@mkdir -p $(@D)
 	@echo "  MPICXX $@ (CPU harness, NCCL over MPI)"
 	$(Q)OMPI_CXX=$(CXX) $(MPICXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS) -DUSE_MPI $(MPI_SKIP_CXX) $< -o $@ $(CUDA_HARNESS_LIBS) -lz

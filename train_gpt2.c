@@ -24,16 +24,16 @@
 #include "llmc/utils.h"
 #include "llmc/config.h"
 #include "llmc/params.h"
-#include "llmc/checkpoint.h"
-#include "llmc/dataloader.h"
-#include "llmc/tokenizer.h"
+#include "llmc/io/checkpoint.h"
+#include "llmc/io/dataloader.h"
+#include "llmc/io/tokenizer.h"
 #include "llmc/schedulers.h"
-#include "llmc/train_options.h"
+#include "llmc/run/train_options.h"
 #include "llmc/optim.h"
-#include "llmc/memory.h"
-#include "llmc/logger.h"
+#include "llmc/run/memory.h"
+#include "llmc/run/logger.h"
 #include "llmc/badam.h"
-#include "llmc/openmp_env.h"
+#include "llmc/run/openmp_env.h"
 
 // ----------------------------------------------------------------------------
 // layers: forward and backward of each op. Backward ops accumulate (+=) into parameter
@@ -422,7 +422,7 @@ typedef struct {
     int block_step;        // BAdam: steps since the block was switched in
     BadamSlice slices[BADAM_MAX_SLICES];  // BAdam: the active block's slices
     int num_slices;
-    // data parallelism (llmc/comm.h): -z 0 all-reduces the gradients, -z 1 (ZeRO-1) gives every
+    // data parallelism (llmc/dist/comm.h): -z 0 all-reduces the gradients, -z 1 (ZeRO-1) gives every
     // process one shard of m and v: reduce-scatter the gradients, update the shard, all-gather
     const Comm* comm;      // NULL: one process
     int zero_stage;
@@ -747,7 +747,7 @@ static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
 }
 
 // ----------------------------------------------------------------------------
-// what the shared training loop (llmc/train_loop.h) needs from this trainer
+// what the shared training loop (llmc/run/train_loop.h) needs from this trainer
 
 // Host fp32 logits of position t of batch row 0 after gpt2_forward.
 static LS_UNUSED const float* gpt2_logits_row(GPT2* model, int t) {
@@ -858,11 +858,11 @@ static LS_UNUSED void trainer_step_extra(const GPT2* model, const TrainOptions* 
     if (len) { buf[0] = '\0'; }
 }
 
-#include "llmc/train_loop.h"
+#include "llmc/run/train_loop.h"
 
 #ifndef TESTING
 int main(int argc, char** argv) {
-    openmp_prefer_passive_wait(argv);  // idle OpenMP threads sleep (llmc/openmp_env.h: 1.8-2.5x faster here)
+    openmp_prefer_passive_wait(argv);  // idle OpenMP threads sleep (llmc/run/openmp_env.h: 1.8-2.5x faster here)
     return train_main(argc, argv);
 }
 #endif

@@ -5,7 +5,7 @@
 
  It reads top to bottom like train_gpt2.c, the CPU trainer it is tested against: the model
  (parameters, activations, forward, backward, update), then the hooks of the training loop that
- both trainers share (llmc/train_loop.h). The kernels live in llmc/, one family per .cuh file
+ both trainers share (llmc/run/train_loop.h). The kernels live in llmc/kernels/, one family per .cuh file
  (except BAdam's one-line widening of a block's parameters into its master weights).
 
  --badam K (llmc/badam.h), as in train_gpt2.c: gradients, m, v and master weights exist for the
@@ -13,7 +13,7 @@
  weight gradients for frozen tensors (grad_slice) and stops below the lowest active layer; the
  update is one AdamW launch per slice of the block.
 
- Several processes, one GPU each (llmc/nccl_comm.cuh; mpirun, or -pi fs|tcp): -z 0 sums the
+ Several processes, one GPU each (llmc/dist/nccl_comm.cuh; mpirun, or -pi fs|tcp): -z 0 sums the
  gradients with NCCL all-reduces, layer by layer on the communicator's stream while the backward
  pass computes the layers below; -z 1 (ZeRO-1) reduce-scatters them, updates this process's shard
  of the parameters with its shard of m, v and master weights, and all-gathers the parameters.
@@ -23,10 +23,10 @@
  The same source also builds for the CPU execution harness (make train_gpt2cu_emu): each CUDA
  thread runs as a fiber, cuBLASLt is replaced by a CPU matmul, and CI runs the whole training
  step that way (test_gpt2.cu); with MPI (build/train_gpt2cu_emu_mpi_*) NCCL is provided over MPI
- between CPU processes (llmc/cuda_harness_nccl.h).
+ between CPU processes (dev/harness/cuda_harness_nccl.h).
 
  Shapes: B batch, T time, C channels, NH heads, L layers, V vocab, Vp padded vocab; Linear
- weights (out, in). floatX is the storage type (llmc/cuda_precision.h); statistics are fp32.
+ weights (out, in). floatX is the storage type (llmc/cuda/cuda_precision.h); statistics are fp32.
 */
 #include <math.h>
 #include <stdint.h>
@@ -37,26 +37,26 @@
 #include "llmc/utils.h"
 #include "llmc/config.h"
 #include "llmc/params.h"
-#include "llmc/checkpoint.h"
-#include "llmc/train_options.h"
+#include "llmc/io/checkpoint.h"
+#include "llmc/run/train_options.h"
 #include "llmc/optim.h"
-#include "llmc/memory.h"
-#include "llmc/logger.h"
+#include "llmc/run/memory.h"
+#include "llmc/run/logger.h"
 #include "llmc/badam.h"
-#include "llmc/cuda_common.h"
-#include "llmc/cuda_precision.h"
-#include "llmc/encoder.cuh"
-#include "llmc/layernorm.cuh"
-#include "llmc/matmul.cuh"
-#include "llmc/attention.cuh"
-#include "llmc/cudnn_att.cuh"
-#include "llmc/gelu.cuh"
-#include "llmc/fused_classifier.cuh"
-#include "llmc/global_norm.cuh"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/cuda_precision.h"
+#include "llmc/kernels/encoder.cuh"
+#include "llmc/kernels/layernorm.cuh"
+#include "llmc/kernels/matmul.cuh"
+#include "llmc/kernels/attention.cuh"
+#include "llmc/kernels/cudnn_att.cuh"
+#include "llmc/kernels/gelu.cuh"
+#include "llmc/kernels/fused_classifier.cuh"
+#include "llmc/kernels/global_norm.cuh"
 #include "llmc/adamw.cuh"
 #include "llmc/optimizers.cuh"
 #include "llmc/srng.h"
-#include "llmc/nccl_comm.cuh"
+#include "llmc/dist/nccl_comm.cuh"
 
 #define CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
 
@@ -120,7 +120,7 @@ typedef struct {
     size_t num_parameters;
     int B, T;                 // the largest batch the activations hold
     int recompute;            // -r
-    int flash;                // 0: --attention matmul (llmc/attention.cuh); 1 cudnn, 2 cudnn-fast (llmc/cudnn_att.cuh)
+    int flash;                // 0: --attention matmul (llmc/kernels/attention.cuh); 1 cudnn, 2 cudnn-fast (llmc/kernels/cudnn_att.cuh)
     floatX* params_memory;    // (num_parameters) device
     ParameterTensorsX params;
     floatX* grads_memory;     // (state_elems) device: all parameters, or BAdam's active block (grad_slice)
@@ -1015,7 +1015,7 @@ static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
 }
 
 // ----------------------------------------------------------------------------
-// what the shared training loop (llmc/train_loop.h) needs from this trainer
+// what the shared training loop (llmc/run/train_loop.h) needs from this trainer
 
 static LS_UNUSED const float* gpt2_logits_row(GPT2* model, int t) {
     int Vp = model->config.padded_vocab_size;
@@ -1155,7 +1155,11 @@ static LS_UNUSED void trainer_init(const TrainOptions* o) {
                  err == cudaErrorInsufficientDriver ? ": no NVIDIA driver, or one older than this CUDA" : "");
     }
     gpu_check_flags(o);
-    if (gpu_procs(o) > 1) { nccl_comm_init(&trainer_nccl, o->comm, o); return; }
+    if (gpu_procs(o) > 1) {
+        CommOptions co = train_options_comm(o);
+        nccl_comm_init(&trainer_nccl, o->comm, &co);
+        return;
+    }
     cudaCheck(cudaSetDevice(0));
 }
 
@@ -1201,7 +1205,7 @@ static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o,
     printf("device memory: %.1f MiB free of %.1f MiB\n", mib(free_b), mib(total_b));
 }
 
-// --profile: events around every kernel family's calls during one step (llmc/profile.cuh).
+// --profile: events around every kernel family's calls during one step (llmc/cuda/profile.cuh).
 static LS_UNUSED void trainer_profile(GPT2* model, const TrainOptions* o, int begin) {
     if (begin) { profile_start(model->stream); return; }
     char title[200];
@@ -1224,7 +1228,7 @@ static LS_UNUSED void trainer_step_extra(const GPT2* model, const TrainOptions* 
     }
 }
 
-#include "llmc/train_loop.h"
+#include "llmc/run/train_loop.h"
 
 #ifndef TESTING
 int main(int argc, char** argv) { return train_main(argc, argv); }

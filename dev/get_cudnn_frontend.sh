@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # get_cudnn_frontend.sh DEST VERSION: puts the cuDNN frontend's C++ headers (header-only; PyPI
 # package nvidia-cudnn-frontend) into DEST/include, for the GPU trainer's flash attention
-# (llmc/cudnn_att.cpp). `make cudnn-frontend` calls it with DEST = build/deps/cudnn_frontend.
+# (llmc/kernels/cudnn_att.cpp). `make cudnn-frontend` calls it with DEST = build/deps/cudnn_frontend.
 # The wheel comes from pip (its cache, PIP_FIND_LINKS or the index); only its include/ is kept,
 # so the headers can travel with the working tree to a machine without network.
 set -euo pipefail

@@ -1,6 +1,6 @@
 /*
  memory_table.c: `make memory-table`. The published memory figures this project is about,
- recomputed from their formulas with the memory model of llmc/memory.h, beside our own figures
+ recomputed from their formulas with the memory model of llmc/run/memory.h, beside our own figures
  for the same setting. Every "ours" number comes from the functions the trainers allocate with
  (memory_model_cpu, memory_model_gpu, zero_shard_elems); every "formula" number from the formula
  the source states; the "published" column is the source's number, typed in, and the last
@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "llmc/config.h"
-#include "llmc/memory.h"
+#include "llmc/run/memory.h"
 #include "llmc/optim.h"
 
 static int mismatches = 0;

@@ -19,7 +19,7 @@
 #include "llmc/config.h"
 #include "llmc/params.h"
 #include "llmc/optim.h"
-#include "llmc/logger.h"
+#include "llmc/run/logger.h"
 #include "dev/cpu/bench_util.h"
 
 int main(int argc, char** argv) {

@@ -16,7 +16,7 @@
    6b  8-bit blockwise-quantized m and v, dynamic map + per-block absmax, blocks per tensor, small
        tensors in fp32 (llmc/adamw_lowp.cuh, llmc/quant8.h)
  Every version takes per-tensor weight decay and lr multipliers from the same segment table and
- the gradient scale from the deterministic global-norm clip (llmc/global_norm.cuh), which --check
+ the gradient scale from the deterministic global-norm clip (llmc/kernels/global_norm.cuh), which --check
  also verifies (reproducible bits, agreement with float64). Version 5 fp32 is also compared bit
  for bit with the CPU trainer's adamw_update_cpu (llmc/optim.h): both spell out the same fmaf
  calls and the project builds with -ffp-contract=off, so any differing bit is a failure.
@@ -28,10 +28,10 @@
  To add a version: write its kernel and a run_* launcher with the Case signature, add a row to
  kCases with its bytes per parameter and tolerances.
 */
-#include "lab_optim.h"
+#include "dev/cuda/lab_optim.h"
 #include "llmc/adamw.cuh"
 #include "llmc/adamw_lowp.cuh"
-#include "llmc/global_norm.cuh"
+#include "llmc/kernels/global_norm.cuh"
 #include "llmc/optim.h" // the CPU trainer's AdamW, compared bit for bit with version 5
 
 // ----------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 /*
- attention.cu: the lab of llmc/attention.cuh (causal self-attention, forward and backward: this
- file's kernels for the head split/merge and the softmax, GEMMs through llmc/matmul.cuh) and of
- llmc/cudnn_att.cuh (the flash path, --attention cudnn: cuDNN on a GPU, its CPU implementation
+ attention.cu: the lab of llmc/kernels/attention.cuh (causal self-attention, forward and backward: this
+ file's kernels for the head split/merge and the softmax, GEMMs through llmc/kernels/matmul.cuh) and of
+ llmc/kernels/cudnn_att.cuh (the flash path, --attention cudnn: cuDNN on a GPU, its CPU implementation
  under the harness).
  One driver, two modes:
    --check  small shapes (T not a multiple of 8 or of the 8-row block, T = 1, head sizes 16 and
@@ -37,10 +37,10 @@
  Inputs are fresh random numbers on every run (the seed is printed; --seed S reproduces a run).
  usage: see usage() below.
 */
-#include "lab.h"
-#include "llmc/matmul.cuh"
-#include "llmc/attention.cuh"
-#include "llmc/cudnn_att.cuh"
+#include "dev/cuda/lab.h"
+#include "llmc/kernels/matmul.cuh"
+#include "llmc/kernels/attention.cuh"
+#include "llmc/kernels/cudnn_att.cuh"
 
 // The flash path runs where it exists: the harness (both precisions) and the BF16 GPU build.
 #define LAB_FLASH (LS_HARNESS || FLOATX_IS_BF16)
@@ -263,7 +263,7 @@ static bool check_case(const CheckCase& k, uint64_t seed) {
                bad ? "FAIL" : "ok", k.note);
     }
 #if LAB_FLASH
-    // the flash path (llmc/cudnn_att.cuh) on the same inputs: out, stats, dqkv
+    // the flash path (llmc/kernels/cudnn_att.cuh) on the same inputs: out, stats, dqkv
     {
         const size_t nstats = (size_t)B * NH * T;
         const size_t ws = attention_cudnn_scratch_bytes(B, T, NH, C, 1);
@@ -337,7 +337,7 @@ static int bench(int B, int T, int C, int NH, int S, int repeats) {
     printf("  backward %9.4f ms  (%.4g TFLOP/s of GEMM work, %.1f%% of the ceiling)\n", bwd,
            tflops_of(4 * gemm_flops, bwd), 100.0 * tflops_of(4 * gemm_flops, bwd) / ceil_tf);
 #if LAB_FLASH
-    {   // the flash path (llmc/cudnn_att.cuh): the causal half of the same products, no T x T buffers
+    {   // the flash path (llmc/kernels/cudnn_att.cuh): the causal half of the same products, no T x T buffers
         const size_t ws = attention_cudnn_scratch_bytes(B, T, NH, C, 1);
         float* stats = dev_alloc<float>((size_t)BNH * T);
         void* scratch = NULL;

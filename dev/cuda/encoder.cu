@@ -4,7 +4,7 @@
  precisions (PRECISION=BF16 default, -DENABLE_FP32).
 
  Versions (-v):
-   1  production: llmc/encoder.cuh (included, not copied): forward one thread per 16-byte chunk;
+   1  production: llmc/kernels/encoder.cuh (included, not copied): forward one thread per 16-byte chunk;
       backward deterministic without atomics (positions grouped by token on the host, one block
       per token; dwpe one thread per chunk summing the batch in order), stochastic rounding in bf16
 
@@ -29,8 +29,8 @@
  usage: encoder [--check | --bench] [-v 1|all] [-s SEED] [-r REPEATS] [-q]
  To add a version: write launchers with the production signatures, add a kVersions row.
 */
-#include "lab.h"
-#include "llmc/encoder.cuh"
+#include "dev/cuda/lab.h"
+#include "llmc/kernels/encoder.cuh"
 
 #include <chrono>
 

@@ -6,7 +6,7 @@
 
  Versions (-v):
    1  naive: one thread per row, three passes over the row (max, sum, write)
-   2  production: llmc/fused_classifier.cuh (included, not copied): one block per row, 16-byte
+   2  production: llmc/kernels/fused_classifier.cuh (included, not copied): one block per row, 16-byte
       loads, online max/sum in one read, block reduction in a fixed order, a second pass writes
 
  --check: random logits (fresh seed each run, printed; -s fixes it), the padded columns filled
@@ -29,8 +29,8 @@
  usage: fused_classifier [--check | --bench] [-v 1|2|all] [-s SEED] [-r REPEATS] [-q]
  To add a version: write a launcher with the production signature, add a kVersions row.
 */
-#include "lab.h"
-#include "llmc/fused_classifier.cuh"
+#include "dev/cuda/lab.h"
+#include "llmc/kernels/fused_classifier.cuh"
 
 // ----------------------------------------------------------------------------
 // version 1: naive

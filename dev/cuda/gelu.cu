@@ -5,7 +5,7 @@
 
  Versions (-v):
    1  scalar: one element per thread, the same device math
-   2  production: llmc/gelu.cuh (included, not copied): one 16-byte vector per thread, streaming
+   2  production: llmc/kernels/gelu.cuh (included, not copied): one 16-byte vector per thread, streaming
       loads of the input, a one-thread tail for n % x128::size
 
  --check: random inputs (fresh seed each run, printed; -s fixes it), normal with a wide spread plus
@@ -28,8 +28,8 @@
  usage: gelu [--check | --bench] [-v 1|2|all] [-s SEED] [-r REPEATS] [-q]
  To add a version: write launchers with the production signatures, add a kVersions row.
 */
-#include "lab.h"
-#include "llmc/gelu.cuh"
+#include "dev/cuda/lab.h"
+#include "llmc/kernels/gelu.cuh"
 
 // ----------------------------------------------------------------------------
 // version 1: scalar

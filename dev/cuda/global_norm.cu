@@ -8,7 +8,7 @@
    1  atomic: every block adds its sum to one float with atomicAdd. Simple, but the order of the
       additions changes from run to run on a GPU, so the norm (and the clipped step) is not
       reproducible; kept to show why the production kernel exists. Checked for accuracy only.
-   2  production: llmc/global_norm.cuh (included, not copied): a fixed-order two-pass reduction,
+   2  production: llmc/kernels/global_norm.cuh (included, not copied): a fixed-order two-pass reduction,
       the same bits on every run, device and thread order.
 
  --check: n in {1, 7, 4099, 100003, 1000003} (tails, one block, many blocks); the sum of squares
@@ -21,8 +21,8 @@
 
  usage: global_norm [--check | --bench] [-v 1|2|all] [-s SEED] [-r REPEATS] [-q]
 */
-#include "lab.h"
-#include "llmc/global_norm.cuh"
+#include "dev/cuda/lab.h"
+#include "llmc/kernels/global_norm.cuh"
 #include "llmc/optim.h"
 
 #include <time.h>

@@ -1,5 +1,5 @@
 /*
- harness_selftest.cu: tests of the CPU execution harness (llmc/cuda_harness.h), and of the GPU
+ harness_selftest.cu: tests of the CPU execution harness (dev/harness/cuda_harness.h), and of the GPU
  semantics it claims to reproduce.
 
  Positive tests run in both builds, each against expectations written here from the CUDA
@@ -16,7 +16,7 @@
  To add a test: write `static void test_xxx()` using EXPECT, add it to kTests (or kDeathTests with
  the text the report must contain).
 */
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /*
  lab.h: the kit every kernel lab in dev/cuda shares (style.md habit 9: one harness), so that a lab
  file holds only its versions, its float64 reference, its cases and its bench. Host code, C++17;
- compiles under nvcc and under the CPU harness (g++, llmc/cuda_harness.h). Everything is static
+ compiles under nvcc and under the CPU harness (g++, dev/harness/cuda_harness.h). Everything is static
  inline (or a template): a lab uses what it needs without unused-function warnings.
 
    random inputs      mix64 (splitmix64's output function); lab_fresh_seed (clock and pid; the
@@ -32,8 +32,8 @@
                       launcher signature): [--check | --bench] [-v N|all] [-s SEED] [-r REPEATS]
                       [-q]; lab_usage: its help text.
 
- To use it in a lab: #include "lab.h" (it includes llmc/cuda_common.h and llmc/cuda_precision.h;
- the lab's llmc/<op>.cuh next to it). A ladder lab's main is
+ To use it in a lab: #include "dev/cuda/lab.h" (it includes llmc/cuda/cuda_common.h and
+ llmc/cuda/cuda_precision.h; the lab's llmc/kernels/<op>.cuh next to it). A ladder lab's main is
      static void usage(const char* prog) { lab_usage(prog, "what --bench times", "1 (naive), 2 (production)"); }
      int main(int argc, char** argv) { return lab_main(argc, argv, usage, kVersions, run_check, run_bench); }
  with run_check(versions, seed) and run_bench(versions, repeats) returning the exit status. A lab
@@ -42,8 +42,8 @@
 #ifndef DEV_CUDA_LAB_H
 #define DEV_CUDA_LAB_H
 
-#include "llmc/cuda_common.h"
-#include "llmc/cuda_precision.h"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/cuda_precision.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -338,7 +338,7 @@ static inline double copy_gbs(size_t bytes, int repeats) {
 
 // TFLOP/s of an S x S x S GEMM, d = a @ b^T with a, b uniform_floatX of seeds seed_a, seed_b (L2 warm):
 // the ceiling a GEMM-bound lab is measured against. gemm(d, a, b) runs the product through the
-// lab's own code path (llmc/matmul.cuh's matmul_gemm).
+// lab's own code path (llmc/kernels/matmul.cuh's matmul_gemm).
 template <typename Gemm>
 static inline double square_gemm_tflops(int S, int repeats, uint64_t seed_a, uint64_t seed_b, Gemm gemm) {
     floatX* a = upload_X(uniform_floatX((size_t)S * S, seed_a, 1.0f));

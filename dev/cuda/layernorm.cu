@@ -6,7 +6,7 @@
  Versions (-v):
    1  naive: one thread per row, scalar loads, fp32 two-pass statistics; backward: one thread per
       row for dinp, then one thread per channel for dweight/dbias (rows in order, like the CPU)
-   2  production: llmc/layernorm.cuh (included, not copied): warp per row, 16-byte vectors, the row
+   2  production: llmc/kernels/layernorm.cuh (included, not copied): warp per row, 16-byte vectors, the row
       cached in shared memory; backward: per-warp accumulators in shared memory and a fixed-order
       two-level reduction (deterministic)
 
@@ -32,8 +32,8 @@
  usage: layernorm [--check | --bench] [-v 1|2|all] [-s SEED] [-r REPEATS] [-q]
  To add a version: write its three launchers with the production signatures, add a kVersions row.
 */
-#include "lab.h"
-#include "llmc/layernorm.cuh"
+#include "dev/cuda/lab.h"
+#include "llmc/kernels/layernorm.cuh"
 
 // ----------------------------------------------------------------------------
 // version 1: naive

@@ -1,6 +1,6 @@
 /*
- matmul.cu: the lab of llmc/matmul.cuh (the Linear layers: cuBLASLt on a GPU, its CPU fallback under
- the harness, the header's own bias-gradient kernels, llmc/gelu.cuh when GELU is not fused).
+ matmul.cu: the lab of llmc/kernels/matmul.cuh (the Linear layers: cuBLASLt on a GPU, its CPU fallback under
+ the harness, the header's own bias-gradient kernels, llmc/kernels/gelu.cuh when GELU is not fused).
  One driver, two modes:
    --check  small shapes against a float64 CPU reference: forward (bias or not, GELU epilogue or
             not), backward (dinp with and without the GELU derivative, dweight and dbias
@@ -12,7 +12,7 @@
             768->50304), forward and backward, against a large square GEMM measured in the same
             run as the ceiling.
  Versions (-v), the two ways the launchers run a GELU layer:
-   1   unfused: matmul_set_gelu_fusion(0): BIAS epilogue, then llmc/gelu.cuh's kernels
+   1   unfused: matmul_set_gelu_fusion(0): BIAS epilogue, then llmc/kernels/gelu.cuh's kernels
    2   fused:   matmul_set_gelu_fusion(2): cuBLASLt GELU_AUX_BIAS and DGELU epilogues
  (Own GEMM kernels are not kept as a ladder: the production path is the library's.)
 
@@ -33,8 +33,8 @@
  Inputs are fresh random numbers on every run (the seed is printed; --seed S reproduces a run).
  usage: see usage() below.
 */
-#include "lab.h"
-#include "llmc/matmul.cuh"
+#include "dev/cuda/lab.h"
+#include "llmc/kernels/matmul.cuh"
 
 // ----------------------------------------------------------------------------
 // float64 reference

@@ -1,7 +1,7 @@
 # rules for dev/cuda (included by the top-level Makefile)
 #
-# The CUDA lab files built for the CPU execution harness (llmc/cuda_harness.h: every CUDA thread
-# is a Boost.Context fiber), so that CI runs every kernel without a GPU:
+# The CUDA lab files built for the CPU execution harness (dev/harness/: every CUDA thread is a
+# Boost.Context fiber), so that CI runs every kernel without a GPU:
 #   make cuda-harness        g++ builds of dev/cuda/*.cu into $(BUILD)/cuda/
 #   make test-cuda           harness self-tests and every AdamW version (--check) in two thread
 #                            orders (forward, reverse), then cuda-compile-check
@@ -12,16 +12,10 @@
 # `make test` runs test-cuda (TEST_PHONY), `make test-san` runs test-cuda-san (TEST_SAN_PHONY).
 # A new lab file dev/cuda/foo.cu is picked up by every target, and its --check runs in test-cuda.
 
-CUDA_HOME ?= /usr/local/cuda
+# The harness build's flags (CUDA_HOME, CUDA_HARNESS_FLAGS, CUDA_HARNESS_LIBS) are the top Makefile's,
+# the same as for the GPU trainer's harness builds.
 CUDA_SOURCES := $(wildcard dev/cuda/*.cu)
 CUDA_HARNESS_BINS := $(patsubst dev/cuda/%.cu,$(BUILD)/cuda/%,$(CUDA_SOURCES))
-# CUDA code type-puns through reinterpret_cast (float4, int4) and uses #pragma unroll: the host
-# compiler must not assume strict aliasing, and ignores the pragma. -g1: kernel names and source
-# lines in harness reports. Stack-clash protection: a kernel's large locals hit the fiber stack's
-# guard page instead of jumping over it.
-CUDA_HARNESS_FLAGS := -x c++ -I$(CUDA_HOME)/include -g1 -fno-strict-aliasing -Wno-unknown-pragmas \
-	-fstack-clash-protection -fopenmp
-CUDA_HARNESS_LIBS := -lboost_context
 
 # The thread orders CI runs every kernel test in.
 CUDA_ORDERS := forward reverse
@@ -39,7 +33,7 @@ $(BUILD)/cuda/%: dev/cuda/%.cu
 	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) -MMD -MP -MF $@.d $< -o $@ $(CUDA_HARNESS_LIBS)
 -include $(wildcard $(BUILD)/cuda/*.d)
 # (a binary built before it had a .d file depends on every header once)
-$(foreach b,$(CUDA_HARNESS_BINS),$(if $(wildcard $(b).d),,$(eval $(b): $(wildcard llmc/*.h llmc/*.cuh dev/cuda/*.h))))
+$(foreach b,$(CUDA_HARNESS_BINS),$(if $(wildcard $(b).d),,$(eval $(b): $(LLMC_HEADERS) $(LLMC_CUDA_HEADERS) $(HARNESS_HEADERS) $(wildcard dev/cuda/*.h))))
 
 .PHONY: cuda-harness test-cuda test-cuda-san cuda-compile-check cuda-gpu
 cuda-harness: $(CUDA_HARNESS_BINS)
@@ -72,7 +66,7 @@ TEST_PHONY += test-cuda
 TEST_SAN_PHONY += test-cuda-san
 
 # --- the labs built in both precisions: encoder, layernorm, gelu, fused_classifier -------------
-# $(BUILD)/cuda/<lab> (the rule above) is the default precision, BF16 (llmc/cuda_precision.h);
+# $(BUILD)/cuda/<lab> (the rule above) is the default precision, BF16 (llmc/cuda/cuda_precision.h);
 # $(BUILD)/cuda/<lab>_fp32 is the PRECISION=FP32 build (-DENABLE_FP32). test-cuda runs --check of
 # both and a --bench smoke run (small shapes on the harness); cuda-compile-check also compiles the
 # FP32 builds with nvcc (same flags as dev/cuda/Makefile's compile-check).
@@ -88,7 +82,7 @@ CUDA_TEST_CMDS += $(foreach l,$(CUDA_PRECISION_LABS),&& $(BUILD)/cuda/$(l)_fp32 
 	$(BUILD)/cuda/$(l) --bench -r 2 >/dev/null)
 
 CUDA_FP32_CHECK_OBJS := $(patsubst %,build/cuda-check/%_fp32.o,$(CUDA_PRECISION_LABS))
-build/cuda-check/%_fp32.o: dev/cuda/%.cu $(wildcard llmc/*.h llmc/*.cuh dev/cuda/*.h)
+build/cuda-check/%_fp32.o: dev/cuda/%.cu $(LLMC_HEADERS) $(LLMC_CUDA_HEADERS) $(wildcard dev/cuda/*.h)
 	@mkdir -p $(@D)
 	@command -v $(NVCC) >/dev/null || { echo "error: $(NVCC) not found (CUDA toolkit needed for the compile check)"; exit 1; }
 	@echo "  NVCC  $< (fp32, sm_80, sm_90, warnings are errors)"
@@ -97,7 +91,7 @@ build/cuda-check/%_fp32.o: dev/cuda/%.cu $(wildcard llmc/*.h llmc/*.cuh dev/cuda
 		-gencode arch=compute_90,code=sm_90 -DENABLE_FP32 -c $< -o $@
 cuda-compile-check: $(CUDA_FP32_CHECK_OBJS)
 
-# --- matmul and attention (llmc/matmul.cuh: cuBLASLt or its CPU fallback; llmc/attention.cuh) ----
+# --- matmul and attention (llmc/kernels/matmul.cuh: cuBLASLt or its CPU fallback; attention.cuh) --
 # The same two precisions through the rules above: $(BUILD)/cuda/<lab> (BF16) and <lab>_fp32. Both
 # --check in both thread orders; --bench once per build on tiny shapes (the code path only).
 CUDA_MM_FP32_BINS := $(BUILD)/cuda/matmul_fp32 $(BUILD)/cuda/attention_fp32

@@ -31,9 +31,9 @@
 #include <curl/curl.h>
 #include <openssl/evp.h>
 #include "llmc/utils.h"
-#include "llmc/shard.h"
-#include "llmc/tokenizer.h"
-#include "llmc/progress.h"
+#include "llmc/io/shard.h"
+#include "llmc/io/tokenizer.h"
+#include "llmc/run/progress.h"
 
 typedef struct {
     const char* rel_path;  // under DATA_DIR and under the mirror

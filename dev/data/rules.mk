@@ -14,7 +14,7 @@
 # `make test` runs test-tokenizer and test-first-run (TEST_PHONY), `make test-san` test-tokenizer again
 # under ASan+UBSan (TEST_SAN_PHONY).
 
-TOKENIZER_DEPS := llmc/tokenizer.h llmc/shard.h llmc/utils.h
+TOKENIZER_DEPS := llmc/io/tokenizer.h llmc/io/shard.h llmc/utils.h
 
 # prepare_data: the data step (libcurl downloads, OpenSSL sha256)
 $(BUILD)/prepare_data: dev/data/prepare_data.c $(TOKENIZER_DEPS)
@@ -22,7 +22,7 @@ $(BUILD)/prepare_data: dev/data/prepare_data.c $(TOKENIZER_DEPS)
 	@echo "  CC    $@"
 	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_TOK) -lcurl -lcrypto $(LDLIBS)
 
-# test_tokenizer: unit tests of llmc/tokenizer.h + the CLI used by tokenizer_check.py
+# test_tokenizer: unit tests of llmc/io/tokenizer.h + the CLI used by tokenizer_check.py
 $(BUILD)/test_tokenizer: dev/test/test_tokenizer.c $(TOKENIZER_DEPS)
 	@mkdir -p $(@D)
 	@echo "  CC    $@"

@@ -20,7 +20,7 @@
  tensor is BF16, else version 3 (fp32; F16 and BF16 widen exactly). The vocabulary is padded to
  a multiple of 128 with zero rows. config.json gives the shapes and must describe GPT-2's
  architecture (gelu_new, layernorm eps 1e-5, n_inner 4C); every tensor's shape is checked.
- Export verifies the model file's crc32 when its header carries one (llmc/checkpoint.h); import
+ Export verifies the model file's crc32 when its header carries one (llmc/io/checkpoint.h); import
  writes one. Export followed by import gives back a model file the trainers wrote byte for byte
  (bf16 values pass through fp32 exactly; padded rows are zero in every model the trainers write,
  and export warns when they are not, as they are dropped); an llm.c file without a checksum comes
@@ -31,10 +31,10 @@
 #include <math.h>
 #include <sys/stat.h>
 #include <sys/types.h>
-#include "llmc/checkpoint.h"
+#include "llmc/io/checkpoint.h"
 #include "llmc/config.h"
 #include "llmc/params.h"
-#include "llmc/safetensors.h"
+#include "llmc/io/safetensors.h"
 #include "llmc/utils.h"
 
 // The llm.c tensors of one transformer block and their Hugging Face names; matrices transpose.

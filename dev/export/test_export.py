@@ -100,7 +100,7 @@ def same_bits(a, b):
     return torch.equal(a.contiguous().view(view), b.contiguous().view(view))
 
 
-CHECKSUM_TAG = 0x4B43534C  # llmc/checkpoint.h: model header slots 8 (tag) and 9 (crc32 of the data)
+CHECKSUM_TAG = 0x4B43534C  # llmc/io/checkpoint.h: model header slots 8 (tag) and 9 (crc32 of the data)
 
 
 def write_model_file(dst, header, payload, checksum=True):
@@ -112,7 +112,7 @@ def write_model_file(dst, header, payload, checksum=True):
 
 
 def to_bf16_model(src, dst):
-    """A version 5 copy of an fp32 model file (round to nearest even, like llmc/checkpoint.h)."""
+    """A version 5 copy of an fp32 model file (round to nearest even, like llmc/io/checkpoint.h)."""
     raw = open(src, "rb").read()
     header = bytearray(raw[:1024])
     struct.pack_into("<i", header, 4, 5)

@@ -1,6 +1,6 @@
 /*
  fuzz_cli.c: libFuzzer target for the trainers' command-line parsing: cli_parse with the train
- flag table (llmc/cli.h, llmc/train_options.h), then what train_main does with the result before
+ flag table (llmc/run/cli.h, llmc/run/train_options.h), then what train_main does with the result before
  touching a file: --help, the --inject-nan list, the model descriptor, the batch checks and the
  banner.
 
@@ -14,9 +14,9 @@
 #include "dev/fuzz/fuzz_common.h"
 #define exit(status) ls_fuzz_exit(status)
 #include "llmc/params.h"
-#include "llmc/train_options.h"
+#include "llmc/run/train_options.h"
 #undef exit
-#include "llmc/step_guard.h"
+#include "llmc/run/step_guard.h"
 
 #define MAX_ARGS 48
 

@@ -1,11 +1,11 @@
 /*
- fuzz_model_file.c: libFuzzer target for the llm.c model-file reader (llmc/checkpoint.h: header,
+ fuzz_model_file.c: libFuzzer target for the llm.c model-file reader (llmc/io/checkpoint.h: header,
  size, parameters, and the crc32 when the header carries one).
  The input is the file. Accepted files must hold exactly the parameters their header implies,
  and the parameters read must be the file's bytes (fp32) or their exact widening (bf16).
 */
 #include "dev/fuzz/fuzz_common.h"
-#include "llmc/checkpoint.h"
+#include "llmc/io/checkpoint.h"
 #include "llmc/params.h"
 
 static float* params;  // (num_parameters,)

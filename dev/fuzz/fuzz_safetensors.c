@@ -1,12 +1,12 @@
 /*
- fuzz_safetensors.c: libFuzzer target for the safetensors reader (llmc/safetensors.h), which
+ fuzz_safetensors.c: libFuzzer target for the safetensors reader (llmc/io/safetensors.h), which
  hf_convert import uses on downloaded checkpoints. The input is the file. An accepted file must
  tile its data section exactly, every tensor must be found by name and read back as the
  file's bytes; the writer, given the tensors read, must produce a file the reader accepts with
  the same tensors.
 */
 #include "dev/fuzz/fuzz_common.h"
-#include "llmc/safetensors.h"
+#include "llmc/io/safetensors.h"
 
 static SafetensorsFile st, st2;
 static unsigned char* bytes;

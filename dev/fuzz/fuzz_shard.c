@@ -1,6 +1,6 @@
 /*
  fuzz_shard.c: libFuzzer target for the token-shard reader: dataloader_init (glob, validation of
- every shard) and a few batches, including a seek (llmc/dataloader.h, llmc/shard.h).
+ every shard) and a few batches, including a seek (llmc/io/dataloader.h, llmc/io/shard.h).
 
  Input: 8 bytes of loader settings, then the shard file(s):
    [0] B-1 (mod 8)   [1] T-1 (mod 64)   [2] bits 0-1 processes-1, 2-3 rank (mod processes),
@@ -9,7 +9,7 @@
  Every batch must hold tokens below the vocab size, with targets the inputs shifted by one.
 */
 #include "dev/fuzz/fuzz_common.h"
-#include "llmc/dataloader.h"
+#include "llmc/io/dataloader.h"
 
 static DataLoader dl;
 

@@ -1,6 +1,6 @@
 /*
  fuzz_state_file.c: libFuzzer target for the optimizer/run state-file readers (state_file_read_header
- and state_file_read in llmc/checkpoint.h, with the crc32 check).
+ and state_file_read in llmc/io/checkpoint.h, with the crc32 check).
  The input is the file. The caller's side of the contract (parameter count, whether the run keeps
  master weights, AdamW m and v or one optimizer state block) is taken from the header, so that
  accepted files are reachable; bit 0 of the last two header bytes (reserved) flips whether the run
@@ -8,7 +8,7 @@
  header fields and their m, v (or block) and master bytes unchanged.
 */
 #include "dev/fuzz/fuzz_common.h"
-#include "llmc/checkpoint.h"
+#include "llmc/io/checkpoint.h"
 
 static float *m, *v, *master;
 

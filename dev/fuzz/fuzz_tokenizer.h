@@ -7,7 +7,7 @@
 #ifndef DEV_FUZZ_FUZZ_TOKENIZER_H
 #define DEV_FUZZ_FUZZ_TOKENIZER_H
 
-#include "llmc/tokenizer.h"
+#include "llmc/io/tokenizer.h"
 
 // 1 if s (n,) is well-formed UTF-8 without C0 (but \n, \t), DEL or C1 controls.
 static int fuzz_printable_utf8(const unsigned char* s, size_t n) {

@@ -1,6 +1,6 @@
 /*
  fuzz_tokenizer_bpe.c: libFuzzer target for the encoder.json + vocab.bpe readers
- (tokenizer_init_from_bpe in llmc/tokenizer.h). The input is split at its first NUL byte:
+ (tokenizer_init_from_bpe in llmc/io/tokenizer.h). The input is split at its first NUL byte:
  encoder.json before, vocab.bpe after (no NUL: all of it is encoder.json, vocab.bpe is empty).
  A pair of files that loads must then encode losslessly (the text is the vocab.bpe part) and
  decode to printable text.

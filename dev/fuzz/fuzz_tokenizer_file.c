@@ -1,6 +1,6 @@
 /*
  fuzz_tokenizer_file.c: libFuzzer target for the llm.c tokenizer (decoder) file reader
- (tokenizer_init_from_file in llmc/tokenizer.h), and for what a loaded file is used for:
+ (tokenizer_init_from_file in llmc/io/tokenizer.h), and for what a loaded file is used for:
  decoding every id (and ids outside the vocabulary) to printable text, and encoding, which first
  builds the BPE tables from the file (and may reject it) and must then be lossless.
  The input is the file; the text encoded is the input's own first bytes.

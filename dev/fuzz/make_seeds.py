@@ -12,7 +12,7 @@ import sys
 import zlib
 
 MODEL_MAGIC, STATE_MAGIC, SHARD_MAGIC, TOKENIZER_MAGIC = 20240326, 20240527, 20240520, 20240328
-CHECKSUM_TAG = 0x4B43534C  # llmc/checkpoint.h: header slots (tag, crc32) = model [8], [9]; state [15], [16]
+CHECKSUM_TAG = 0x4B43534C  # llmc/io/checkpoint.h: header slots (tag, crc32) = model [8], [9]; state [15], [16]
 
 
 def with_checksum(header, payload, slot):

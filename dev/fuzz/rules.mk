@@ -55,7 +55,7 @@ build/fuzz/fuzz_%: dev/fuzz/fuzz_%.c dev/fuzz/fuzz_common.h dev/fuzz/fuzz_tokeni
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) $< -o $@ $(LDLIBS_TOK) $(LDLIBS)
 
 # a dictionary of the flag names for the command-line target, from the flag table itself
-build/fuzz/cli.dict: llmc/train_options.h
+build/fuzz/cli.dict: llmc/run/train_options.h
 	@mkdir -p $(@D)
 	$(Q)sed -n 's/^ *{\(NULL\|"\([a-z]*\)"\), "\([a-z0-9-]*\)".*/\2 \3/p' $< | \
 		awk '{ if (NF == 2) print "\"-" $$1 "\""; print "\"--" $$NF "\"" }' > $@

@@ -1,5 +1,5 @@
 /*
- test_cudnn_load.cpp: the run-time loader of cuDNN's flash attention (llmc/cudnn_load.h), without a
+ test_cudnn_load.cpp: the run-time loader of cuDNN's flash attention (llmc/kernels/cudnn_load.h), without a
  GPU. `make test-cudnn-load` (part of `make gpu-compile-check PRECISION=BF16`):
 
    test_cudnn_load --lib build/libleanstep_cudnn.so --needs-missing LIB --not-lib FILE
@@ -24,7 +24,7 @@
 #include <string>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "llmc/cudnn_load.h"
+#include "llmc/kernels/cudnn_load.h"
 
 static int failures = 0;
 

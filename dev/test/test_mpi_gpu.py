@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""test_mpi_gpu.py: the GPU trainer's data parallelism (train_gpt2.cu over llmc/nccl_comm.cuh), run
-under the CPU harness with NCCL's calls provided over MPI (llmc/cuda_harness_nccl.h), `mpirun -np 2`.
+"""test_mpi_gpu.py: the GPU trainer's data parallelism (train_gpt2.cu over llmc/dist/nccl_comm.cuh), run
+under the CPU harness with NCCL's calls provided over MPI (dev/harness/cuda_harness_nccl.h), `mpirun -np 2`.
 
 With the same total batch, -z 0 (gradient all-reduce, layer by layer during the backward pass)
 and -z 1 (ZeRO-1: reduce-scatter, sharded AdamW, all-gather) must give the losses of one process

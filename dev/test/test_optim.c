@@ -43,7 +43,7 @@
 #include "llmc/utils.h"
 #include "llmc/config.h"
 #include "llmc/params.h"
-#include "llmc/logger.h"
+#include "llmc/run/logger.h"
 #include "llmc/optim.h"
 #include "llmc/optim_state.h"
 #include "dev/cpu/bench_util.h"

@@ -1,5 +1,5 @@
 /*
- test_tokenizer.c: unit tests of llmc/tokenizer.h, and the small CLI modes that
+ test_tokenizer.c: unit tests of llmc/io/tokenizer.h, and the small CLI modes that
  dev/test/tokenizer_check.py (id-for-id comparison with tiktoken) and the bad-file tests use.
 
  usage:
@@ -21,7 +21,7 @@
 #include <unistd.h>
 #include <sys/wait.h>
 #include "llmc/utils.h"
-#include "llmc/tokenizer.h"
+#include "llmc/io/tokenizer.h"
 
 static int g_checks = 0, g_failures = 0;
 #define CHECK(cond, ...)                                            \

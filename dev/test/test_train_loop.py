@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""test_train_loop.py: the shared training loop (llmc/train_loop.h) against the PyTorch reference.
+"""test_train_loop.py: the shared training loop (llmc/run/train_loop.h) against the PyTorch reference.
 
 Both trainers run the same loop, so comparing them with each other cannot catch a bug in it (the
 gradient-accumulation scale, the learning-rate schedule, clipping, the val loss). Here each

@@ -35,9 +35,9 @@
 #include <stdint.h>
 #include <algorithm>
 #include <vector>
-#include "cuda_common.h"
-#include "cuda_precision.h"
-#include "profile.cuh"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/cuda_precision.h"
+#include "llmc/cuda/profile.cuh"
 
 #define ENCODER_BLOCK 256
 #define ENCODER_BWD_MAX_WARPS 8

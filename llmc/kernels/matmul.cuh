@@ -23,12 +23,12 @@
    library's), so dbias is deterministic and accumulates across micro-steps.
    CPU harness build (g++, LS_HARNESS): no cuBLAS. matmul_gemm_cpu() below does the library's
    part on the CPU: fp32 accumulation, epilogue in fp32, one rounding to floatX per output
-   element, exactly what the GPU writes (its GELU is llmc/gelu.cuh's gelu_value/gelu_derivative).
+   element, exactly what the GPU writes (its GELU is llmc/kernels/gelu.cuh's gelu_value/gelu_derivative).
    Everything else (this file's bias-gradient kernels, the unfused GELU kernels of
-   llmc/gelu.cuh) runs as real kernels through the harness.
+   llmc/kernels/gelu.cuh) runs as real kernels through the harness.
 
  GELU fusion (matmul_set_gelu_fusion): 2 = GELU forward and backward in cuBLASLt epilogues
- (the BF16 default), 1 = forward only, 0 = the separate kernels of llmc/gelu.cuh (the FP32
+ (the BF16 default), 1 = forward only, 0 = the separate kernels of llmc/kernels/gelu.cuh (the FP32
  default, because the FP32 build is the exact one and the library's GELU may use a fast tanh).
  When cuBLASLt has no kernel for a fused epilogue, the launcher falls back to the separate
  kernels (once noted on stderr). Numerically, fused rounds once (out = bf16(gelu(acc + bias)));
@@ -51,10 +51,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-#include "cuda_common.h"
-#include "cuda_precision.h"
-#include "profile.cuh"
-#include "gelu.cuh" // the unfused path, and the GELU of the CPU fallback
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/cuda_precision.h"
+#include "llmc/cuda/profile.cuh"
+#include "llmc/kernels/gelu.cuh" // the unfused path, and the GELU of the CPU fallback
 #if LS_HARNESS
 #include <vector>
 #else

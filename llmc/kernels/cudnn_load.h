@@ -1,5 +1,5 @@
 /*
- cudnn_load.h: opens the cuDNN attention library (build/libleanstep_cudnn.so, llmc/cudnn_att.cpp)
+ cudnn_load.h: opens the cuDNN attention library (build/libleanstep_cudnn.so, llmc/kernels/cudnn_att.cpp)
  at run time, the first time the BF16 GPU trainer runs `--attention cudnn` or `cudnn-fast`. The
  nvcc builds do not link libcudnn: a machine without cuDNN still runs `--attention matmul`, and a
  cudnn run there stops with one line naming the shape and the fallback flag (never a silent
@@ -26,11 +26,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "utils.h"
+#include "llmc/utils.h"
 
 #define CUDNN_LIB_NAME "libleanstep_cudnn.so"
 #define CUDNN_LIB_NSYMS 3
-// the library's extern "C" entry points (llmc/cudnn_att.cuh declares them), in this order
+// the library's extern "C" entry points (llmc/kernels/cudnn_att.cuh declares them), in this order
 static const char* const cudnn_lib_symbols[CUDNN_LIB_NSYMS] = {
     "attention_forward_cudnn_bf16", "attention_backward_cudnn_bf16", "attention_cudnn_free_gpu"};
 

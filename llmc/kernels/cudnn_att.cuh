@@ -1,6 +1,6 @@
 /*
  cudnn_att.cuh: causal self-attention without T x T buffers (flash attention), the GPU trainer's
- `--attention cudnn` path (the BF16 default; llmc/attention.cuh is `--attention matmul`).
+ `--attention cudnn` path (the BF16 default; llmc/kernels/attention.cuh is `--attention matmul`).
 
    attention_forward_cudnn(out, stats, qkv, B, T, NH, C, scratch, scratch_bytes, stream)
        qkv (B,T,3,NH,hs) as the qkv matmul writes it (no head split); out (B,T,NH,hs) = (B,T,C);
@@ -19,9 +19,9 @@
 
  Where the work is done
    GPU build: cuDNN's fused scaled-dot-product attention through the cuDNN frontend graph API,
-   in llmc/cudnn_att.cpp, its own translation unit (the frontend headers are heavy; built with
+   in llmc/kernels/cudnn_att.cpp, its own translation unit (the frontend headers are heavy; built with
    `make cudnn-frontend` into build/deps/cudnn_frontend/include), a shared library
-   (build/libleanstep_cudnn.so) that the first cudnn call opens (llmc/cudnn_load.h): without it or
+   (build/libleanstep_cudnn.so) that the first cudnn call opens (llmc/kernels/cudnn_load.h): without it or
    without libcudnn.so.9, a one-line error naming the shape and `--attention matmul`. BF16 only: the FP32 build's
    attention is the matmul path. Scores, softmax and LSE in fp32, tensor-core GEMMs; one graph
    per shape and direction, built on first use and cached. A shape cuDNN cannot run, or cuDNN
@@ -43,15 +43,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#if defined(LS_CUDNN_ATT_IMPL) // llmc/cudnn_att.cpp: plain host C++ against the CUDA headers
+#if defined(LS_CUDNN_ATT_IMPL) // llmc/kernels/cudnn_att.cpp: plain host C++ against the CUDA headers
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #else
 #include <math.h>
 #include <vector>
-#include "cuda_common.h"
-#include "cuda_precision.h"
-#include "profile.cuh"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/cuda_precision.h"
+#include "llmc/cuda/profile.cuh"
 #endif
 
 // cuDNN's flash-attention kernels take head sizes up to 128 (a multiple of 8).
@@ -60,7 +60,7 @@
 // Workspace for cuDNN (the backward pass's fp32 dQ accumulator and row sums, with room to spare):
 // 2 (B,T,C) fp32 tensors, 4 (B,NH,T) fp32 vectors and 1 MiB; deterministic: also the bf16 dP
 // matrix (B,NH,T,T), T padded to 128 both ways. The trainer passes its fp32 kernel scratch; a
-// graph that wants more stops the run with the numbers (see llmc/cudnn_att.cpp).
+// graph that wants more stops the run with the numbers (see llmc/kernels/cudnn_att.cpp).
 static inline size_t attention_cudnn_scratch_bytes(int B, int T, int NH, int C, int deterministic) {
     const size_t BT = (size_t)B * (size_t)T, Tp = ((size_t)T + 127) / 128 * 128;
     const size_t dp = deterministic ? (size_t)B * (size_t)NH * Tp * Tp * 2 : 0;
@@ -68,8 +68,8 @@ static inline size_t attention_cudnn_scratch_bytes(int B, int T, int NH, int C, 
 }
 
 #if defined(LS_CUDNN_ATT_IMPL) || (!LS_HARNESS && FLOATX_IS_BF16)
-// The GPU implementation: llmc/cudnn_att.cpp, built as build/libleanstep_cudnn.so (linked with cuDNN)
-// and opened at run time by the first cudnn call (llmc/cudnn_load.h): the nvcc builds do not link
+// The GPU implementation: llmc/kernels/cudnn_att.cpp, built as build/libleanstep_cudnn.so (linked with cuDNN)
+// and opened at run time by the first cudnn call (llmc/kernels/cudnn_load.h): the nvcc builds do not link
 // libcudnn, so they start on a machine without it. extern "C": found by these names with dlsym
 // (cudnn_load.h lists them, cudnn_att.map exports them).
 // The trainer calls them only through the pointers cudnn_att_lib() resolves (a direct call would
@@ -87,7 +87,7 @@ __attribute__((visibility("default"))) void attention_cudnn_free_gpu(void);
 #endif
 
 #if !defined(LS_CUDNN_ATT_IMPL) && !LS_HARNESS && FLOATX_IS_BF16
-#include "cudnn_load.h"
+#include "llmc/kernels/cudnn_load.h"
 
 struct CudnnAttLib {
     decltype(&attention_forward_cudnn_bf16) forward;
@@ -223,7 +223,7 @@ static inline void attention_forward_cudnn(floatX* out, float* stats, const floa
 #if LS_HARNESS
     (void)scratch, (void)scratch_bytes;
     // queued on the stream like a kernel: it runs after the work that writes qkv (the harness's
-    // stream order, llmc/cuda_harness_streams.h)
+    // stream order, dev/harness/cuda_harness_streams.h)
     ls_harness::stream_task(stream, "attention_forward_cudnn (CPU)", [=] {
         const size_t C3 = 3 * (size_t)C;
 #pragma omp parallel for collapse(2) schedule(static)

@@ -12,7 +12,7 @@
 #define LLMC_CUDA_HARNESS_API_H
 
 #ifndef LLMC_CUDA_HARNESS_H
-#error "include llmc/cuda_compat.h (or cuda_harness.h), not cuda_harness_api.h"
+#error "include llmc/cuda/cuda_compat.h (or cuda_harness.h), not cuda_harness_api.h"
 #endif
 
 // ----------------------------------------------------------------------------

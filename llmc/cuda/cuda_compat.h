@@ -3,8 +3,11 @@
 
    nvcc  (the GPU build)   : the real <cuda_runtime.h> and <cuda_bf16.h>.
    g++ -std=c++17 -x c++   : the same headers for types and host-side bf16 conversions, plus the CPU
-                             execution harness (llmc/cuda_harness.h): every CUDA thread is a fiber.
-                             Link with -lboost_context; add -I$(CUDA_HOME)/include.
+                             execution harness: every CUDA thread is a fiber. The harness is test
+                             machinery outside the product (dev/harness/): the harness build puts
+                             that folder first on its include path, where its own cuda_runtime.h
+                             adds the CPU execution to the toolkit's (the Makefile's
+                             CUDA_HARNESS_FLAGS, CUDA_HARNESS_LIBS: -lboost_context).
 
  What a kernel file may use, in both builds:
    - launch(kernel, grid, block, smem_bytes, stream, args...): the ONE way to start a kernel. It is
@@ -20,19 +23,19 @@
      <cuda_bf16.h>, __ldcs/__stcs-style cache hints, fmaf/sqrtf/__expf..., printf.
    - LS_HARNESS is 1 in the CPU build, 0 under nvcc (for host code only: tests, shapes; kernels
      must not branch on it).
- Not available: see the banner of llmc/cuda_harness.h (inline PTX, tensor cores, cooperative
+ Not available: see the banner of dev/harness/cuda_harness.h (inline PTX, tensor cores, cooperative
  groups, ...): keep such code out of kernels that must run in CI, or give it a fallback.
 */
 #ifndef LLMC_CUDA_COMPAT_H
 #define LLMC_CUDA_COMPAT_H
 
 #include <utility>
-#include "utils.h"
+#include "llmc/utils.h"
+#include <cuda_runtime.h> // the harness build: dev/harness/cuda_runtime.h (see the banner)
+#include <cuda_bf16.h>
 
 #if defined(__CUDACC__)
 
-#include <cuda_runtime.h>
-#include <cuda_bf16.h>
 #define LS_HARNESS 0
 
 #define DYNAMIC_SHARED(T, name)                                        \
@@ -47,13 +50,12 @@ inline void ls_launch_raw(void (*kernel)(KP...), dim3 grid, dim3 block, size_t s
     kernel<<<grid, block, smem, stream>>>(std::forward<A>(args)...);
 }
 
-#else
-
-#include "cuda_harness.h"
-#define LS_HARNESS 1
+#elif defined(LS_HARNESS) // 1: the harness is in (dev/harness/cuda_harness.h, by its cuda_runtime.h)
 
 #define DYNAMIC_SHARED(T, name) T* name = reinterpret_cast<T*>(ls_dynamic_smem())
 
+#else
+#error "CUDA code under a host compiler needs the CPU harness first on the include path: -Idev/harness (the Makefile's CUDA_HARNESS_FLAGS)"
 #endif
 
 // True when LEANSTEP_CUDA_SYNC=1: synchronize and check after every launch (debugging aid; the

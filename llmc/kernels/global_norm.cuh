@@ -20,8 +20,8 @@
 
 #include <math.h>
 #include <stddef.h>
-#include "cuda_common.h"
-#include "profile.cuh"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/profile.cuh"
 
 #define GLOBAL_NORM_BLOCK 512
 #define GLOBAL_NORM_MAX_BLOCKS 1024

@@ -16,9 +16,9 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "cuda_common.h"
-#include "cuda_precision.h"
-#include "profile.cuh"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/cuda_precision.h"
+#include "llmc/cuda/profile.cuh"
 
 #define GELU_BLOCK 512
 

@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-#include "cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 
 #if defined(ENABLE_BF16) && defined(ENABLE_FP32)
 #error "define one of ENABLE_BF16 and ENABLE_FP32 (PRECISION=BF16|FP32), not both"

@@ -19,8 +19,8 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "llmc/comm.h"
-#include "llmc/train_options.h"
+#include "llmc/dist/comm.h"
+#include "llmc/run/train_options.h"
 #include "llmc/utils.h"
 
 extern char** environ;

@@ -1,12 +1,12 @@
 /*
- cudnn_att.cpp: the GPU implementation of llmc/cudnn_att.cuh: causal bf16 attention through
+ cudnn_att.cpp: the GPU implementation of llmc/kernels/cudnn_att.cuh: causal bf16 attention through
  cuDNN's fused scaled-dot-product attention (the cuDNN frontend graph API, header-only C++).
 
  Its own translation unit, compiled once with the host compiler against the CUDA and cuDNN
  headers (no device code here), so that the frontend's heavy headers do not slow down every
  build of the trainer; built as a shared library linked with cuDNN (build/libleanstep_cudnn.so,
  only the three extern "C" entry points exported) that the BF16 nvcc builds open at run time on
- the first cudnn call (llmc/cudnn_load.h), so that they do not need libcudnn to start. The frontend's headers come
+ the first cudnn call (llmc/kernels/cudnn_load.h), so that they do not need libcudnn to start. The frontend's headers come
  from PyPI's nvidia-cudnn-frontend: `make cudnn-frontend` puts them in
  build/deps/cudnn_frontend/include.
 
@@ -20,7 +20,7 @@
  scratch) are one line naming the shape and `--attention matmul`, and exit non-zero.
 */
 #define LS_CUDNN_ATT_IMPL
-#include "llmc/cudnn_att.cuh"
+#include "llmc/kernels/cudnn_att.cuh"
 
 #include <cudnn.h>
 #include <cudnn_frontend.h>

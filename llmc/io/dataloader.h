@@ -17,7 +17,7 @@
 #include <glob.h>
 #include <stdint.h>
 #include "llmc/rand.h"
-#include "llmc/shard.h"
+#include "llmc/io/shard.h"
 #include "llmc/utils.h"
 
 typedef struct {

@@ -51,7 +51,7 @@
 #define LLMC_CUDA_HARNESS_STREAMS_H
 
 #ifndef LLMC_CUDA_HARNESS_H
-#error "include llmc/cuda_compat.h (or cuda_harness.h), not cuda_harness_streams.h"
+#error "include llmc/cuda/cuda_compat.h (or cuda_harness.h), not cuda_harness_streams.h"
 #endif
 
 #include <deque>

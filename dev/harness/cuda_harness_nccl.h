@@ -5,7 +5,7 @@
 
  The declarations come from the real <nccl.h>, so a signature that drifts from NCCL's does not
  compile. "Device" buffers are host memory in the harness. Each collective is stream work
- (llmc/cuda_harness_streams.h): it runs, on the host thread, when its stream's turn comes, after
+ (dev/harness/cuda_harness_streams.h): it runs, on the host thread, when its stream's turn comes, after
  the waits its stream was given, and after the communicator's previous call (NCCL runs one
  communicator's calls in issue order, which every rank issues identically; a group is simply its
  calls in order). The harness runs a collective only when a synchronization needs it, so that a

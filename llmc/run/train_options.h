@@ -9,8 +9,8 @@
 #include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
-#include "llmc/cli.h"
-#include "llmc/comm.h"
+#include "llmc/run/cli.h"
+#include "llmc/dist/comm.h"
 #include "llmc/optim_state.h"
 #include "llmc/config.h"
 #include "llmc/params.h"
@@ -62,8 +62,8 @@ typedef struct {
     int max_skips;            // stop after this many skipped updates in a row
     const char* inject_nan;   // testing: comma list of steps whose gradients are made NaN
     Comm* comm;               // the processes of the run (set by train_main, not a flag; NULL: one)
-    // GPU trainer, several processes (llmc/nccl_comm.cuh)
-    int init_method;          // -pi how the processes find each other: mpi (mpirun), fs, tcp
+    // GPU trainer, several processes (llmc/dist/nccl_comm.cuh, through CommOptions)
+    int init_method;          // -pi InitMethod (llmc/dist/comm.h): mpi (mpirun), fs, tcp
     int num_processes;        // -pn with -pi fs|tcp: the number of processes
     int process_rank;         // -pr with -pi fs|tcp: this process's rank
     const char* fs_path;      // -pf with -pi fs: a directory every process sees
@@ -79,8 +79,6 @@ typedef struct {
 
 static const char* const lr_schedule_choices[] = {"cosine", "linear", "constant", "wsd", NULL};
 static const char* const badam_order_choices[] = {"ascending", "descending", "random", NULL};
-typedef enum { INIT_MPI, INIT_FS, INIT_TCP } InitMethod;
-static const char* const init_method_choices[] = {"mpi", "fs", "tcp", NULL};
 typedef enum { ATTENTION_CUDNN, ATTENTION_CUDNN_FAST, ATTENTION_MATMUL } AttentionKind;
 static const char* const attention_choices[] = {"cudnn", "cudnn-fast", "matmul", NULL};
 // flags whose values differ between the processes of one run (left out of the same-flags check)
@@ -243,6 +241,12 @@ static inline void train_options_processes(const char* prog, const TrainOptions*
     }
     comm->rank = rank;
     comm->size = o->num_processes;
+}
+
+// What the communicator needs of the flags (llmc/dist/comm.h): how the processes meet, the timeout.
+static inline CommOptions train_options_comm(const TrainOptions* o) {
+    CommOptions c = {o->init_method, o->fs_path, o->server_addr, o->comm_timeout};
+    return c;
 }
 
 // Checks that need the model: T against max_seq_len, the total batch. Exits 2 naming the flag.

@@ -42,17 +42,17 @@
 #include <dirent.h>
 #include <math.h>
 #include <signal.h>
-#include "llmc/checkpoint.h"
-#include "llmc/comm.h"
-#include "llmc/dataloader.h"
-#include "llmc/logger.h"
+#include "llmc/io/checkpoint.h"
+#include "llmc/dist/comm.h"
+#include "llmc/io/dataloader.h"
+#include "llmc/run/logger.h"
 #include "llmc/optim.h"
-#include "llmc/progress.h"
+#include "llmc/run/progress.h"
 #include "llmc/schedulers.h"
-#include "llmc/step_guard.h"
-#include "llmc/tokenizer.h"
-#include "llmc/default_data.h"
-#include "llmc/train_options.h"
+#include "llmc/run/step_guard.h"
+#include "llmc/io/tokenizer.h"
+#include "llmc/run/default_data.h"
+#include "llmc/run/train_options.h"
 
 // ----------------------------------------------------------------------------
 // sampling

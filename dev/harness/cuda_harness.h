@@ -1,7 +1,9 @@
 /*
- cuda_harness.h: the CPU build of cuda_compat.h. Runs unmodified CUDA kernels on the CPU so that
- CI (no GPU) executes every kernel against its CPU reference. Do not include it directly: include
- "llmc/cuda_compat.h", which picks the real CUDA runtime under nvcc and this file under g++.
+ cuda_harness.h: the CPU build of llmc/cuda/cuda_compat.h. Runs unmodified CUDA kernels on the CPU
+ so that CI (no GPU) executes every kernel against its CPU reference. Test machinery, not part of
+ the product: the harness builds put dev/harness/ first on the include path, so the product's
+ #include <cuda_runtime.h> finds this folder's cuda_runtime.h, which includes the toolkit's header
+ and then this file. Product code includes "llmc/cuda/cuda_common.h" (or cuda_compat.h), never this.
 
  Model of execution
    - Each CUDA thread is a Boost.Context fiber (boost::context::fiber) on a persistent, guarded
@@ -50,6 +52,7 @@
 #if defined(__CUDACC__)
 #error "cuda_harness.h is the CPU build; nvcc uses the real CUDA runtime (include cuda_compat.h)"
 #endif
+#define LS_HARNESS 1 // llmc/cuda/cuda_compat.h: the CPU build
 
 #include <math.h>
 #include <stdarg.h>
@@ -1076,7 +1079,7 @@ LS_WARP_REDUCE(__reduce_xor_sync, unsigned, OP_RED_XOR)
 #undef LS_SITE
 
 // Atomics, intrinsics, math and the runtime API shims; then streams, copies and the launch primitive.
-#include "cuda_harness_api.h"
-#include "cuda_harness_streams.h"
+#include "dev/harness/cuda_harness_api.h"
+#include "dev/harness/cuda_harness_streams.h"
 
 #endif // LLMC_CUDA_HARNESS_H

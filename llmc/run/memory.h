@@ -146,11 +146,11 @@ static inline MemoryReport memory_model_cpu(const GPT2Config* c, int B, int T, c
 //   datt (B,NH,T,T); plus the kernels' fp32 scratch, sized by the kernel headers.
 // Every tensor starts 256-byte aligned, and so does every layer's slice of an (L, ...) tensor:
 // its layers lie gpu_layer_stride() elements apart.
-// Attention: flash (--attention cudnn|cudnn-fast, llmc/cudnn_att.cuh) keeps no T x T tensor: att,
+// Attention: flash (--attention cudnn|cudnn-fast, llmc/kernels/cudnn_att.cuh) keeps no T x T tensor: att,
 // datt and dqkvr are empty, qkvr holds each layer's qkv as the matmul wrote it (B,T,3C), and
 // att_stats the log-sum-exp of every score row (cuDNN's workspace is in the kernel scratch: with
 // the deterministic backward of `cudnn` it holds one (B,NH,T,T) bf16 matrix on Hopper); the
-// matmul path (llmc/attention.cuh) has no att_stats.
+// matmul path (llmc/kernels/attention.cuh) has no att_stats.
 
 #define GPU_NUM_ACTIVATIONS 23
 #define GPU_NUM_SCRATCH 7

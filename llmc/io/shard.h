@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "utils.h"
+#include "llmc/utils.h"
 
 #define SHARD_MAGIC 20240520
 #define SHARD_VERSION 1

@@ -10,7 +10,7 @@
  others and says which rank failed, so a run never hangs on a dead rank.
 
  A backend (CommOps) can take over the host-side collectives (loss sums, barriers, the flag
- check): the GPU trainer installs its NCCL communicator there (llmc/nccl_comm.cuh), so processes
+ check): the GPU trainer installs its NCCL communicator there (llmc/dist/nccl_comm.cuh), so processes
  started without MPI (-pi fs|tcp) get the same collectives, and comm_finalize frees it.
 */
 #ifndef LLMC_COMM_H
@@ -35,6 +35,18 @@ typedef struct {
     const CommOps* ops;  // NULL: MPI (USE_MPI builds) or one process
     void* ctx;           // the backend's state
 } Comm;
+
+// How the processes of a GPU run meet and how long a wait on them may take: the few fields of the
+// run's options the communicator needs (llmc/dist/nccl_comm.cuh; the run layer fills them from its
+// flags -pi, -pf, -ps, --comm-timeout: train_options_comm in llmc/run/train_options.h).
+typedef enum { INIT_MPI, INIT_FS, INIT_TCP } InitMethod;
+static const char* const init_method_choices[] = {"mpi", "fs", "tcp", NULL};
+typedef struct {
+    int init_method;          // InitMethod: mpi (mpirun), fs (a shared directory) or tcp (rank 0's address)
+    const char* fs_path;      // INIT_FS: a directory every process sees
+    const char* server_addr;  // INIT_TCP: rank 0's HOST[:PORT]
+    float timeout_s;          // seconds a wait on the other processes may take before the run stops
+} CommOptions;
 
 #define COMM_PIECE ((size_t)1 << 30)
 

@@ -1,20 +1,20 @@
 /*
  nccl_comm.cuh: the GPU trainer's communicator between processes, one GPU each: NCCL collectives on
- device buffers (gradients, parameters), plus the host-side sums of the training loop (llmc/comm.h
+ device buffers (gradients, parameters), plus the host-side sums of the training loop (llmc/dist/comm.h
  CommOps: loss, barriers, the flag check) carried through a small device buffer.
 
  Bootstrap (-pi): rank 0 makes NCCL's unique id and hands it to the others over MPI (mpi, the
  default: `mpirun -np N`), through a shared directory (fs, -pf DIR) or over TCP (tcp, -ps
- HOST[:PORT]) (llmc/rendezvous.h); then every rank joins ncclCommInitRank. Each process takes GPU
+ HOST[:PORT]) (llmc/dist/rendezvous.h); then every rank joins ncclCommInitRank. Each process takes GPU
  (local rank % visible devices), the local rank from the launcher's environment
  (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID or LOCAL_RANK), else the rank.
 
  Builds: nvcc with -DUSE_NCCL links the real NCCL; the CPU-harness build with -DUSE_MPI gets the
- same functions over MPI (llmc/cuda_harness_nccl.h); any other build has one process only and these
+ same functions over MPI (dev/harness/cuda_harness_nccl.h); any other build has one process only and these
  functions are never reached (nccl_comm_init says what to build instead).
 
  A dead or hung rank: every wait that needs the other ranks (init, the gradient reduction, the
- host sums) runs under llmc/watchdog.h, so after --comm-timeout seconds the surviving ranks stop
+ host sums) runs under llmc/dist/watchdog.h, so after --comm-timeout seconds the surviving ranks stop
  with a message and exit 1 (under mpirun, mpirun also ends the job when any rank exits non-zero).
  Testing: LEANSTEP_TEST_HANG=RANK:STEP makes that rank stop responding before that step's
  gradient reduction (training steps count from 1).
@@ -27,19 +27,15 @@
 #include <stdlib.h>
 #include <unistd.h>
 #include "llmc/utils.h"
-#include "llmc/comm.h"
-#include "llmc/train_options.h"
-#include "llmc/rendezvous.h"
-#include "llmc/watchdog.h"
-#include "llmc/cuda_common.h"
-#include "llmc/cuda_precision.h"
-#include "llmc/profile.cuh"
+#include "llmc/dist/comm.h"
+#include "llmc/dist/rendezvous.h"
+#include "llmc/dist/watchdog.h"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/cuda_precision.h"
+#include "llmc/cuda/profile.cuh"
 
-#if LS_HARNESS && defined(USE_MPI)
-#include "llmc/cuda_harness_nccl.h"
-#define LS_NCCL 1
-#elif !LS_HARNESS && defined(USE_NCCL)
-#include <nccl.h>
+#if (LS_HARNESS && defined(USE_MPI)) || (!LS_HARNESS && defined(USE_NCCL))
+#include <nccl.h> // the harness build's is dev/harness/nccl.h: NCCL's calls over MPI
 #define LS_NCCL 1
 #else
 #define LS_NCCL 0
@@ -121,11 +117,11 @@ static const CommOps nccl_comm_ops = {nccl_comm_allreduce_host, nccl_comm_finali
 
 // Connects the processes of comm (rank, size set: by MPI or by -pn/-pr), selects this process's
 // GPU, and installs the communicator as comm's backend (comm_finalize frees it).
-static inline void nccl_comm_init(NcclComm* nc, Comm* comm, const TrainOptions* o) {
+static inline void nccl_comm_init(NcclComm* nc, Comm* comm, const CommOptions* o) {
     memset(nc, 0, sizeof(*nc));
     nc->rank = comm->rank;
     nc->size = comm->size;
-    watchdog_start(comm->rank, o->comm_timeout);
+    watchdog_start(comm->rank, o->timeout_s);
     int count = 0;
     cudaCheck(cudaGetDeviceCount(&count));
     nc->device = nccl_comm_local_rank(comm->rank) % count;
@@ -140,9 +136,9 @@ static inline void nccl_comm_init(NcclComm* nc, Comm* comm, const TrainOptions* 
         ls_fatal("flag -pi: mpi, but this build has no MPI: use -pi fs or -pi tcp");
 #endif
     } else if (o->init_method == INIT_FS) {
-        rendezvous_fs(o->fs_path, comm->rank, comm->size, &id, sizeof(id), o->comm_timeout);
+        rendezvous_fs(o->fs_path, comm->rank, comm->size, &id, sizeof(id), o->timeout_s);
     } else {
-        rendezvous_tcp(o->server_addr, comm->rank, comm->size, &id, sizeof(id), o->comm_timeout);
+        rendezvous_tcp(o->server_addr, comm->rank, comm->size, &id, sizeof(id), o->timeout_s);
     }
     watchdog_arm("NCCL init (ncclCommInitRank)");
     ncclCheck(ncclCommInitRank(&nc->comm, comm->size, id, comm->rank));
@@ -193,7 +189,7 @@ static inline void nccl_group_end(void) { ncclCheck(ncclGroupEnd()); }
 
 #else  // one process only: the trainer never calls these with a single process
 
-static inline void nccl_comm_init(NcclComm* nc, Comm* comm, const TrainOptions* o) {
+static inline void nccl_comm_init(NcclComm* nc, Comm* comm, const CommOptions* o) {
     (void)nc; (void)o;
     ls_fatal("%d processes, but this build has no NCCL: build train_gpt2cu with NCCL installed (nccl.h; the Makefile "
              "then adds -DUSE_NCCL), or the harness build with MPI (make build/train_gpt2cu_emu_mpi_fp32)", comm->size);

@@ -35,9 +35,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "cuda_common.h"
-#include "cuda_precision.h"
-#include "profile.cuh"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/cuda_precision.h"
+#include "llmc/cuda/profile.cuh"
 
 #define LAYERNORM_EPS 1e-5f
 #define LAYERNORM_MAX_WARPS 8              // warps (rows) per block

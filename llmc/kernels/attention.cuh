@@ -39,10 +39,10 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "cuda_common.h"
-#include "cuda_precision.h"
-#include "matmul.cuh"
-#include "profile.cuh"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/cuda_precision.h"
+#include "llmc/kernels/matmul.cuh"
+#include "llmc/cuda/profile.cuh"
 
 #define ATTENTION_BLOCK 256 // threads per block of every kernel here (8 warps = 8 softmax rows)
 

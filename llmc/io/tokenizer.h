@@ -39,7 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
-#include "utils.h"
+#include "llmc/utils.h"
 
 #ifndef TOKENIZER_DECODE_ONLY
 #ifndef PCRE2_CODE_UNIT_WIDTH

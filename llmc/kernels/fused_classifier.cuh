@@ -30,9 +30,9 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "cuda_common.h"
-#include "cuda_precision.h"
-#include "profile.cuh"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/cuda_precision.h"
+#include "llmc/cuda/profile.cuh"
 
 #define CLASSIFIER_BLOCK 1024
 

@@ -1,0 +1,65 @@
+/*
+ cuda_common.h: what every CUDA file of leanstep shares, in both builds (nvcc and the CPU harness).
+   - cudaCheck(call): the one fatal path for CUDA runtime calls (file, line, the call's text).
+   - CEIL_DIV, cuda_sm_count(): launch geometry helpers.
+   - Vec128<T>: 16 bytes of T for 128-bit loads/stores (load128/store128 and the streaming
+     variants load128cs/store128cs, which do not keep the data in L1/L2 on a GPU).
+ Include this (it includes cuda_compat.h and utils.h) rather than the runtime headers.
+*/
+#ifndef LLMC_CUDA_COMMON_H
+#define LLMC_CUDA_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "llmc/cuda/cuda_compat.h"
+#include "llmc/utils.h"
+
+static inline void cuda_check(cudaError_t err, const char* what, const char* file, int line) {
+    if (err != cudaSuccess) {
+        ls_fatal("%s:%d: CUDA error: %s (%s) in %s", file, line, cudaGetErrorString(err), cudaGetErrorName(err), what);
+    }
+}
+#define cudaCheck(call) cuda_check((call), #call, __FILE__, __LINE__)
+
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+// Number of SMs of device 0, queried once.
+static inline int cuda_sm_count(void) {
+    static int n = 0;
+    if (n == 0) cudaCheck(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0));
+    return n;
+}
+
+// 16 bytes of T, 16-byte aligned: one 128-bit memory transaction per thread.
+template <typename T>
+struct alignas(16) Vec128 {
+    static constexpr int size = (int)(16 / sizeof(T));
+    T v[size];
+    __host__ __device__ T& operator[](int i) { return v[i]; }
+    __host__ __device__ const T& operator[](int i) const { return v[i]; }
+};
+static_assert(sizeof(Vec128<float>) == 16, "Vec128 is 16 bytes");
+
+// p must be 16-byte aligned.
+template <typename T>
+__device__ __forceinline__ Vec128<T> load128(const T* p) {
+    Vec128<T> r;
+    *reinterpret_cast<int4*>(r.v) = *reinterpret_cast<const int4*>(p);
+    return r;
+}
+template <typename T>
+__device__ __forceinline__ Vec128<T> load128cs(const T* p) {
+    Vec128<T> r;
+    *reinterpret_cast<int4*>(r.v) = __ldcs(reinterpret_cast<const int4*>(p));
+    return r;
+}
+template <typename T>
+__device__ __forceinline__ void store128(T* p, const Vec128<T>& x) {
+    *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(x.v);
+}
+template <typename T>
+__device__ __forceinline__ void store128cs(T* p, const Vec128<T>& x) {
+    __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(x.v));
+}
+
+#endif // LLMC_CUDA_COMMON_H
