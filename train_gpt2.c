@@ -32,6 +32,7 @@
 #include "llmc/optim.h"
 #include "llmc/run/memory.h"
 #include "llmc/run/logger.h"
+#include "llmc/run/trainer.h"
 #include "llmc/badam.h"
 #include "llmc/run/openmp_env.h"
 
@@ -404,7 +405,7 @@ typedef union {
     float* t[CPU_NUM_SCRATCH];
 } ScratchTensors;
 
-typedef struct {
+struct GPT2 {
     GPT2Config config;
     ParamTable table;
     size_t num_parameters;
@@ -442,7 +443,7 @@ typedef struct {
     double loss_sum;       // the mean losses of the gpt2_forward_train calls since gpt2_begin_step
     float grad_norm;       // of the last gpt2_grad_norm, before clipping
     float clip_scale;      // what gpt2_update multiplies the gradients by
-} GPT2;
+};
 
 // Builds the model from a model file or a descriptor (random init from seed), and allocates
 // parameters, gradients, AdamW state and activations for batches up to (B, T).
@@ -590,7 +591,7 @@ static float gpt2_forward(GPT2* model, const int* inputs, const int* targets, in
     return model->mean_loss;
 }
 
-// The forward pass of a training micro-step (train_loop.h's contract). Here the loss is known at
+// The forward pass of a training micro-step (llmc/run/trainer.h). Here the loss is known at
 // once and the backward pass computes the dlogits itself, so loss_scale is not needed yet.
 static LS_UNUSED void gpt2_forward_train(GPT2* model, const int* inputs, const int* targets, int B, int T, float loss_scale) {
     (void)loss_scale;
@@ -747,7 +748,7 @@ static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
 }
 
 // ----------------------------------------------------------------------------
-// what the shared training loop (llmc/run/train_loop.h) needs from this trainer
+// the rest of what a run needs from this trainer (llmc/run/trainer.h)
 
 // Host fp32 logits of position t of batch row 0 after gpt2_forward.
 static LS_UNUSED const float* gpt2_logits_row(GPT2* model, int t) {
@@ -858,11 +859,35 @@ static LS_UNUSED void trainer_step_extra(const GPT2* model, const TrainOptions* 
     if (len) { buf[0] = '\0'; }
 }
 
-#include "llmc/run/train_loop.h"
+#include "llmc/run/run.h"
 
 #ifndef TESTING
+// The training loop: llmc/run/run.h does what happens around it (flags, data, val loss, samples,
+// checkpoints, the step line), llmc/run/trainer.h names the model's part.
 int main(int argc, char** argv) {
     openmp_prefer_passive_wait(argv);  // idle OpenMP threads sleep (llmc/run/openmp_env.h: 1.8-2.5x faster here)
-    return train_main(argc, argv);
+    Run run;
+    if (!run_setup(&run, argc, argv)) { return run.exit_code; }  // --help, --memory-report
+    const int B = run.o.B, T = run.o.T;
+    GPT2 model;
+    gpt2_build(&model, run.model_source, (uint64_t)run.o.seed, B, T, &run.o);
+    if (run_start(&run, &model)) {  // banner and memory table, data, -y resume (not --dry-run)
+        for (int step = run.start_step; run_between_steps(&run, &model, step); step++) {  // val, samples, checkpoints
+            gpt2_begin_step(&model, step);  // zero the gradients; BAdam: the step's block
+            for (int micro = 0; micro < run.accum; micro++) {  // gradient accumulation
+                const DataLoader* batch = run_next_batch(&run);
+                gpt2_forward_train(&model, batch->inputs, batch->targets, B, T, run.loss_scale);
+                gpt2_backward(&model, batch->inputs, batch->targets, B, T, run.loss_scale);
+            }
+            if (run_inject_nan(&run, step)) { gpt2_poison_grads(&model); }  // testing: --inject-nan
+            run_lr(&run, step);
+            float norm = gpt2_grad_norm(&model, &run.hyper);  // summed over the processes, before clipping
+            double loss = run_mean_loss(&run, gpt2_loss_sum(&model));
+            int skip = run_guard(&run, loss, norm);  // NaN/Inf or an outlier: no update
+            if (!skip) { gpt2_update(&model, &run.hyper, step + 1); }  // clip, optimizer step
+            if (!run_step_end(&run, &model, step, loss, norm, skip)) { break; }  // step line; --max-skips
+        }
+    }
+    return run_finish(&run, &model);
 }
 #endif

@@ -4,8 +4,8 @@
  llmc/adamw.cuh over all parameters in one launch (with --badam, over the active block's slices).
 
  It reads top to bottom like train_gpt2.c, the CPU trainer it is tested against: the model
- (parameters, activations, forward, backward, update), then the hooks of the training loop that
- both trainers share (llmc/run/train_loop.h). The kernels live in llmc/kernels/, one family per .cuh file
+ (parameters, activations, forward, backward, update), the rest of the trainer interface
+ (llmc/run/trainer.h), and main, the training loop, around which llmc/run/run.h does the run. The kernels live in llmc/kernels/, one family per .cuh file
  (except BAdam's one-line widening of a block's parameters into its master weights).
 
  --badam K (llmc/badam.h), as in train_gpt2.c: gradients, m, v and master weights exist for the
@@ -42,6 +42,7 @@
 #include "llmc/optim.h"
 #include "llmc/run/memory.h"
 #include "llmc/run/logger.h"
+#include "llmc/run/trainer.h"
 #include "llmc/badam.h"
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/cuda/cuda_precision.h"
@@ -114,7 +115,7 @@ typedef union {
     floatX* t[NUM_PARAMETER_TENSORS];
 } ParameterTensorsX;  // the same tensors as ParameterTensors (params.h), in floatX
 
-typedef struct {
+struct GPT2 {
     GPT2Config config;
     ParamTable table;
     size_t num_parameters;
@@ -188,7 +189,7 @@ typedef struct {
     int loss_micro_steps;     // gpt2_forward_train calls since gpt2_begin_step
     int loss_BT;              // their B*T
     cudaStream_t stream;
-} GPT2;
+};
 
 static void* cuda_malloc_counted(MemCounter* mc, MemCategory cat, size_t bytes) {
     void* p = NULL;
@@ -1015,7 +1016,7 @@ static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
 }
 
 // ----------------------------------------------------------------------------
-// what the shared training loop (llmc/run/train_loop.h) needs from this trainer
+// the rest of what a run needs from this trainer (llmc/run/trainer.h)
 
 static LS_UNUSED const float* gpt2_logits_row(GPT2* model, int t) {
     int Vp = model->config.padded_vocab_size;
@@ -1228,8 +1229,34 @@ static LS_UNUSED void trainer_step_extra(const GPT2* model, const TrainOptions* 
     }
 }
 
-#include "llmc/run/train_loop.h"
+#include "llmc/run/run.h"
 
 #ifndef TESTING
-int main(int argc, char** argv) { return train_main(argc, argv); }
+// The training loop: llmc/run/run.h does what happens around it (flags, data, val loss, samples,
+// checkpoints, the step line), llmc/run/trainer.h names the model's part.
+int main(int argc, char** argv) {
+    Run run;
+    if (!run_setup(&run, argc, argv)) { return run.exit_code; }  // --help, --memory-report
+    const int B = run.o.B, T = run.o.T;
+    GPT2 model;
+    gpt2_build(&model, run.model_source, (uint64_t)run.o.seed, B, T, &run.o);
+    if (run_start(&run, &model)) {  // banner and memory table, data, -y resume (not --dry-run)
+        for (int step = run.start_step; run_between_steps(&run, &model, step); step++) {  // val, samples, checkpoints
+            gpt2_begin_step(&model, step);  // zero the gradients; BAdam: the step's block
+            for (int micro = 0; micro < run.accum; micro++) {  // gradient accumulation
+                const DataLoader* batch = run_next_batch(&run);
+                gpt2_forward_train(&model, batch->inputs, batch->targets, B, T, run.loss_scale);
+                gpt2_backward(&model, batch->inputs, batch->targets, B, T, run.loss_scale);
+            }
+            if (run_inject_nan(&run, step)) { gpt2_poison_grads(&model); }  // testing: --inject-nan
+            run_lr(&run, step);
+            float norm = gpt2_grad_norm(&model, &run.hyper);  // summed over the processes, before clipping
+            double loss = run_mean_loss(&run, gpt2_loss_sum(&model));
+            int skip = run_guard(&run, loss, norm);  // NaN/Inf or an outlier: no update
+            if (!skip) { gpt2_update(&model, &run.hyper, step + 1); }  // clip, optimizer step
+            if (!run_step_end(&run, &model, step, loss, norm, skip)) { break; }  // step line; --max-skips
+        }
+    }
+    return run_finish(&run, &model);
+}
 #endif

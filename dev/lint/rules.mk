@@ -3,7 +3,7 @@
 #   make lint   cppcheck and clang-tidy on the C sources: train_gpt2.c, test_gpt2.c, every C header
 #               of llmc/ (through a generated file that includes them all) and dev/export/hf_convert.c.
 #               Exits non-zero on any finding. The CUDA platform (llmc/cuda/) is C++, not C, and is
-#               checked by the nvcc/g++ builds with -Wall -Wextra instead; run/train_loop.h needs a
+#               checked by the nvcc/g++ builds with -Wall -Wextra instead; run/run.h needs a
 #               trainer and is checked through train_gpt2.c.
 # Checks: .clang-tidy (the groups and the exclusions, with reasons) and, for cppcheck, the
 # warning/performance/portability classes with dev/lint/leanstep.cfg. A false positive is silenced
@@ -11,7 +11,7 @@
 
 CPPCHECK ?= cppcheck
 CLANG_TIDY ?= clang-tidy
-LINT_C_HEADERS := $(filter-out llmc/cuda/% llmc/cuda_common.h llmc/run/train_loop.h,$(wildcard llmc/*.h llmc/*/*.h))
+LINT_C_HEADERS := $(filter-out llmc/cuda/% llmc/cuda_common.h llmc/run/run.h,$(wildcard llmc/*.h llmc/*/*.h))
 LINT_TUS := train_gpt2.c test_gpt2.c build/lint/all_headers.c dev/export/hf_convert.c
 LINT_CFLAGS := -std=gnu11 -fopenmp -I. $(if $(BLAS_INC),-I$(BLAS_INC))
 

@@ -3,7 +3,7 @@
  a max-difference metric, the reader of the PyTorch reference's debug-state file
  (dev/reference/gpt2_ref.py state: llm.c's version 2 layout plus the appended loss trajectory),
  and the comparisons with it. Include it after the trainer: ref_check_steps drives the trainer
- through the contract of llmc/run/train_loop.h (gpt2_build, gpt2_forward, ...).
+ through the interface of llmc/run/trainer.h (gpt2_build, gpt2_forward, ...).
 */
 #ifndef DEV_TEST_TEST_COMMON_H
 #define DEV_TEST_TEST_COMMON_H
