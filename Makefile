@@ -146,8 +146,6 @@ ifeq ($(HAVE_MPI),1)
 test-mpi: $(BUILD)/train_gpt2_mpi $(BUILD)/train_gpt2
 	$(PYTHON) dev/test/test_mpi.py --mpi-bin $(BUILD)/train_gpt2_mpi --bin $(BUILD)/train_gpt2
 ifneq ($(NCCL_INC),)
-	$(Q)$(MAKE) --no-print-directory $(BUILD)/train_gpt2cu_emu_mpi_fp32 $(BUILD)/train_gpt2cu_emu_fp32 PRECISION=FP32
-	$(Q)$(MAKE) --no-print-directory $(BUILD)/train_gpt2cu_emu_mpi_bf16 $(BUILD)/train_gpt2cu_emu_bf16 PRECISION=BF16
 	$(PYTHON) dev/test/test_mpi_gpu.py --mpi-bin $(BUILD)/train_gpt2cu_emu_mpi_fp32 --bin $(BUILD)/train_gpt2cu_emu_fp32 \
 		--mpi-bin-bf16 $(BUILD)/train_gpt2cu_emu_mpi_bf16 --bin-bf16 $(BUILD)/train_gpt2cu_emu_bf16
 else
@@ -190,7 +188,12 @@ test-main: $(BUILD)/test_gpt2 $(REF_DIR)/$(REF_DESC)_state.bin
 # test_gpt2 must fail (test-gpu-emu runs the same for the harness test_gpt2cu builds).
 REF_MUTANTS = $(PYTHON) dev/test/test_ref_mutants.py --model $(REF_DIR)/$(REF_DESC)_model.bin \
 	--state $(REF_DIR)/$(REF_DESC)_state.bin --torch-python $(TORCH_PYTHON)
-test-ref-mutants: $(BUILD)/test_gpt2 $(REF_DIR)/$(REF_DESC)_state.bin
+# (the wrong references are made once, before any test reads them: make -j runs these tests at once)
+REF_MUTANTS_MADE := $(REF_DIR)/mutants/.made
+$(REF_MUTANTS_MADE): $(REF_DIR)/$(REF_DESC)_state.bin dev/test/test_ref_mutants.py
+	@echo "  REF   $(@D)/ (the reference with each planted bug)"
+	$(Q)$(REF_MUTANTS) && touch $@
+test-ref-mutants: $(BUILD)/test_gpt2 $(REF_MUTANTS_MADE)
 	$(REF_MUTANTS) --bin $(BUILD)/test_gpt2
 
 test-d12: $(BUILD)/test_gpt2
@@ -230,6 +233,9 @@ else
 $(error PRECISION must be BF16 or FP32, got '$(PRECISION)')
 endif
 PREC_LC := $(shell echo $(PRECISION) | tr A-Z a-z)
+# the flags of each precision, for the rules that build both in one make
+PFLAGS_fp32 := -DENABLE_FP32
+PFLAGS_bf16 := -DENABLE_BF16
 GPU_ARCH ?= native
 # EXTRA_INC / ZLIB_LIB: a machine without zlib's headers builds with the copy `make gpu-carry` made
 EXTRA_INC ?=
@@ -318,18 +324,42 @@ test_gpt2cu: test_gpt2.cu dev/test/test_common.h dev/test/shape_sweep.h $(CUDA_T
 	$(Q)$(NVCC) $(NVCC_TRAIN_FLAGS) -arch=$(GPU_ARCH) $< -o $@ $(NVCC_LIBS) $(CUDNN_LIBS)
 
 # compile (no link, no GPU needed) for sm_80 and sm_90 with warnings as errors; then, when NCCL
-# is installed, the multi-GPU trainer (NCCL, and MPI when found) compiled and linked the same way
-NVCC_CHECK_FLAGS = $(NVCC_TRAIN_FLAGS) -Werror all-warnings -Xcompiler -Werror \
-	-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-gpu-compile-check: $(CUDA_TRAIN_DEPS) test_gpt2.cu $(CUDNN_DEPS) $(if $(CUDNN_DEPS),test-cudnn-load)
-	@echo "  NVCC  train_gpt2.cu test_gpt2.cu ($(PRECISION), sm_80 + sm_90, warnings are errors)"
-	$(Q)for f in train_gpt2.cu test_gpt2.cu; do $(NVCC) $(NVCC_CHECK_FLAGS) -c $$f -o /dev/null || exit 1; done
-ifneq ($(NCCL_LIBS),)
-	@mkdir -p $(BUILD)
-	@echo "  NVCC  train_gpt2.cu + NCCL$(if $(findstring USE_MPI,$(NCCL_FLAGS)), + MPI)$(if $(CUDNN_DEPS), + cuDNN loader) ($(PRECISION), sm_80 + sm_90, compile and link, warnings are errors)"
-	$(Q)$(NVCC) $(NVCC_CHECK_FLAGS) $(NCCL_FLAGS) train_gpt2.cu -o $(BUILD)/train_gpt2cu_nccl_check $(NVCC_LIBS) $(CUDNN_LIBS) $(NCCL_LIBS)
-else
+# is installed, the multi-GPU trainer (NCCL, and MPI when found) compiled and linked the same way.
+# The outputs stay in build/gpu-check/ with their header dependencies (nvcc -MMD), so a second run
+# with nothing changed compiles nothing. gpu-compile-check checks $(PRECISION), gpu-compile-check-all
+# (make test) both precisions in one make, so make -j compiles them side by side.
+GPU_CHECK_DIR := build/gpu-check
+NVCC_CHECK_FLAGS = $(filter-out $(PFLAGS),$(NVCC_TRAIN_FLAGS)) $(PFLAGS_$*) -Werror all-warnings -Xcompiler -Werror \
+	-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -MMD -MP -MF $@.d
+GPU_CHECK_TRAIN := $(GPU_CHECK_DIR)/train_gpt2_bf16.o $(GPU_CHECK_DIR)/train_gpt2_fp32.o
+GPU_CHECK_TEST := $(GPU_CHECK_DIR)/test_gpt2_bf16.o $(GPU_CHECK_DIR)/test_gpt2_fp32.o
+GPU_CHECK_NCCL := $(GPU_CHECK_DIR)/train_gpt2cu_nccl_bf16 $(GPU_CHECK_DIR)/train_gpt2cu_nccl_fp32
+gpu_check_files = $(GPU_CHECK_DIR)/train_gpt2_$(1).o $(GPU_CHECK_DIR)/test_gpt2_$(1).o \
+	$(if $(NCCL_LIBS),$(GPU_CHECK_DIR)/train_gpt2cu_nccl_$(1))
+define GPU_CHECK_COMPILE
+@mkdir -p $(@D)
+@echo "  NVCC  $< ($*, sm_80 + sm_90, warnings are errors)"
+$(Q)$(NVCC) $(NVCC_CHECK_FLAGS) -c $< -o $@
+endef
+$(GPU_CHECK_TRAIN): $(GPU_CHECK_DIR)/train_gpt2_%.o: train_gpt2.cu
+	$(GPU_CHECK_COMPILE)
+$(GPU_CHECK_TEST): $(GPU_CHECK_DIR)/test_gpt2_%.o: test_gpt2.cu
+	$(GPU_CHECK_COMPILE)
+$(GPU_CHECK_NCCL): $(GPU_CHECK_DIR)/train_gpt2cu_nccl_%: train_gpt2.cu
+	@mkdir -p $(@D)
+	@echo "  NVCC  $@ (NCCL$(if $(findstring USE_MPI,$(NCCL_FLAGS)), + MPI)$(if $(filter bf16,$*), + cuDNN loader), sm_80 + sm_90, compile and link, warnings are errors)"
+	$(Q)$(NVCC) $(NVCC_CHECK_FLAGS) $(NCCL_FLAGS) $< -o $@ $(NVCC_LIBS) $(call gpu_cudnn_libs,$*) $(NCCL_LIBS)
+-include $(wildcard $(GPU_CHECK_DIR)/*.d)
+# (an output built before it had a .d file depends on every header once)
+$(foreach t,$(GPU_CHECK_TRAIN) $(GPU_CHECK_TEST) $(GPU_CHECK_NCCL),$(if $(wildcard $(t).d),,$(eval $(t): $(CUDA_TRAIN_DEPS) dev/test/test_common.h dev/test/shape_sweep.h)))
+.PHONY: gpu-compile-check gpu-compile-check-all gpu-compile-check-nccl
+gpu-compile-check: $(call gpu_check_files,$(PREC_LC)) $(if $(CUDNN_DEPS),test-cudnn-load) gpu-compile-check-nccl
+gpu-compile-check-all: $(call gpu_check_files,bf16) $(call gpu_check_files,fp32) test-cudnn-load gpu-compile-check-nccl
+gpu-compile-check-nccl:
+ifeq ($(NCCL_LIBS),)
 	@$(call missing_dep,gpu-compile-check,NCCL (the multi-GPU build: $(NCCL_STATE)),the CUDA toolkit's NCCL)
+else
+	@:
 endif
 
 # Both precisions side by side for a GPU machine (dev/gpu_check.sh builds them all at once, -j):
@@ -361,66 +391,88 @@ gpu-carry: data ref cudnn-frontend
 	@echo "carry to the GPU machine: data build/deps build/ref (then: dev/gpu_check.sh)"
 .PHONY: gpu-build gpu-lab-build gpu-carry ref
 
-# the harness builds: g++, every CUDA thread a fiber, cuBLASLt replaced by a CPU matmul
-$(BUILD)/train_gpt2cu_emu_$(PREC_LC): $(CUDA_TRAIN_DEPS) $(HARNESS_HEADERS)
+# the harness builds: g++, every CUDA thread a fiber, cuBLASLt replaced by a CPU matmul. Both
+# precisions are targets of every make (not only $(PRECISION)'s), so one make -j builds them all
+# without recursive makes racing on the same file.
+EMU_TRAIN := $(BUILD)/train_gpt2cu_emu_fp32 $(BUILD)/train_gpt2cu_emu_bf16
+EMU_TEST := $(BUILD)/test_gpt2cu_emu_fp32 $(BUILD)/test_gpt2cu_emu_bf16
+EMU_MPI := $(BUILD)/train_gpt2cu_emu_mpi_fp32 $(BUILD)/train_gpt2cu_emu_mpi_bf16
+$(EMU_TRAIN): $(BUILD)/train_gpt2cu_emu_%: $(CUDA_TRAIN_DEPS) $(HARNESS_HEADERS)
 	@mkdir -p $(@D)
 	@echo "  CXX   $@ (CPU harness)"
-	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS) $< -o $@ $(CUDA_HARNESS_LIBS) -lz
-$(BUILD)/test_gpt2cu_emu_$(PREC_LC): test_gpt2.cu dev/test/test_common.h dev/test/shape_sweep.h $(CUDA_TRAIN_DEPS) $(HARNESS_HEADERS)
+	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS_$*) $< -o $@ $(CUDA_HARNESS_LIBS) -lz
+$(EMU_TEST): $(BUILD)/test_gpt2cu_emu_%: test_gpt2.cu dev/test/test_common.h dev/test/shape_sweep.h $(CUDA_TRAIN_DEPS) $(HARNESS_HEADERS)
 	@mkdir -p $(@D)
 	@echo "  CXX   $@ (CPU harness)"
-	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS) $< -o $@ $(CUDA_HARNESS_LIBS) -lz
+	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS_$*) $< -o $@ $(CUDA_HARNESS_LIBS) -lz
 train_gpt2cu_emu: $(BUILD)/train_gpt2cu_emu_$(PREC_LC)
 test_gpt2cu_emu: $(BUILD)/test_gpt2cu_emu_$(PREC_LC)
 
 # the harness build with MPI: NCCL's calls over MPI between CPU processes (dev/harness/nccl.h),
 # so `mpirun -np 2` runs the GPU trainer's -z 0 / -z 1 code; needs mpicxx and nccl.h (declarations)
-$(BUILD)/train_gpt2cu_emu_mpi_$(PREC_LC): $(CUDA_TRAIN_DEPS) $(HARNESS_HEADERS)
+$(EMU_MPI): $(BUILD)/train_gpt2cu_emu_mpi_%: $(CUDA_TRAIN_DEPS) $(HARNESS_HEADERS)
 	@mkdir -p $(@D)
 	@echo "  MPICXX $@ (CPU harness, NCCL over MPI)"
-	$(Q)OMPI_CXX=$(CXX) $(MPICXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS) -DUSE_MPI $(MPI_SKIP_CXX) $< -o $@ $(CUDA_HARNESS_LIBS) -lz
+	$(Q)OMPI_CXX=$(CXX) $(MPICXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS_$*) -DUSE_MPI $(MPI_SKIP_CXX) $< -o $@ $(CUDA_HARNESS_LIBS) -lz
 train_gpt2cu_emu_mpi: $(BUILD)/train_gpt2cu_emu_mpi_$(PREC_LC)
+ifeq ($(HAVE_MPI)$(if $(NCCL_INC),1),11)
+test-mpi: $(EMU_MPI) $(EMU_TRAIN)  # test_mpi_gpu.py's binaries
+endif
 
 # CI: the GPU trainer's whole step under the harness in both precisions, against PyTorch (bf16: the
 # default --attention cudnn, then the matmul path); then 10 training steps of the fp32 harness build
 # against the CPU trainer on TinyShakespeare; every awkward (B, T, NH) against a float64 forward
 # (--sweep 1); both trainers run as a user runs them, default flags and one row per mode
-# (test_modes.py). Tiny shapes: one OpenMP thread (more only spin).
-test-gpu-emu: $(REF_DIR)/$(REF_DESC)_state.bin $(BUILD)/train_gpt2 data
-	$(Q)$(MAKE) --no-print-directory test_gpt2cu_emu train_gpt2cu_emu PRECISION=FP32
-	$(Q)$(MAKE) --no-print-directory test_gpt2cu_emu train_gpt2cu_emu PRECISION=BF16
-	$(BUILD)/test_gpt2cu_emu_fp32 --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin
-	$(BUILD)/test_gpt2cu_emu_bf16 --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin
-	$(REF_MUTANTS) --bin $(BUILD)/test_gpt2cu_emu_fp32 --bin $(BUILD)/test_gpt2cu_emu_bf16
-	$(BUILD)/test_gpt2cu_emu_bf16 --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin \
-		--attention matmul --resume-check 0
-	$(PYTHON) dev/test/compare_trainers.py --cpu $(BUILD)/train_gpt2 --gpu $(BUILD)/train_gpt2cu_emu_fp32 \
-		--model $(REF_DIR)/$(REF_DESC)_model.bin --mode "" --mode "--badam 2" --mode "--optimizer sgd --nesterov 1" \
-		--mode "--optimizer lamb" --mode "--optimizer lion" --mode "--opt-state bf16" --mode "--opt-state int8" \
-		--mode "--amsgrad 1"
-	$(PYTHON) dev/test/test_cli.py --bin $(BUILD)/train_gpt2cu_emu_fp32
-	$(PYTHON) dev/test/test_cli.py --bin $(BUILD)/train_gpt2cu_emu_bf16
-	OMP_NUM_THREADS=1 $(BUILD)/test_gpt2cu_emu_fp32 --sweep 1
-	OMP_NUM_THREADS=1 $(BUILD)/test_gpt2cu_emu_bf16 --sweep 1
+# (test_modes.py). One target per run, so that `make -j` (as `make test` runs) spreads them over
+# the cores. Tiny shapes: one OpenMP thread (more only spin, and make -j runs the others).
+EMU_REF := --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin
+EMU_RUN := OMP_NUM_THREADS=1
+GPU_EMU_TESTS := $(addprefix test-gpu-emu-,model-fp32 model-bf16 model-bf16-matmul mutants-fp32 mutants-bf16 \
+	compare-1 compare-2 cli-fp32 cli-bf16 sweep-fp32 sweep-bf16 modes cross-resume first-run guards-fp32 guards-bf16 train-loop) gpu-compile-check-all
+.PHONY: test-gpu-emu $(GPU_EMU_TESTS)
+test-gpu-emu: $(GPU_EMU_TESTS)
+$(filter test-gpu-emu-%,$(GPU_EMU_TESTS)): $(EMU_TRAIN)
+test-gpu-emu-model-fp32 test-gpu-emu-model-bf16: test-gpu-emu-model-%: $(BUILD)/test_gpt2cu_emu_% $(REF_DIR)/$(REF_DESC)_state.bin
+	$(EMU_RUN) $(BUILD)/test_gpt2cu_emu_$* $(EMU_REF)
+test-gpu-emu-model-bf16-matmul: $(BUILD)/test_gpt2cu_emu_bf16 $(REF_DIR)/$(REF_DESC)_state.bin
+	$(EMU_RUN) $(BUILD)/test_gpt2cu_emu_bf16 $(EMU_REF) --attention matmul --resume-check 0
+test-gpu-emu-mutants-fp32 test-gpu-emu-mutants-bf16: test-gpu-emu-mutants-%: $(BUILD)/test_gpt2cu_emu_% $(REF_MUTANTS_MADE)
+	$(EMU_RUN) $(REF_MUTANTS) --bin $(BUILD)/test_gpt2cu_emu_$*
+# (the optimizer modes in two halves, a minute and a half of CPU together)
+EMU_COMPARE_MODES_1 := --mode "" --mode "--badam 2" --mode "--optimizer sgd --nesterov 1" --mode "--optimizer lamb"
+EMU_COMPARE_MODES_2 := --mode "--optimizer lion" --mode "--opt-state bf16" --mode "--opt-state int8" --mode "--amsgrad 1"
+test-gpu-emu-compare-1 test-gpu-emu-compare-2: test-gpu-emu-compare-%: $(BUILD)/train_gpt2 $(REF_DIR)/$(REF_DESC)_model.bin data
+	$(EMU_RUN) $(PYTHON) dev/test/compare_trainers.py --cpu $(BUILD)/train_gpt2 --gpu $(BUILD)/train_gpt2cu_emu_fp32 \
+		--model $(REF_DIR)/$(REF_DESC)_model.bin $(EMU_COMPARE_MODES_$*)
+test-gpu-emu-cli-fp32 test-gpu-emu-cli-bf16: test-gpu-emu-cli-%: data
+	$(EMU_RUN) $(PYTHON) dev/test/test_cli.py --bin $(BUILD)/train_gpt2cu_emu_$*
+test-gpu-emu-sweep-fp32 test-gpu-emu-sweep-bf16: test-gpu-emu-sweep-%: $(BUILD)/test_gpt2cu_emu_%
+	$(EMU_RUN) $(BUILD)/test_gpt2cu_emu_$* --sweep 1
+test-gpu-emu-modes: $(BUILD)/train_gpt2 data
 	$(PYTHON) dev/test/test_modes.py --bin $(BUILD)/train_gpt2 --bin $(BUILD)/train_gpt2cu_emu_fp32 \
 		--bin $(BUILD)/train_gpt2cu_emu_bf16
-	$(PYTHON) dev/test/test_cross_resume.py --cpu $(BUILD)/train_gpt2 --fp32 $(BUILD)/train_gpt2cu_emu_fp32 \
+test-gpu-emu-cross-resume: $(BUILD)/train_gpt2 data
+	$(EMU_RUN) $(PYTHON) dev/test/test_cross_resume.py --cpu $(BUILD)/train_gpt2 --fp32 $(BUILD)/train_gpt2cu_emu_fp32 \
 		--bf16 $(BUILD)/train_gpt2cu_emu_bf16
-	$(PYTHON) dev/test/test_first_run.py --gpu-bin $(BUILD)/train_gpt2cu_emu_fp32
-	$(PYTHON) dev/test/test_guards.py --bin $(BUILD)/train_gpt2cu_emu_fp32
-	$(PYTHON) dev/test/test_train_loop.py --bin $(BUILD)/train_gpt2cu_emu_fp32 --model $(REF_DIR)/$(REF_DESC)_model.bin \
+test-gpu-emu-first-run: $(BUILD)/prepare_data data
+	$(EMU_RUN) $(PYTHON) dev/test/test_first_run.py --gpu-bin $(BUILD)/train_gpt2cu_emu_fp32
+test-gpu-emu-guards-fp32 test-gpu-emu-guards-bf16: test-gpu-emu-guards-%: data
+	$(EMU_RUN) $(PYTHON) dev/test/test_guards.py --bin $(BUILD)/train_gpt2cu_emu_$*
+test-gpu-emu-train-loop: $(REF_DIR)/$(REF_DESC)_model.bin data
+	$(EMU_RUN) $(PYTHON) dev/test/test_train_loop.py --bin $(BUILD)/train_gpt2cu_emu_fp32 --model $(REF_DIR)/$(REF_DESC)_model.bin \
 		--torch-python $(TORCH_PYTHON) --no-schedules
-	$(PYTHON) dev/test/test_guards.py --bin $(BUILD)/train_gpt2cu_emu_bf16
-	$(Q)$(MAKE) --no-print-directory gpu-compile-check PRECISION=BF16
-	$(Q)$(MAKE) --no-print-directory gpu-compile-check PRECISION=FP32
 
 TEST_PHONY += test-gpu-emu
 
 # The GPU trainer's whole step under ASan+UBSan (make test-san): the fp32 harness build against the
 # PyTorch reference.
+ifeq ($(SAN),1)
+test-gpu-emu-san: $(BUILD)/test_gpt2cu_emu_fp32 $(REF_DIR)/$(REF_DESC)_state.bin
+	$(EMU_RUN) $(BUILD)/test_gpt2cu_emu_fp32 $(EMU_REF)
+else
 test-gpu-emu-san: $(REF_DIR)/$(REF_DESC)_state.bin
-	$(Q)$(MAKE) --no-print-directory SAN=1 build/san/test_gpt2cu_emu_fp32 PRECISION=FP32
-	build/san/test_gpt2cu_emu_fp32 --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin
+	$(Q)$(MAKE) --no-print-directory SAN=1 test-gpu-emu-san
+endif
 TEST_SAN_PHONY += test-gpu-emu-san
 
 TEST_PHONY += memory-table
@@ -429,15 +481,23 @@ include dev/export/rules.mk
 include dev/plot/rules.mk
 include dev/lint/rules.mk
 
-# The README's test command: the dependency step, everything, then the C tests again under
-# ASan+UBSan.
+# The README's test command: the dependency step, then everything and the C tests again under
+# ASan+UBSan (test-san), in one make -j$(TEST_JOBS) (default: every core): most tests are one
+# thread, so they run side by side. --output-sync: each test's output in one piece when it ends. A
+# failure stops nothing else (-k), so every failing test shows; the exit status is make's. The
+# longest jobs come first (TEST_FIRST), so that none of them starts last; OMP_NUM_THREADS=1
+# (unless set) so that the tests side by side do not spin against each other.
+TEST_JOBS ?= $(shell nproc)
+TEST_FIRST := test-san test-gpu-emu-model-bf16 test-gpu-emu-model-fp32 test-gpu-emu-model-bf16-matmul
 test: deps
-	$(MAKE) --no-print-directory $(TEST_PHONY)
-	$(MAKE) --no-print-directory test-san
+	$(Q)OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target \
+		$(TEST_FIRST) $(filter-out $(TEST_FIRST),$(TEST_PHONY))
 	@echo "all tests passed"
 
-test-san:
-	$(MAKE) --no-print-directory SAN=1 $(TEST_SAN_PHONY)
+# (what the sanitizer builds share with the others is made first, here: data/, build/ref/, the venv)
+# (the longest, the GPU trainer's step under ASan, first)
+test-san: data $(REF_DIR)/$(REF_DESC)_state.bin $(HF_VENV)/.done
+	$(MAKE) --no-print-directory SAN=1 test-gpu-emu-san $(filter-out test-gpu-emu-san,$(TEST_SAN_PHONY))
 
 # The README's first command, the main job: the dependency step, the data, then training on the
 # CPU. TRAIN_STEPS: how many steps (`make test` runs it with a few).
@@ -455,7 +515,7 @@ help:
 	@echo "make data            get TinyShakespeare + GPT-2 tokenizer files and tokenize them into data/"
 	@echo "make deps            install what is missing (apt, pip); make train and make test run it"
 	@echo "make train           make deps and data, then train GPT-2 on TinyShakespeare on the CPU (TRAIN_STEPS=200)"
-	@echo "make test            make deps, then the whole test suite (the README's test command)"
+	@echo "make test            make deps, then the whole test suite side by side (TEST_JOBS=cores; the README's test command)"
 	@echo "make test-san        the C tests again under ASan+UBSan"
 	@echo "make bench           CPU benchmarks: trainer tokens/s and MFU, AdamW vs bandwidth"
 	@echo "make memory-table    published memory figures vs their formulas vs our memory model"

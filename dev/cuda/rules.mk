@@ -38,14 +38,12 @@ $(foreach b,$(CUDA_HARNESS_BINS),$(if $(wildcard $(b).d),,$(eval $(b): $(LLMC_HE
 .PHONY: cuda-harness test-cuda test-cuda-san cuda-compile-check cuda-gpu
 cuda-harness: $(CUDA_HARNESS_BINS)
 
-test-cuda: $(CUDA_HARNESS_BINS)
+# (the compile check is a prerequisite, not a step: make -j runs it beside the harness tests)
+test-cuda: $(CUDA_HARNESS_BINS) $(if $(filter 1,$(SAN)),,cuda-compile-check)
 	$(Q)for order in $(CUDA_ORDERS); do \
 		echo "  TEST  dev/cuda under the CPU harness, $$order order$(if $(filter 1,$(SAN)), (ASan+UBSan))"; \
 		export LEANSTEP_HARNESS_ORDER=$$order; { $(CUDA_TEST_CMDS); } || exit 1; \
 	done
-ifneq ($(SAN),1)
-	$(Q)$(MAKE) --no-print-directory cuda-compile-check
-endif
 
 # The ASan+UBSan run: the same tests on the sanitizer builds (build/san/cuda/).
 ifeq ($(SAN),1)

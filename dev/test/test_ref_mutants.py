@@ -6,8 +6,11 @@ state for the same model and requires every given test binary (test_gpt2, test_g
 builds) to FAIL against it, naming a mismatch. A check that passes against a wrong reference
 would not see the bug in a trainer either.
 
-usage: test_ref_mutants.py --model M.bin --state S.bin --bin TEST [--bin TEST ...]
-  (S.bin: the correct state, only read for its batch size and sequence length)
+usage: test_ref_mutants.py --model M.bin --state S.bin [--bin TEST ...]
+  (S.bin: the correct state, only read for its batch size and sequence length; without --bin it
+  only writes the wrong references, into mutants/ beside S.bin, so that `make -j` makes them once)
+The test binaries run with LEANSTEP_TEST_FAIL_FAST=1 (dev/test/test_common.h): they stop at the
+first failed check, which is all a run against a wrong reference has to show.
 """
 import argparse
 import os
@@ -25,7 +28,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--state", required=True)
-    ap.add_argument("--bin", action="append", required=True)
+    ap.add_argument("--bin", action="append", default=[])
     ap.add_argument("--torch-python", default=os.environ.get("TORCH_PYTHON", "/usr/bin/python3"))
     a = ap.parse_args()
     with open(a.state, "rb") as f:
@@ -38,10 +41,13 @@ def main():
         if not os.path.exists(state) or os.path.getmtime(state) < os.path.getmtime(a.model):
             cmd = [a.torch_python, "dev/reference/gpt2_ref.py", "state", "--model", a.model, "--batch", str(B),
                    "--seq", str(T), "--seed", "1", "--steps", "10", "--lr", "1e-4", "--beta1", "0.9", "--beta2", "0.95",
-                   "--eps", "1e-8", "--weight-decay", "0.1", "--grad-clip", "1.0", "--inject-bug", bug, "--out", state]
+                   "--eps", "1e-8", "--weight-decay", "0.1", "--grad-clip", "1.0", "--inject-bug", bug,
+                   "--out", state + ".tmp%d" % os.getpid()]
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            os.replace(cmd[-1], state)  # whole or not at all, for another run reading it at the same time
         for b in a.bin:
-            p = subprocess.run([b, "--model", a.model, "--state", state], capture_output=True, text=True)
+            p = subprocess.run([b, "--model", a.model, "--state", state], capture_output=True, text=True,
+                               env=dict(os.environ, LEANSTEP_TEST_FAIL_FAST="1"))
             out = p.stdout + p.stderr
             fails = [l for l in out.splitlines() if l.startswith("FAIL")]
             n += 1
@@ -49,7 +55,8 @@ def main():
                   % (b, bug, p.returncode, len(fails)))
             print("%-36s bug %-18s exit %d, %3d failed checks, first: %s" % (os.path.basename(b), bug, p.returncode,
                                                                                len(fails), fails[0][:90] if fails else "-"))
-    print("%d passed, %d failed" % (n - len(failures), len(failures)))
+    if a.bin:
+        print("%d passed, %d failed" % (n - len(failures), len(failures)))
     return 1 if failures else 0
 
 
