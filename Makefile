@@ -11,7 +11,7 @@ OPT     ?= -O3 -march=native
 # -fno-math-errno: sqrtf/expf set no errno, so loops with them vectorize. -fno-trapping-math: no
 # code reads FP exception flags, so floorf vectorizes (GELU, softmax); values are unchanged.
 # -ffp-contract=off: no implicit fused multiply-adds, so explicit fmaf() decides rounding (AdamW
-# agrees bit for bit with the GPU kernel, llmc/adamw.cuh)
+# agrees bit for bit with the GPU kernel, llmc/optim/adamw.cuh)
 CFLAGS  ?= $(OPT) -std=gnu11 -Wall -Wextra -fno-math-errno -fno-trapping-math -ffp-contract=off -fopenmp -I.
 CXXFLAGS ?= $(OPT) -std=c++17 -Wall -Wextra -fno-math-errno -ffp-contract=off -I.
 # BLAS: prefer the OpenMP build of OpenBLAS (one thread pool with our OpenMP loops; the pthread
@@ -30,7 +30,7 @@ CFLAGS += -I$(BLAS_INC)
 endif
 LDLIBS_TOK := -lpcre2-8 -lcjson
 LDLIBS  ?= -lm -lz
-LLMC_HEADERS := $(wildcard llmc/*.h)
+LLMC_HEADERS := $(wildcard llmc/*.h llmc/optim/*.h)
 
 # Sanitizer build of the C programs: `make SAN=1 ...` writes into build/san/.
 ifeq ($(SAN),1)
@@ -220,7 +220,7 @@ EXTRA_INC ?=
 ZLIB_LIB ?= -lz
 NVCC_TRAIN_FLAGS := -std=c++17 -O3 -lineinfo -Xptxas=--warn-on-spills -Xcompiler -Wall,-Wextra,-fopenmp -I. $(EXTRA_INC) $(PFLAGS)
 NVCC_LIBS := -lcublasLt -lcublas -lgomp $(ZLIB_LIB)
-CUDA_TRAIN_DEPS := train_gpt2.cu $(LLMC_HEADERS) $(wildcard llmc/*.cuh)
+CUDA_TRAIN_DEPS := train_gpt2.cu $(LLMC_HEADERS) $(wildcard llmc/*.cuh llmc/optim/*.cuh)
 
 # Flash attention (--attention cudnn, the BF16 default): cuDNN's fused attention through the cuDNN
 # frontend (header-only C++, PyPI nvidia-cudnn-frontend). `make cudnn-frontend` (also run by

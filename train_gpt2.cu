@@ -1,14 +1,14 @@
 /*
  train_gpt2.cu: GPT-2 training on one GPU, mixed precision (bf16 by default, fp32 with
  PRECISION=FP32), matmuls through cuBLASLt, and every step ending with the fused AdamW kernel of
- llmc/adamw.cuh over all parameters in one launch (with --badam, over the active block's slices).
+ llmc/optim/adamw.cuh over all parameters in one launch (with --badam, over the active block's slices).
 
  It reads top to bottom like train_gpt2.c, the CPU trainer it is tested against: the model
  (parameters, activations, forward, backward, update), then the hooks of the training loop that
  both trainers share (llmc/train_loop.h). The kernels live in llmc/, one family per .cuh file
  (except BAdam's one-line widening of a block's parameters into its master weights).
 
- --badam K (llmc/badam.h), as in train_gpt2.c: gradients, m, v and master weights exist for the
+ --badam K (llmc/optim/badam.h), as in train_gpt2.c: gradients, m, v and master weights exist for the
  active block only (compact buffers, its slices back to back); the backward pass passes NULL
  weight gradients for frozen tensors (grad_slice) and stops below the lowest active layer; the
  update is one AdamW launch per slice of the block.
@@ -39,10 +39,10 @@
 #include "llmc/params.h"
 #include "llmc/checkpoint.h"
 #include "llmc/train_options.h"
-#include "llmc/optim.h"
+#include "llmc/optim/optim.h"
 #include "llmc/memory.h"
 #include "llmc/logger.h"
-#include "llmc/badam.h"
+#include "llmc/optim/badam.h"
 #include "llmc/cuda_common.h"
 #include "llmc/cuda_precision.h"
 #include "llmc/encoder.cuh"
@@ -53,9 +53,9 @@
 #include "llmc/gelu.cuh"
 #include "llmc/fused_classifier.cuh"
 #include "llmc/global_norm.cuh"
-#include "llmc/adamw.cuh"
-#include "llmc/optimizers.cuh"
-#include "llmc/srng.h"
+#include "llmc/optim/adamw.cuh"
+#include "llmc/optim/kernels.cuh"
+#include "llmc/optim/srng.h"
 #include "llmc/nccl_comm.cuh"
 
 #define CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
@@ -137,22 +137,22 @@ typedef struct {
     int badam_fresh;          // 1 until the state holds a block's (reset at a switch, or read from a checkpoint)
     BadamSlice slices[BADAM_MAX_SLICES];  // the active block's slices
     int num_slices;
-    AdamWSegment badam_segs[BADAM_MAX_SLICES];  // host: slice k's one-segment table (rebased to the slice)
-    AdamWSegment* d_badam_segments;  // (BADAM_MAX_SLICES) the same on the device, allocated once
+    OptimSegment badam_segs[BADAM_MAX_SLICES];  // host: slice k's one-segment table (rebased to the slice)
+    OptimSegment* d_badam_segments;  // (BADAM_MAX_SLICES) the same on the device, allocated once
     int badam_segs_block;     // the block whose tables d_badam_segments holds (-1: none)
     // --offload: m, v, master live in pinned host memory and stream through the staging buffers
     int offload;
     size_t chunk;             // elements per chunk
     int num_chunks;
     float *m_host, *v_host, *master_host;
-    AdamWSegment** d_chunk_segments;  // (num_chunks) each chunk's segment table, rebased to the chunk
+    OptimSegment** d_chunk_segments;  // (num_chunks) each chunk's segment table, rebased to the chunk
     int* chunk_nseg;
     cudaStream_t copy_stream;
     cudaEvent_t loaded[2], updated[2];
     // --optimizer sgd|lamb|lion, --opt-state bf16|int8, --amsgrad: the optimizer family
-    // (llmc/optimizers.cuh) on one device block of state, laid out as the CPU trainer's
+    // (llmc/optim/kernels.cuh) on one device block of state, laid out as the CPU trainer's
     int use_family;
-    OptimizerState opt;
+    OptimState opt;
     void* opt_memory;         // its block (MEM_OPT_STATE)
     // data parallelism: NULL nccl = one process
     NcclComm* nccl;           // the communicator (trainer_init's), when there are several processes
@@ -160,7 +160,7 @@ typedef struct {
     size_t shard;             // ZeRO-1: elements per process; parameters and gradients hold shard * processes
     int accum;                // micro-steps per step: the last one's backward pass reduces the gradients
     int grads_reduced;        // -z 0: the reduction of this step was issued during the backward pass
-    AdamWSegment* d_segments; // the optimizer's segment table, on the device (ZeRO-1: cut to the shard)
+    OptimSegment* d_segments; // the optimizer's segment table, on the device (ZeRO-1: cut to the shard)
     int num_segments;
     float weight_decay;       // of the uploaded segment table
     unsigned long long seed;  // stochastic rounding
@@ -414,11 +414,11 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     // optimizer state: on the device, or (offload) in pinned host memory with two chunks of staging
     size_t state_bytes = model->offload ? 2 * gpu_tensor_bytes(model->chunk, 4) : gpu_tensor_bytes(ns, 4);
     if (model->use_family) {  // one block of optimizer state instead of m and v
-        OptimizerConfig cfg = train_options_optimizer(opts);
-        OptSegment* segs;
+        OptimConfig cfg = train_options_optimizer(opts);
+        OptimSegment* segs;
         int nseg = train_options_family_segments(opts, c, &segs);
         model->opt_memory = cuda_malloc_counted(mc, MEM_OPT_STATE, gpu_tensor_bytes(opt_state_bytes, 1));
-        optimizer_state_attach_device(&model->opt, &cfg, segs, nseg, n, model->opt_memory);
+        optim_state_attach_device(&model->opt, &cfg, segs, nseg, n, model->opt_memory);
         free(segs);
     } else {
         model->m_memory = (float*)cuda_malloc_counted(mc, MEM_ADAM_M, state_bytes);
@@ -478,7 +478,7 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     model->d_norm_scratch = (float*)cuda_malloc_counted(&small, MEM_SCRATCH, (GLOBAL_NORM_MAX_BLOCKS + 3) * sizeof(float));
     model->d_loss_sum = (double*)cuda_malloc_counted(&small, MEM_SCRATCH, sizeof(double));
     if (model->use_badam) {
-        model->d_badam_segments = (AdamWSegment*)cuda_malloc_counted(&small, MEM_SCRATCH, BADAM_MAX_SLICES * sizeof(AdamWSegment));
+        model->d_badam_segments = (OptimSegment*)cuda_malloc_counted(&small, MEM_SCRATCH, BADAM_MAX_SLICES * sizeof(OptimSegment));
     }
     model->inputs_cpu = (int*)mallocCheck((size_t)B * T * sizeof(int));
     model->losses_cpu = (float*)mallocCheck((size_t)B * T * sizeof(float));
@@ -505,7 +505,7 @@ static void gpt2_free(GPT2* model) {
     cudaCheck(cudaFree(model->acts_memory));
     if (model->master_memory) { cudaCheck(cudaFree(model->master_memory)); }
     if (model->use_family) {
-        optimizer_state_free_device(&model->opt);
+        optim_state_free_device(&model->opt);
         cudaCheck(cudaFree(model->opt_memory));
     } else {
         cudaCheck(cudaFree(model->v_memory));
@@ -812,15 +812,15 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
 // Chunk k's segment tables, built once: the parameter segments cut to [k*chunk, (k+1)*chunk) and
 // rebased to the chunk's start.
 static void offload_build_segments(GPT2* model, float weight_decay) {
-    OptSegment segs[NUM_PARAMETER_TENSORS];
+    OptimSegment segs[NUM_PARAMETER_TENSORS];
     int nseg = optim_segments_build(&model->table, weight_decay, segs);
     if (model->d_chunk_segments == NULL) {
-        model->d_chunk_segments = (AdamWSegment**)callocCheck((size_t)model->num_chunks, sizeof(AdamWSegment*));
+        model->d_chunk_segments = (OptimSegment**)callocCheck((size_t)model->num_chunks, sizeof(OptimSegment*));
         model->chunk_nseg = (int*)callocCheck((size_t)model->num_chunks, sizeof(int));
     }
     for (int k = 0; k < model->num_chunks; k++) {
         size_t a = (size_t)k * model->chunk, b = a + model->chunk < model->num_parameters ? a + model->chunk : model->num_parameters;
-        AdamWSegment part[NUM_PARAMETER_TENSORS];
+        OptimSegment part[NUM_PARAMETER_TENSORS];
         int np = optim_segments_cut(segs, nseg, a, b, part);
         if (model->d_chunk_segments[k]) { cudaCheck(cudaFree(model->d_chunk_segments[k])); }
         model->d_chunk_segments[k] = adamw_segments_upload(part, np, b - a);
@@ -898,7 +898,7 @@ static void badam_update(GPT2* model, const AdamWHyper* h, AdamWParams hp, int s
             model->badam_segs[k] = {0, sl->count, t->decay ? h->weight_decay : 0.0f, t->lr_mult};
         }
         // the host table stays as it is until the next upload (after this update has synchronized)
-        cudaCheck(cudaMemcpyAsync(model->d_badam_segments, model->badam_segs, (size_t)model->num_slices * sizeof(AdamWSegment),
+        cudaCheck(cudaMemcpyAsync(model->d_badam_segments, model->badam_segs, (size_t)model->num_slices * sizeof(OptimSegment),
                                   cudaMemcpyHostToDevice, s));
         model->badam_segs_block = model->active_block;
         model->weight_decay = h->weight_decay;
@@ -962,7 +962,7 @@ static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
     cudaStream_t s = model->stream;
     const float* scale = model->d_norm_scratch + GLOBAL_NORM_MAX_BLOCKS + 2;
     if (model->use_family) {  // weight decay is in the state's segment table since the build
-        optimizer_step_gpu(&model->opt, model->params_memory, model->master_memory, model->grads_memory, h->lr, step,
+        optim_step_gpu(&model->opt, model->params_memory, model->master_memory, model->grads_memory, h->lr, step,
                            true, scale, s);
         cudaCheck(cudaStreamSynchronize(s));
         return;
@@ -970,7 +970,7 @@ static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
     size_t lo, hi;  // ZeRO-1: this process's part; else all parameters
     zero_range(model, &lo, &hi);
     if (!model->use_badam && (model->d_segments == NULL || model->weight_decay != h->weight_decay) && hi > lo) {
-        OptSegment segs[NUM_PARAMETER_TENSORS], part[NUM_PARAMETER_TENSORS];
+        OptimSegment segs[NUM_PARAMETER_TENSORS], part[NUM_PARAMETER_TENSORS];
         int nseg = optim_segments_build(&model->table, h->weight_decay, segs);
         model->num_segments = optim_segments_cut(segs, nseg, lo, hi, part);
         if (model->d_segments) { cudaCheck(cudaFree(model->d_segments)); }

@@ -1,6 +1,6 @@
 /*
  lab_optim.h: what the two optimizer labs (adamw.cu: the AdamW ladder; optimizers.cu: the family
- through optimizer_step_gpu) share on top of lab.h, so that each holds only its cases, its
+ through optim_step_gpu) share on top of lab.h, so that each holds only its cases, its
  references and its checks. Host code, C++17; compiles under nvcc and under the CPU harness.
 
    problems      Problem (a flat parameter buffer cut into tensors: the optimizer's segment table),
@@ -27,8 +27,8 @@
 #define DEV_CUDA_LAB_OPTIM_H
 
 #include "lab.h"
-#include "llmc/optim.h"
-#include "llmc/srng.h"
+#include "llmc/optim/optim.h"
+#include "llmc/optim/srng.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -40,11 +40,11 @@
 struct Problem {
     std::string name;
     size_t n = 0;
-    std::vector<OptSegment> segs; // sorted, contiguous, covering [0, n)
+    std::vector<OptimSegment> segs; // sorted, contiguous, covering [0, n)
 };
 
 static inline void add_seg(Problem& pb, size_t count, float wd, float lr_mult) {
-    pb.segs.push_back(OptSegment{pb.n, count, wd, lr_mult});
+    pb.segs.push_back(OptimSegment{pb.n, count, wd, lr_mult});
     pb.n += count;
 }
 

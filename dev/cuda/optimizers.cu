@@ -1,14 +1,14 @@
 /*
  optimizers.cu: the optimizer family lab. Every optimizer x state precision x parameter format
- through the GPU entry point optimizer_step_gpu (llmc/optimizers.cuh, which also routes AdamW to
- llmc/adamw.cuh and llmc/adamw_lowp.cuh), one driver with two modes:
+ through the GPU entry point optim_step_gpu (llmc/optim/kernels.cuh, which also routes AdamW to
+ llmc/optim/adamw.cuh and llmc/optim/adamw_lowp.cuh), one driver with two modes:
 
    --check (default)  per case and problem, S steps with a clip scale (odd steps 0.7), then
-     (1) against the CPU implementation, optimizer_step_cpu of llmc/optim_state.h, run on the same
+     (1) against the CPU implementation, optim_step_cpu of llmc/optim/state.h, run on the same
          inputs: BIT FOR BIT, parameters and the whole state block (moments, codes, absmax, LAMB's
          block sums and trust ratios). Both sides spell out the same fmaf calls, LAMB's sums have
-         one fixed order, the 8-bit codes come from one map (llmc/quant8.h) and the random bits of
-         stochastic rounding from one hash (llmc/srng.h). bf16 parameters: the CPU twin keeps fp32
+         one fixed order, the 8-bit codes come from one map (llmc/optim/quant8.h) and the random bits of
+         stochastic rounding from one hash (llmc/optim/srng.h). bf16 parameters: the CPU twin keeps fp32
          parameters = the master weights, and without master weights rounds them after each step
          with the device's rule (the same bits), so the kernel's inputs stay identical.
      (2) against a float64 reference written here from the formulas, with the tolerances below.
@@ -21,17 +21,17 @@
    fp32 state: 2e-6 t |x| + 1e-6 max_t |x| (cancellation in the moments).
    bf16 state (AdamW): min(t, 1/(1-beta)) 2^-7 max_t |x|, p + 0.1 lr t.
    int8 state (AdamW): m min(t, 1/(1-beta1)) 0.0072 x the block's max_t |m|, v with 0.0037; p +
-     0.5 lr t (the bounds of llmc/quant8.h; see dev/test/test_optim.c).
+     0.5 lr t (the bounds of llmc/optim/quant8.h; see dev/test/test_optim.c).
    LAMB's update is invariant to the scale of u, but the ratio is not: it is not compared here
      (test_optim does, with its bound); its effect, trust * u, is in the parameters.
    Lion: elements whose float64 c is nonzero but within 1e-5 of its terms are excluded (< 0.1%).
 
  usage: optimizers [--check | --bench] [-c CASE] [-n N | --gpt2] [-s STEPS] [-r REPEATS] [-q]
- To add a case: a row in kCases (an OptimizerConfig and a parameter format).
+ To add a case: a row in kCases (an OptimConfig and a parameter format).
 */
 #include "lab_optim.h"
-#include "llmc/optimizers.cuh"
-#include "llmc/optim_state.h"
+#include "llmc/optim/kernels.cuh"
+#include "llmc/optim/state.h"
 
 // ----------------------------------------------------------------------------
 // the problems (lab_optim.h): deterministic data
@@ -39,7 +39,7 @@
 static void init_params(const Problem& pb, std::vector<float>& p) {
     p.resize(pb.n);
     for (size_t s = 0; s < pb.segs.size(); s++) {
-        const OptSegment& sg = pb.segs[s];
+        const OptimSegment& sg = pb.segs[s];
 #pragma omp parallel for schedule(static) if ((long long)sg.count > OMP_MIN)
         for (long long k = 0; k < (long long)sg.count; k++) {
             size_t i = sg.offset + (size_t)k;
@@ -52,7 +52,7 @@ static void init_params(const Problem& pb, std::vector<float>& p) {
 static void make_grads(const Problem& pb, int t, std::vector<float>& g) {
     g.resize(pb.n);
     for (size_t s = 0; s < pb.segs.size(); s++) {
-        const OptSegment& sg = pb.segs[s];
+        const OptimSegment& sg = pb.segs[s];
         double sc = s % 7 == 6 ? 0.0 : pow(10.0, -4.0 + 2.0 * unit(77, s));
 #pragma omp parallel for schedule(static) if ((long long)sg.count > OMP_MIN)
         for (long long k = 0; k < (long long)sg.count; k++) {
@@ -70,14 +70,14 @@ static float clip_scale_of_step(int t) { return t % 2 ? 0.7f : 1.0f; }
 struct Case {
     const char* id;   // -c selects by id (several rows may share one)
     const char* name;
-    OptimizerConfig cfg;
+    OptimConfig cfg;
     bool bf16_params, master, bf16_grads, stochastic;
     float lr;
 };
 
-static OptimizerConfig cfg_of(OptimizerKind k, OptStatePrecision st = OPT_STATE_FP32, int amsgrad = 0,
+static OptimConfig cfg_of(OptimKind k, OptimStatePrecision st = OPT_STATE_FP32, int amsgrad = 0,
                               int nesterov = 0, float momentum = -1.0f, float dampening = 0.0f) {
-    OptimizerConfig c = optimizer_config_default(k);
+    OptimConfig c = optim_config_default(k);
     c.state = st;
     c.amsgrad = amsgrad;
     c.nesterov = nesterov;
@@ -112,7 +112,7 @@ static const Case kCases[] = {
 
 // Bytes one step moves per parameter (reads + writes).
 static int bytes_per_param(const Case& c) {
-    const OptimizerConfig& k = c.cfg;
+    const OptimConfig& k = c.cfg;
     const int ps = c.bf16_params ? 2 : 4, g = c.bf16_grads ? 2 : 4;
     const int pr = c.master ? 4 : ps, pw = (c.master ? 4 : 0) + ps;
     switch (k.kind) {
@@ -136,7 +136,7 @@ struct Dev {
     float* master = nullptr;
     void* g = nullptr;     // fp32 or bf16
     float* scale = nullptr;
-    OptimizerState st = {};
+    OptimState st = {};
 };
 
 static void dev_case_alloc(const Case& c, const Problem& pb, Dev& d) {
@@ -144,7 +144,7 @@ static void dev_case_alloc(const Case& c, const Problem& pb, Dev& d) {
     cudaCheck(cudaMalloc(&d.g, pb.n * (c.bf16_grads ? 2 : 4)));
     if (c.master) cudaCheck(cudaMalloc((void**)&d.master, pb.n * 4));
     cudaCheck(cudaMalloc((void**)&d.scale, sizeof(float)));
-    optimizer_state_init_device(&d.st, &c.cfg, pb.segs.data(), (int)pb.segs.size(), pb.n);
+    optim_state_init_device(&d.st, &c.cfg, pb.segs.data(), (int)pb.segs.size(), pb.n);
 }
 
 static void dev_case_free(Dev& d) {
@@ -152,7 +152,7 @@ static void dev_case_free(Dev& d) {
     cudaCheck(cudaFree(d.g));
     cudaCheck(cudaFree(d.master));
     cudaCheck(cudaFree(d.scale));
-    optimizer_state_free_device(&d.st);
+    optim_state_free_device(&d.st);
     d = Dev();
 }
 
@@ -192,13 +192,13 @@ static void dev_upload_grads(const Case& c, Dev& d, std::vector<float>& g, float
 static void dev_step(const Case& c, Dev& d, int t, cudaStream_t stream) {
     const bool sr = c.stochastic;
     if (c.bf16_params && c.bf16_grads)
-        optimizer_step_gpu(&d.st, (__nv_bfloat16*)d.p, d.master, (const __nv_bfloat16*)d.g, c.lr, t, sr, d.scale, stream);
+        optim_step_gpu(&d.st, (__nv_bfloat16*)d.p, d.master, (const __nv_bfloat16*)d.g, c.lr, t, sr, d.scale, stream);
     else if (c.bf16_params)
-        optimizer_step_gpu(&d.st, (__nv_bfloat16*)d.p, d.master, (const float*)d.g, c.lr, t, sr, d.scale, stream);
+        optim_step_gpu(&d.st, (__nv_bfloat16*)d.p, d.master, (const float*)d.g, c.lr, t, sr, d.scale, stream);
     else if (c.bf16_grads)
-        optimizer_step_gpu(&d.st, (float*)d.p, d.master, (const __nv_bfloat16*)d.g, c.lr, t, sr, d.scale, stream);
+        optim_step_gpu(&d.st, (float*)d.p, d.master, (const __nv_bfloat16*)d.g, c.lr, t, sr, d.scale, stream);
     else
-        optimizer_step_gpu(&d.st, (float*)d.p, d.master, (const float*)d.g, c.lr, t, sr, d.scale, stream);
+        optim_step_gpu(&d.st, (float*)d.p, d.master, (const float*)d.g, c.lr, t, sr, d.scale, stream);
 }
 
 // The device's parameters as fp32 (the bf16 ones widened), and its master weights.
@@ -226,11 +226,11 @@ static void ref_init(Ref& r, const std::vector<float>& p0) {
     r.excluded.assign(p0.size(), 0);
 }
 
-static void ref_step(Ref& r, const Problem& pb, const OptimizerConfig& c, const std::vector<float>& grads, double scale,
+static void ref_step(Ref& r, const Problem& pb, const OptimConfig& c, const std::vector<float>& grads, double scale,
                      double lr0, int t) {
     const double b1 = c.beta1, b2 = c.beta2, eps = c.eps, mu = c.momentum, damp = c.dampening;
     const double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
-    for (const OptSegment& sg : pb.segs) {
+    for (const OptimSegment& sg : pb.segs) {
         const double lr = lr0 * sg.lr_mult, wd = sg.weight_decay;
         double pp = 0.0, uu = 0.0;
         for (size_t k = 0; k < sg.count; k++) {
@@ -276,7 +276,7 @@ static void ref_step(Ref& r, const Problem& pb, const OptimizerConfig& c, const 
 }
 
 // The state of element i (of segment s) as values, whatever its storage (host copy of the block).
-static void state_values(const OptimizerState& st, const unsigned char* blk, size_t i, int s, double& m, double& v) {
+static void state_values(const OptimState& st, const unsigned char* blk, size_t i, int s, double& m, double& v) {
     auto at = [&](const void* p) { return blk + ((const unsigned char*)p - (const unsigned char*)st.memory); };
     m = v = 0.0;
     if (st.m) m = ((const float*)at(st.m))[i];
@@ -336,8 +336,8 @@ static bool check_one(const Case& c, const Problem& pb, int steps) {
     std::vector<float> p0;
     init_params(pb, p0);
     std::vector<float> tw = dev_upload_params(c, d, p0); // the CPU twin's fp32 parameters
-    OptimizerState cs;
-    optimizer_state_init(&cs, &c.cfg, pb.segs.data(), (int)pb.segs.size(), n, nullptr);
+    OptimState cs;
+    optim_state_init(&cs, &c.cfg, pb.segs.data(), (int)pb.segs.size(), n, nullptr);
     Ref r;
     ref_init(r, tw);
     std::vector<float> g;
@@ -350,7 +350,7 @@ static bool check_one(const Case& c, const Problem& pb, int steps) {
         dev_upload_grads(c, d, g, scale);
         dev_step(c, d, t, 0);
         cudaCheck(cudaDeviceSynchronize());
-        optimizer_step_cpu(&cs, tw.data(), g.data(), c.lr, t, scale);
+        optim_step_cpu(&cs, tw.data(), g.data(), c.lr, t, scale);
         if (c.bf16_params && !c.master) { // the twin reads back what the device stored
             const unsigned long long key = srng_step_key(c.cfg.seed, t);
             for (size_t i = 0; i < n; i++)
@@ -385,7 +385,7 @@ static bool check_one(const Case& c, const Problem& pb, int steps) {
         const std::vector<float>& pf = c.master ? dm : dp; // the fp32 parameters (or the bf16 ones)
         const bool bf16_p = c.bf16_params && !c.master;
         for (size_t s = 0; s < pb.segs.size(); s++) {
-            const OptSegment& sg = pb.segs[s];
+            const OptimSegment& sg = pb.segs[s];
             const double lr_eff = (double)c.lr * sg.lr_mult;
             double bm = 0.0, bv = 0.0;
             for (size_t k = 0; k < sg.count; k++) {
@@ -432,7 +432,7 @@ static bool check_one(const Case& c, const Problem& pb, int steps) {
         }
         ok = ok && good;
     }
-    optimizer_state_free(&cs);
+    optim_state_free(&cs);
     dev_case_free(d);
     return ok;
 }

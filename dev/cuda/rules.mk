@@ -39,7 +39,7 @@ $(BUILD)/cuda/%: dev/cuda/%.cu
 	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) -MMD -MP -MF $@.d $< -o $@ $(CUDA_HARNESS_LIBS)
 -include $(wildcard $(BUILD)/cuda/*.d)
 # (a binary built before it had a .d file depends on every header once)
-$(foreach b,$(CUDA_HARNESS_BINS),$(if $(wildcard $(b).d),,$(eval $(b): $(wildcard llmc/*.h llmc/*.cuh dev/cuda/*.h))))
+$(foreach b,$(CUDA_HARNESS_BINS),$(if $(wildcard $(b).d),,$(eval $(b): $(wildcard llmc/*.h llmc/*.cuh llmc/optim/*.h llmc/optim/*.cuh dev/cuda/*.h))))
 
 .PHONY: cuda-harness test-cuda test-cuda-san cuda-compile-check cuda-gpu
 cuda-harness: $(CUDA_HARNESS_BINS)
@@ -88,7 +88,7 @@ CUDA_TEST_CMDS += $(foreach l,$(CUDA_PRECISION_LABS),&& $(BUILD)/cuda/$(l)_fp32 
 	$(BUILD)/cuda/$(l) --bench -r 2 >/dev/null)
 
 CUDA_FP32_CHECK_OBJS := $(patsubst %,build/cuda-check/%_fp32.o,$(CUDA_PRECISION_LABS))
-build/cuda-check/%_fp32.o: dev/cuda/%.cu $(wildcard llmc/*.h llmc/*.cuh dev/cuda/*.h)
+build/cuda-check/%_fp32.o: dev/cuda/%.cu $(wildcard llmc/*.h llmc/*.cuh llmc/optim/*.h llmc/optim/*.cuh dev/cuda/*.h)
 	@mkdir -p $(@D)
 	@command -v $(NVCC) >/dev/null || { echo "error: $(NVCC) not found (CUDA toolkit needed for the compile check)"; exit 1; }
 	@echo "  NVCC  $< (fp32, sm_80, sm_90, warnings are errors)"
@@ -108,8 +108,8 @@ CUDA_TEST_CMDS += $(foreach p,matmul matmul_fp32,&& $(BUILD)/cuda/$(p) --bench -
 CUDA_TEST_CMDS += $(foreach p,attention attention_fp32,&& $(BUILD)/cuda/$(p) --bench -b 1 -t 24 -c 32 --nh 2 -s 64 -r 1 >/dev/null)
 cuda-compile-check: build/cuda-check/matmul_fp32.o build/cuda-check/attention_fp32.o
 
-# --- the optimizer family (llmc/optimizers.cuh, dev/cuda/optimizers.cu) ---------------------------
-# Every optimizer x state precision x parameter format through optimizer_step_gpu, against the CPU
-# updates of llmc/optim.h bit for bit and against float64, in both thread orders; --bench once on
+# --- the optimizer family (llmc/optim/kernels.cuh, dev/cuda/optimizers.cu) ---------------------------
+# Every optimizer x state precision x parameter format through optim_step_gpu, against the CPU
+# updates of llmc/optim/optim.h bit for bit and against float64, in both thread orders; --bench once on
 # a tiny problem (the code path only).
 CUDA_TEST_CMDS += && $(BUILD)/cuda/optimizers --bench -r 1 -n 5000 >/dev/null

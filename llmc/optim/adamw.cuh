@@ -3,7 +3,7 @@
 
  Layout: flat buffers of n elements (params, grads, m, v, and optionally fp32 master weights and
  the AMSGrad max of v), 16-byte aligned. Per-tensor hyperparameters come from a segment table: a
- sorted, contiguous list of AdamWSegment {offset, count, weight_decay, lr_mult} covering [0, n)
+ sorted, contiguous list of OptimSegment {offset, count, weight_decay, lr_mult} covering [0, n)
  (tensor boundaries need not be aligned to anything; at most ADAMW_MAX_SEGMENTS). Each block
  copies the table into shared memory; a thread finds the segment of its first chunk by binary
  search and then walks forward (grid-stride chunks only move forward): no tensor index involved.
@@ -16,24 +16,24 @@
      v    = fmaf(beta2, v, ((1 - beta2) * g) * g)
      vmax = fmaxf(vmax, v); use vmax for v        (AMSGrad only)
      upd  = (m * ibc1) / (sqrtf(v * ibc2) + eps)  ibc1 = 1.0f / (1.0f - powf(beta1, (float)t)),
-                                                  ibc2 likewise, on the host (as llmc/optim.h)
+                                                  ibc2 likewise, on the host (as llmc/optim/optim.h)
      p    = fmaf(-(lr * lr_mult), fmaf(wd, p, upd), p)     i.e. p -= lr*lr_mult*(upd + wd*p)
  Division and sqrtf are IEEE-rounded in both builds (nvcc's defaults), so a CPU loop written with
  the same fmaf calls gives the same bits; plain `a*b + c` lets each compiler choose what to fuse.
  p is read from the master weights when there are any (the bf16 params are then only written).
  bf16 results are rounded stochastically (unbiased; random bits = hash(seed, step, element index),
- so a run is reproducible; llmc/srng.h) or to nearest even.
+ so a run is reproducible; llmc/optim/srng.h) or to nearest even.
 
  Memory traffic per parameter: fp32 params+grads 28 B; bf16 params+grads with master 28 B, without
  master 22 B; AMSGrad +8 B. 128-bit loads/stores with streaming cache hints; a chunk that straddles
  a tensor boundary (and the n % V tail) goes element by element.
 
  Use:
-   AdamWSegment* d_seg = adamw_segments_upload(segments, nseg, n);   // once; cudaFree it at the end
+   OptimSegment* d_seg = adamw_segments_upload(segments, nseg, n);   // once; cudaFree it at the end
    AdamWBuffers<__nv_bfloat16, __nv_bfloat16> buf = {params, grads, m, v, master, NULL};
    adamw_update(buf, n, d_seg, nseg, hyper, step, d_clip_scale, stream);  // step = 1, 2, ...
- Reusable pieces for other optimizer kernels (llmc/adamw_lowp.cuh, llmc/optimizers.cuh):
- adamw_step_args, bf16_round_stochastic (random bits: srng_bits of llmc/srng.h, shared with the CPU
+ Reusable pieces for other optimizer kernels (llmc/optim/adamw_lowp.cuh, llmc/optim/kernels.cuh):
+ adamw_step_args, bf16_round_stochastic (random bits: srng_bits of llmc/optim/srng.h, shared with the CPU
  optimizers), adamw_for_each_chunk (the segment table and the chunk walk), adamw_clip_scale,
  adamw_load/adamw_store.
 */
@@ -43,14 +43,10 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "cuda_common.h"
-#include "profile.cuh"
-#include "optim.h"
-#include "srng.h"
-
-// One tensor's slice of the flat buffers and its hyperparameters: the optimizer's segment table
-// (llmc/optim.h builds it from the parameter table, for the CPU and the GPU update alike).
-typedef OptSegment AdamWSegment;
+#include "llmc/cuda_common.h"
+#include "llmc/profile.cuh"
+#include "llmc/optim/optim.h"
+#include "llmc/optim/srng.h"
 
 // Hyperparameters of a run (lr is this step's, after the schedule).
 typedef struct {
@@ -90,7 +86,7 @@ struct AdamWBuffers {
 // ----------------------------------------------------------------------------
 // shared device helpers
 
-// Random bits: srng_bits(key, i, salt) of llmc/srng.h (shared with the CPU optimizers); stream 0
+// Random bits: srng_bits(key, i, salt) of llmc/optim/srng.h (shared with the CPU optimizers); stream 0
 // rounds the bf16 parameters.
 
 // Unbiased rounding of x to bf16: rounds up (in magnitude) with probability equal to the discarded
@@ -116,10 +112,10 @@ __device__ __forceinline__ int adamw_find_segment(const size_t* seg_end, int nse
 // seg_par[nseg] {weight_decay, step_lr}: step_lr = lr * lr_mult, times seg_mul[s] when seg_mul is
 // not NULL (LAMB's trust ratios), rounded once here as the CPU updates round it; the caller
 // synchronizes.
-__device__ __forceinline__ void adamw_segments_to_smem(size_t* seg_end, float2* seg_par, const AdamWSegment* segments,
+__device__ __forceinline__ void adamw_segments_to_smem(size_t* seg_end, float2* seg_par, const OptimSegment* segments,
                                                        int nseg, float lr, const float* seg_mul) {
     for (int s = threadIdx.x; s < nseg; s += blockDim.x) {
-        const AdamWSegment sg = segments[s];
+        const OptimSegment sg = segments[s];
         seg_end[s] = sg.offset + sg.count;
         seg_par[s] = make_float2(sg.weight_decay, seg_mul != nullptr ? (lr * sg.lr_mult) * seg_mul[s] : lr * sg.lr_mult);
     }
@@ -144,7 +140,7 @@ __device__ __forceinline__ float adamw_clip_scale(const float* clip_scale) {
 // A thread finds the segment of its first chunk by binary search and then walks forward (its
 // chunks only move forward). chunk and one are inlined: no traffic or registers of their own.
 template <int V, typename Chunk, typename One>
-__device__ __forceinline__ void adamw_for_each_chunk(const AdamWSegment* segments, int nseg, const float* seg_mul,
+__device__ __forceinline__ void adamw_for_each_chunk(const OptimSegment* segments, int nseg, const float* seg_mul,
                                                      float lr, size_t n, Chunk chunk, One one) {
     DYNAMIC_SHARED(size_t, seg_end); // (nseg) then (nseg) float2 {weight_decay, step_lr}
     float2* seg_par = reinterpret_cast<float2*>(seg_end + nseg);
@@ -201,7 +197,7 @@ __device__ __forceinline__ void adamw_store(float* p, const float (&in)[V]) {
 
 // V parameters from element i0 (16-byte aligned) as fp32: the master weights when kMaster.
 template <int V, typename Tp, bool kMaster>
-__device__ __forceinline__ void opt_load_params(const Tp* params, const float* master, size_t i0, float (&p)[V]) {
+__device__ __forceinline__ void optim_load_params(const Tp* params, const float* master, size_t i0, float (&p)[V]) {
     if constexpr (kMaster) adamw_load<V>(master + i0, p);
     else adamw_load<V>(params + i0, p);
 }
@@ -209,7 +205,7 @@ __device__ __forceinline__ void opt_load_params(const Tp* params, const float* m
 // Stores V updated parameters from element i0: the master weights (kMaster) and params; bf16
 // params rounded stochastically (stream 0 at the global index index_base + i) or to nearest even.
 template <int V, typename Tp, bool kMaster, bool kStochastic>
-__device__ __forceinline__ void opt_store_params(Tp* params, float* master, size_t i0, const float (&p)[V],
+__device__ __forceinline__ void optim_store_params(Tp* params, float* master, size_t i0, const float (&p)[V],
                                                  unsigned long long key, size_t index_base) {
     if constexpr (kMaster) adamw_store<V>(master + i0, p);
     if constexpr (sizeof(Tp) == 2) {
@@ -231,13 +227,13 @@ __device__ __forceinline__ void opt_store_params(Tp* params, float* master, size
 }
 
 template <typename Tp, bool kMaster>
-__device__ __forceinline__ float opt_load_param(const Tp* params, const float* master, size_t i) {
+__device__ __forceinline__ float optim_load_param(const Tp* params, const float* master, size_t i) {
     if constexpr (kMaster) return master[i];
     else return (float)params[i];
 }
 
 template <typename Tp, bool kMaster, bool kStochastic>
-__device__ __forceinline__ void opt_store_param(Tp* params, float* master, size_t i, float p, unsigned long long key,
+__device__ __forceinline__ void optim_store_param(Tp* params, float* master, size_t i, float p, unsigned long long key,
                                                 size_t index_base) {
     if constexpr (kMaster) master[i] = p;
     if constexpr (sizeof(Tp) == 2) {
@@ -275,12 +271,12 @@ __device__ __forceinline__ void adamw_one(Tp* params, float* master, const Tg* g
                                           float* vmax, size_t i, float wd, float lr_eff, float scale,
                                           const AdamWStepArgs& a) {
     float m = mom1[i], v = mom2[i], vm = kAmsgrad ? vmax[i] : 0.0f;
-    const float p = adamw_element<kAmsgrad>(opt_load_param<Tp, kMaster>(params, master, i), (float)grads[i] * scale, m,
+    const float p = adamw_element<kAmsgrad>(optim_load_param<Tp, kMaster>(params, master, i), (float)grads[i] * scale, m,
                                             v, vm, wd, lr_eff, a);
     mom1[i] = m;
     mom2[i] = v;
     if (kAmsgrad) vmax[i] = vm;
-    opt_store_param<Tp, kMaster, kStochastic>(params, master, i, p, a.rng_key, a.index_base);
+    optim_store_param<Tp, kMaster, kStochastic>(params, master, i, p, a.rng_key, a.index_base);
 }
 
 // One chunk = V elements = whole 128-bit words of every buffer (adamw_for_each_chunk: the vector
@@ -289,7 +285,7 @@ template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochasti
 __global__ void __launch_bounds__(ADAMW_BLOCK, kAmsgrad ? 1 : 2) // 2 blocks/SM: <= 64 registers
 adamw_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg* __restrict__ grads,
              float* __restrict__ mom1, float* __restrict__ mom2, float* __restrict__ vmax, size_t n,
-             const AdamWSegment* __restrict__ segments, int nseg, AdamWStepArgs a,
+             const OptimSegment* __restrict__ segments, int nseg, AdamWStepArgs a,
              const float* __restrict__ clip_scale) {
     constexpr int V = 16 / (sizeof(Tp) < sizeof(Tg) ? sizeof(Tp) : sizeof(Tg));
     const float scale = adamw_clip_scale(clip_scale);
@@ -303,13 +299,13 @@ adamw_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg* __re
         adamw_load<V>(mom1 + i0, m);
         adamw_load<V>(mom2 + i0, v);
         if (kAmsgrad) adamw_load<V>(vmax + i0, vm);
-        opt_load_params<V, Tp, kMaster>(params, master, i0, p);
+        optim_load_params<V, Tp, kMaster>(params, master, i0, p);
 #pragma unroll
         for (int j = 0; j < V; j++) p[j] = adamw_element<kAmsgrad>(p[j], g[j] * scale, m[j], v[j], vm[j], wd, lr_eff, a);
         adamw_store<V>(mom1 + i0, m);
         adamw_store<V>(mom2 + i0, v);
         if (kAmsgrad) adamw_store<V>(vmax + i0, vm);
-        opt_store_params<V, Tp, kMaster, kStochastic>(params, master, i0, p, a.rng_key, a.index_base);
+        optim_store_params<V, Tp, kMaster, kStochastic>(params, master, i0, p, a.rng_key, a.index_base);
     };
     adamw_for_each_chunk<V>(segments, nseg, nullptr, a.lr, n, chunk, one);
 }
@@ -334,11 +330,11 @@ static inline AdamWStepArgs adamw_step_args(const AdamWParams& hp, int step) {
 
 // Validates a host segment table (sorted, contiguous, covering [0, n), sane hyperparameters) and
 // copies it to the device. The caller owns the returned pointer (cudaFree).
-static inline AdamWSegment* adamw_segments_upload(const AdamWSegment* segs, int nseg, size_t n) {
+static inline OptimSegment* adamw_segments_upload(const OptimSegment* segs, int nseg, size_t n) {
     if (nseg < 1 || nseg > ADAMW_MAX_SEGMENTS) ls_fatal("adamw: %d segments (1..%d allowed)", nseg, ADAMW_MAX_SEGMENTS);
     size_t next = 0;
     for (int s = 0; s < nseg; s++) {
-        const AdamWSegment& g = segs[s];
+        const OptimSegment& g = segs[s];
         if (g.offset != next || g.count == 0) {
             ls_fatal("adamw: segment %d covers [%zu, %zu) but must start at %zu and be non-empty", s, g.offset,
                      g.offset + g.count, next);
@@ -350,9 +346,9 @@ static inline AdamWSegment* adamw_segments_upload(const AdamWSegment* segs, int 
         next += g.count;
     }
     if (next != n) ls_fatal("adamw: the segments cover %zu elements, the buffers have %zu", next, n);
-    AdamWSegment* d = nullptr;
-    cudaCheck(cudaMalloc((void**)&d, (size_t)nseg * sizeof(AdamWSegment)));
-    cudaCheck(cudaMemcpy(d, segs, (size_t)nseg * sizeof(AdamWSegment), cudaMemcpyHostToDevice));
+    OptimSegment* d = nullptr;
+    cudaCheck(cudaMalloc((void**)&d, (size_t)nseg * sizeof(OptimSegment)));
+    cudaCheck(cudaMemcpy(d, segs, (size_t)nseg * sizeof(OptimSegment), cudaMemcpyHostToDevice));
     return d;
 }
 
@@ -362,14 +358,14 @@ static inline void adamw_check_aligned(const void* p, const char* name) {
 
 // Fatal unless the parameter buffers fit the template: master weights for bf16 params only.
 template <typename Tp>
-static inline void opt_check_params(const Tp* params, const float* master, const char* who) {
+static inline void optim_check_params(const Tp* params, const float* master, const char* who) {
     if (master != nullptr && sizeof(Tp) != 2) ls_fatal("%s: master weights are for bf16 params only", who);
     adamw_check_aligned(params, "params");
     adamw_check_aligned(master, "master");
 }
 
 template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochastic>
-static void adamw_launch(const AdamWBuffers<Tp, Tg>& b, size_t n, const AdamWSegment* d_segments, int nseg,
+static void adamw_launch(const AdamWBuffers<Tp, Tg>& b, size_t n, const OptimSegment* d_segments, int nseg,
                          const AdamWStepArgs& a, const float* d_clip_scale, cudaStream_t stream) {
     constexpr size_t V = 16 / (sizeof(Tp) < sizeof(Tg) ? sizeof(Tp) : sizeof(Tg));
     size_t nchunks = n / V;
@@ -385,7 +381,7 @@ static void adamw_launch(const AdamWBuffers<Tp, Tg>& b, size_t n, const AdamWSeg
 // d_clip_scale: device pointer to the gradient scale (global_norm_clip_scale), or NULL for 1.
 // Asynchronous on `stream`; no host synchronization.
 template <typename Tp, typename Tg>
-void adamw_update(const AdamWBuffers<Tp, Tg>& b, size_t n, const AdamWSegment* d_segments, int nseg,
+void adamw_update(const AdamWBuffers<Tp, Tg>& b, size_t n, const OptimSegment* d_segments, int nseg,
                   const AdamWParams& hp, int step, const float* d_clip_scale, cudaStream_t stream) {
     PROFILE_SCOPE(PROF_OPTIMIZER, stream);
     constexpr bool kBf16 = sizeof(Tp) == 2;

@@ -2,8 +2,8 @@
  optim.h: the optimizer's host side. Hyperparameters, the segment table built from the
  parameter table, the global gradient norm and clip scale, the fused CPU AdamW, and the CPU
  updates of the optimizer family (AdamW + AMSGrad, bf16 and 8-bit AdamW state, SGD with momentum
- and Nesterov, LAMB, Lion). llmc/optim_state.h owns the state buffers and picks the update
- (optimizer_step_cpu); the GPU kernels (llmc/adamw.cuh, llmc/adamw_lowp.cuh, llmc/optimizers.cuh)
+ and Nesterov, LAMB, Lion). llmc/optim/state.h owns the state buffers and picks the update
+ (optim_step_cpu); the GPU kernels (llmc/optim/adamw.cuh, llmc/optim/adamw_lowp.cuh, llmc/optim/kernels.cuh)
  perform the same operations in the same order, so a CPU update and its kernel agree bit for bit.
 
  AdamW, per element, with t = step (1, 2, ...) and s = clip scale (1 when the norm is below the clip):
@@ -21,9 +21,9 @@
  decay is DECOUPLED for every optimizer, p -= lr * wd * p as in AdamW, never added to the gradient):
    AdamW + AMSGrad  vmax = max(vmax, v); the update divides by sqrt(vmax / (1 - beta2^t)) + eps
                     (torch.optim.AdamW(amsgrad=True)). 36 B/param moved.
-   AdamW bf16 state m, v (vmax) stored as bf16, rounded stochastically (llmc/srng.h streams 1, 2, 3)
+   AdamW bf16 state m, v (vmax) stored as bf16, rounded stochastically (llmc/optim/srng.h streams 1, 2, 3)
                     after the fp32 update, which uses the unrounded values. 20 B/param.
-   AdamW int8 state m, v as 8-bit blockwise codes (llmc/quant8.h): per tensor, blocks of
+   AdamW int8 state m, v as 8-bit blockwise codes (llmc/optim/quant8.h): per tensor, blocks of
                     QUANT8_BLOCK with an fp32 absmax; tensors under QUANT8_MIN_ELEMS keep fp32 m, v.
                     Dequantize, update in fp32, requantize with the new absmax. 16 B/param.
    SGD              torch.optim.SGD(momentum, dampening, nesterov) with decoupled weight decay:
@@ -54,10 +54,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "llmc/params.h"
-#include "llmc/quant8.h"
-#include "llmc/srng.h"
+#include "llmc/optim/quant8.h"
+#include "llmc/optim/srng.h"
 
-// Functions the GPU kernels call too (llmc/adamw_lowp.cuh, llmc/optimizers.cuh): host+device
+// Functions the GPU kernels call too (llmc/optim/adamw_lowp.cuh, llmc/optim/kernels.cuh): host+device
 // under nvcc, plain static inline everywhere else (the CPU harness runs kernels as host code).
 #if defined(__CUDACC__)
 #define OPTIM_HD __host__ __device__ __forceinline__
@@ -94,7 +94,7 @@ typedef struct {
     size_t offset, count;  // elements in the flat buffers
     float weight_decay;    // decoupled weight decay of this segment
     float lr_mult;         // learning-rate multiplier
-} OptSegment;
+} OptimSegment;
 
 typedef struct {
     float lr;            // learning rate of this step (after the schedule)
@@ -114,7 +114,7 @@ static inline size_t zero_shard_elems(size_t n, int num_processes) {
 
 // The parts of the segments inside [lo, hi), rebased to lo (a ZeRO-1 shard, an offload chunk);
 // returns how many (<= nseg).
-static inline int optim_segments_cut(const OptSegment* segs, int nseg, size_t lo, size_t hi, OptSegment* out) {
+static inline int optim_segments_cut(const OptimSegment* segs, int nseg, size_t lo, size_t hi, OptimSegment* out) {
     int k = 0;
     for (int i = 0; i < nseg; i++) {
         size_t a = segs[i].offset > lo ? segs[i].offset : lo;
@@ -129,7 +129,7 @@ static inline int optim_segments_cut(const OptSegment* segs, int nseg, size_t lo
 }
 
 // One segment per parameter tensor; weight decay from the table's decay flag, never by index.
-static inline int optim_segments_build(const ParamTable* pt, float weight_decay, OptSegment* segs) {
+static inline int optim_segments_build(const ParamTable* pt, float weight_decay, OptimSegment* segs) {
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         segs[i].offset = pt->t[i].offset;
         segs[i].count = pt->t[i].count;
@@ -152,7 +152,7 @@ static inline float clip_scale_of(float norm, float grad_clip) {
 }
 
 // The fused CPU AdamW over all segments; `step` counts from 1. grad_scale is the clip scale.
-static inline void adamw_update_cpu(float* params, const float* grads, float* m, float* v, const OptSegment* segs,
+static inline void adamw_update_cpu(float* params, const float* grads, float* m, float* v, const OptimSegment* segs,
                                     int nseg, const AdamWHyper* h, int step, float grad_scale) {
     const AdamWConsts k = {h->beta1, 1.0f - h->beta1, h->beta2, 1.0f - h->beta2,
                            1.0f / (1.0f - powf(h->beta1, (float)step)),  // bias corrections, hoisted
@@ -166,7 +166,7 @@ static inline void adamw_update_cpu(float* params, const float* grads, float* m,
         float* ms = m + segs[s].offset;
         float* vs = v + segs[s].offset;
         const size_t n = segs[s].count;
-        // the same operations, in the same order, as the GPU kernel (llmc/adamw.cuh), so the two
+        // the same operations, in the same order, as the GPU kernel (llmc/optim/adamw.cuh), so the two
         // give the same bits: explicit fmaf where the kernel fuses, nothing left for the compiler
         #pragma omp for simd schedule(static) nowait
         for (size_t i = 0; i < n; i++) { adamw_element(&p[i], &ms[i], &vs[i], g[i] * grad_scale, &k, lr, wd); }
@@ -176,25 +176,25 @@ static inline void adamw_update_cpu(float* params, const float* grads, float* m,
 // ----------------------------------------------------------------------------
 // the optimizer family: configuration and per-step scalars
 
-typedef enum { OPT_ADAMW = 0, OPT_SGD = 1, OPT_LAMB = 2, OPT_LION = 3 } OptimizerKind;
-typedef enum { OPT_STATE_FP32 = 0, OPT_STATE_BF16 = 1, OPT_STATE_INT8 = 2 } OptStatePrecision;
+typedef enum { OPT_ADAMW = 0, OPT_SGD = 1, OPT_LAMB = 2, OPT_LION = 3 } OptimKind;
+typedef enum { OPT_STATE_FP32 = 0, OPT_STATE_BF16 = 1, OPT_STATE_INT8 = 2 } OptimStatePrecision;
 
 // What does not change during a run (lr, the schedule's, is given per step; weight decay and lr
 // multipliers come from the segments; the gradient scale from the clip).
 typedef struct {
-    OptimizerKind kind;
-    OptStatePrecision state;   // storage of AdamW's m, v (vmax); the other optimizers keep fp32 state
+    OptimKind kind;
+    OptimStatePrecision state;   // storage of AdamW's m, v (vmax); the other optimizers keep fp32 state
     float beta1, beta2, eps;   // AdamW, LAMB: moment decay rates, eps; Lion: beta1 interpolates the
                                // update, beta2 the momentum (eps unused)
     float momentum, dampening; // SGD (momentum 0: plain SGD, no state)
     int nesterov;              // SGD: Nesterov momentum (needs momentum > 0, dampening 0)
     int amsgrad;               // AdamW: divide by the running max of v
     unsigned long long seed;   // stochastic rounding (bf16 state; bf16 params on the GPU)
-} OptimizerConfig;
+} OptimConfig;
 
 // Per-step scalars, computed once on the host, shared by the CPU loops and the GPU kernels of
-// llmc/optimizers.cuh (a plain struct: it is a kernel argument). Same expressions as
-// adamw_step_args (llmc/adamw.cuh), so both sides hold the same bits.
+// llmc/optim/kernels.cuh (a plain struct: it is a kernel argument). Same expressions as
+// adamw_step_args (llmc/optim/adamw.cuh), so both sides hold the same bits.
 typedef struct {
     float lr;                               // this step's lr (before the segment's lr_mult)
     float beta1, beta2, one_minus_beta1, one_minus_beta2, eps;
@@ -202,10 +202,10 @@ typedef struct {
     float momentum, one_minus_dampening;    // SGD
     int first_step;                         // SGD: the momentum buffer starts as g (PyTorch)
     unsigned long long rng_key;             // srng_step_key(seed, step)
-} OptStepArgs;
+} OptimStepArgs;
 
-static inline OptStepArgs optim_step_args(const OptimizerConfig* c, float lr, int step) {
-    OptStepArgs a;
+static inline OptimStepArgs optim_step_args(const OptimConfig* c, float lr, int step) {
+    OptimStepArgs a;
     a.lr = lr;
     a.beta1 = c->beta1;
     a.beta2 = c->beta2;
@@ -232,7 +232,7 @@ static inline int optim_segments_count_layers(const ParamTable* pt) {
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) n += pt->t[i].per_layer ? pt->num_layers : 1;
     return n;
 }
-static inline int optim_segments_build_layers(const ParamTable* pt, float weight_decay, OptSegment* segs) {
+static inline int optim_segments_build_layers(const ParamTable* pt, float weight_decay, OptimSegment* segs) {
     int k = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         const ParamTensor* t = &pt->t[i];
@@ -254,7 +254,7 @@ static inline int optim_segments_build_layers(const ParamTable* pt, float weight
 
 // Blocks of OPT_BLOCK elements cut from each segment from its first element (never straddling
 // segments): block0[s] is segment s's first block, block0[nseg] the total (returned).
-static inline size_t optim_blocks_build(const OptSegment* segs, int nseg, size_t* block0) {
+static inline size_t optim_blocks_build(const OptimSegment* segs, int nseg, size_t* block0) {
     size_t b = 0;
     for (int s = 0; s < nseg; s++) {
         block0[s] = b;
@@ -266,7 +266,7 @@ static inline size_t optim_blocks_build(const OptSegment* segs, int nseg, size_t
 
 // int8 state: segments under QUANT8_MIN_ELEMS keep fp32 m, v, packed in segment order:
 // small_off[s] is the offset of segment s there, or OPT_NOT_SMALL. Returns the packed length.
-static inline size_t optim_small_build(const OptSegment* segs, int nseg, size_t* small_off) {
+static inline size_t optim_small_build(const OptimSegment* segs, int nseg, size_t* small_off) {
     size_t k = 0;
     for (int s = 0; s < nseg; s++) {
         if (segs[s].count < QUANT8_MIN_ELEMS) {
@@ -309,7 +309,7 @@ static inline double optim_tree256_f64(double* x) {
 
 // AdamW with AMSGrad (fp32 m, v, vmax).
 static inline void adamw_amsgrad_update_cpu(float* params, const float* grads, float* m, float* v, float* vmax,
-                                            const OptSegment* segs, int nseg, const OptStepArgs* a,
+                                            const OptimSegment* segs, int nseg, const OptimStepArgs* a,
                                             float grad_scale) {
     const float beta1 = a->beta1, beta2 = a->beta2, omb1 = a->one_minus_beta1, omb2 = a->one_minus_beta2;
     const float eps = a->eps, bc1 = a->inv_bias_corr1, bc2 = a->inv_bias_corr2;
@@ -336,10 +336,10 @@ static inline void adamw_amsgrad_update_cpu(float* params, const float* grads, f
 }
 
 // AdamW with bf16 m, v (and vmax when not NULL): the fp32 update of the unrounded values, then
-// stochastic rounding of the state (streams 1, 2, 3 of llmc/srng.h at the global element index,
-// as adamw_update_bf16_state in llmc/adamw_lowp.cuh).
+// stochastic rounding of the state (streams 1, 2, 3 of llmc/optim/srng.h at the global element index,
+// as adamw_update_bf16_state in llmc/optim/adamw_lowp.cuh).
 static inline void adamw_bf16_update_cpu(float* params, const float* grads, uint16_t* m, uint16_t* v, uint16_t* vmax,
-                                         const OptSegment* segs, int nseg, const OptStepArgs* a, float grad_scale) {
+                                         const OptimSegment* segs, int nseg, const OptimStepArgs* a, float grad_scale) {
     const float beta1 = a->beta1, beta2 = a->beta2, omb1 = a->one_minus_beta1, omb2 = a->one_minus_beta2;
     const float eps = a->eps, bc1 = a->inv_bias_corr1, bc2 = a->inv_bias_corr2;
     const unsigned long long key = a->rng_key;
@@ -376,7 +376,7 @@ static inline void adamw_bf16_update_cpu(float* params, const float* grads, uint
     }
 }
 
-// The 8-bit state of AdamW (llmc/quant8.h), as laid out by optim_blocks_build/optim_small_build.
+// The 8-bit state of AdamW (llmc/optim/quant8.h), as laid out by optim_blocks_build/optim_small_build.
 typedef struct {
     unsigned char* qm;  // (n) codes of m, by element index (bytes of small tensors unused)
     unsigned char* qv;  // (n) codes of v
@@ -392,8 +392,8 @@ typedef struct {
 // quantize indexes of the signed (m) and unsigned (v) maps (quant8_index_build), same codes as the
 // kernel's binary search.
 static inline void adamw_int8_update_cpu(float* params, const float* grads, const Adamw8Buffers* q,
-                                         const Quant8Index* ix, const OptSegment* segs, int nseg,
-                                         const size_t* block0, const size_t* small_off, const OptStepArgs* a,
+                                         const Quant8Index* ix, const OptimSegment* segs, int nseg,
+                                         const size_t* block0, const size_t* small_off, const OptimStepArgs* a,
                                          float grad_scale) {
     const AdamWConsts k = {a->beta1, a->one_minus_beta1, a->beta2, a->one_minus_beta2, a->inv_bias_corr1,
                            a->inv_bias_corr2, a->eps};
@@ -437,8 +437,8 @@ static inline void adamw_int8_update_cpu(float* params, const float* grads, cons
 }
 
 // SGD with momentum buffer buf (NULL when momentum is 0) and optional Nesterov momentum.
-static inline void sgd_update_cpu(float* params, const float* grads, float* buf, const OptSegment* segs, int nseg,
-                                  const OptStepArgs* a, int nesterov, float grad_scale) {
+static inline void sgd_update_cpu(float* params, const float* grads, float* buf, const OptimSegment* segs, int nseg,
+                                  const OptimStepArgs* a, int nesterov, float grad_scale) {
     const float mu = a->momentum, omd = a->one_minus_dampening;
     const int first = a->first_step;
     #pragma omp parallel
@@ -485,8 +485,8 @@ static inline void sgd_update_cpu(float* params, const float* grads, float* buf,
 OPTIM_HD float optim_sign(float c) { return c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : c); }
 
 // Lion with momentum m.
-static inline void lion_update_cpu(float* params, const float* grads, float* m, const OptSegment* segs, int nseg,
-                                   const OptStepArgs* a, float grad_scale) {
+static inline void lion_update_cpu(float* params, const float* grads, float* m, const OptimSegment* segs, int nseg,
+                                   const OptimStepArgs* a, float grad_scale) {
     const float beta1 = a->beta1, beta2 = a->beta2, omb1 = a->one_minus_beta1, omb2 = a->one_minus_beta2;
     #pragma omp parallel
     for (int s = 0; s < nseg; s++) {
@@ -519,8 +519,8 @@ OPTIM_HD float lamb_trust_ratio(double sum_p2, double sum_u2) {
 // LAMB. partials: (2 * nblocks) scratch, the sums of p^2 (first half) and u^2 per block; trust:
 // (nseg) the trust ratio of each segment, written (the caller may read it after the step).
 static inline void lamb_update_cpu(float* params, const float* grads, float* m, float* v, float* partials,
-                                   float* trust, const OptSegment* segs, int nseg, const size_t* block0,
-                                   const OptStepArgs* a, float grad_scale) {
+                                   float* trust, const OptimSegment* segs, int nseg, const size_t* block0,
+                                   const OptimStepArgs* a, float grad_scale) {
     const float beta1 = a->beta1, beta2 = a->beta2, omb1 = a->one_minus_beta1, omb2 = a->one_minus_beta2;
     const float eps = a->eps, bc1 = a->inv_bias_corr1, bc2 = a->inv_bias_corr2;
     const size_t nblocks = block0[nseg];
