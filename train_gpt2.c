@@ -719,8 +719,10 @@ static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
         for (int k = 0; k < model->num_slices; k++) {
             const BadamSlice* sl = &model->slices[k];
             const ParamTensor* t = &model->table.t[sl->tensor];
-            OptimSegment seg = {0, sl->count, t->decay ? h->weight_decay : 0.0f, t->lr_mult};
-            adamw_update_cpu(model->params_memory + sl->offset, model->grads_memory + sl->compact,
+            // gradients, m, v from the slice's compact offset; its parameters at their place
+            OptimSegment seg = optim_segment(0, sl->count, t->decay ? h->weight_decay : 0.0f, t->lr_mult, 0);
+            seg.param = sl->offset;
+            adamw_update_cpu(model->params_memory, model->grads_memory + sl->compact,
                              model->m_memory + sl->compact, model->v_memory + sl->compact, &seg, 1, h,
                              model->block_step + 1, scale);
         }
@@ -737,7 +739,7 @@ static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
         size_t shard = model->shard, lo = (size_t)model->comm->rank * shard;
         OptimSegment segs[NUM_PARAMETER_TENSORS];  // the segments cut to the shard, rebased to it
         int k = optim_segments_cut(model->segments, model->num_segments, lo, lo + shard, segs);
-        adamw_update_cpu(model->params_memory + lo, model->grad_shard, model->m_memory, model->v_memory, segs, k, h,
+        adamw_update_cpu(model->params_memory, model->grad_shard, model->m_memory, model->v_memory, segs, k, h,
                          step, scale);
         comm_allgather_inplace_f32(model->comm, model->params_memory, shard);
         return;

@@ -831,8 +831,8 @@ static void offload_build_segments(GPT2* model, float weight_decay) {
 // AdamW with the state in pinned host memory (--offload). Chunk k's m, v (and master) go up on
 // the copy stream into staging buffer k % 2, the update runs on the compute stream, and they go
 // back down on the copy stream; so chunk k's update overlaps chunk k-1's download and chunk k+1's
-// upload. The random bits of stochastic rounding follow the global element index (index_base):
-// the result is bit-identical to the on-device update.
+// upload. The chunk's segments keep their parameters' global place (param), which also picks the
+// random bits of stochastic rounding: the result is bit-identical to the on-device update.
 static void adamw_update_offloaded(GPT2* model, AdamWParams hp, int step, const float* d_scale) {
     cudaStream_t s = model->stream, cs = model->copy_stream;
     size_t n = model->num_parameters;
@@ -851,10 +851,9 @@ static void adamw_update_offloaded(GPT2* model, AdamWParams hp, int step, const 
         int buf = k % 2;
         size_t a = (size_t)k * model->chunk, len = a + model->chunk < n ? model->chunk : n - a;
         cudaCheck(cudaStreamWaitEvent(s, model->loaded[buf], 0));
-        AdamWBuffers<floatX, floatX> b = {model->params_memory + a, model->grads_memory + a, stage[0] + buf * stage_stride,
+        AdamWBuffers<floatX, floatX> b = {model->params_memory, model->grads_memory + a, stage[0] + buf * stage_stride,
                                           stage[1] + buf * stage_stride,
                                           model->use_master ? stage[2] + buf * stage_stride : NULL, NULL};
-        hp.index_base = a;
         adamw_update(b, len, model->d_chunk_segments[k], model->chunk_nseg[k], hp, step, d_scale, s);
         cudaCheck(cudaEventRecord(model->updated[buf], s));
         cudaCheck(cudaStreamWaitEvent(cs, model->updated[buf], 0));
@@ -886,7 +885,7 @@ static size_t badam_active_elems(const GPT2* model) {
 // BAdam: AdamW over the active block, one launch per slice: parameters at the slice's place in the
 // model, gradients, m, v and master at its compact offset, a one-segment table with the tensor's
 // weight decay and lr multiplier. Bias correction counts from the switch (block_step + 1).
-// Stochastic rounding draws the bits of the global element index (index_base = the slice's offset)
+// Stochastic rounding draws the bits of the global element index (the segment's param)
 // under a key of the global step (mixed into the seed), so no two steps share random bits.
 static void badam_update(GPT2* model, const AdamWHyper* h, AdamWParams hp, int step, const float* d_scale) {
     cudaStream_t s = model->stream;
@@ -895,7 +894,8 @@ static void badam_update(GPT2* model, const AdamWHyper* h, AdamWParams hp, int s
         for (int k = 0; k < model->num_slices; k++) {
             const BadamSlice* sl = &model->slices[k];
             const ParamTensor* t = &model->table.t[sl->tensor];
-            model->badam_segs[k] = {0, sl->count, t->decay ? h->weight_decay : 0.0f, t->lr_mult};
+            model->badam_segs[k] = optim_segment(0, sl->count, t->decay ? h->weight_decay : 0.0f, t->lr_mult, 0);
+            model->badam_segs[k].param = sl->offset;  // the parameters at their place
         }
         // the host table stays as it is until the next upload (after this update has synchronized)
         cudaCheck(cudaMemcpyAsync(model->d_badam_segments, model->badam_segs, (size_t)model->num_slices * sizeof(OptimSegment),
@@ -906,10 +906,9 @@ static void badam_update(GPT2* model, const AdamWHyper* h, AdamWParams hp, int s
     hp.seed = srng_step_key(model->seed, step);
     for (int k = 0; k < model->num_slices; k++) {
         const BadamSlice* sl = &model->slices[k];
-        AdamWBuffers<floatX, floatX> buf = {model->params_memory + sl->offset, model->grads_memory + sl->compact,
+        AdamWBuffers<floatX, floatX> buf = {model->params_memory, model->grads_memory + sl->compact,
                                             model->m_memory + sl->compact, model->v_memory + sl->compact,
                                             model->master_memory ? model->master_memory + sl->compact : NULL, NULL};
-        hp.index_base = sl->offset;
         adamw_update(buf, sl->count, model->d_badam_segments + k, 1, hp, model->block_step + 1, d_scale, s);
     }
 }
@@ -991,11 +990,10 @@ static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
         badam_update(model, h, hp, step, scale);
     } else if (model->offload) {
         adamw_update_offloaded(model, hp, step, scale);
-    } else if (hi > lo) {  // ZeRO-1: the shard's parameters and gradients, its m, v, master from 0;
-        // the random bits of stochastic rounding follow the global index, as with one process
-        AdamWBuffers<floatX, floatX> buf = {model->params_memory + lo, model->grads_memory + lo, model->m_memory,
+    } else if (hi > lo) {  // ZeRO-1: the shard's gradients, its m, v, master from 0; the segments keep
+        // the parameters' global place, which also picks the random bits, as with one process
+        AdamWBuffers<floatX, floatX> buf = {model->params_memory, model->grads_memory + lo, model->m_memory,
                                             model->v_memory, model->master_memory, NULL};
-        hp.index_base = lo;
         adamw_update(buf, hi - lo, model->d_segments, model->num_segments, hp, step, scale, s);
     }
     if (model->zero_stage >= 1) {  // every process's updated shard to every process

@@ -97,8 +97,9 @@ static __global__ void adamw_v3_kernel(float* __restrict__ p, const float* __res
                                        float* __restrict__ v, size_t n, const OptimSegment* __restrict__ segs,
                                        int nseg, AdamWStepArgs a, const float* __restrict__ clip_scale) {
     const float scale = *clip_scale;
-    auto one = [&](size_t i, float wd, float lr_eff) { v3_element(p[i], g[i] * scale, m[i], v[i], wd, lr_eff, a); };
-    auto chunk = [&](size_t i0, float wd, float lr_eff) {
+    // whole-model tables only (param == offset: the second index is i's)
+    auto one = [&](size_t i, size_t, float wd, float lr_eff) { v3_element(p[i], g[i] * scale, m[i], v[i], wd, lr_eff, a); };
+    auto chunk = [&](size_t i0, size_t, float wd, float lr_eff) {
         const size_t c = i0 / 4;
         float4 P = __ldcs(reinterpret_cast<const float4*>(p) + c), G = __ldcs(reinterpret_cast<const float4*>(g) + c);
         float4 M = __ldcs(reinterpret_cast<const float4*>(m) + c), W = __ldcs(reinterpret_cast<const float4*>(v) + c);
@@ -132,8 +133,9 @@ static __global__ void adamw_v4_kernel(__nv_bfloat16* __restrict__ p, float* __r
                                        float* __restrict__ v, size_t n, const OptimSegment* __restrict__ segs,
                                        int nseg, AdamWStepArgs a, const float* __restrict__ clip_scale) {
     const float scale = *clip_scale;
-    auto one = [&](size_t i, float wd, float lr_eff) { v4_element(p, master, g, m, v, i, wd, lr_eff, scale, a); };
-    auto chunk = [&](size_t i0, float wd, float lr_eff) {
+    // whole-model tables only (param == offset: the second index is i's)
+    auto one = [&](size_t i, size_t, float wd, float lr_eff) { v4_element(p, master, g, m, v, i, wd, lr_eff, scale, a); };
+    auto chunk = [&](size_t i0, size_t, float wd, float lr_eff) {
         Vec128<__nv_bfloat16> gv = load128cs(g + i0), out;
 #pragma unroll
         for (int k = 0; k < 2; k++) { // two halves of 4: fewer live registers
@@ -288,7 +290,7 @@ static const Case kCases[] = {
 // The hyperparameters of a case: lr 1e-3, beta1 0.9, beta2 0.95, eps 1e-8, seed 1234, index_base 0;
 // AMSGrad and stochastic rounding as the case says.
 static AdamWParams hyper_of(const Case& c) {
-    AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0, 1, 1234, 0};
+    AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0, 1, 1234};
     h.amsgrad = c.amsgrad;
     h.stochastic_rounding = c.stochastic;
     return h;
@@ -667,7 +669,9 @@ static bool cpu_twin_report(const CpuTwin& tw, const Bufs& b, int t) {
     return all_same;
 }
 
-// Runs `steps` steps of one case; checks after steps 1, 2 and the last.
+static bool check_views(const Case& c, const Problem& pb, const AdamWParams& hp, int steps); // below
+
+// Runs `steps` steps of one case; checks after steps 1, 2 and the last; then the views.
 static bool check_one(const Case& c, const Problem& pb, const AdamWParams& hp, int steps) {
     Bufs b;
     alloc_case(c, pb, b);
@@ -679,7 +683,7 @@ static bool check_one(const Case& c, const Problem& pb, const AdamWParams& hp, i
         tw.p = p0;
         tw.m.assign(pb.n, 0.0f);
         tw.v.assign(pb.n, 0.0f);
-        for (const OptimSegment& s : pb.segs) tw.segs.push_back(OptimSegment{s.offset, s.count, s.weight_decay, s.lr_mult});
+        tw.segs = pb.segs;
     }
     std::vector<float> g;
     bool ok = true;
@@ -705,6 +709,90 @@ static bool check_one(const Case& c, const Problem& pb, const AdamWParams& hp, i
         }
     }
     free_case(b);
+    return check_views(c, pb, hp, std::min(steps, 3)) && ok;
+}
+
+// ----------------------------------------------------------------------------
+// views: the production kernels (versions 5, 6a, 6b) through buffers that hold part of the model
+
+// Versions 5, 6a and 6b take any segment table: run a case's steps over the whole model and over
+// the parts of a view (lab_optim.h view_build: ZeRO-1 shards, BAdam blocks, offload chunks,
+// pieces; each part with its own gradients, m, v, master and tables, offset rebased, param
+// global, the parameters shared); after `steps` steps the parameters, master weights and the
+// values of m and v must be the whole model's, bit for bit.
+static bool check_views(const Case& c, const Problem& pb, const AdamWParams& hp, int steps) {
+    if (c.id[0] != '5' && c.id[0] != '6') return true; // versions 1-4 assume param == offset
+    static const char* const kViews[] = {"zero", "badam", "chunks", "pieces"};
+    const size_t pe = c.ptype == P_F32 ? 4 : 2;
+    const int sk = c.state == S_BF16 ? 1 : 0;
+    bool ok = true;
+    for (const char* name : kViews) {
+        Bufs w;
+        alloc_case(c, pb, w);
+        const std::vector<float> p0 = init_case(c, pb, w);
+        std::vector<ViewPart> parts = view_build(name, pb, false, c.state == S_Q8);
+        std::vector<Problem> ppb(parts.size());
+        std::vector<Bufs> pbuf(parts.size());
+        void* params = nullptr;
+        cudaCheck(cudaMalloc(&params, pb.n * pe));
+        for (size_t k = 0; k < parts.size(); k++) {
+            ppb[k].n = parts[k].n;
+            ppb[k].segs = parts[k].segs;
+            alloc_case(c, ppb[k], pbuf[k]);
+            init_case(c, ppb[k], pbuf[k]); // zero state; parameters and master set below
+            cudaCheck(cudaFree(pbuf[k].p));
+            pbuf[k].p = params;
+            if (c.master) cudaCheck(cudaMemcpy(pbuf[k].master, view_gather(parts[k], p0).data(), parts[k].n * 4, cudaMemcpyHostToDevice));
+        }
+        cudaCheck(cudaMemcpy(params, w.p, pb.n * pe, cudaMemcpyDeviceToDevice)); // the whole model's
+        std::vector<float> g;
+        for (int t = 1; t <= steps; t++) {
+            make_grads(pb, t, g);
+            upload_grads(c, w, g); // g: what the device sees
+            const float scale = t % 2 ? 0.7f : 1.0f;
+            cudaCheck(cudaMemcpy(w.scale, &scale, sizeof scale, cudaMemcpyHostToDevice));
+            c.step(c, w, pb, hp, t, 0);
+            for (size_t k = 0; k < parts.size(); k++) {
+                std::vector<float> gk = view_gather(parts[k], g);
+                upload_grads(c, pbuf[k], gk);
+                cudaCheck(cudaMemcpy(pbuf[k].scale, &scale, sizeof scale, cudaMemcpyHostToDevice));
+                c.step(c, pbuf[k], ppb[k], hp, t, 0);
+            }
+        }
+        cudaCheck(cudaDeviceSynchronize());
+        std::vector<unsigned char> wp(pb.n * pe), vp(pb.n * pe);
+        cudaCheck(cudaMemcpy(wp.data(), w.p, pb.n * pe, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(vp.data(), params, pb.n * pe, cudaMemcpyDeviceToHost));
+        long long dp = 0, dm = 0, ds = 0;
+        for (size_t i = 0; i < pb.n * pe; i++) dp += wp[i] != vp[i];
+        auto values = [&](const Bufs& b, const Problem& q, bool is_m) {
+            if (c.state == S_Q8) return download_q8(is_m ? b.m : b.v, is_m ? b.absm : b.absv, is_m ? b.m32 : b.v32, b.maps, q, b, is_m);
+            return download(is_m ? b.m : b.v, q.n, sk);
+        };
+        const std::vector<double> wm = values(w, pb, true), wv = values(w, pb, false);
+        const std::vector<double> wx = c.master ? download(w.master, pb.n, 0) : std::vector<double>();
+        for (size_t k = 0; k < parts.size(); k++) {
+            const std::vector<double> m = values(pbuf[k], ppb[k], true), v = values(pbuf[k], ppb[k], false);
+            const std::vector<double> x = c.master ? download(pbuf[k].master, parts[k].n, 0) : std::vector<double>();
+            for (const OptimSegment& sg : parts[k].segs) {
+                for (size_t j = 0; j < sg.count; j++) {
+                    const size_t i = sg.offset + j, gi = sg.param + j;
+                    ds += memcmp(&m[i], &wm[gi], 8) != 0 || memcmp(&v[i], &wv[gi], 8) != 0;
+                    if (c.master) dm += memcmp(&x[i], &wx[gi], 8) != 0;
+                }
+            }
+            pbuf[k].p = nullptr; // shared: freed below
+            free_case(pbuf[k]);
+        }
+        cudaCheck(cudaFree(params));
+        free_case(w);
+        const bool same = dp == 0 && dm == 0 && ds == 0;
+        if (!g_quiet || !same) {
+            printf("    %-24s view %-6s (%zu parts), %d steps: %s (%lld param bytes, %lld master, %lld m/v elements differ)\n",
+                   c.name, name, parts.size(), steps, same ? "bit-identical to the whole model" : "DIFFERS", dp, dm, ds);
+        }
+        ok = ok && same;
+    }
     return ok;
 }
 

@@ -12,6 +12,17 @@
          parameters = the master weights, and without master weights rounds them after each step
          with the device's rule (the same bits), so the kernel's inputs stay identical.
      (2) against a float64 reference written here from the formulas, with the tolerances below.
+     (3) views: the same steps through states that each hold a part of the model, with the
+         segments' offset (grads, state, master) rebased and param (the parameters) global, give
+         the whole-model launch's bits (parameters, master weights, every element's state):
+           zero    3 shards as ZeRO-1 cuts them (zero_shard_elems; int8 state: cut at the
+                   tensor's block boundaries, LAMB: at tensor boundaries, so that absmax blocks
+                   and trust ratios are the whole model's)
+           badam   2 blocks, the even and the odd tensors, each compact (BAdam's slices)
+           chunks  4 parts cut at block boundaries (offload's chunks; LAMB: at tensors)
+           pieces  one state: the tensors in reverse order, each cut into OPT_BLOCK pieces
+                   (LAMB's trust ratio summed over the pieces of a tensor; the int8 rule by the
+                   tensor's size; parameters off the 128-bit grid of the state)
    --bench  device-event timing of one step at n parameters (--gpt2: the 148 tensors of GPT-2 124M,
      n = 124,475,904): GB/s from the bytes each step moves, and % of the device-to-device copy.
 
@@ -102,6 +113,7 @@ static const Case kCases[] = {
     {"lamb", "lamb bf16 SR (no master)", cfg_of(OPT_LAMB), true, false, true, true, 1e-2f},
     {"adamw", "adamw", cfg_of(OPT_ADAMW), false, false, false, false, 1e-3f},
     {"adamw", "adamw amsgrad", cfg_of(OPT_ADAMW, OPT_STATE_FP32, 1), false, false, false, false, 1e-3f},
+    {"adamw", "adamw bf16+master+SR (the trainer's)", cfg_of(OPT_ADAMW), true, true, true, true, 1e-3f},
     {"adamw-bf16", "adamw bf16 state", cfg_of(OPT_ADAMW, OPT_STATE_BF16), false, false, false, false, 1e-3f},
     {"adamw-bf16", "adamw bf16 state amsgrad", cfg_of(OPT_ADAMW, OPT_STATE_BF16, 1), false, false, false, false, 1e-3f},
     {"adamw-bf16", "adamw bf16 state, bf16+master+SR", cfg_of(OPT_ADAMW, OPT_STATE_BF16), true, true, true, true, 1e-3f},
@@ -329,6 +341,8 @@ static long long diff_bytes(const void* a, const void* b, size_t bytes) {
     return d;
 }
 
+static bool check_views(const Case& c, const Problem& pb, int steps); // (3), below
+
 static bool check_one(const Case& c, const Problem& pb, int steps) {
     const size_t n = pb.n;
     Dev d;
@@ -433,6 +447,128 @@ static bool check_one(const Case& c, const Problem& pb, int steps) {
         ok = ok && good;
     }
     optim_state_free(&cs);
+    dev_case_free(d);
+    return check_views(c, pb, std::min(steps, 3)) && ok;
+}
+
+// ----------------------------------------------------------------------------
+// (3) views
+
+static void upload_as(void* d, const std::vector<float>& x, bool bf16) {
+    if (bf16) {
+        std::vector<uint16_t> h(x.size());
+        for (size_t i = 0; i < x.size(); i++) h[i] = bf16_bits_round_nearest(x[i]); // exact: already bf16 values
+        cudaCheck(cudaMemcpy(d, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+    } else {
+        cudaCheck(cudaMemcpy(d, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+    }
+}
+
+// A view's part with its own state, gradients and master weights.
+struct ViewState {
+    ViewPart part;
+    OptimState st = {};
+    void* g = nullptr;
+    float* master = nullptr;
+};
+
+static void view_step(const Case& c, void* params, ViewState& vp, int t, const float* scale) {
+    const bool sr = c.stochastic;
+    if (c.bf16_params && c.bf16_grads)
+        optim_step_gpu(&vp.st, (__nv_bfloat16*)params, vp.master, (const __nv_bfloat16*)vp.g, c.lr, t, sr, scale, 0);
+    else if (c.bf16_params)
+        optim_step_gpu(&vp.st, (__nv_bfloat16*)params, vp.master, (const float*)vp.g, c.lr, t, sr, scale, 0);
+    else if (c.bf16_grads)
+        optim_step_gpu(&vp.st, (float*)params, vp.master, (const __nv_bfloat16*)vp.g, c.lr, t, sr, scale, 0);
+    else
+        optim_step_gpu(&vp.st, (float*)params, vp.master, (const float*)vp.g, c.lr, t, sr, scale, 0);
+}
+
+// Runs `steps` steps of case c through the whole model (Dev) and through each view, from the same
+// parameters and gradients; true when every view ends with the whole model's bits.
+static bool check_views(const Case& c, const Problem& pb, int steps) {
+    static const char* const kViews[] = {"zero", "badam", "chunks", "pieces"};
+    const size_t n = pb.n, pbytes = c.bf16_params ? 2 : 4;
+    std::vector<float> p0, g;
+    init_params(pb, p0);
+    Dev d;
+    dev_case_alloc(c, pb, d);
+    const std::vector<float> held = dev_upload_params(c, d, p0);
+    std::vector<std::vector<ViewState>> views;
+    std::vector<void*> vparams;
+    for (const char* name : kViews) {
+        views.emplace_back();
+        for (const ViewPart& part : view_build(name, pb, c.cfg.kind == OPT_LAMB, c.cfg.state == OPT_STATE_INT8)) {
+            views.back().emplace_back();
+            views.back().back().part = part;
+        }
+        void* vp = nullptr;
+        cudaCheck(cudaMalloc(&vp, n * pbytes));
+        cudaCheck(cudaMemcpy(vp, d.p, n * pbytes, cudaMemcpyDeviceToDevice));
+        vparams.push_back(vp);
+        for (ViewState& vs : views.back()) {
+            const ViewPart& part = vs.part;
+            optim_state_init_device(&vs.st, &c.cfg, part.segs.data(), (int)part.segs.size(), part.n);
+            cudaCheck(cudaMalloc(&vs.g, part.n * (c.bf16_grads ? 2 : 4)));
+            if (c.master) {
+                cudaCheck(cudaMalloc((void**)&vs.master, part.n * 4));
+                upload_as(vs.master, view_gather(part, held), false);
+            }
+        }
+    }
+    for (int t = 1; t <= steps; t++) {
+        make_grads(pb, t, g);
+        dev_upload_grads(c, d, g, clip_scale_of_step(t)); // g: the values the device sees
+        dev_step(c, d, t, 0);
+        for (size_t v = 0; v < views.size(); v++) {
+            for (ViewState& vs : views[v]) {
+                upload_as(vs.g, view_gather(vs.part, g), c.bf16_grads);
+                view_step(c, vparams[v], vs, t, d.scale);
+            }
+        }
+    }
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<unsigned char> wp(n * pbytes), vpb(n * pbytes), wblk(d.st.bytes);
+    std::vector<float> wm(c.master ? n : 0);
+    cudaCheck(cudaMemcpy(wp.data(), d.p, n * pbytes, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(wblk.data(), d.st.memory, d.st.bytes, cudaMemcpyDeviceToHost));
+    if (c.master) cudaCheck(cudaMemcpy(wm.data(), d.master, n * 4, cudaMemcpyDeviceToHost));
+    bool ok = true;
+    for (size_t v = 0; v < views.size(); v++) {
+        cudaCheck(cudaMemcpy(vpb.data(), vparams[v], n * pbytes, cudaMemcpyDeviceToHost));
+        long long dparam = diff_bytes(wp.data(), vpb.data(), n * pbytes), dmaster = 0, dstate = 0;
+        for (ViewState& vs : views[v]) {
+            const ViewPart& part = vs.part;
+            std::vector<unsigned char> blk(vs.st.bytes);
+            cudaCheck(cudaMemcpy(blk.data(), vs.st.memory, vs.st.bytes, cudaMemcpyDeviceToHost));
+            std::vector<float> pm(c.master ? part.n : 0);
+            if (c.master) cudaCheck(cudaMemcpy(pm.data(), vs.master, part.n * 4, cudaMemcpyDeviceToHost));
+            for (size_t s = 0; s < part.segs.size(); s++) {
+                const OptimSegment& sg = part.segs[s];
+                for (size_t k = 0; k < sg.count; k++) {
+                    const size_t i = sg.offset + k, gi = sg.param + k;
+                    double m, vv, wmv, wvv;
+                    state_values(vs.st, blk.data(), i, (int)s, m, vv);
+                    state_values(d.st, wblk.data(), gi, (int)whole_segment(pb, gi), wmv, wvv);
+                    dstate += memcmp(&m, &wmv, sizeof m) != 0 || memcmp(&vv, &wvv, sizeof vv) != 0;
+                    if (c.master) dmaster += memcmp(&pm[i], &wm[gi], 4) != 0;
+                }
+            }
+        }
+        const bool same = dparam == 0 && dmaster == 0 && dstate == 0;
+        if (!g_quiet || !same) {
+            printf("    %-34s view %-6s (%zu parts), %d steps: %s (%lld param bytes, %lld master, %lld state elements differ)\n",
+                   c.name, kViews[v], views[v].size(), steps, same ? "bit-identical to the whole model" : "DIFFERS",
+                   dparam, dmaster, dstate);
+        }
+        ok = ok && same;
+        for (ViewState& vs : views[v]) {
+            optim_state_free_device(&vs.st);
+            cudaCheck(cudaFree(vs.g));
+            cudaCheck(cudaFree(vs.master));
+        }
+        cudaCheck(cudaFree(vparams[v]));
+    }
     dev_case_free(d);
     return ok;
 }

@@ -73,7 +73,7 @@ typedef struct {
 } Problem;
 
 static void add_seg(Problem* pb, size_t count, float wd, float lr_mult) {
-    pb->segs[pb->nseg] = (OptimSegment){pb->n, count, wd, lr_mult};
+    pb->segs[pb->nseg] = optim_segment(pb->n, count, wd, lr_mult, pb->nseg);
     pb->nseg++;
     pb->n += count;
 }
@@ -403,6 +403,108 @@ static void test_bits(const OptimConfig* cfg) {
     snprintf(detail, sizeof detail, "%lld / %lld bytes differ", dt, ds);
     report(name, dt == 0 && ds == 0 && b1 == b2 && b1 == b3, detail);
     free(p1); free(p2); free(p3); free(s1); free(s2); free(s3);
+}
+
+// Views: the same steps through states that each hold a part of the model (segments with offset
+// rebased into the part's gradients and state, param the global index) give the whole model's
+// parameter bits: ZeRO-1 shards (3; int8 cut at the tensor's block boundaries, LAMB at tensor
+// boundaries), BAdam blocks (the even and the odd tensors, compact), and one state holding the
+// tensors in reverse order cut into OPT_BLOCK pieces (LAMB's trust ratio over a tensor's pieces).
+#define VIEW_MAX_SEGS 256
+
+typedef struct {
+    OptimSegment segs[VIEW_MAX_SEGS];
+    int nseg;
+    size_t n;
+} ViewPart;
+
+static void view_part_add(ViewPart* vp, OptimSegment sg) {
+    if (vp->nseg == VIEW_MAX_SEGS) ls_fatal("test_optim: a view of more than %d segments", VIEW_MAX_SEGS);
+    sg.offset = vp->n;
+    vp->segs[vp->nseg++] = sg;
+    vp->n += sg.count;
+}
+
+// The first cut at or after x keeping the tensors' blocks (int8) or whole tensors (LAMB).
+static size_t view_snap(const Problem* pb, const OptimConfig* c, size_t x) {
+    for (int s = 0; s < pb->nseg; s++) {
+        const OptimSegment* sg = &pb->segs[s];
+        if (x <= sg->offset || x >= sg->offset + sg->count) continue;
+        if (c->kind == OPT_LAMB) return sg->offset + sg->count;
+        if (c->state == OPT_STATE_INT8) {
+            size_t b = sg->offset + (x - sg->offset + OPT_BLOCK - 1) / OPT_BLOCK * OPT_BLOCK;
+            return b < sg->offset + sg->count ? b : sg->offset + sg->count;
+        }
+    }
+    return x;
+}
+
+// Returns the number of parts (<= 3) of view `which` (0 zero, 1 badam, 2 pieces).
+static int view_build(const Problem* pb, const OptimConfig* c, int which, ViewPart* parts) {
+    memset(parts, 0, 3 * sizeof(ViewPart));
+    if (which == 0) {
+        size_t shard = zero_shard_elems(pb->n, 3), cut[4] = {0, view_snap(pb, c, shard), view_snap(pb, c, 2 * shard), pb->n};
+        OptimSegment tmp[64];
+        int np = 0;
+        for (int r = 0; r < 3; r++) {
+            if (cut[r + 1] <= cut[r] || cut[r] >= pb->n) continue;
+            int k = optim_segments_cut(pb->segs, pb->nseg, cut[r], cut[r + 1], tmp);
+            for (int s = 0; s < k; s++) view_part_add(&parts[np], tmp[s]);
+            np++;
+        }
+        return np;
+    }
+    if (which == 1) {
+        for (int s = 0; s < pb->nseg; s++) view_part_add(&parts[s % 2], pb->segs[s]);
+        return parts[1].nseg > 0 ? 2 : 1;
+    }
+    for (int s = pb->nseg - 1; s >= 0; s--) {
+        for (size_t r = 0; r < pb->segs[s].count; r += OPT_BLOCK) {
+            OptimSegment piece = pb->segs[s];
+            piece.param += r;
+            piece.count = pb->segs[s].count - r < OPT_BLOCK ? pb->segs[s].count - r : OPT_BLOCK;
+            view_part_add(&parts[0], piece);
+        }
+    }
+    return 1;
+}
+
+static void test_views(const OptimConfig* cfg) {
+    static const char* const names[3] = {"zero", "badam", "pieces"};
+    Problem pb = problem_mixed();
+    float *pw;
+    unsigned char* sw;
+    size_t bw;
+    run_cfg(cfg, &pb, 4, 2, 0, &pw, &sw, &bw);
+    free(sw);
+    float* p = (float*)mallocCheck(pb.n * 4);
+    float* g = (float*)mallocCheck(pb.n * 4);
+    float* gp = (float*)mallocCheck(pb.n * 4);
+    ViewPart* parts = (ViewPart*)mallocCheck(3 * sizeof(ViewPart));
+    for (int which = 0; which < 3; which++) {
+        const int np = view_build(&pb, cfg, which, parts);
+        OptimState st[3];
+        for (int k = 0; k < np; k++) optim_state_init(&st[k], cfg, parts[k].segs, parts[k].nseg, parts[k].n, NULL);
+        init_params(&pb, p);
+        for (int t = 1; t <= 4; t++) {
+            make_grads(&pb, t, g);
+            for (int k = 0; k < np; k++) {
+                for (int s = 0; s < parts[k].nseg; s++) {
+                    const OptimSegment* sg = &parts[k].segs[s];
+                    memcpy(gp + sg->offset, g + sg->param, sg->count * sizeof(float));
+                }
+                optim_step_cpu(&st[k], p, gp, 1e-3f, t, clip_scale_of_step(t));
+            }
+        }
+        for (int k = 0; k < np; k++) optim_state_free(&st[k]);
+        char name[192], cname[96], detail[96];
+        snprintf(name, sizeof name, "%s: view %s (%d parts) == whole model (bits)", config_name(cfg, cname, sizeof cname),
+                 names[which], np);
+        long long d = count_diff_bits(p, pw, pb.n * 4);
+        snprintf(detail, sizeof detail, "%lld bytes differ", d);
+        report(name, d == 0, detail);
+    }
+    free(parts); free(p); free(g); free(gp); free(pw);
 }
 
 // Step 1 of AMSGrad is AdamW's step 1 (vmax = max(0, v) = v); int8 state leaves the small tensors'
@@ -814,7 +916,8 @@ static int run_main(int argc, char** argv) {
         if (*end == ':') lm = strtof(end + 1, &end);
         if (cnt == 0 || (*end != ',' && *end != '\0')) ls_fatal("--segments '%s': expected COUNT:WD:LRMULT,...", segspec);
         if (nseg == cap) { cap *= 2; segs = (OptimSegment*)realloc(segs, (size_t)cap * sizeof(OptimSegment)); if (!segs) ls_fatal("oom"); }
-        segs[nseg++] = (OptimSegment){n, (size_t)cnt, wd, lm};
+        segs[nseg] = optim_segment(n, (size_t)cnt, wd, lm, nseg);
+        nseg++;
         n += (size_t)cnt;
         s = *end == ',' ? end + 1 : end;
     }
@@ -925,6 +1028,7 @@ int main(int argc, char** argv) {
     damp.dampening = 0.2f;
     test_vs_float64(&damp, 5, 1e-3f);
     for (int k = 0; k < nv; k++) test_bits(&vs[k].cfg);
+    for (int k = 0; k < nv; k++) test_views(&vs[k].cfg);
     test_adamw_identities();
     test_lamb_edges();
     test_lion_sign();

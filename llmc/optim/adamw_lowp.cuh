@@ -33,16 +33,16 @@
 
 template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochastic>
 __device__ __forceinline__ void adamw_bf16_state_one(Tp* params, float* master, const Tg* grads, __nv_bfloat16* mom1,
-                                                     __nv_bfloat16* mom2, __nv_bfloat16* vmax, size_t i, float wd,
-                                                     float lr_eff, float scale, const AdamWStepArgs& a) {
-    const size_t gi = a.index_base + i; // the element's global index: its random bits
+                                                     __nv_bfloat16* mom2, __nv_bfloat16* vmax, size_t i, size_t pi,
+                                                     float wd, float lr_eff, float scale, const AdamWStepArgs& a) {
     float m = (float)mom1[i], v = (float)mom2[i], vm = kAmsgrad ? (float)vmax[i] : 0.0f;
-    float p = adamw_element<kAmsgrad>(optim_load_param<Tp, kMaster>(params, master, i), (float)grads[i] * scale, m, v,
-                                      vm, wd, lr_eff, a);
-    optim_store_param<Tp, kMaster, kStochastic>(params, master, i, p, a.rng_key, a.index_base);
-    mom1[i] = bf16_round_stochastic(m, srng_bits(a.rng_key, gi, 1));
-    mom2[i] = bf16_round_stochastic(v, srng_bits(a.rng_key, gi, 2));
-    if (kAmsgrad) vmax[i] = bf16_round_stochastic(vm, srng_bits(a.rng_key, gi, 3));
+    float p = adamw_element<kAmsgrad>(optim_load_param<Tp, kMaster>(params, master, i, pi), (float)grads[i] * scale, m,
+                                      v, vm, wd, lr_eff, a);
+    optim_store_param<Tp, kMaster, kStochastic>(params, master, i, pi, p, a.rng_key);
+    // the random bits of the element's global index pi
+    mom1[i] = bf16_round_stochastic(m, srng_bits(a.rng_key, pi, 1));
+    mom2[i] = bf16_round_stochastic(v, srng_bits(a.rng_key, pi, 2));
+    if (kAmsgrad) vmax[i] = bf16_round_stochastic(vm, srng_bits(a.rng_key, pi, 3));
 }
 
 template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochastic>
@@ -53,13 +53,13 @@ adamw_bf16_state_kernel(Tp* __restrict__ params, float* __restrict__ master, con
                         int nseg, AdamWStepArgs a, const float* __restrict__ clip_scale) {
     constexpr int V = 8; // one 128-bit word of bf16 state
     const float scale = adamw_clip_scale(clip_scale);
-    auto one = [&](size_t i, float wd, float lr_eff) {
-        adamw_bf16_state_one<Tp, Tg, kMaster, kAmsgrad, kStochastic>(params, master, grads, mom1, mom2, vmax, i, wd,
+    auto one = [&](size_t i, size_t pi, float wd, float lr_eff) {
+        adamw_bf16_state_one<Tp, Tg, kMaster, kAmsgrad, kStochastic>(params, master, grads, mom1, mom2, vmax, i, pi, wd,
                                                                      lr_eff, scale, a);
     };
-    auto chunk = [&](size_t i0, float wd, float lr_eff) {
+    auto chunk = [&](size_t i0, size_t p0, float wd, float lr_eff) {
         float p[V], g[V], m[V], v[V], vm[V] = {};
-        optim_load_params<V, Tp, kMaster>(params, master, i0, p);
+        optim_load_params<V, Tp, kMaster>(params, master, i0, p0, p);
         adamw_load<V>(grads + i0, g);
         adamw_load<V>(mom1 + i0, m);
         adamw_load<V>(mom2 + i0, v);
@@ -67,13 +67,13 @@ adamw_bf16_state_kernel(Tp* __restrict__ params, float* __restrict__ master, con
         Vec128<__nv_bfloat16> mo, vo, vmo;
 #pragma unroll
         for (int j = 0; j < V; j++) {
-            const size_t gi = a.index_base + i0 + j;
+            const size_t gi = p0 + j; // the global index: the random bits
             p[j] = adamw_element<kAmsgrad>(p[j], g[j] * scale, m[j], v[j], vm[j], wd, lr_eff, a);
             mo[j] = bf16_round_stochastic(m[j], srng_bits(a.rng_key, gi, 1));
             vo[j] = bf16_round_stochastic(v[j], srng_bits(a.rng_key, gi, 2));
             if (kAmsgrad) vmo[j] = bf16_round_stochastic(vm[j], srng_bits(a.rng_key, gi, 3));
         }
-        optim_store_params<V, Tp, kMaster, kStochastic>(params, master, i0, p, a.rng_key, a.index_base);
+        optim_store_params<V, Tp, kMaster, kStochastic>(params, master, i0, p0, p, a.rng_key);
         store128cs(mom1 + i0, mo);
         store128cs(mom2 + i0, vo);
         if (kAmsgrad) store128cs(vmax + i0, vmo);
@@ -162,7 +162,8 @@ static inline void optim_block_tables_free(OptimBlockTables* t) {
 // the OPT_BLOCK-element blocks of every tensor (block0 from optim_blocks_build: blocks start at each
 // tensor's first element), CUDA block k taking blocks k, k + gridDim.x, ...:
 //   body(b, s, sg, rel, len)  block b of segment s (sg = segments[s]): elements sg.offset + rel
-//                             ... + len - 1 of the flat buffers (len < OPT_BLOCK at a tensor's end).
+//                             ... + len - 1 of the flat buffers, sg.param + rel ... of the
+//                             parameters (len < OPT_BLOCK at a tensor's end).
 // The segment of the first block by binary search (optim_block_segment), then walking forward. The
 // same for every thread of a CUDA block: body may synchronize (barriers are safe).
 template <typename Body>
@@ -211,7 +212,7 @@ adamw_8bit_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
     static_assert(ADAMW8_QBLOCK == OPT_BLOCK, "quantization blocks are the blocks of optim_for_each_block");
     optim_for_each_block(segments, block0, nseg, [&](size_t b, int s, const OptimSegment& sg, size_t rel, size_t len) {
         const size_t start = sg.offset + rel;
-        const size_t j0 = (size_t)threadIdx.x * V, i0 = start + j0;
+        const size_t j0 = (size_t)threadIdx.x * V, i0 = start + j0, pi0 = sg.param + rel + j0;
         const int nv = j0 < len ? (len - j0 < V ? (int)(len - j0) : V) : 0;
         const float wd = sg.weight_decay, lr_eff = a.lr * sg.lr_mult;
         const size_t so = small_off[s];
@@ -219,19 +220,19 @@ adamw_8bit_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
             for (int j = 0; j < nv; j++) {
                 const size_t i = i0 + j, k = so + rel + j0 + j;
                 float m = q.m32[k], v = q.v32[k], unused = 0.0f;
-                float p = adamw_element<false>(optim_load_param<Tp, kMaster>(params, master, i), (float)grads[i] * scale,
-                                               m, v, unused, wd, lr_eff, a);
+                float p = adamw_element<false>(optim_load_param<Tp, kMaster>(params, master, i, pi0 + j),
+                                               (float)grads[i] * scale, m, v, unused, wd, lr_eff, a);
                 q.m32[k] = m;
                 q.v32[k] = v;
-                optim_store_param<Tp, kMaster, kStochastic>(params, master, i, p, a.rng_key, a.index_base);
+                optim_store_param<Tp, kMaster, kStochastic>(params, master, i, pi0 + j, p, a.rng_key);
             }
             return;
         }
         const float am_old = q.absmax_m[b], av_old = q.absmax_v[b];
         float p[V], g[V], m[V], v[V], unused[V] = {};
-        const bool vec = nv == V && i0 % V == 0; // 128-bit params/grads, 64-bit codes
+        const bool vec = nv == V && i0 % V == 0 && pi0 % V == 0; // 128-bit params/grads, 64-bit codes
         if (vec) {
-            optim_load_params<V, Tp, kMaster>(params, master, i0, p);
+            optim_load_params<V, Tp, kMaster>(params, master, i0, pi0, p);
             adamw_load<V>(grads + i0, g);
             uint2 cm = *reinterpret_cast<const uint2*>(q.qm + i0), cv = *reinterpret_cast<const uint2*>(q.qv + i0);
 #pragma unroll
@@ -245,7 +246,7 @@ adamw_8bit_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
             for (int j = 0; j < V; j++) {
                 p[j] = g[j] = m[j] = v[j] = 0.0f;
                 if (j < nv) {
-                    p[j] = optim_load_param<Tp, kMaster>(params, master, i0 + j);
+                    p[j] = optim_load_param<Tp, kMaster>(params, master, i0 + j, pi0 + j);
                     g[j] = (float)grads[i0 + j];
                     m[j] = map_m[q.qm[i0 + j]] * am_old;
                     v[j] = map_v[q.qv[i0 + j]] * av_old;
@@ -282,7 +283,7 @@ adamw_8bit_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
             cv[j] = quant8_quantize(map_v, v[j] * inv_v);
         }
         if (vec) {
-            optim_store_params<V, Tp, kMaster, kStochastic>(params, master, i0, p, a.rng_key, a.index_base);
+            optim_store_params<V, Tp, kMaster, kStochastic>(params, master, i0, pi0, p, a.rng_key);
             uint2 om, ov;
             om.x = cm[0] | cm[1] << 8 | cm[2] << 16 | (unsigned)cm[3] << 24;
             om.y = cm[4] | cm[5] << 8 | cm[6] << 16 | (unsigned)cm[7] << 24;
@@ -294,7 +295,7 @@ adamw_8bit_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
 #pragma unroll
             for (int j = 0; j < V; j++) {
                 if (j < nv) {
-                    optim_store_param<Tp, kMaster, kStochastic>(params, master, i0 + j, p[j], a.rng_key, a.index_base);
+                    optim_store_param<Tp, kMaster, kStochastic>(params, master, i0 + j, pi0 + j, p[j], a.rng_key);
                     q.qm[i0 + j] = cm[j];
                     q.qv[i0 + j] = cv[j];
                 }

@@ -7,7 +7,7 @@
  Conventions of llmc/optim/adamw.cuh: one launch over all segments (LAMB: three), segment table in
  shared memory, 128-bit streaming loads and stores, params fp32 or bf16 with optional fp32 master
  weights (p is read from the master when there is one), bf16 params rounded stochastically
- (srng_bits stream 0 at the element index, key srng_step_key(cfg.seed, step)) or to nearest even,
+ (srng_bits stream 0 at the global element index param + k, key srng_step_key(cfg.seed, step)) or to nearest even,
  gradients fp32 or bf16, the clip scale from a device pointer (NULL: 1). Every element is
  computed with the operations of the CPU update of llmc/optim/optim.h in the same order (explicit fmaf),
  so the fp32 results are bit-identical to optim_step_cpu (dev/cuda/optimizers.cu checks it).
@@ -18,8 +18,8 @@
    elements of a tensor; thread t owns elements 4t..4t+3 and 1024+4t..1024+4t+3 (two 128-bit
    words), updates m, v, and accumulates p^2 and u^2 per element slot with fmaf; the four slots are
    added left to right and the 256 thread sums in a halving tree (llmc/optim/optim.h's order); the block
-   writes its two partial sums. (2) lamb_trust_kernel: one CUDA block per tensor sums the tensor's
-   partials in double (thread t: partials t, t + 256, ... in order; then the halving tree) and
+   writes its two partial sums. (2) lamb_trust_kernel: one CUDA block per segment sums the partials
+   of the segment's tensor (its adjacent pieces with the same tensor id, optim_tensor_blocks) in double (thread t: partials t, t + 256, ... in order; then the halving tree) and
    writes the trust ratio. (3) optim_elementwise_kernel with the LAMB op: u again from the stored m,
    v and the update with lr * lr_mult * trust. 40 B/param; no atomics, no order depending on the
    grid: the same bits on any GPU and under the CPU harness.
@@ -83,15 +83,15 @@ __device__ __forceinline__ float optim_element(float p, float g, float& s1, floa
 
 template <int kOp, typename Tp, typename Tg, bool kMaster, bool kStochastic>
 __device__ __forceinline__ void optim_elementwise_one(Tp* params, float* master, const Tg* grads, float* s1,
-                                                    const float* s2, size_t i, float wd, float step_lr, float scale,
-                                                    const OptimStepArgs& a) {
+                                                    const float* s2, size_t i, size_t pi, float wd, float step_lr,
+                                                    float scale, const OptimStepArgs& a) {
     using Tr = OptimOpTraits<kOp>;
-    float p = optim_load_param<Tp, kMaster>(params, master, i);
+    float p = optim_load_param<Tp, kMaster>(params, master, i, pi);
     float g = Tr::reads_grads ? (float)grads[i] * scale : 0.0f;
     float m = Tr::states >= 1 ? s1[i] : 0.0f, v = Tr::states >= 2 ? s2[i] : 0.0f;
     p = optim_element<kOp>(p, g, m, v, wd, step_lr, a);
     if (Tr::states >= 1 && Tr::writes_state) s1[i] = m;
-    optim_store_param<Tp, kMaster, kStochastic>(params, master, i, p, a.rng_key, 0);
+    optim_store_param<Tp, kMaster, kStochastic>(params, master, i, pi, p, a.rng_key);
 }
 
 // seg_mul: per-segment factor of the learning rate (LAMB's trust ratios), or NULL.
@@ -105,19 +105,20 @@ optim_elementwise_kernel(Tp* __restrict__ params, float* __restrict__ master, co
     constexpr size_t mn = sizeof(Tp) < sizeof(Tg) ? sizeof(Tp) : sizeof(Tg);
     constexpr int V = (int)(16 / mn);
     const float scale = adamw_clip_scale(clip_scale);
-    auto one = [&](size_t i, float wd, float step_lr) {
-        optim_elementwise_one<kOp, Tp, Tg, kMaster, kStochastic>(params, master, grads, s1, s2, i, wd, step_lr, scale, a);
+    auto one = [&](size_t i, size_t pi, float wd, float step_lr) {
+        optim_elementwise_one<kOp, Tp, Tg, kMaster, kStochastic>(params, master, grads, s1, s2, i, pi, wd, step_lr, scale,
+                                                                 a);
     };
-    auto chunk = [&](size_t i0, float wd, float step_lr) {
+    auto chunk = [&](size_t i0, size_t p0, float wd, float step_lr) {
         float p[V], g[V] = {}, m[V] = {}, v[V] = {};
-        optim_load_params<V, Tp, kMaster>(params, master, i0, p);
+        optim_load_params<V, Tp, kMaster>(params, master, i0, p0, p);
         if constexpr (Tr::reads_grads) adamw_load<V>(grads + i0, g);
         if constexpr (Tr::states >= 1) adamw_load<V>(s1 + i0, m);
         if constexpr (Tr::states >= 2) adamw_load<V>(s2 + i0, v);
 #pragma unroll
         for (int j = 0; j < V; j++) p[j] = optim_element<kOp>(p[j], g[j] * scale, m[j], v[j], wd, step_lr, a);
         if constexpr (Tr::states >= 1 && Tr::writes_state) adamw_store<V>(s1 + i0, m);
-        optim_store_params<V, Tp, kMaster, kStochastic>(params, master, i0, p, a.rng_key, 0);
+        optim_store_params<V, Tp, kMaster, kStochastic>(params, master, i0, p0, p, a.rng_key);
     };
     adamw_for_each_chunk<V>(segments, nseg, seg_mul, a.lr, n, chunk, one);
 }
@@ -205,10 +206,11 @@ lamb_moments_kernel(const Tp* __restrict__ params, const float* __restrict__ mas
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const size_t j0 = (size_t)h * (OPT_BLOCK / 2) + 4 * (size_t)threadIdx.x, i0 = start + j0;
+            const size_t pi0 = sg.param + rel + j0;
             float p[4], g[4], m[4], v[4];
-            const bool vec = j0 + 4 <= len && i0 % 4 == 0;
+            const bool vec = j0 + 4 <= len && i0 % 4 == 0 && pi0 % 4 == 0;
             if (vec) {
-                if constexpr (kMaster) optim_load4(master + i0, p); else optim_load4(params + i0, p);
+                if constexpr (kMaster) optim_load4(master + i0, p); else optim_load4(params + pi0, p);
                 optim_load4(grads + i0, g);
                 optim_load4(mom1 + i0, m);
                 optim_load4(mom2 + i0, v);
@@ -216,7 +218,7 @@ lamb_moments_kernel(const Tp* __restrict__ params, const float* __restrict__ mas
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const bool in = j0 + e < len;
-                    p[e] = in ? optim_load_param<Tp, kMaster>(params, master, i0 + e) : 0.0f;
+                    p[e] = in ? optim_load_param<Tp, kMaster>(params, master, i0 + e, pi0 + e) : 0.0f;
                     g[e] = in ? (float)grads[i0 + e] : 0.0f;
                     m[e] = in ? mom1[i0 + e] : 0.0f;
                     v[e] = in ? mom2[i0 + e] : 0.0f;
@@ -257,13 +259,17 @@ lamb_moments_kernel(const Tp* __restrict__ params, const float* __restrict__ mas
     });
 }
 
-// trust[s] from the partial sums of segment s's blocks (one CUDA block of LAMB_THREADS per segment).
+// trust[s] from the partial sums of the blocks of segment s's tensor: its own, and those of the
+// adjacent pieces of the same tensor (optim_tensor_blocks). One CUDA block of LAMB_THREADS per
+// segment.
 __global__ void __launch_bounds__(LAMB_THREADS)
-lamb_trust_kernel(float* __restrict__ trust, const float* __restrict__ partials, const size_t* __restrict__ block0,
-                  int nseg) {
+lamb_trust_kernel(float* __restrict__ trust, const float* __restrict__ partials, const OptimSegment* __restrict__ segments,
+                  const size_t* __restrict__ block0, int nseg) {
     __shared__ double red[LAMB_THREADS];
     const int s = blockIdx.x;
-    const size_t nblocks = block0[nseg], b0 = block0[s], nb = block0[s + 1] - b0;
+    size_t b0, b1;
+    optim_tensor_blocks(segments, nseg, block0, s, &b0, &b1);
+    const size_t nblocks = block0[nseg], nb = b1 - b0;
     double sp = 0.0, su = 0.0;
     for (size_t c = threadIdx.x; c < nb; c += LAMB_THREADS) {
         sp += (double)partials[b0 + c];
@@ -289,7 +295,7 @@ static void lamb_update(OptimState* st, Tp* params, float* master, const Tg* gra
                (const size_t*)st->d_block0, st->nseg, a, d_clip_scale);
     }
     launch(lamb_trust_kernel, (unsigned)st->nseg, LAMB_THREADS, 0, stream, st->trust, (const float*)st->partials,
-           (const size_t*)st->d_block0, st->nseg);
+           (const OptimSegment*)st->d_segs, (const size_t*)st->d_block0, st->nseg);
     optim_elementwise<OP_LAMB_APPLY, Tp, Tg>(params, master, grads, st->m, st->v, st->n, st->d_segs, st->nseg, st->trust,
                                            a, stochastic, d_clip_scale, stream);
 }

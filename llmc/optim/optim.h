@@ -35,8 +35,10 @@
                       trust = ||p|| / ||u||  (1 when either norm is 0)
                       p -= lr * trust * u
                     Two passes over the data: (1) m, v, and the partial sums of p^2, u^2 per block
-                    of OPT_BLOCK elements; then per segment the block partials summed in double
-                    (the trust ratio); (2) u again from the stored m, v, and the update. 40 B/param.
+                    of OPT_BLOCK elements; then per tensor (the adjacent segments with one tensor
+                    id: the pieces of a tensor a view cut at block boundaries) the block partials
+                    summed in double (the trust ratio); (2) u again from the stored m, v, and the
+                    update. 40 B/param.
    Lion             (Chen et al. 2023) c = beta1 * m + (1 - beta1) * g
                       p -= lr * (sign(c) + wd * p)
                       m = beta2 * m + (1 - beta2) * g             20 B/param
@@ -90,11 +92,28 @@ OPTIM_HD void adamw_element(float* p, float* m, float* v, float g, const AdamWCo
     *p = adamw_param(*p, mi, vi, lr, wd, k->bc1, k->bc2, k->eps);
 }
 
+// A segment knows where its parameters are: grads, state and master weights of a step are
+// indexed from `offset` (the step's buffers: the whole model, a ZeRO-1 shard, a BAdam block, an
+// offload chunk), the parameters from `param`, their global index in the model, which also picks
+// the random bits of stochastic rounding. A whole-model table has param == offset; a view cuts
+// and rebases offset and keeps param. `tensor` names the model tensor the segment is a piece of
+// (LAMB's trust ratio spans consecutive pieces of one tensor), `tensor_count` its elements (the
+// int8 state keeps fp32 m, v for tensors under QUANT8_MIN_ELEMS, whatever the piece).
 typedef struct {
-    size_t offset, count;  // elements in the flat buffers
+    size_t offset;         // first element in the grads, state and master buffers of the step
+    size_t param;          // first element in the parameter buffer: its global index
+    size_t count;
+    size_t tensor_count;   // elements of the whole tensor
     float weight_decay;    // decoupled weight decay of this segment
     float lr_mult;         // learning-rate multiplier
+    int tensor;            // the tensor's id (distinct for adjacent tensors)
 } OptimSegment;
+
+// A whole tensor as one segment of a whole-model table (param == offset).
+static inline OptimSegment optim_segment(size_t offset, size_t count, float weight_decay, float lr_mult, int tensor) {
+    OptimSegment s = {offset, offset, count, count, weight_decay, lr_mult, tensor};
+    return s;
+}
 
 typedef struct {
     float lr;            // learning rate of this step (after the schedule)
@@ -112,8 +131,9 @@ static inline size_t zero_shard_elems(size_t n, int num_processes) {
     return (per + 31) / 32 * 32;
 }
 
-// The parts of the segments inside [lo, hi), rebased to lo (a ZeRO-1 shard, an offload chunk);
-// returns how many (<= nseg).
+// The parts of the segments inside [lo, hi) of the step's buffers, rebased to lo (a ZeRO-1
+// shard, an offload chunk); each part keeps its parameters' place (param moves with the cut).
+// Returns how many (<= nseg).
 static inline int optim_segments_cut(const OptimSegment* segs, int nseg, size_t lo, size_t hi, OptimSegment* out) {
     int k = 0;
     for (int i = 0; i < nseg; i++) {
@@ -122,6 +142,7 @@ static inline int optim_segments_cut(const OptimSegment* segs, int nseg, size_t 
         if (a >= b) { continue; }
         out[k] = segs[i];
         out[k].offset = a - lo;
+        out[k].param = segs[i].param + (a - segs[i].offset);
         out[k].count = b - a;
         k++;
     }
@@ -131,10 +152,7 @@ static inline int optim_segments_cut(const OptimSegment* segs, int nseg, size_t 
 // One segment per parameter tensor; weight decay from the table's decay flag, never by index.
 static inline int optim_segments_build(const ParamTable* pt, float weight_decay, OptimSegment* segs) {
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        segs[i].offset = pt->t[i].offset;
-        segs[i].count = pt->t[i].count;
-        segs[i].weight_decay = pt->t[i].decay ? weight_decay : 0.0f;
-        segs[i].lr_mult = pt->t[i].lr_mult;
+        segs[i] = optim_segment(pt->t[i].offset, pt->t[i].count, pt->t[i].decay ? weight_decay : 0.0f, pt->t[i].lr_mult, i);
     }
     return NUM_PARAMETER_TENSORS;
 }
@@ -161,7 +179,7 @@ static inline void adamw_update_cpu(float* params, const float* grads, float* m,
     for (int s = 0; s < nseg; s++) {
         const float lr = h->lr * segs[s].lr_mult;
         const float wd = segs[s].weight_decay;
-        float* p = params + segs[s].offset;
+        float* p = params + segs[s].param;
         const float* g = grads + segs[s].offset;
         float* ms = m + segs[s].offset;
         float* vs = v + segs[s].offset;
@@ -239,10 +257,7 @@ static inline int optim_segments_build_layers(const ParamTable* pt, float weight
         int slices = t->per_layer ? pt->num_layers : 1;
         size_t count = t->count / (size_t)slices;
         for (int l = 0; l < slices; l++) {
-            segs[k].offset = t->offset + (size_t)l * count;
-            segs[k].count = count;
-            segs[k].weight_decay = t->decay ? weight_decay : 0.0f;
-            segs[k].lr_mult = t->lr_mult;
+            segs[k] = optim_segment(t->offset + (size_t)l * count, count, t->decay ? weight_decay : 0.0f, t->lr_mult, k);
             k++;
         }
     }
@@ -264,12 +279,12 @@ static inline size_t optim_blocks_build(const OptimSegment* segs, int nseg, size
     return b;
 }
 
-// int8 state: segments under QUANT8_MIN_ELEMS keep fp32 m, v, packed in segment order:
-// small_off[s] is the offset of segment s there, or OPT_NOT_SMALL. Returns the packed length.
+// int8 state: segments of tensors under QUANT8_MIN_ELEMS keep fp32 m, v, packed in segment
+// order: small_off[s] is the offset of segment s there, or OPT_NOT_SMALL. Returns the packed length.
 static inline size_t optim_small_build(const OptimSegment* segs, int nseg, size_t* small_off) {
     size_t k = 0;
     for (int s = 0; s < nseg; s++) {
-        if (segs[s].count < QUANT8_MIN_ELEMS) {
+        if (segs[s].tensor_count < QUANT8_MIN_ELEMS) {
             small_off[s] = k;
             k += segs[s].count;
         } else {
@@ -287,6 +302,18 @@ OPTIM_HD int optim_block_segment(const size_t* block0, int nseg, size_t b) {
         if (block0[mid] <= b) lo = mid; else hi = mid - 1;
     }
     return lo;
+}
+
+// The blocks [*b0, *b1) of segment s's tensor in this table: the blocks of the run of adjacent
+// segments with s's tensor id (the pieces of one tensor: a table cut at block boundaries of the
+// tensor gives the whole tensor's blocks, so its sums are the whole tensor's, bit for bit).
+OPTIM_HD void optim_tensor_blocks(const OptimSegment* segs, int nseg, const size_t* block0, int s, size_t* b0,
+                                  size_t* b1) {
+    int f = s, l = s;
+    while (f > 0 && segs[f - 1].tensor == segs[s].tensor) f--;
+    while (l + 1 < nseg && segs[l + 1].tensor == segs[s].tensor) l++;
+    *b0 = block0[f];
+    *b1 = block0[l + 1];
 }
 
 // The fixed-order sums of LAMB (see the banner): 256 values added in a halving tree,
@@ -317,7 +344,7 @@ static inline void adamw_amsgrad_update_cpu(float* params, const float* grads, f
     for (int s = 0; s < nseg; s++) {
         const float lr = a->lr * segs[s].lr_mult, wd = segs[s].weight_decay;
         const size_t off = segs[s].offset, n = segs[s].count;
-        float* p = params + off;
+        float* p = params + segs[s].param;
         const float* g = grads + off;
         float *ms = m + off, *vs = v + off, *xs = vmax + off;
         #pragma omp for simd schedule(static) nowait
@@ -336,8 +363,8 @@ static inline void adamw_amsgrad_update_cpu(float* params, const float* grads, f
 }
 
 // AdamW with bf16 m, v (and vmax when not NULL): the fp32 update of the unrounded values, then
-// stochastic rounding of the state (streams 1, 2, 3 of llmc/optim/srng.h at the global element index,
-// as adamw_update_bf16_state in llmc/optim/adamw_lowp.cuh).
+// stochastic rounding of the state (streams 1, 2, 3 of llmc/optim/srng.h at the global element
+// index param + k, as adamw_update_bf16_state in llmc/optim/adamw_lowp.cuh).
 static inline void adamw_bf16_update_cpu(float* params, const float* grads, uint16_t* m, uint16_t* v, uint16_t* vmax,
                                          const OptimSegment* segs, int nseg, const OptimStepArgs* a, float grad_scale) {
     const float beta1 = a->beta1, beta2 = a->beta2, omb1 = a->one_minus_beta1, omb2 = a->one_minus_beta2;
@@ -346,31 +373,31 @@ static inline void adamw_bf16_update_cpu(float* params, const float* grads, uint
     #pragma omp parallel
     for (int s = 0; s < nseg; s++) {
         const float lr = a->lr * segs[s].lr_mult, wd = segs[s].weight_decay;
-        const size_t off = segs[s].offset, n = segs[s].count;
+        const size_t off = segs[s].offset, par = segs[s].param, n = segs[s].count;
         if (vmax != NULL) {
             #pragma omp for simd schedule(static) nowait
             for (size_t k = 0; k < n; k++) {
-                const size_t i = off + k;
+                const size_t i = off + k, pi = par + k;
                 float gi = grads[i] * grad_scale;
                 float mi = adamw_m(bf16_bits_to_float(m[i]), gi, beta1, omb1);
                 float vi = adamw_v(bf16_bits_to_float(v[i]), gi, beta2, omb2);
                 const float x = bf16_bits_to_float(vmax[i]);
                 const float vv = vi > x ? vi : x; // fmaxf(vmax, v), as in adamw_amsgrad_update_cpu
-                params[i] = adamw_param(params[i], mi, vv, lr, wd, bc1, bc2, eps);
-                m[i] = bf16_bits_round_stochastic(mi, srng_bits(key, i, 1));
-                v[i] = bf16_bits_round_stochastic(vi, srng_bits(key, i, 2));
-                vmax[i] = bf16_bits_round_stochastic(vv, srng_bits(key, i, 3));
+                params[pi] = adamw_param(params[pi], mi, vv, lr, wd, bc1, bc2, eps);
+                m[i] = bf16_bits_round_stochastic(mi, srng_bits(key, pi, 1));
+                v[i] = bf16_bits_round_stochastic(vi, srng_bits(key, pi, 2));
+                vmax[i] = bf16_bits_round_stochastic(vv, srng_bits(key, pi, 3));
             }
         } else {
             #pragma omp for simd schedule(static) nowait
             for (size_t k = 0; k < n; k++) {
-                const size_t i = off + k;
+                const size_t i = off + k, pi = par + k;
                 float gi = grads[i] * grad_scale;
                 float mi = adamw_m(bf16_bits_to_float(m[i]), gi, beta1, omb1);
                 float vi = adamw_v(bf16_bits_to_float(v[i]), gi, beta2, omb2);
-                params[i] = adamw_param(params[i], mi, vi, lr, wd, bc1, bc2, eps);
-                m[i] = bf16_bits_round_stochastic(mi, srng_bits(key, i, 1));
-                v[i] = bf16_bits_round_stochastic(vi, srng_bits(key, i, 2));
+                params[pi] = adamw_param(params[pi], mi, vi, lr, wd, bc1, bc2, eps);
+                m[i] = bf16_bits_round_stochastic(mi, srng_bits(key, pi, 1));
+                v[i] = bf16_bits_round_stochastic(vi, srng_bits(key, pi, 2));
             }
         }
     }
@@ -410,7 +437,7 @@ static inline void adamw_int8_update_cpu(float* params, const float* grads, cons
             const size_t start = segs[s].offset + rel;
             const size_t rest = segs[s].count - rel, len = rest < OPT_BLOCK ? rest : OPT_BLOCK;
             const float lr = a->lr * segs[s].lr_mult, wd = segs[s].weight_decay;
-            float* p = params + start;
+            float* p = params + segs[s].param + rel;
             const float* g = grads + start;
             float *ms, *vs;
             if (small_off[s] != OPT_NOT_SMALL) { // fp32 state, updated in place
@@ -445,7 +472,7 @@ static inline void sgd_update_cpu(float* params, const float* grads, float* buf,
     for (int s = 0; s < nseg; s++) {
         const float lr = a->lr * segs[s].lr_mult, wd = segs[s].weight_decay;
         const size_t off = segs[s].offset, n = segs[s].count;
-        float* p = params + off;
+        float* p = params + segs[s].param;
         const float* g = grads + off;
         if (buf == NULL) {
             #pragma omp for simd schedule(static) nowait
@@ -492,7 +519,7 @@ static inline void lion_update_cpu(float* params, const float* grads, float* m, 
     for (int s = 0; s < nseg; s++) {
         const float lr = a->lr * segs[s].lr_mult, wd = segs[s].weight_decay;
         const size_t off = segs[s].offset, n = segs[s].count;
-        float* p = params + off;
+        float* p = params + segs[s].param;
         const float* g = grads + off;
         float* ms = m + off;
         #pragma omp for simd schedule(static) nowait
@@ -532,13 +559,14 @@ static inline void lamb_update_cpu(float* params, const float* grads, float* m, 
         for (size_t b = 0; b < nblocks; b++) {
             const int s = optim_block_segment(block0, nseg, b);
             const size_t rel = (b - block0[s]) * OPT_BLOCK, start = segs[s].offset + rel;
+            const size_t pstart = segs[s].param + rel;
             const size_t rest = segs[s].count - rel, len = rest < OPT_BLOCK ? rest : OPT_BLOCK;
             const float wd = segs[s].weight_decay;
             for (size_t j = 0; j < OPT_BLOCK / 2; j++) ap[j] = au[j] = 0.0f;
             for (size_t h = 0; h < 2; h++) { // lane l accumulates elements l, then l + OPT_BLOCK / 2
                 const size_t j0 = h * (OPT_BLOCK / 2);
                 const size_t cnt = len > j0 ? (len - j0 < OPT_BLOCK / 2 ? len - j0 : OPT_BLOCK / 2) : 0;
-                const float* p = params + start + j0;
+                const float* p = params + pstart + j0;
                 const float* g = grads + start + j0;
                 float *ms = m + start + j0, *vs = v + start + j0;
                 #pragma omp simd
@@ -559,14 +587,17 @@ static inline void lamb_update_cpu(float* params, const float* grads, float* m, 
             partials[b] = optim_tree256_f32(tp);
             partials[nblocks + b] = optim_tree256_f32(tu);
         }
-        // per segment, the trust ratio from the block sums (in double, fixed order)
+        // per segment, the trust ratio of its tensor from the block sums of the tensor's pieces
+        // in this table (in double, fixed order; one piece: the segment's own blocks)
         #pragma omp for schedule(static)
         for (int s = 0; s < nseg; s++) {
             double lp[256], lu[256];
             for (int t = 0; t < 256; t++) lp[t] = lu[t] = 0.0;
-            for (size_t c = 0; c < block0[s + 1] - block0[s]; c++) {
-                lp[c % 256] += (double)partials[block0[s] + c];
-                lu[c % 256] += (double)partials[nblocks + block0[s] + c];
+            size_t b0, b1;
+            optim_tensor_blocks(segs, nseg, block0, s, &b0, &b1);
+            for (size_t c = 0; c < b1 - b0; c++) {
+                lp[c % 256] += (double)partials[b0 + c];
+                lu[c % 256] += (double)partials[nblocks + b0 + c];
             }
             trust[s] = lamb_trust_ratio(optim_tree256_f64(lp), optim_tree256_f64(lu));
         }
@@ -574,7 +605,7 @@ static inline void lamb_update_cpu(float* params, const float* grads, float* m, 
         for (int s = 0; s < nseg; s++) {
             const float step = (a->lr * segs[s].lr_mult) * trust[s], wd = segs[s].weight_decay;
             const size_t off = segs[s].offset, n = segs[s].count;
-            float* p = params + off;
+            float* p = params + segs[s].param;
             const float *ms = m + off, *vs = v + off;
             #pragma omp for simd schedule(static) nowait
             for (size_t i = 0; i < n; i++) p[i] = fmaf(-step, lamb_direction(p[i], ms[i], vs[i], wd, bc1, bc2, eps), p[i]);

@@ -112,7 +112,8 @@ static inline int optim_config_check(const OptimConfig* c, char* msg, size_t siz
     return msg[0] == '\0';
 }
 
-// Fatal unless the segments are sorted, contiguous and non-empty, cover [0, n), and have finite,
+// Fatal unless the segments are sorted, contiguous and non-empty, cover [0, n) of the step's
+// buffers (param, the parameters' place, is free), lie inside their tensors, and have finite,
 // non-negative weight decay and lr multipliers.
 static inline void optim_segments_check(const OptimSegment* segs, int nseg, size_t n) {
     if (nseg < 1 || segs == NULL) ls_fatal("optimizer: %d segments (at least 1 needed)", nseg);
@@ -121,6 +122,10 @@ static inline void optim_segments_check(const OptimSegment* segs, int nseg, size
         if (segs[s].offset != next || segs[s].count == 0) {
             ls_fatal("optimizer: segment %d covers [%zu, %zu) but must start at %zu and be non-empty", s,
                      segs[s].offset, segs[s].offset + segs[s].count, next);
+        }
+        if (segs[s].tensor_count < segs[s].count) {
+            ls_fatal("optimizer: segment %d has %zu elements, more than its tensor's %zu", s, segs[s].count,
+                     segs[s].tensor_count);
         }
         if (!(segs[s].weight_decay >= 0.0f && isfinite(segs[s].weight_decay)) ||
             !(segs[s].lr_mult >= 0.0f && isfinite(segs[s].lr_mult))) {
