@@ -33,6 +33,7 @@
 #include "llmc/memory.h"
 #include "llmc/logger.h"
 #include "llmc/optim/badam.h"
+#include "llmc/optim/views.h"
 #include "llmc/openmp_env.h"
 
 // ----------------------------------------------------------------------------
@@ -624,14 +625,14 @@ static int backward_lowest_layer(GPT2* model) {
 // Starts training step `step` (from 0): BAdam picks the step's block (resetting the AdamW state
 // at a switch); the gradients are zeroed.
 static void gpt2_begin_step(GPT2* model, int step) {
-    if (model->use_badam) {
-        int block = badam_block_at(&model->badam, step);
-        model->block_step = badam_step_in_block(&model->badam, step);
-        if (block != model->active_block || model->num_slices == 0) {
-            model->active_block = block;
-            model->num_slices = badam_block_slices(&model->badam, &model->table, block, model->slices);
-        }
-        if (model->block_step == 0) {
+    if (model->use_badam) {  // the step plan (llmc/optim/views.h); the state starts zeroed
+        OptimRun run = {&model->table, &model->badam};
+        const OptimPlan plan = optim_plan_step(&run, step, 1);
+        model->block_step = plan.opt_step - 1;
+        model->active_block = plan.block;
+        model->num_slices = plan.num_slices;
+        memcpy(model->slices, plan.slices, (size_t)plan.num_slices * sizeof(BadamSlice));
+        if (plan.reset) {
             memset(model->m_memory, 0, model->state_elems * sizeof(float));
             memset(model->v_memory, 0, model->state_elems * sizeof(float));
         }

@@ -43,6 +43,7 @@
 #include "llmc/memory.h"
 #include "llmc/logger.h"
 #include "llmc/optim/badam.h"
+#include "llmc/optim/views.h"
 #include "llmc/cuda_common.h"
 #include "llmc/cuda_precision.h"
 #include "llmc/encoder.cuh"
@@ -683,15 +684,15 @@ static void gpt2_begin_step(GPT2* model, int step) {
     model->micro_step = 0;
     model->grads_reduced = 0;
     model->loss_micro_steps = 0;
-    if (model->use_badam) {
-        int block = badam_block_at(&model->badam, step);
-        model->block_step = badam_step_in_block(&model->badam, step);
-        if (block != model->active_block || model->num_slices == 0) {
-            model->active_block = block;
-            model->num_slices = badam_block_slices(&model->badam, &model->table, block, model->slices);
-        }
+    if (model->use_badam) {  // the step plan (llmc/optim/views.h)
+        OptimRun run = {&model->table, &model->badam};
+        const OptimPlan plan = optim_plan_step(&run, step, !model->badam_fresh);
+        model->block_step = plan.opt_step - 1;
+        model->active_block = plan.block;
+        model->num_slices = plan.num_slices;
+        memcpy(model->slices, plan.slices, (size_t)plan.num_slices * sizeof(BadamSlice));
         // at a switch; or on a fresh start in the middle of a block phase (no state to continue)
-        if (model->block_step == 0 || model->badam_fresh) {
+        if (plan.reset) {
             badam_reset_state(model);
             model->badam_fresh = 0;
         }

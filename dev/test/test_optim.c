@@ -46,6 +46,7 @@
 #include "llmc/logger.h"
 #include "llmc/optim/optim.h"
 #include "llmc/optim/state.h"
+#include "llmc/optim/views.h"
 #include "dev/cpu/bench_util.h"
 
 static int g_failed = 0;
@@ -776,6 +777,72 @@ static int gpt2_segments(const char* desc, OptimSegment** segs, size_t* n) {
     return nseg;
 }
 
+// The step plan (llmc/optim/views.h) against BAdam's rules written out, and a BAdam block's
+// view through the engine against the per-slice AdamW the trainers run today (bits).
+static void test_plan(void) {
+    GPT2Config c;
+    if (!gpt2_config_from_descriptor("L3C16H2", &c)) ls_fatal("test_optim: bad descriptor");
+    ParamTable pt;
+    param_table_build(&pt, &c);
+    Badam bd;
+    badam_init(&bd, &pt, 2, BADAM_ASCENDING, 1, 7); // K = 2, D = 4 (3 layers + embeddings)
+    OptimRun run = {&pt, &bd}, off = {&pt, NULL};
+    int ok = 1;
+    for (int step = 0; step < 17; step++) {
+        OptimPlan p = optim_plan_step(&run, step, step != 5);
+        const int block = (step / 2) % 4;
+        ok &= p.block == block && p.num_slices == (block < 3 ? 12 : 4);
+        ok &= p.lowest_layer == (block < 3 ? block : 0) && p.opt_step == step % 2 + 1;
+        ok &= p.reset == (step % 2 == 0 || step == 5);
+        OptimPlan q = optim_plan_step(&off, step, step != 0);
+        ok &= q.block == -1 && q.num_slices == 0 && q.lowest_layer == 0 && q.opt_step == step + 1 && q.reset == (step == 0);
+    }
+    report("step plan: BAdam block, slices, lowest layer, reset, step counter", ok, "");
+    // block 1's view: compact, contiguous, the slices' places; its update == the per-slice AdamW
+    OptimPlan p = optim_plan_step(&run, 2, 1);
+    OptimSegment segs[BADAM_MAX_SLICES];
+    size_t n_state;
+    int nseg = optim_view_badam(&pt, p.slices, p.num_slices, 0.1f, segs, &n_state);
+    int vok = n_state == badam_block_elems(&bd, &pt, 1) && nseg == p.num_slices;
+    for (int k = 0; k < nseg; k++) vok &= segs[k].param == p.slices[k].offset && segs[k].offset == p.slices[k].compact;
+    float* a = (float*)mallocCheck(pt.total * sizeof(float));
+    float* b = (float*)mallocCheck(pt.total * sizeof(float));
+    float* g = (float*)mallocCheck(n_state * sizeof(float));
+    float* m = (float*)callocCheck(n_state, sizeof(float));
+    float* v = (float*)callocCheck(n_state, sizeof(float));
+    params_init_random(&pt, a, 42);
+    memcpy(b, a, pt.total * sizeof(float));
+    OptimConfig cfg = optim_config_default(OPT_ADAMW);
+    OptimState st;
+    optim_state_init(&st, &cfg, segs, nseg, n_state, NULL);
+    AdamWHyper h = {1e-3f, cfg.beta1, cfg.beta2, cfg.eps, 0.1f, 1.0f};
+    for (int t = 1; t <= 3; t++) {
+        for (size_t i = 0; i < n_state; i++) g[i] = (float)(1e-3 * normalish(9, (uint64_t)t * 1000003u + i));
+        optim_step_cpu(&st, a, g, 1e-3f, t, 0.8f);
+        for (int k = 0; k < p.num_slices; k++) { // the trainers' BAdam update today
+            const BadamSlice* sl = &p.slices[k];
+            const ParamTensor* tt = &pt.t[sl->tensor];
+            OptimSegment one = optim_segment(0, sl->count, tt->decay ? 0.1f : 0.0f, tt->lr_mult, 0);
+            adamw_update_cpu(b + sl->offset, g + sl->compact, m + sl->compact, v + sl->compact, &one, 1, &h, t, 0.8f);
+        }
+    }
+    long long d = count_diff_bits(a, b, pt.total * sizeof(float)) + count_diff_bits(st.m, m, n_state * sizeof(float));
+    char detail[64];
+    snprintf(detail, sizeof detail, "%lld bytes differ", d);
+    report("BAdam block view through the engine == per-slice AdamW (bits)", vok && d == 0, detail);
+    optim_state_free(&st);
+    free(a); free(b); free(g); free(m); free(v);
+    // where tables may be cut
+    Problem pb = problem_mixed(); // tensor 2: [8, 4104), 4096 elements
+    OptimConfig q8 = optim_config_default(OPT_ADAMW), lamb = optim_config_default(OPT_LAMB), sgd = optim_config_default(OPT_SGD);
+    q8.state = OPT_STATE_INT8;
+    int cok = optim_cut_snap(pb.segs, pb.nseg, 100, optim_cut_of(&q8)) == 8 + OPT_BLOCK;
+    cok &= optim_cut_snap(pb.segs, pb.nseg, 100, optim_cut_of(&lamb)) == 8 + 4096;
+    cok &= optim_cut_snap(pb.segs, pb.nseg, 100, optim_cut_of(&sgd)) == 100;
+    cok &= optim_cut_snap(pb.segs, pb.nseg, 8, optim_cut_of(&lamb)) == 8;
+    report("cut rules: int8 at blocks, LAMB at tensors, elementwise anywhere", cok, "");
+}
+
 typedef struct { const char* name; OptimConfig cfg; int bytes_moved; } Variant;
 
 static int variants(Variant* v) {
@@ -1030,6 +1097,7 @@ int main(int argc, char** argv) {
     for (int k = 0; k < nv; k++) test_bits(&vs[k].cfg);
     for (int k = 0; k < nv; k++) test_views(&vs[k].cfg);
     test_adamw_identities();
+    test_plan();
     test_lamb_edges();
     test_lion_sign();
     test_bf16_rounding();
