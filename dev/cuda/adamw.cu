@@ -730,7 +730,7 @@ static bool check_views(const Case& c, const Problem& pb, const AdamWParams& hp,
         Bufs w;
         alloc_case(c, pb, w);
         const std::vector<float> p0 = init_case(c, pb, w);
-        std::vector<ViewPart> parts = view_build(name, pb, false, c.state == S_Q8);
+        std::vector<ViewPart> parts = view_build(name, pb, c.state == S_Q8 ? OPTIM_CUT_BLOCK : OPTIM_CUT_ELEMENT);
         std::vector<Problem> ppb(parts.size());
         std::vector<Bufs> pbuf(parts.size());
         void* params = nullptr;

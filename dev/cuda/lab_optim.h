@@ -32,6 +32,7 @@
 #include "lab.h"
 #include "llmc/optim/optim.h"
 #include "llmc/optim/srng.h"
+#include "llmc/optim/views.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -168,17 +169,6 @@ static inline void view_add(std::vector<ViewPart>& parts, std::vector<OptimSegme
     parts.push_back(vp);
 }
 
-// The first cut at or after x that keeps whole tensors (`tensors`: LAMB's trust ratio) or the
-// tensors' OPT_BLOCK blocks (`blocks`: int8 absmax, LAMB's partial sums), else x.
-static inline size_t view_snap(const Problem& pb, size_t x, bool tensors, bool blocks) {
-    for (const OptimSegment& sg : pb.segs) {
-        if (x <= sg.offset || x >= sg.offset + sg.count) continue;
-        if (tensors) return sg.offset + sg.count;
-        if (blocks) return std::min(sg.offset + (x - sg.offset + OPT_BLOCK - 1) / OPT_BLOCK * OPT_BLOCK, sg.offset + sg.count);
-    }
-    return x;
-}
-
 // The whole model cut at `cuts` (ascending) into parts of their own.
 static inline void view_cut(std::vector<ViewPart>& parts, const Problem& pb, std::vector<size_t> cuts) {
     cuts.insert(cuts.begin(), 0);
@@ -192,17 +182,19 @@ static inline void view_cut(std::vector<ViewPart>& parts, const Problem& pb, std
     }
 }
 
-// The parts of a placement (`tensors`, `blocks`: where an optimizer may be cut, view_snap):
+// The parts of a placement, cut where the optimizer allows (`cut`: llmc/optim/views.h optim_cut_of):
 //   zero    3 shards as ZeRO-1 cuts them (zero_shard_elems), snapped
 //   badam   2 blocks, the even and the odd tensors, each compact (BAdam's slices)
-//   chunks  4 parts cut at block boundaries (offload's chunks; `tensors`: at tensors)
+//   chunks  4 parts cut at block boundaries (offload's chunks; LAMB: at tensors)
 //   pieces  one part: the tensors in reverse order, each cut into OPT_BLOCK pieces (a tensor's
 //           pieces adjacent: LAMB sums over them; parameters off the state's 128-bit grid)
-static inline std::vector<ViewPart> view_build(const char* name, const Problem& pb, bool tensors, bool blocks) {
+static inline std::vector<ViewPart> view_build(const char* name, const Problem& pb, OptimCut cut) {
     std::vector<ViewPart> parts;
+    const int nseg = (int)pb.segs.size();
+    const OptimCut chunk = cut == OPTIM_CUT_TENSOR ? cut : OPTIM_CUT_BLOCK;
     if (strcmp(name, "zero") == 0) {
         const size_t shard = zero_shard_elems(pb.n, 3);
-        view_cut(parts, pb, {view_snap(pb, shard, tensors, blocks), view_snap(pb, 2 * shard, tensors, blocks)});
+        view_cut(parts, pb, {optim_cut_snap(pb.segs.data(), nseg, shard, cut), optim_cut_snap(pb.segs.data(), nseg, 2 * shard, cut)});
     } else if (strcmp(name, "badam") == 0) {
         for (size_t parity = 0; parity < 2; parity++) {
             std::vector<OptimSegment> blk;
@@ -210,8 +202,9 @@ static inline std::vector<ViewPart> view_build(const char* name, const Problem& 
             view_add(parts, blk);
         }
     } else if (strcmp(name, "chunks") == 0) {
-        view_cut(parts, pb, {view_snap(pb, pb.n / 4, tensors, true), view_snap(pb, pb.n / 2, tensors, true),
-                             view_snap(pb, 3 * pb.n / 4, tensors, true)});
+        view_cut(parts, pb, {optim_cut_snap(pb.segs.data(), nseg, pb.n / 4, chunk),
+                             optim_cut_snap(pb.segs.data(), nseg, pb.n / 2, chunk),
+                             optim_cut_snap(pb.segs.data(), nseg, 3 * pb.n / 4, chunk)});
     } else { // pieces
         std::vector<OptimSegment> all;
         for (size_t s = pb.segs.size(); s-- > 0;) {

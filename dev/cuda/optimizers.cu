@@ -498,7 +498,7 @@ static bool check_views(const Case& c, const Problem& pb, int steps) {
     std::vector<void*> vparams;
     for (const char* name : kViews) {
         views.emplace_back();
-        for (const ViewPart& part : view_build(name, pb, c.cfg.kind == OPT_LAMB, c.cfg.state == OPT_STATE_INT8)) {
+        for (const ViewPart& part : view_build(name, pb, optim_cut_of(&c.cfg))) {
             views.back().emplace_back();
             views.back().back().part = part;
         }

@@ -426,25 +426,13 @@ static void view_part_add(ViewPart* vp, OptimSegment sg) {
     vp->n += sg.count;
 }
 
-// The first cut at or after x keeping the tensors' blocks (int8) or whole tensors (LAMB).
-static size_t view_snap(const Problem* pb, const OptimConfig* c, size_t x) {
-    for (int s = 0; s < pb->nseg; s++) {
-        const OptimSegment* sg = &pb->segs[s];
-        if (x <= sg->offset || x >= sg->offset + sg->count) continue;
-        if (c->kind == OPT_LAMB) return sg->offset + sg->count;
-        if (c->state == OPT_STATE_INT8) {
-            size_t b = sg->offset + (x - sg->offset + OPT_BLOCK - 1) / OPT_BLOCK * OPT_BLOCK;
-            return b < sg->offset + sg->count ? b : sg->offset + sg->count;
-        }
-    }
-    return x;
-}
-
 // Returns the number of parts (<= 3) of view `which` (0 zero, 1 badam, 2 pieces).
 static int view_build(const Problem* pb, const OptimConfig* c, int which, ViewPart* parts) {
     memset(parts, 0, 3 * sizeof(ViewPart));
     if (which == 0) {
-        size_t shard = zero_shard_elems(pb->n, 3), cut[4] = {0, view_snap(pb, c, shard), view_snap(pb, c, 2 * shard), pb->n};
+        const OptimCut rule = optim_cut_of(c);
+        size_t shard = zero_shard_elems(pb->n, 3);
+        size_t cut[4] = {0, optim_cut_snap(pb->segs, pb->nseg, shard, rule), optim_cut_snap(pb->segs, pb->nseg, 2 * shard, rule), pb->n};
         OptimSegment tmp[64];
         int np = 0;
         for (int r = 0; r < 3; r++) {
