@@ -352,7 +352,7 @@ static void test_adamw_and_memory(void) {
         m[i] = 0.1f * (xorshift_f32(&rng) - 0.5f); v[i] = 0.01f * xorshift_f32(&rng);
         pd[i] = p[i]; md_[i] = m[i]; vd[i] = v[i];
     }
-    OptSegment segs[2] = {{0, 500, 0.1f, 1.0f}, {500, N - 500, 0.0f, 0.5f}};
+    OptimSegment segs[2] = {optim_segment(0, 500, 0.1f, 1.0f, 0), optim_segment(500, N - 500, 0.0f, 0.5f, 1)};
     AdamWHyper h = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     int step = 3;
     float scale = 0.5f;

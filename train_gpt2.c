@@ -1,7 +1,7 @@
 /*
  train_gpt2.c: GPT-2 training on the CPU in fp32 — the reference for the CUDA trainer, and a
  real trainer: OpenMP across cores, matmuls through BLAS (cblas_sgemm), the fused AdamW of
- llmc/optim.h.
+ llmc/optim/optim.h.
 
  Reads top to bottom: the layers (forward and backward of each op), the model (parameters,
  activations, forward, backward, update), sampling, checkpoints, and the training loop.
@@ -27,14 +27,15 @@
 #include "llmc/io/checkpoint.h"
 #include "llmc/io/dataloader.h"
 #include "llmc/io/tokenizer.h"
-#include "llmc/schedulers.h"
+#include "llmc/optim/schedulers.h"
 #include "llmc/run/train_options.h"
-#include "llmc/optim.h"
+#include "llmc/optim/optim.h"
 #include "llmc/run/memory.h"
 #include "llmc/run/logger.h"
 #include "llmc/run/trainer.h"
-#include "llmc/badam.h"
+#include "llmc/optim/badam.h"
 #include "llmc/run/openmp_env.h"
+#include "llmc/optim/views.h"
 
 // ----------------------------------------------------------------------------
 // layers: forward and backward of each op. Backward ops accumulate (+=) into parameter
@@ -415,7 +416,7 @@ struct GPT2 {
     float* m_memory;       // (state_elems) AdamW first moment (allocated at build: the memory table shows it)
     float* v_memory;       // (state_elems) AdamW second moment
     size_t state_elems;    // num_parameters, BAdam's largest block, or the ZeRO-1 shard
-    OptSegment segments[NUM_PARAMETER_TENSORS];
+    OptimSegment segments[NUM_PARAMETER_TENSORS];
     int num_segments;
     int use_badam;
     Badam badam;
@@ -429,10 +430,10 @@ struct GPT2 {
     int zero_stage;
     size_t shard;          // ZeRO-1: elements per process (the buffers are padded to shard * processes)
     float* grad_shard;     // ZeRO-1: (shard) this process's shard of the summed gradients
-    // the optimizer family (llmc/optim_state.h): SGD, LAMB, Lion, AdamW with AMSGrad or bf16 / int8
+    // the optimizer family (llmc/optim/state.h): SGD, LAMB, Lion, AdamW with AMSGrad or bf16 / int8
     // state; fp32 AdamW runs on m_memory / v_memory above
     int use_family;
-    OptimizerState opt;
+    OptimState opt;
     int B, T;              // the largest batch the activations hold
     float* acts_memory;
     ActivationTensors acts;
@@ -490,11 +491,11 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     model->grads_memory = (float*)memAlloc(mc, MEM_GRADS, ng * sizeof(float));
     if (model->zero_stage >= 1) { model->grad_shard = (float*)memAlloc(mc, MEM_GRADS, model->shard * sizeof(float)); }
     if (model->use_family) {  // one block of optimizer state instead of m and v
-        OptimizerConfig cfg = train_options_optimizer(opts);
-        OptSegment* segs;
+        OptimConfig cfg = train_options_optimizer(opts);
+        OptimSegment* segs;
         int nseg = train_options_family_segments(opts, &model->config, &segs);
-        void* block = memAlloc(mc, MEM_OPT_STATE, optimizer_state_bytes(&cfg, segs, nseg, n));
-        optimizer_state_init(&model->opt, &cfg, segs, nseg, n, block);
+        void* block = memAlloc(mc, MEM_OPT_STATE, optim_state_bytes(&cfg, segs, nseg, n));
+        optim_state_init(&model->opt, &cfg, segs, nseg, n, block);
         free(segs);
         ns = 0;
     } else {
@@ -531,7 +532,7 @@ static void gpt2_free(GPT2* model) {
     if (model->use_family) {
         free(model->opt.memory);  // ours (memAlloc), lent to the state
         model->opt.memory = NULL;
-        optimizer_state_free(&model->opt);
+        optim_state_free(&model->opt);
     }
     free(model->grad_shard);
     free(model->scratch_memory);
@@ -625,14 +626,14 @@ static int backward_lowest_layer(GPT2* model) {
 // Starts training step `step` (from 0): BAdam picks the step's block (resetting the AdamW state
 // at a switch); the gradients are zeroed.
 static void gpt2_begin_step(GPT2* model, int step) {
-    if (model->use_badam) {
-        int block = badam_block_at(&model->badam, step);
-        model->block_step = badam_step_in_block(&model->badam, step);
-        if (block != model->active_block || model->num_slices == 0) {
-            model->active_block = block;
-            model->num_slices = badam_block_slices(&model->badam, &model->table, block, model->slices);
-        }
-        if (model->block_step == 0) {
+    if (model->use_badam) {  // the step plan (llmc/optim/views.h); the state starts zeroed
+        OptimRun run = {&model->table, &model->badam};
+        const OptimPlan plan = optim_plan_step(&run, step, 1);
+        model->block_step = plan.opt_step - 1;
+        model->active_block = plan.block;
+        model->num_slices = plan.num_slices;
+        memcpy(model->slices, plan.slices, (size_t)plan.num_slices * sizeof(BadamSlice));
+        if (plan.reset) {
             memset(model->m_memory, 0, model->state_elems * sizeof(float));
             memset(model->v_memory, 0, model->state_elems * sizeof(float));
         }
@@ -720,15 +721,17 @@ static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
         for (int k = 0; k < model->num_slices; k++) {
             const BadamSlice* sl = &model->slices[k];
             const ParamTensor* t = &model->table.t[sl->tensor];
-            OptSegment seg = {0, sl->count, t->decay ? h->weight_decay : 0.0f, t->lr_mult};
-            adamw_update_cpu(model->params_memory + sl->offset, model->grads_memory + sl->compact,
+            // gradients, m, v from the slice's compact offset; its parameters at their place
+            OptimSegment seg = optim_segment(0, sl->count, t->decay ? h->weight_decay : 0.0f, t->lr_mult, 0);
+            seg.param = sl->offset;
+            adamw_update_cpu(model->params_memory, model->grads_memory + sl->compact,
                              model->m_memory + sl->compact, model->v_memory + sl->compact, &seg, 1, h,
                              model->block_step + 1, scale);
         }
         return;
     }
     if (model->use_family) {  // weight decay is in the state's segment table since the build
-        optimizer_step_cpu(&model->opt, model->params_memory, model->grads_memory, h->lr, step, scale);
+        optim_step_cpu(&model->opt, model->params_memory, model->grads_memory, h->lr, step, scale);
         return;
     }
     if (model->num_segments == 0) {
@@ -736,9 +739,9 @@ static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
     }
     if (model->zero_stage >= 1) {  // update this process's shard, all-gather the parameters
         size_t shard = model->shard, lo = (size_t)model->comm->rank * shard;
-        OptSegment segs[NUM_PARAMETER_TENSORS];  // the segments cut to the shard, rebased to it
+        OptimSegment segs[NUM_PARAMETER_TENSORS];  // the segments cut to the shard, rebased to it
         int k = optim_segments_cut(model->segments, model->num_segments, lo, lo + shard, segs);
-        adamw_update_cpu(model->params_memory + lo, model->grad_shard, model->m_memory, model->v_memory, segs, k, h,
+        adamw_update_cpu(model->params_memory, model->grad_shard, model->m_memory, model->v_memory, segs, k, h,
                          step, scale);
         comm_allgather_inplace_f32(model->comm, model->params_memory, shard);
         return;

@@ -1,14 +1,14 @@
 /*
  train_gpt2.cu: GPT-2 training on one GPU, mixed precision (bf16 by default, fp32 with
  PRECISION=FP32), matmuls through cuBLASLt, and every step ending with the fused AdamW kernel of
- llmc/adamw.cuh over all parameters in one launch (with --badam, over the active block's slices).
+ llmc/optim/adamw.cuh over all parameters in one launch (with --badam, over the active block's slices).
 
  It reads top to bottom like train_gpt2.c, the CPU trainer it is tested against: the model
  (parameters, activations, forward, backward, update), the rest of the trainer interface
  (llmc/run/trainer.h), and main, the training loop, around which llmc/run/run.h does the run. The kernels live in llmc/kernels/, one family per .cuh file
  (except BAdam's one-line widening of a block's parameters into its master weights).
 
- --badam K (llmc/badam.h), as in train_gpt2.c: gradients, m, v and master weights exist for the
+ --badam K (llmc/optim/badam.h), as in train_gpt2.c: gradients, m, v and master weights exist for the
  active block only (compact buffers, its slices back to back); the backward pass passes NULL
  weight gradients for frozen tensors (grad_slice) and stops below the lowest active layer; the
  update is one AdamW launch per slice of the block.
@@ -39,11 +39,11 @@
 #include "llmc/params.h"
 #include "llmc/io/checkpoint.h"
 #include "llmc/run/train_options.h"
-#include "llmc/optim.h"
+#include "llmc/optim/optim.h"
 #include "llmc/run/memory.h"
 #include "llmc/run/logger.h"
 #include "llmc/run/trainer.h"
-#include "llmc/badam.h"
+#include "llmc/optim/badam.h"
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/cuda/cuda_precision.h"
 #include "llmc/kernels/encoder.cuh"
@@ -54,10 +54,11 @@
 #include "llmc/kernels/gelu.cuh"
 #include "llmc/kernels/fused_classifier.cuh"
 #include "llmc/kernels/global_norm.cuh"
-#include "llmc/adamw.cuh"
-#include "llmc/optimizers.cuh"
-#include "llmc/srng.h"
+#include "llmc/optim/adamw.cuh"
+#include "llmc/optim/kernels.cuh"
+#include "llmc/optim/srng.h"
 #include "llmc/dist/nccl_comm.cuh"
+#include "llmc/optim/views.h"
 
 #define CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
 
@@ -139,22 +140,22 @@ struct GPT2 {
     int badam_master_stale;   // 1: resumed from a checkpoint without master weights (the block's are made at the next step)
     BadamSlice slices[BADAM_MAX_SLICES];  // the active block's slices
     int num_slices;
-    AdamWSegment badam_segs[BADAM_MAX_SLICES];  // host: slice k's one-segment table (rebased to the slice)
-    AdamWSegment* d_badam_segments;  // (BADAM_MAX_SLICES) the same on the device, allocated once
+    OptimSegment badam_segs[BADAM_MAX_SLICES];  // host: slice k's one-segment table (rebased to the slice)
+    OptimSegment* d_badam_segments;  // (BADAM_MAX_SLICES) the same on the device, allocated once
     int badam_segs_block;     // the block whose tables d_badam_segments holds (-1: none)
     // --offload: m, v, master live in pinned host memory and stream through the staging buffers
     int offload;
     size_t chunk;             // elements per chunk
     int num_chunks;
     float *m_host, *v_host, *master_host;
-    AdamWSegment** d_chunk_segments;  // (num_chunks) each chunk's segment table, rebased to the chunk
+    OptimSegment** d_chunk_segments;  // (num_chunks) each chunk's segment table, rebased to the chunk
     int* chunk_nseg;
     cudaStream_t copy_stream;
     cudaEvent_t loaded[2], updated[2];
     // --optimizer sgd|lamb|lion, --opt-state bf16|int8, --amsgrad: the optimizer family
-    // (llmc/optimizers.cuh) on one device block of state, laid out as the CPU trainer's
+    // (llmc/optim/kernels.cuh) on one device block of state, laid out as the CPU trainer's
     int use_family;
-    OptimizerState opt;
+    OptimState opt;
     void* opt_memory;         // its block (MEM_OPT_STATE)
     // data parallelism: NULL nccl = one process
     NcclComm* nccl;           // the communicator (trainer_init's), when there are several processes
@@ -162,7 +163,7 @@ struct GPT2 {
     size_t shard;             // ZeRO-1: elements per process; parameters and gradients hold shard * processes
     int accum;                // micro-steps per step: the last one's backward pass reduces the gradients
     int grads_reduced;        // -z 0: the reduction of this step was issued during the backward pass
-    AdamWSegment* d_segments; // the optimizer's segment table, on the device (ZeRO-1: cut to the shard)
+    OptimSegment* d_segments; // the optimizer's segment table, on the device (ZeRO-1: cut to the shard)
     int num_segments;
     float weight_decay;       // of the uploaded segment table
     unsigned long long seed;  // stochastic rounding
@@ -416,11 +417,11 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     // optimizer state: on the device, or (offload) in pinned host memory with two chunks of staging
     size_t state_bytes = model->offload ? 2 * gpu_tensor_bytes(model->chunk, 4) : gpu_tensor_bytes(ns, 4);
     if (model->use_family) {  // one block of optimizer state instead of m and v
-        OptimizerConfig cfg = train_options_optimizer(opts);
-        OptSegment* segs;
+        OptimConfig cfg = train_options_optimizer(opts);
+        OptimSegment* segs;
         int nseg = train_options_family_segments(opts, c, &segs);
         model->opt_memory = cuda_malloc_counted(mc, MEM_OPT_STATE, gpu_tensor_bytes(opt_state_bytes, 1));
-        optimizer_state_attach_device(&model->opt, &cfg, segs, nseg, n, model->opt_memory);
+        optim_state_attach_device(&model->opt, &cfg, segs, nseg, n, model->opt_memory);
         free(segs);
     } else {
         model->m_memory = (float*)cuda_malloc_counted(mc, MEM_ADAM_M, state_bytes);
@@ -480,7 +481,7 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     model->d_norm_scratch = (float*)cuda_malloc_counted(&small, MEM_SCRATCH, (GLOBAL_NORM_MAX_BLOCKS + 3) * sizeof(float));
     model->d_loss_sum = (double*)cuda_malloc_counted(&small, MEM_SCRATCH, sizeof(double));
     if (model->use_badam) {
-        model->d_badam_segments = (AdamWSegment*)cuda_malloc_counted(&small, MEM_SCRATCH, BADAM_MAX_SLICES * sizeof(AdamWSegment));
+        model->d_badam_segments = (OptimSegment*)cuda_malloc_counted(&small, MEM_SCRATCH, BADAM_MAX_SLICES * sizeof(OptimSegment));
     }
     model->inputs_cpu = (int*)mallocCheck((size_t)B * T * sizeof(int));
     model->losses_cpu = (float*)mallocCheck((size_t)B * T * sizeof(float));
@@ -507,7 +508,7 @@ static void gpt2_free(GPT2* model) {
     cudaCheck(cudaFree(model->acts_memory));
     if (model->master_memory) { cudaCheck(cudaFree(model->master_memory)); }
     if (model->use_family) {
-        optimizer_state_free_device(&model->opt);
+        optim_state_free_device(&model->opt);
         cudaCheck(cudaFree(model->opt_memory));
     } else {
         cudaCheck(cudaFree(model->v_memory));
@@ -687,16 +688,16 @@ static void gpt2_begin_step(GPT2* model, int step) {
     model->micro_step = 0;
     model->grads_reduced = 0;
     model->loss_micro_steps = 0;
-    if (model->use_badam) {
-        int block = badam_block_at(&model->badam, step);
-        model->block_step = badam_step_in_block(&model->badam, step);
-        if (block != model->active_block || model->num_slices == 0) {
-            model->active_block = block;
-            model->num_slices = badam_block_slices(&model->badam, &model->table, block, model->slices);
-        }
+    if (model->use_badam) {  // the step plan (llmc/optim/views.h)
+        OptimRun run = {&model->table, &model->badam};
+        const OptimPlan plan = optim_plan_step(&run, step, !model->badam_fresh);
+        model->block_step = plan.opt_step - 1;
+        model->active_block = plan.block;
+        model->num_slices = plan.num_slices;
+        memcpy(model->slices, plan.slices, (size_t)plan.num_slices * sizeof(BadamSlice));
         // at a switch; or on a fresh start in the middle of a block phase (no state to continue)
-        if (model->block_step == 0 || model->badam_fresh || model->badam_master_stale) {
-            badam_reset_state(model, model->block_step == 0 || model->badam_fresh);
+        if (plan.reset || model->badam_master_stale) {  // stale: resumed without master weights
+            badam_reset_state(model, plan.reset);
             model->badam_fresh = model->badam_master_stale = 0;
         }
     }
@@ -816,15 +817,15 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
 // Chunk k's segment tables, built once: the parameter segments cut to [k*chunk, (k+1)*chunk) and
 // rebased to the chunk's start.
 static void offload_build_segments(GPT2* model, float weight_decay) {
-    OptSegment segs[NUM_PARAMETER_TENSORS];
+    OptimSegment segs[NUM_PARAMETER_TENSORS];
     int nseg = optim_segments_build(&model->table, weight_decay, segs);
     if (model->d_chunk_segments == NULL) {
-        model->d_chunk_segments = (AdamWSegment**)callocCheck((size_t)model->num_chunks, sizeof(AdamWSegment*));
+        model->d_chunk_segments = (OptimSegment**)callocCheck((size_t)model->num_chunks, sizeof(OptimSegment*));
         model->chunk_nseg = (int*)callocCheck((size_t)model->num_chunks, sizeof(int));
     }
     for (int k = 0; k < model->num_chunks; k++) {
         size_t a = (size_t)k * model->chunk, b = a + model->chunk < model->num_parameters ? a + model->chunk : model->num_parameters;
-        AdamWSegment part[NUM_PARAMETER_TENSORS];
+        OptimSegment part[NUM_PARAMETER_TENSORS];
         int np = optim_segments_cut(segs, nseg, a, b, part);
         if (model->d_chunk_segments[k]) { cudaCheck(cudaFree(model->d_chunk_segments[k])); }
         model->d_chunk_segments[k] = adamw_segments_upload(part, np, b - a);
@@ -835,8 +836,8 @@ static void offload_build_segments(GPT2* model, float weight_decay) {
 // AdamW with the state in pinned host memory (--offload). Chunk k's m, v (and master) go up on
 // the copy stream into staging buffer k % 2, the update runs on the compute stream, and they go
 // back down on the copy stream; so chunk k's update overlaps chunk k-1's download and chunk k+1's
-// upload. The random bits of stochastic rounding follow the global element index (index_base):
-// the result is bit-identical to the on-device update.
+// upload. The chunk's segments keep their parameters' global place (param), which also picks the
+// random bits of stochastic rounding: the result is bit-identical to the on-device update.
 static void adamw_update_offloaded(GPT2* model, AdamWParams hp, int step, const float* d_scale) {
     cudaStream_t s = model->stream, cs = model->copy_stream;
     size_t n = model->num_parameters;
@@ -855,10 +856,9 @@ static void adamw_update_offloaded(GPT2* model, AdamWParams hp, int step, const 
         int buf = k % 2;
         size_t a = (size_t)k * model->chunk, len = a + model->chunk < n ? model->chunk : n - a;
         cudaCheck(cudaStreamWaitEvent(s, model->loaded[buf], 0));
-        AdamWBuffers<floatX, floatX> b = {model->params_memory + a, model->grads_memory + a, stage[0] + buf * stage_stride,
+        AdamWBuffers<floatX, floatX> b = {model->params_memory, model->grads_memory + a, stage[0] + buf * stage_stride,
                                           stage[1] + buf * stage_stride,
                                           model->use_master ? stage[2] + buf * stage_stride : NULL, NULL};
-        hp.index_base = a;
         adamw_update(b, len, model->d_chunk_segments[k], model->chunk_nseg[k], hp, step, d_scale, s);
         cudaCheck(cudaEventRecord(model->updated[buf], s));
         cudaCheck(cudaStreamWaitEvent(cs, model->updated[buf], 0));
@@ -896,7 +896,7 @@ static size_t badam_active_elems(const GPT2* model) {
 // BAdam: AdamW over the active block, one launch per slice: parameters at the slice's place in the
 // model, gradients, m, v and master at its compact offset, a one-segment table with the tensor's
 // weight decay and lr multiplier. Bias correction counts from the switch (block_step + 1).
-// Stochastic rounding draws the bits of the global element index (index_base = the slice's offset)
+// Stochastic rounding draws the bits of the global element index (the segment's param)
 // under a key of the global step (mixed into the seed), so no two steps share random bits.
 static void badam_update(GPT2* model, const AdamWHyper* h, AdamWParams hp, int step, const float* d_scale) {
     cudaStream_t s = model->stream;
@@ -905,10 +905,11 @@ static void badam_update(GPT2* model, const AdamWHyper* h, AdamWParams hp, int s
         for (int k = 0; k < model->num_slices; k++) {
             const BadamSlice* sl = &model->slices[k];
             const ParamTensor* t = &model->table.t[sl->tensor];
-            model->badam_segs[k] = {0, sl->count, t->decay ? h->weight_decay : 0.0f, t->lr_mult};
+            model->badam_segs[k] = optim_segment(0, sl->count, t->decay ? h->weight_decay : 0.0f, t->lr_mult, 0);
+            model->badam_segs[k].param = sl->offset;  // the parameters at their place
         }
         // the host table stays as it is until the next upload (after this update has synchronized)
-        cudaCheck(cudaMemcpyAsync(model->d_badam_segments, model->badam_segs, (size_t)model->num_slices * sizeof(AdamWSegment),
+        cudaCheck(cudaMemcpyAsync(model->d_badam_segments, model->badam_segs, (size_t)model->num_slices * sizeof(OptimSegment),
                                   cudaMemcpyHostToDevice, s));
         model->badam_segs_block = model->active_block;
         model->weight_decay = h->weight_decay;
@@ -916,10 +917,9 @@ static void badam_update(GPT2* model, const AdamWHyper* h, AdamWParams hp, int s
     hp.seed = srng_step_key(model->seed, step);
     for (int k = 0; k < model->num_slices; k++) {
         const BadamSlice* sl = &model->slices[k];
-        AdamWBuffers<floatX, floatX> buf = {model->params_memory + sl->offset, model->grads_memory + sl->compact,
+        AdamWBuffers<floatX, floatX> buf = {model->params_memory, model->grads_memory + sl->compact,
                                             model->m_memory + sl->compact, model->v_memory + sl->compact,
                                             model->master_memory ? model->master_memory + sl->compact : NULL, NULL};
-        hp.index_base = sl->offset;
         adamw_update(buf, sl->count, model->d_badam_segments + k, 1, hp, model->block_step + 1, d_scale, s);
     }
 }
@@ -972,7 +972,7 @@ static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
     cudaStream_t s = model->stream;
     const float* scale = model->d_norm_scratch + GLOBAL_NORM_MAX_BLOCKS + 2;
     if (model->use_family) {  // weight decay is in the state's segment table since the build
-        optimizer_step_gpu(&model->opt, model->params_memory, model->master_memory, model->grads_memory, h->lr, step,
+        optim_step_gpu(&model->opt, model->params_memory, model->master_memory, model->grads_memory, h->lr, step,
                            true, scale, s);
         cudaCheck(cudaStreamSynchronize(s));
         return;
@@ -980,7 +980,7 @@ static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
     size_t lo, hi;  // ZeRO-1: this process's part; else all parameters
     zero_range(model, &lo, &hi);
     if (!model->use_badam && (model->d_segments == NULL || model->weight_decay != h->weight_decay) && hi > lo) {
-        OptSegment segs[NUM_PARAMETER_TENSORS], part[NUM_PARAMETER_TENSORS];
+        OptimSegment segs[NUM_PARAMETER_TENSORS], part[NUM_PARAMETER_TENSORS];
         int nseg = optim_segments_build(&model->table, h->weight_decay, segs);
         model->num_segments = optim_segments_cut(segs, nseg, lo, hi, part);
         if (model->d_segments) { cudaCheck(cudaFree(model->d_segments)); }
@@ -1001,11 +1001,10 @@ static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
         badam_update(model, h, hp, step, scale);
     } else if (model->offload) {
         adamw_update_offloaded(model, hp, step, scale);
-    } else if (hi > lo) {  // ZeRO-1: the shard's parameters and gradients, its m, v, master from 0;
-        // the random bits of stochastic rounding follow the global index, as with one process
-        AdamWBuffers<floatX, floatX> buf = {model->params_memory + lo, model->grads_memory + lo, model->m_memory,
+    } else if (hi > lo) {  // ZeRO-1: the shard's gradients, its m, v, master from 0; the segments keep
+        // the parameters' global place, which also picks the random bits, as with one process
+        AdamWBuffers<floatX, floatX> buf = {model->params_memory, model->grads_memory + lo, model->m_memory,
                                             model->v_memory, model->master_memory, NULL};
-        hp.index_base = lo;
         adamw_update(buf, hi - lo, model->d_segments, model->num_segments, hp, step, scale, s);
     }
     if (model->zero_stage >= 1) {  // every process's updated shard to every process

@@ -15,7 +15,7 @@
 #include <string.h>
 #include "llmc/config.h"
 #include "llmc/run/memory.h"
-#include "llmc/optim.h"
+#include "llmc/optim/optim.h"
 
 static int mismatches = 0;
 

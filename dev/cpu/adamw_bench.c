@@ -1,5 +1,5 @@
 /*
- adamw_bench.c: the CPU AdamW of llmc/optim.h (the one train_gpt2.c uses) against
+ adamw_bench.c: the CPU AdamW of llmc/optim/optim.h (the one train_gpt2.c uses) against
    (a) a bandwidth probe with exactly AdamW's access pattern: read p, g, m, v; write p, m, v in
        place, with one FMA per stream and no math (the memory ceiling for this update), and
    (b) PyTorch's CPU torch.optim.AdamW (Debian python3-torch) on the same 124M parameters, run by
@@ -18,7 +18,7 @@
 #include "llmc/utils.h"
 #include "llmc/config.h"
 #include "llmc/params.h"
-#include "llmc/optim.h"
+#include "llmc/optim/optim.h"
 #include "llmc/run/logger.h"
 #include "dev/cpu/bench_util.h"
 
@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < n; i++) {  // first touch by the threads that will use the pages
         p[i] = 0.01f * (float)(i % 101); g[i] = 0.001f * (float)(i % 37) - 0.018f; m[i] = 0.0f; v[i] = 0.0f;
     }
-    OptSegment segs[NUM_PARAMETER_TENSORS];
+    OptimSegment segs[NUM_PARAMETER_TENSORS];
     int nseg = optim_segments_build(&pt, 0.1f, segs);
     AdamWHyper h = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     double* t_adamw = (double*)mallocCheck((size_t)repeats * sizeof(double));

@@ -8,17 +8,17 @@
        global memory, bias corrections recomputed with powf in every thread)
    2   registers: each value loaded once, bias corrections from the host, FMA-based lerps
    3   vectorized: 128-bit loads/stores, grid-stride loop, segment table in shared memory (the walk
-       of the production kernels, adamw_for_each_chunk of llmc/adamw.cuh)
+       of the production kernels, adamw_for_each_chunk of llmc/optim/adamw.cuh)
    4   mixed precision: bf16 params and grads, fp32 master weights, stochastic rounding to bf16
-   5   production: llmc/adamw.cuh (included, not copied), in its variants (fp32; bf16 + master +
+   5   production: llmc/optim/adamw.cuh (included, not copied), in its variants (fp32; bf16 + master +
        stochastic rounding; bf16 without master; fp32 params with bf16 grads; AMSGrad)
-   6a  bf16 m and v with stochastic rounding (llmc/adamw_lowp.cuh)
+   6a  bf16 m and v with stochastic rounding (llmc/optim/adamw_lowp.cuh)
    6b  8-bit blockwise-quantized m and v, dynamic map + per-block absmax, blocks per tensor, small
-       tensors in fp32 (llmc/adamw_lowp.cuh, llmc/quant8.h)
+       tensors in fp32 (llmc/optim/adamw_lowp.cuh, llmc/optim/quant8.h)
  Every version takes per-tensor weight decay and lr multipliers from the same segment table and
  the gradient scale from the deterministic global-norm clip (llmc/kernels/global_norm.cuh), which --check
  also verifies (reproducible bits, agreement with float64). Version 5 fp32 is also compared bit
- for bit with the CPU trainer's adamw_update_cpu (llmc/optim.h): both spell out the same fmaf
+ for bit with the CPU trainer's adamw_update_cpu (llmc/optim/optim.h): both spell out the same fmaf
  calls and the project builds with -ffp-contract=off, so any differing bit is a failure.
 
  usage: adamw [--check | --bench] [-v VERSION] [-n N | --gpt2] [-s STEPS] [-r REPEATS] [--torch]
@@ -29,16 +29,16 @@
  kCases with its bytes per parameter and tolerances.
 */
 #include "dev/cuda/lab_optim.h"
-#include "llmc/adamw.cuh"
-#include "llmc/adamw_lowp.cuh"
+#include "llmc/optim/adamw.cuh"
+#include "llmc/optim/adamw_lowp.cuh"
 #include "llmc/kernels/global_norm.cuh"
-#include "llmc/optim.h" // the CPU trainer's AdamW, compared bit for bit with version 5
+#include "llmc/optim/optim.h" // the CPU trainer's AdamW, compared bit for bit with version 5
 
 // ----------------------------------------------------------------------------
 // version 1: naive
 
 static __global__ void adamw_v1_kernel(float* p, const float* g, float* m, float* v, size_t n,
-                                       const AdamWSegment* segs, int nseg, float lr, float beta1, float beta2,
+                                       const OptimSegment* segs, int nseg, float lr, float beta1, float beta2,
                                        float eps, int step, const float* clip_scale) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -62,7 +62,7 @@ static __global__ void adamw_v1_kernel(float* p, const float* g, float* m, float
 static __device__ __forceinline__ float lerp_fma(float a, float b, float w) { return fmaf(w, b, fmaf(-w, a, a)); }
 
 static __global__ void adamw_v2_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
-                                       float* __restrict__ v, size_t n, const AdamWSegment* __restrict__ segs,
+                                       float* __restrict__ v, size_t n, const OptimSegment* __restrict__ segs,
                                        int nseg, AdamWStepArgs a, const float* __restrict__ clip_scale) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -94,11 +94,12 @@ static __device__ __forceinline__ void v3_element(float& p, float g, float& m, f
 }
 
 static __global__ void adamw_v3_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
-                                       float* __restrict__ v, size_t n, const AdamWSegment* __restrict__ segs,
+                                       float* __restrict__ v, size_t n, const OptimSegment* __restrict__ segs,
                                        int nseg, AdamWStepArgs a, const float* __restrict__ clip_scale) {
     const float scale = *clip_scale;
-    auto one = [&](size_t i, float wd, float lr_eff) { v3_element(p[i], g[i] * scale, m[i], v[i], wd, lr_eff, a); };
-    auto chunk = [&](size_t i0, float wd, float lr_eff) {
+    // whole-model tables only (param == offset: the second index is i's)
+    auto one = [&](size_t i, size_t, float wd, float lr_eff) { v3_element(p[i], g[i] * scale, m[i], v[i], wd, lr_eff, a); };
+    auto chunk = [&](size_t i0, size_t, float wd, float lr_eff) {
         const size_t c = i0 / 4;
         float4 P = __ldcs(reinterpret_cast<const float4*>(p) + c), G = __ldcs(reinterpret_cast<const float4*>(g) + c);
         float4 M = __ldcs(reinterpret_cast<const float4*>(m) + c), W = __ldcs(reinterpret_cast<const float4*>(v) + c);
@@ -129,11 +130,12 @@ static __device__ __forceinline__ void v4_element(__nv_bfloat16* p, float* maste
 
 static __global__ void adamw_v4_kernel(__nv_bfloat16* __restrict__ p, float* __restrict__ master,
                                        const __nv_bfloat16* __restrict__ g, float* __restrict__ m,
-                                       float* __restrict__ v, size_t n, const AdamWSegment* __restrict__ segs,
+                                       float* __restrict__ v, size_t n, const OptimSegment* __restrict__ segs,
                                        int nseg, AdamWStepArgs a, const float* __restrict__ clip_scale) {
     const float scale = *clip_scale;
-    auto one = [&](size_t i, float wd, float lr_eff) { v4_element(p, master, g, m, v, i, wd, lr_eff, scale, a); };
-    auto chunk = [&](size_t i0, float wd, float lr_eff) {
+    // whole-model tables only (param == offset: the second index is i's)
+    auto one = [&](size_t i, size_t, float wd, float lr_eff) { v4_element(p, master, g, m, v, i, wd, lr_eff, scale, a); };
+    auto chunk = [&](size_t i0, size_t, float wd, float lr_eff) {
         Vec128<__nv_bfloat16> gv = load128cs(g + i0), out;
 #pragma unroll
         for (int k = 0; k < 2; k++) { // two halves of 4: fewer live registers
@@ -156,7 +158,7 @@ static __global__ void adamw_v4_kernel(__nv_bfloat16* __restrict__ p, float* __r
 // ----------------------------------------------------------------------------
 // the problems (lab_optim.h): deterministic data
 
-static const AdamWSegment& seg_of(const Problem& pb, size_t i) {
+static const OptimSegment& seg_of(const Problem& pb, size_t i) {
     size_t lo = 0, hi = pb.segs.size() - 1;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
@@ -168,14 +170,14 @@ static const AdamWSegment& seg_of(const Problem& pb, size_t i) {
 // Initial parameters: LayerNorm-like tensors (no decay, small) near 1, others N(0, 0.02)-like.
 static float init_param(const Problem& pb, size_t i) {
     const double z = normalish(11, i);
-    const AdamWSegment& s = seg_of(pb, i);
+    const OptimSegment& s = seg_of(pb, i);
     return (float)(s.weight_decay == 0.0f && s.count < 4096 && (s.offset / 7) % 2 ? 1.0 + 0.1 * z : 0.02 * z);
 }
 
 // Gradients of step t: a per-tensor scale (1e-4 .. 1e-2) times a unit-variance variate.
 static void make_grads(const Problem& pb, int t, std::vector<float>& g) {
     g.resize(pb.n);
-    for (const AdamWSegment& s : pb.segs) {
+    for (const OptimSegment& s : pb.segs) {
         double sc = pow(10.0, -4.0 + 2.0 * unit(77, s.offset));
 #pragma omp parallel for schedule(static) if (s.count > OMP_MIN)
         for (long long k = 0; k < (long long)s.count; k++) {
@@ -228,8 +230,8 @@ struct Bufs {
     float* maps = nullptr;
     float* m32 = nullptr;       // 8-bit state: fp32 m, v of the small tensors
     float* v32 = nullptr;
-    OptBlockTables q8t = {};    // 8-bit state: block tables on the device
-    AdamWSegment* segs = nullptr;
+    OptimBlockTables q8t = {};    // 8-bit state: block tables on the device
+    OptimSegment* segs = nullptr;
     int nseg = 0;
     float* scale = nullptr;     // [0] clip scale, [1] norm, [2] sum of squares
     float* scratch = nullptr;   // global-norm partials
@@ -288,7 +290,7 @@ static const Case kCases[] = {
 // The hyperparameters of a case: lr 1e-3, beta1 0.9, beta2 0.95, eps 1e-8, seed 1234, index_base 0;
 // AMSGrad and stochastic rounding as the case says.
 static AdamWParams hyper_of(const Case& c) {
-    AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0, 1, 1234, 0};
+    AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0, 1, 1234};
     h.amsgrad = c.amsgrad;
     h.stochastic_rounding = c.stochastic;
     return h;
@@ -315,7 +317,7 @@ static void alloc_case(const Case& c, const Problem& pb, Bufs& b) {
     if (c.master) cudaCheck(cudaMalloc((void**)&b.master, pb.n * 4));
     if (c.amsgrad) cudaCheck(cudaMalloc((void**)&b.vmax, pb.n * 4));
     if (c.state == S_Q8) {
-        b.q8t = opt_block_tables_upload(pb.segs.data(), (int)pb.segs.size(), true);
+        b.q8t = optim_block_tables_upload(pb.segs.data(), (int)pb.segs.size(), true);
         cudaCheck(cudaMalloc((void**)&b.absm, std::max<size_t>(b.q8t.nblocks, 1) * 4));
         cudaCheck(cudaMalloc((void**)&b.absv, std::max<size_t>(b.q8t.nblocks, 1) * 4));
         cudaCheck(cudaMalloc((void**)&b.m32, std::max<size_t>(b.q8t.nsmall, 1) * 4));
@@ -334,7 +336,7 @@ static void alloc_case(const Case& c, const Problem& pb, Bufs& b) {
 static void free_case(Bufs& b) {
     void* ps[] = {b.p, b.g, b.master, b.m, b.v, b.vmax, b.absm, b.absv, b.maps, b.m32, b.v32, b.segs, b.scale, b.scratch};
     for (void* p : ps) cudaCheck(cudaFree(p));
-    if (b.q8t.block0 != nullptr) opt_block_tables_free(&b.q8t);
+    if (b.q8t.block0 != nullptr) optim_block_tables_free(&b.q8t);
     b = Bufs();
 }
 
@@ -398,7 +400,7 @@ static void ref_step(Ref& r, const Problem& pb, const std::vector<float>& g, dou
                      bool amsgrad, int t) {
     const double b1 = hp.beta1, b2 = hp.beta2, eps = hp.eps;
     const double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
-    for (const AdamWSegment& s : pb.segs) {
+    for (const OptimSegment& s : pb.segs) {
         const double wd = s.weight_decay, lr = (double)hp.lr * s.lr_mult;
 #pragma omp parallel for schedule(static) if (s.count > OMP_MIN)
         for (long long k = 0; k < (long long)s.count; k++) {
@@ -503,7 +505,7 @@ static std::vector<double> download_q8(const void* codes, const float* absmax, c
     cudaCheck(cudaMemcpy(map.data(), maps, QUANT8_MAP_FLOATS * 4, cudaMemcpyDeviceToHost));
     std::vector<double> out(n);
     for (size_t s = 0; s < pb.segs.size(); s++) {
-        const AdamWSegment& sg = pb.segs[s];
+        const OptimSegment& sg = pb.segs[s];
         for (size_t k = 0; k < sg.count; k++) {
             size_t i = sg.offset + k;
             out[i] = L.small_off[s] != OPT_NOT_SMALL ? (double)small[L.small_off[s] + k]
@@ -535,7 +537,7 @@ static bool check_case(const Case& c, const Problem& pb, const Bufs& b, const Re
     size_t bad = 0;
     const size_t n = pb.n;
     std::vector<double> lr_eff(n);
-    for (const AdamWSegment& s : pb.segs)
+    for (const OptimSegment& s : pb.segs)
         for (size_t k = 0; k < s.count; k++) lr_eff[s.offset + k] = (double)hp.lr * s.lr_mult;
     std::vector<double> mgot, vgot;
     double eps_state = 2e-6 * t;
@@ -618,11 +620,11 @@ static bool check_global_norm(const Case& c, Bufs& b, const std::vector<float>& 
     return same && close;
 }
 
-// The CPU trainer's update (llmc/optim.h) on the same inputs and the device's clip scale. Equal bits
-// need the same operations (see the banner of llmc/adamw.cuh): reported, not a failure.
+// The CPU trainer's update (llmc/optim/optim.h) on the same inputs and the device's clip scale. Equal bits
+// need the same operations (see the banner of llmc/optim/adamw.cuh): reported, not a failure.
 struct CpuTwin {
     std::vector<float> p, m, v;
-    std::vector<OptSegment> segs;
+    std::vector<OptimSegment> segs;
 };
 
 static void cpu_twin_step(CpuTwin& tw, const std::vector<float>& g, const AdamWParams& hp, int t, float scale) {
@@ -661,13 +663,15 @@ static bool cpu_twin_report(const CpuTwin& tw, const Bufs& b, int t) {
         line += buf;
     }
     if (!g_quiet || !all_same) {
-        printf("    %-24s step %2d: bit-identical to llmc/optim.h adamw_update_cpu:%s%s\n", "", t, line.c_str(),
+        printf("    %-24s step %2d: bit-identical to llmc/optim/optim.h adamw_update_cpu:%s%s\n", "", t, line.c_str(),
                all_same ? "" : "  <-- FAIL");
     }
     return all_same;
 }
 
-// Runs `steps` steps of one case; checks after steps 1, 2 and the last.
+static bool check_views(const Case& c, const Problem& pb, const AdamWParams& hp, int steps); // below
+
+// Runs `steps` steps of one case; checks after steps 1, 2 and the last; then the views.
 static bool check_one(const Case& c, const Problem& pb, const AdamWParams& hp, int steps) {
     Bufs b;
     alloc_case(c, pb, b);
@@ -679,7 +683,7 @@ static bool check_one(const Case& c, const Problem& pb, const AdamWParams& hp, i
         tw.p = p0;
         tw.m.assign(pb.n, 0.0f);
         tw.v.assign(pb.n, 0.0f);
-        for (const AdamWSegment& s : pb.segs) tw.segs.push_back(OptSegment{s.offset, s.count, s.weight_decay, s.lr_mult});
+        tw.segs = pb.segs;
     }
     std::vector<float> g;
     bool ok = true;
@@ -705,6 +709,90 @@ static bool check_one(const Case& c, const Problem& pb, const AdamWParams& hp, i
         }
     }
     free_case(b);
+    return check_views(c, pb, hp, std::min(steps, 3)) && ok;
+}
+
+// ----------------------------------------------------------------------------
+// views: the production kernels (versions 5, 6a, 6b) through buffers that hold part of the model
+
+// Versions 5, 6a and 6b take any segment table: run a case's steps over the whole model and over
+// the parts of a view (lab_optim.h view_build: ZeRO-1 shards, BAdam blocks, offload chunks,
+// pieces; each part with its own gradients, m, v, master and tables, offset rebased, param
+// global, the parameters shared); after `steps` steps the parameters, master weights and the
+// values of m and v must be the whole model's, bit for bit.
+static bool check_views(const Case& c, const Problem& pb, const AdamWParams& hp, int steps) {
+    if (c.id[0] != '5' && c.id[0] != '6') return true; // versions 1-4 assume param == offset
+    static const char* const kViews[] = {"zero", "badam", "chunks", "pieces"};
+    const size_t pe = c.ptype == P_F32 ? 4 : 2;
+    const int sk = c.state == S_BF16 ? 1 : 0;
+    bool ok = true;
+    for (const char* name : kViews) {
+        Bufs w;
+        alloc_case(c, pb, w);
+        const std::vector<float> p0 = init_case(c, pb, w);
+        std::vector<ViewPart> parts = view_build(name, pb, c.state == S_Q8 ? OPTIM_CUT_BLOCK : OPTIM_CUT_ELEMENT);
+        std::vector<Problem> ppb(parts.size());
+        std::vector<Bufs> pbuf(parts.size());
+        void* params = nullptr;
+        cudaCheck(cudaMalloc(&params, pb.n * pe));
+        for (size_t k = 0; k < parts.size(); k++) {
+            ppb[k].n = parts[k].n;
+            ppb[k].segs = parts[k].segs;
+            alloc_case(c, ppb[k], pbuf[k]);
+            init_case(c, ppb[k], pbuf[k]); // zero state; parameters and master set below
+            cudaCheck(cudaFree(pbuf[k].p));
+            pbuf[k].p = params;
+            if (c.master) cudaCheck(cudaMemcpy(pbuf[k].master, view_gather(parts[k], p0).data(), parts[k].n * 4, cudaMemcpyHostToDevice));
+        }
+        cudaCheck(cudaMemcpy(params, w.p, pb.n * pe, cudaMemcpyDeviceToDevice)); // the whole model's
+        std::vector<float> g;
+        for (int t = 1; t <= steps; t++) {
+            make_grads(pb, t, g);
+            upload_grads(c, w, g); // g: what the device sees
+            const float scale = t % 2 ? 0.7f : 1.0f;
+            cudaCheck(cudaMemcpy(w.scale, &scale, sizeof scale, cudaMemcpyHostToDevice));
+            c.step(c, w, pb, hp, t, 0);
+            for (size_t k = 0; k < parts.size(); k++) {
+                std::vector<float> gk = view_gather(parts[k], g);
+                upload_grads(c, pbuf[k], gk);
+                cudaCheck(cudaMemcpy(pbuf[k].scale, &scale, sizeof scale, cudaMemcpyHostToDevice));
+                c.step(c, pbuf[k], ppb[k], hp, t, 0);
+            }
+        }
+        cudaCheck(cudaDeviceSynchronize());
+        std::vector<unsigned char> wp(pb.n * pe), vp(pb.n * pe);
+        cudaCheck(cudaMemcpy(wp.data(), w.p, pb.n * pe, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(vp.data(), params, pb.n * pe, cudaMemcpyDeviceToHost));
+        long long dp = 0, dm = 0, ds = 0;
+        for (size_t i = 0; i < pb.n * pe; i++) dp += wp[i] != vp[i];
+        auto values = [&](const Bufs& b, const Problem& q, bool is_m) {
+            if (c.state == S_Q8) return download_q8(is_m ? b.m : b.v, is_m ? b.absm : b.absv, is_m ? b.m32 : b.v32, b.maps, q, b, is_m);
+            return download(is_m ? b.m : b.v, q.n, sk);
+        };
+        const std::vector<double> wm = values(w, pb, true), wv = values(w, pb, false);
+        const std::vector<double> wx = c.master ? download(w.master, pb.n, 0) : std::vector<double>();
+        for (size_t k = 0; k < parts.size(); k++) {
+            const std::vector<double> m = values(pbuf[k], ppb[k], true), v = values(pbuf[k], ppb[k], false);
+            const std::vector<double> x = c.master ? download(pbuf[k].master, parts[k].n, 0) : std::vector<double>();
+            for (const OptimSegment& sg : parts[k].segs) {
+                for (size_t j = 0; j < sg.count; j++) {
+                    const size_t i = sg.offset + j, gi = sg.param + j;
+                    ds += memcmp(&m[i], &wm[gi], 8) != 0 || memcmp(&v[i], &wv[gi], 8) != 0;
+                    if (c.master) dm += memcmp(&x[i], &wx[gi], 8) != 0;
+                }
+            }
+            pbuf[k].p = nullptr; // shared: freed below
+            free_case(pbuf[k]);
+        }
+        cudaCheck(cudaFree(params));
+        free_case(w);
+        const bool same = dp == 0 && dm == 0 && ds == 0;
+        if (!g_quiet || !same) {
+            printf("    %-24s view %-6s (%zu parts), %d steps: %s (%lld param bytes, %lld master, %lld m/v elements differ)\n",
+                   c.name, name, parts.size(), steps, same ? "bit-identical to the whole model" : "DIFFERS", dp, dm, ds);
+        }
+        ok = ok && same;
+    }
     return ok;
 }
 

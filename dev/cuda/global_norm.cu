@@ -14,7 +14,7 @@
  --check: n in {1, 7, 4099, 100003, 1000003} (tails, one block, many blocks); the sum of squares
  within 1e-5 relative of float64 (fp32 accumulation of up to 1e6 positive terms in a tree: the
  relative error grows like log2(n) * 2^-24 ~ 1e-6); version 2 run twice gives identical bits;
- the clip scale equals clip_scale_of (llmc/optim.h) of the device norm, for a clip below, above
+ the clip scale equals clip_scale_of (llmc/optim/optim.h) of the device norm, for a clip below, above
  and at 0 (off).
  --bench: n = 124,475,904 (GPT-2 124M); median time of -r repeats, GB/s against a device-to-device
  copy of the same bytes measured in the same run.
@@ -23,7 +23,7 @@
 */
 #include "dev/cuda/lab.h"
 #include "llmc/kernels/global_norm.cuh"
-#include "llmc/optim.h"
+#include "llmc/optim/optim.h"
 
 #include <time.h>
 

@@ -1,6 +1,6 @@
 /*
  lab_optim.h: what the two optimizer labs (adamw.cu: the AdamW ladder; optimizers.cu: the family
- through optimizer_step_gpu) share on top of lab.h, so that each holds only its cases, its
+ through optim_step_gpu) share on top of lab.h, so that each holds only its cases, its
  references and its checks. Host code, C++17; compiles under nvcc and under the CPU harness.
 
    problems      Problem (a flat parameter buffer cut into tensors: the optimizer's segment table),
@@ -10,6 +10,9 @@
                  --check set of small problems with odd sizes, -n N, --gpt2, or the --bench default).
    data          unit (uniform in [0, 1) from (seed, i) only), normalish (unit variance, bounded),
                  ulp_bf16; RefState (the float64 reference's state, ref_state_init).
+   views         ViewPart, view_build (the parts of a placement: ZeRO-1 shards, BAdam blocks,
+                 offload chunks, pieces of tensors; offset rebased, param global), view_gather,
+                 whole_segment.
    host threads  OMP_MIN, LabOmpLimit (one OpenMP thread on small problems: no team spinning next
                  to the CPU harness's workers).
    command line  optlab_main: the whole main() of an optimizer lab (optlab_usage: its help), [--check | --bench] [-v|-c CASE]
@@ -26,9 +29,10 @@
 #ifndef DEV_CUDA_LAB_OPTIM_H
 #define DEV_CUDA_LAB_OPTIM_H
 
-#include "lab.h"
-#include "llmc/optim.h"
-#include "llmc/srng.h"
+#include "dev/cuda/lab.h"
+#include "llmc/optim/optim.h"
+#include "llmc/optim/srng.h"
+#include "llmc/optim/views.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -40,11 +44,11 @@
 struct Problem {
     std::string name;
     size_t n = 0;
-    std::vector<OptSegment> segs; // sorted, contiguous, covering [0, n)
+    std::vector<OptimSegment> segs; // sorted, contiguous, covering [0, n)
 };
 
 static inline void add_seg(Problem& pb, size_t count, float wd, float lr_mult) {
-    pb.segs.push_back(OptSegment{pb.n, count, wd, lr_mult});
+    pb.segs.push_back(optim_segment(pb.n, count, wd, lr_mult, (int)pb.segs.size()));
     pb.n += count;
 }
 
@@ -141,6 +145,100 @@ static inline void ref_state_init(RefState& r, const std::vector<float>& p0) {
     r.p_hist.resize(n);
     for (size_t i = 0; i < n; i++) r.p_hist[i] = fabs(r.p[i]);
     for (std::vector<double>* x : {&r.m, &r.v, &r.vmax, &r.m_hist, &r.v_hist}) x->assign(n, 0.0);
+}
+
+// ----------------------------------------------------------------------------
+// views: the whole model's segment table cut into the parts of a placement
+
+// A part of the model: segments with offset compact in the part (its gradients, state, master)
+// and param the global index (the parameters).
+struct ViewPart {
+    std::vector<OptimSegment> segs;
+    size_t n = 0;
+};
+
+// Appends a part made of segs (rebased to a compact offset from 0 in their order) unless empty.
+static inline void view_add(std::vector<ViewPart>& parts, std::vector<OptimSegment> segs) {
+    if (segs.empty()) return;
+    ViewPart vp;
+    for (OptimSegment& sg : segs) {
+        sg.offset = vp.n;
+        vp.n += sg.count;
+    }
+    vp.segs = segs;
+    parts.push_back(vp);
+}
+
+// The whole model cut at `cuts` (ascending) into parts of their own.
+static inline void view_cut(std::vector<ViewPart>& parts, const Problem& pb, std::vector<size_t> cuts) {
+    cuts.insert(cuts.begin(), 0);
+    cuts.push_back(pb.n);
+    for (size_t k = 0; k + 1 < cuts.size(); k++) {
+        if (cuts[k + 1] <= cuts[k] || cuts[k] >= pb.n) continue;
+        std::vector<OptimSegment> part(pb.segs.size());
+        const int np = optim_segments_cut(pb.segs.data(), (int)pb.segs.size(), cuts[k], cuts[k + 1], part.data());
+        part.resize((size_t)np);
+        view_add(parts, part);
+    }
+}
+
+// The parts of a placement, cut where the optimizer allows (`cut`: llmc/optim/views.h optim_cut_of):
+//   zero    3 shards as ZeRO-1 cuts them (zero_shard_elems), snapped
+//   badam   2 blocks, the even and the odd tensors, each compact (BAdam's slices)
+//   chunks  4 parts cut at block boundaries (offload's chunks; LAMB: at tensors)
+//   pieces  one part: the tensors in reverse order, each cut into OPT_BLOCK pieces (a tensor's
+//           pieces adjacent: LAMB sums over them; parameters off the state's 128-bit grid)
+static inline std::vector<ViewPart> view_build(const char* name, const Problem& pb, OptimCut cut) {
+    std::vector<ViewPart> parts;
+    const int nseg = (int)pb.segs.size();
+    const OptimCut chunk = cut == OPTIM_CUT_TENSOR ? cut : OPTIM_CUT_BLOCK;
+    if (strcmp(name, "zero") == 0) {
+        const size_t shard = zero_shard_elems(pb.n, 3);
+        view_cut(parts, pb, {optim_cut_snap(pb.segs.data(), nseg, shard, cut), optim_cut_snap(pb.segs.data(), nseg, 2 * shard, cut)});
+    } else if (strcmp(name, "badam") == 0) {
+        for (size_t parity = 0; parity < 2; parity++) {
+            std::vector<OptimSegment> blk;
+            for (size_t s = parity; s < pb.segs.size(); s += 2) blk.push_back(pb.segs[s]);
+            view_add(parts, blk);
+        }
+    } else if (strcmp(name, "chunks") == 0) {
+        view_cut(parts, pb, {optim_cut_snap(pb.segs.data(), nseg, pb.n / 4, chunk),
+                             optim_cut_snap(pb.segs.data(), nseg, pb.n / 2, chunk),
+                             optim_cut_snap(pb.segs.data(), nseg, 3 * pb.n / 4, chunk)});
+    } else { // pieces
+        std::vector<OptimSegment> all;
+        for (size_t s = pb.segs.size(); s-- > 0;) {
+            const OptimSegment& sg = pb.segs[s];
+            for (size_t r = 0; r < sg.count; r += OPT_BLOCK) {
+                OptimSegment piece = sg;
+                piece.param = sg.param + r;
+                piece.count = std::min<size_t>(OPT_BLOCK, sg.count - r);
+                all.push_back(piece);
+            }
+        }
+        view_add(parts, all);
+    }
+    return parts;
+}
+
+// A part's elements from the whole model's host buffer x, as the part's segments place them.
+template <typename T>
+static inline std::vector<T> view_gather(const ViewPart& vp, const std::vector<T>& x) {
+    std::vector<T> out(vp.n);
+    for (const OptimSegment& sg : vp.segs) {
+        for (size_t k = 0; k < sg.count; k++) out[sg.offset + k] = x[sg.param + k];
+    }
+    return out;
+}
+
+// The segment of the whole model's table holding element i.
+static inline size_t whole_segment(const Problem& pb, size_t i) {
+    size_t lo = 0, hi = pb.segs.size() - 1;
+    while (lo < hi) {
+        const size_t mid = (lo + hi + 1) / 2;
+        if (pb.segs[mid].offset <= i) lo = mid; else hi = mid - 1;
+    }
+    return lo;
 }
 
 // ----------------------------------------------------------------------------

@@ -1,17 +1,28 @@
 /*
  optimizers.cu: the optimizer family lab. Every optimizer x state precision x parameter format
- through the GPU entry point optimizer_step_gpu (llmc/optimizers.cuh, which also routes AdamW to
- llmc/adamw.cuh and llmc/adamw_lowp.cuh), one driver with two modes:
+ through the GPU entry point optim_step_gpu (llmc/optim/kernels.cuh, which also routes AdamW to
+ llmc/optim/adamw.cuh and llmc/optim/adamw_lowp.cuh), one driver with two modes:
 
    --check (default)  per case and problem, S steps with a clip scale (odd steps 0.7), then
-     (1) against the CPU implementation, optimizer_step_cpu of llmc/optim_state.h, run on the same
+     (1) against the CPU implementation, optim_step_cpu of llmc/optim/state.h, run on the same
          inputs: BIT FOR BIT, parameters and the whole state block (moments, codes, absmax, LAMB's
          block sums and trust ratios). Both sides spell out the same fmaf calls, LAMB's sums have
-         one fixed order, the 8-bit codes come from one map (llmc/quant8.h) and the random bits of
-         stochastic rounding from one hash (llmc/srng.h). bf16 parameters: the CPU twin keeps fp32
+         one fixed order, the 8-bit codes come from one map (llmc/optim/quant8.h) and the random bits of
+         stochastic rounding from one hash (llmc/optim/srng.h). bf16 parameters: the CPU twin keeps fp32
          parameters = the master weights, and without master weights rounds them after each step
          with the device's rule (the same bits), so the kernel's inputs stay identical.
      (2) against a float64 reference written here from the formulas, with the tolerances below.
+     (3) views: the same steps through states that each hold a part of the model, with the
+         segments' offset (grads, state, master) rebased and param (the parameters) global, give
+         the whole-model launch's bits (parameters, master weights, every element's state):
+           zero    3 shards as ZeRO-1 cuts them (zero_shard_elems; int8 state: cut at the
+                   tensor's block boundaries, LAMB: at tensor boundaries, so that absmax blocks
+                   and trust ratios are the whole model's)
+           badam   2 blocks, the even and the odd tensors, each compact (BAdam's slices)
+           chunks  4 parts cut at block boundaries (offload's chunks; LAMB: at tensors)
+           pieces  one state: the tensors in reverse order, each cut into OPT_BLOCK pieces
+                   (LAMB's trust ratio summed over the pieces of a tensor; the int8 rule by the
+                   tensor's size; parameters off the 128-bit grid of the state)
    --bench  device-event timing of one step at n parameters (--gpt2: the 148 tensors of GPT-2 124M,
      n = 124,475,904): GB/s from the bytes each step moves, and % of the device-to-device copy.
 
@@ -21,17 +32,17 @@
    fp32 state: 2e-6 t |x| + 1e-6 max_t |x| (cancellation in the moments).
    bf16 state (AdamW): min(t, 1/(1-beta)) 2^-7 max_t |x|, p + 0.1 lr t.
    int8 state (AdamW): m min(t, 1/(1-beta1)) 0.0072 x the block's max_t |m|, v with 0.0037; p +
-     0.5 lr t (the bounds of llmc/quant8.h; see dev/test/test_optim.c).
+     0.5 lr t (the bounds of llmc/optim/quant8.h; see dev/test/test_optim.c).
    LAMB's update is invariant to the scale of u, but the ratio is not: it is not compared here
      (test_optim does, with its bound); its effect, trust * u, is in the parameters.
    Lion: elements whose float64 c is nonzero but within 1e-5 of its terms are excluded (< 0.1%).
 
  usage: optimizers [--check | --bench] [-c CASE] [-n N | --gpt2] [-s STEPS] [-r REPEATS] [-q]
- To add a case: a row in kCases (an OptimizerConfig and a parameter format).
+ To add a case: a row in kCases (an OptimConfig and a parameter format).
 */
-#include "lab_optim.h"
-#include "llmc/optimizers.cuh"
-#include "llmc/optim_state.h"
+#include "dev/cuda/lab_optim.h"
+#include "llmc/optim/kernels.cuh"
+#include "llmc/optim/state.h"
 
 // ----------------------------------------------------------------------------
 // the problems (lab_optim.h): deterministic data
@@ -39,7 +50,7 @@
 static void init_params(const Problem& pb, std::vector<float>& p) {
     p.resize(pb.n);
     for (size_t s = 0; s < pb.segs.size(); s++) {
-        const OptSegment& sg = pb.segs[s];
+        const OptimSegment& sg = pb.segs[s];
 #pragma omp parallel for schedule(static) if ((long long)sg.count > OMP_MIN)
         for (long long k = 0; k < (long long)sg.count; k++) {
             size_t i = sg.offset + (size_t)k;
@@ -52,7 +63,7 @@ static void init_params(const Problem& pb, std::vector<float>& p) {
 static void make_grads(const Problem& pb, int t, std::vector<float>& g) {
     g.resize(pb.n);
     for (size_t s = 0; s < pb.segs.size(); s++) {
-        const OptSegment& sg = pb.segs[s];
+        const OptimSegment& sg = pb.segs[s];
         double sc = s % 7 == 6 ? 0.0 : pow(10.0, -4.0 + 2.0 * unit(77, s));
 #pragma omp parallel for schedule(static) if ((long long)sg.count > OMP_MIN)
         for (long long k = 0; k < (long long)sg.count; k++) {
@@ -70,14 +81,14 @@ static float clip_scale_of_step(int t) { return t % 2 ? 0.7f : 1.0f; }
 struct Case {
     const char* id;   // -c selects by id (several rows may share one)
     const char* name;
-    OptimizerConfig cfg;
+    OptimConfig cfg;
     bool bf16_params, master, bf16_grads, stochastic;
     float lr;
 };
 
-static OptimizerConfig cfg_of(OptimizerKind k, OptStatePrecision st = OPT_STATE_FP32, int amsgrad = 0,
+static OptimConfig cfg_of(OptimKind k, OptimStatePrecision st = OPT_STATE_FP32, int amsgrad = 0,
                               int nesterov = 0, float momentum = -1.0f, float dampening = 0.0f) {
-    OptimizerConfig c = optimizer_config_default(k);
+    OptimConfig c = optim_config_default(k);
     c.state = st;
     c.amsgrad = amsgrad;
     c.nesterov = nesterov;
@@ -102,6 +113,7 @@ static const Case kCases[] = {
     {"lamb", "lamb bf16 SR (no master)", cfg_of(OPT_LAMB), true, false, true, true, 1e-2f},
     {"adamw", "adamw", cfg_of(OPT_ADAMW), false, false, false, false, 1e-3f},
     {"adamw", "adamw amsgrad", cfg_of(OPT_ADAMW, OPT_STATE_FP32, 1), false, false, false, false, 1e-3f},
+    {"adamw", "adamw bf16+master+SR (the trainer's)", cfg_of(OPT_ADAMW), true, true, true, true, 1e-3f},
     {"adamw-bf16", "adamw bf16 state", cfg_of(OPT_ADAMW, OPT_STATE_BF16), false, false, false, false, 1e-3f},
     {"adamw-bf16", "adamw bf16 state amsgrad", cfg_of(OPT_ADAMW, OPT_STATE_BF16, 1), false, false, false, false, 1e-3f},
     {"adamw-bf16", "adamw bf16 state, bf16+master+SR", cfg_of(OPT_ADAMW, OPT_STATE_BF16), true, true, true, true, 1e-3f},
@@ -112,7 +124,7 @@ static const Case kCases[] = {
 
 // Bytes one step moves per parameter (reads + writes).
 static int bytes_per_param(const Case& c) {
-    const OptimizerConfig& k = c.cfg;
+    const OptimConfig& k = c.cfg;
     const int ps = c.bf16_params ? 2 : 4, g = c.bf16_grads ? 2 : 4;
     const int pr = c.master ? 4 : ps, pw = (c.master ? 4 : 0) + ps;
     switch (k.kind) {
@@ -136,7 +148,7 @@ struct Dev {
     float* master = nullptr;
     void* g = nullptr;     // fp32 or bf16
     float* scale = nullptr;
-    OptimizerState st = {};
+    OptimState st = {};
 };
 
 static void dev_case_alloc(const Case& c, const Problem& pb, Dev& d) {
@@ -144,7 +156,7 @@ static void dev_case_alloc(const Case& c, const Problem& pb, Dev& d) {
     cudaCheck(cudaMalloc(&d.g, pb.n * (c.bf16_grads ? 2 : 4)));
     if (c.master) cudaCheck(cudaMalloc((void**)&d.master, pb.n * 4));
     cudaCheck(cudaMalloc((void**)&d.scale, sizeof(float)));
-    optimizer_state_init_device(&d.st, &c.cfg, pb.segs.data(), (int)pb.segs.size(), pb.n);
+    optim_state_init_device(&d.st, &c.cfg, pb.segs.data(), (int)pb.segs.size(), pb.n);
 }
 
 static void dev_case_free(Dev& d) {
@@ -152,7 +164,7 @@ static void dev_case_free(Dev& d) {
     cudaCheck(cudaFree(d.g));
     cudaCheck(cudaFree(d.master));
     cudaCheck(cudaFree(d.scale));
-    optimizer_state_free_device(&d.st);
+    optim_state_free_device(&d.st);
     d = Dev();
 }
 
@@ -192,13 +204,13 @@ static void dev_upload_grads(const Case& c, Dev& d, std::vector<float>& g, float
 static void dev_step(const Case& c, Dev& d, int t, cudaStream_t stream) {
     const bool sr = c.stochastic;
     if (c.bf16_params && c.bf16_grads)
-        optimizer_step_gpu(&d.st, (__nv_bfloat16*)d.p, d.master, (const __nv_bfloat16*)d.g, c.lr, t, sr, d.scale, stream);
+        optim_step_gpu(&d.st, (__nv_bfloat16*)d.p, d.master, (const __nv_bfloat16*)d.g, c.lr, t, sr, d.scale, stream);
     else if (c.bf16_params)
-        optimizer_step_gpu(&d.st, (__nv_bfloat16*)d.p, d.master, (const float*)d.g, c.lr, t, sr, d.scale, stream);
+        optim_step_gpu(&d.st, (__nv_bfloat16*)d.p, d.master, (const float*)d.g, c.lr, t, sr, d.scale, stream);
     else if (c.bf16_grads)
-        optimizer_step_gpu(&d.st, (float*)d.p, d.master, (const __nv_bfloat16*)d.g, c.lr, t, sr, d.scale, stream);
+        optim_step_gpu(&d.st, (float*)d.p, d.master, (const __nv_bfloat16*)d.g, c.lr, t, sr, d.scale, stream);
     else
-        optimizer_step_gpu(&d.st, (float*)d.p, d.master, (const float*)d.g, c.lr, t, sr, d.scale, stream);
+        optim_step_gpu(&d.st, (float*)d.p, d.master, (const float*)d.g, c.lr, t, sr, d.scale, stream);
 }
 
 // The device's parameters as fp32 (the bf16 ones widened), and its master weights.
@@ -226,11 +238,11 @@ static void ref_init(Ref& r, const std::vector<float>& p0) {
     r.excluded.assign(p0.size(), 0);
 }
 
-static void ref_step(Ref& r, const Problem& pb, const OptimizerConfig& c, const std::vector<float>& grads, double scale,
+static void ref_step(Ref& r, const Problem& pb, const OptimConfig& c, const std::vector<float>& grads, double scale,
                      double lr0, int t) {
     const double b1 = c.beta1, b2 = c.beta2, eps = c.eps, mu = c.momentum, damp = c.dampening;
     const double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
-    for (const OptSegment& sg : pb.segs) {
+    for (const OptimSegment& sg : pb.segs) {
         const double lr = lr0 * sg.lr_mult, wd = sg.weight_decay;
         double pp = 0.0, uu = 0.0;
         for (size_t k = 0; k < sg.count; k++) {
@@ -276,7 +288,7 @@ static void ref_step(Ref& r, const Problem& pb, const OptimizerConfig& c, const 
 }
 
 // The state of element i (of segment s) as values, whatever its storage (host copy of the block).
-static void state_values(const OptimizerState& st, const unsigned char* blk, size_t i, int s, double& m, double& v) {
+static void state_values(const OptimState& st, const unsigned char* blk, size_t i, int s, double& m, double& v) {
     auto at = [&](const void* p) { return blk + ((const unsigned char*)p - (const unsigned char*)st.memory); };
     m = v = 0.0;
     if (st.m) m = ((const float*)at(st.m))[i];
@@ -329,6 +341,8 @@ static long long diff_bytes(const void* a, const void* b, size_t bytes) {
     return d;
 }
 
+static bool check_views(const Case& c, const Problem& pb, int steps); // (3), below
+
 static bool check_one(const Case& c, const Problem& pb, int steps) {
     const size_t n = pb.n;
     Dev d;
@@ -336,8 +350,8 @@ static bool check_one(const Case& c, const Problem& pb, int steps) {
     std::vector<float> p0;
     init_params(pb, p0);
     std::vector<float> tw = dev_upload_params(c, d, p0); // the CPU twin's fp32 parameters
-    OptimizerState cs;
-    optimizer_state_init(&cs, &c.cfg, pb.segs.data(), (int)pb.segs.size(), n, nullptr);
+    OptimState cs;
+    optim_state_init(&cs, &c.cfg, pb.segs.data(), (int)pb.segs.size(), n, nullptr);
     Ref r;
     ref_init(r, tw);
     std::vector<float> g;
@@ -350,7 +364,7 @@ static bool check_one(const Case& c, const Problem& pb, int steps) {
         dev_upload_grads(c, d, g, scale);
         dev_step(c, d, t, 0);
         cudaCheck(cudaDeviceSynchronize());
-        optimizer_step_cpu(&cs, tw.data(), g.data(), c.lr, t, scale);
+        optim_step_cpu(&cs, tw.data(), g.data(), c.lr, t, scale);
         if (c.bf16_params && !c.master) { // the twin reads back what the device stored
             const unsigned long long key = srng_step_key(c.cfg.seed, t);
             for (size_t i = 0; i < n; i++)
@@ -385,7 +399,7 @@ static bool check_one(const Case& c, const Problem& pb, int steps) {
         const std::vector<float>& pf = c.master ? dm : dp; // the fp32 parameters (or the bf16 ones)
         const bool bf16_p = c.bf16_params && !c.master;
         for (size_t s = 0; s < pb.segs.size(); s++) {
-            const OptSegment& sg = pb.segs[s];
+            const OptimSegment& sg = pb.segs[s];
             const double lr_eff = (double)c.lr * sg.lr_mult;
             double bm = 0.0, bv = 0.0;
             for (size_t k = 0; k < sg.count; k++) {
@@ -432,7 +446,129 @@ static bool check_one(const Case& c, const Problem& pb, int steps) {
         }
         ok = ok && good;
     }
-    optimizer_state_free(&cs);
+    optim_state_free(&cs);
+    dev_case_free(d);
+    return check_views(c, pb, std::min(steps, 3)) && ok;
+}
+
+// ----------------------------------------------------------------------------
+// (3) views
+
+static void upload_as(void* d, const std::vector<float>& x, bool bf16) {
+    if (bf16) {
+        std::vector<uint16_t> h(x.size());
+        for (size_t i = 0; i < x.size(); i++) h[i] = bf16_bits_round_nearest(x[i]); // exact: already bf16 values
+        cudaCheck(cudaMemcpy(d, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+    } else {
+        cudaCheck(cudaMemcpy(d, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+    }
+}
+
+// A view's part with its own state, gradients and master weights.
+struct ViewState {
+    ViewPart part;
+    OptimState st = {};
+    void* g = nullptr;
+    float* master = nullptr;
+};
+
+static void view_step(const Case& c, void* params, ViewState& vp, int t, const float* scale) {
+    const bool sr = c.stochastic;
+    if (c.bf16_params && c.bf16_grads)
+        optim_step_gpu(&vp.st, (__nv_bfloat16*)params, vp.master, (const __nv_bfloat16*)vp.g, c.lr, t, sr, scale, 0);
+    else if (c.bf16_params)
+        optim_step_gpu(&vp.st, (__nv_bfloat16*)params, vp.master, (const float*)vp.g, c.lr, t, sr, scale, 0);
+    else if (c.bf16_grads)
+        optim_step_gpu(&vp.st, (float*)params, vp.master, (const __nv_bfloat16*)vp.g, c.lr, t, sr, scale, 0);
+    else
+        optim_step_gpu(&vp.st, (float*)params, vp.master, (const float*)vp.g, c.lr, t, sr, scale, 0);
+}
+
+// Runs `steps` steps of case c through the whole model (Dev) and through each view, from the same
+// parameters and gradients; true when every view ends with the whole model's bits.
+static bool check_views(const Case& c, const Problem& pb, int steps) {
+    static const char* const kViews[] = {"zero", "badam", "chunks", "pieces"};
+    const size_t n = pb.n, pbytes = c.bf16_params ? 2 : 4;
+    std::vector<float> p0, g;
+    init_params(pb, p0);
+    Dev d;
+    dev_case_alloc(c, pb, d);
+    const std::vector<float> held = dev_upload_params(c, d, p0);
+    std::vector<std::vector<ViewState>> views;
+    std::vector<void*> vparams;
+    for (const char* name : kViews) {
+        views.emplace_back();
+        for (const ViewPart& part : view_build(name, pb, optim_cut_of(&c.cfg))) {
+            views.back().emplace_back();
+            views.back().back().part = part;
+        }
+        void* vp = nullptr;
+        cudaCheck(cudaMalloc(&vp, n * pbytes));
+        cudaCheck(cudaMemcpy(vp, d.p, n * pbytes, cudaMemcpyDeviceToDevice));
+        vparams.push_back(vp);
+        for (ViewState& vs : views.back()) {
+            const ViewPart& part = vs.part;
+            optim_state_init_device(&vs.st, &c.cfg, part.segs.data(), (int)part.segs.size(), part.n);
+            cudaCheck(cudaMalloc(&vs.g, part.n * (c.bf16_grads ? 2 : 4)));
+            if (c.master) {
+                cudaCheck(cudaMalloc((void**)&vs.master, part.n * 4));
+                upload_as(vs.master, view_gather(part, held), false);
+            }
+        }
+    }
+    for (int t = 1; t <= steps; t++) {
+        make_grads(pb, t, g);
+        dev_upload_grads(c, d, g, clip_scale_of_step(t)); // g: the values the device sees
+        dev_step(c, d, t, 0);
+        for (size_t v = 0; v < views.size(); v++) {
+            for (ViewState& vs : views[v]) {
+                upload_as(vs.g, view_gather(vs.part, g), c.bf16_grads);
+                view_step(c, vparams[v], vs, t, d.scale);
+            }
+        }
+    }
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<unsigned char> wp(n * pbytes), vpb(n * pbytes), wblk(d.st.bytes);
+    std::vector<float> wm(c.master ? n : 0);
+    cudaCheck(cudaMemcpy(wp.data(), d.p, n * pbytes, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(wblk.data(), d.st.memory, d.st.bytes, cudaMemcpyDeviceToHost));
+    if (c.master) cudaCheck(cudaMemcpy(wm.data(), d.master, n * 4, cudaMemcpyDeviceToHost));
+    bool ok = true;
+    for (size_t v = 0; v < views.size(); v++) {
+        cudaCheck(cudaMemcpy(vpb.data(), vparams[v], n * pbytes, cudaMemcpyDeviceToHost));
+        long long dparam = diff_bytes(wp.data(), vpb.data(), n * pbytes), dmaster = 0, dstate = 0;
+        for (ViewState& vs : views[v]) {
+            const ViewPart& part = vs.part;
+            std::vector<unsigned char> blk(vs.st.bytes);
+            cudaCheck(cudaMemcpy(blk.data(), vs.st.memory, vs.st.bytes, cudaMemcpyDeviceToHost));
+            std::vector<float> pm(c.master ? part.n : 0);
+            if (c.master) cudaCheck(cudaMemcpy(pm.data(), vs.master, part.n * 4, cudaMemcpyDeviceToHost));
+            for (size_t s = 0; s < part.segs.size(); s++) {
+                const OptimSegment& sg = part.segs[s];
+                for (size_t k = 0; k < sg.count; k++) {
+                    const size_t i = sg.offset + k, gi = sg.param + k;
+                    double m, vv, wmv, wvv;
+                    state_values(vs.st, blk.data(), i, (int)s, m, vv);
+                    state_values(d.st, wblk.data(), gi, (int)whole_segment(pb, gi), wmv, wvv);
+                    dstate += memcmp(&m, &wmv, sizeof m) != 0 || memcmp(&vv, &wvv, sizeof vv) != 0;
+                    if (c.master) dmaster += memcmp(&pm[i], &wm[gi], 4) != 0;
+                }
+            }
+        }
+        const bool same = dparam == 0 && dmaster == 0 && dstate == 0;
+        if (!g_quiet || !same) {
+            printf("    %-34s view %-6s (%zu parts), %d steps: %s (%lld param bytes, %lld master, %lld state elements differ)\n",
+                   c.name, kViews[v], views[v].size(), steps, same ? "bit-identical to the whole model" : "DIFFERS",
+                   dparam, dmaster, dstate);
+        }
+        ok = ok && same;
+        for (ViewState& vs : views[v]) {
+            optim_state_free_device(&vs.st);
+            cudaCheck(cudaFree(vs.g));
+            cudaCheck(cudaFree(vs.master));
+        }
+        cudaCheck(cudaFree(vparams[v]));
+    }
     dev_case_free(d);
     return ok;
 }

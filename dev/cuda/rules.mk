@@ -100,8 +100,8 @@ CUDA_TEST_CMDS += $(foreach p,matmul matmul_fp32,&& $(BUILD)/cuda/$(p) --bench -
 CUDA_TEST_CMDS += $(foreach p,attention attention_fp32,&& $(BUILD)/cuda/$(p) --bench -b 1 -t 24 -c 32 --nh 2 -s 64 -r 1 >/dev/null)
 cuda-compile-check: build/cuda-check/matmul_fp32.o build/cuda-check/attention_fp32.o
 
-# --- the optimizer family (llmc/optimizers.cuh, dev/cuda/optimizers.cu) ---------------------------
-# Every optimizer x state precision x parameter format through optimizer_step_gpu, against the CPU
-# updates of llmc/optim.h bit for bit and against float64, in both thread orders; --bench once on
+# --- the optimizer family (llmc/optim/kernels.cuh, dev/cuda/optimizers.cu) ---------------------------
+# Every optimizer x state precision x parameter format through optim_step_gpu, against the CPU
+# updates of llmc/optim/optim.h bit for bit and against float64, in both thread orders; --bench once on
 # a tiny problem (the code path only).
 CUDA_TEST_CMDS += && $(BUILD)/cuda/optimizers --bench -r 1 -n 5000 >/dev/null

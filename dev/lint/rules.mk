@@ -11,7 +11,7 @@
 
 CPPCHECK ?= cppcheck
 CLANG_TIDY ?= clang-tidy
-LINT_C_HEADERS := $(filter-out llmc/cuda/% llmc/cuda_common.h llmc/run/run.h,$(wildcard llmc/*.h llmc/*/*.h))
+LINT_C_HEADERS := $(filter-out llmc/cuda/% llmc/run/run.h,$(wildcard llmc/*.h llmc/*/*.h))
 LINT_TUS := train_gpt2.c test_gpt2.c build/lint/all_headers.c dev/export/hf_convert.c
 LINT_CFLAGS := -std=gnu11 -fopenmp -I. $(if $(BLAS_INC),-I$(BLAS_INC))
 

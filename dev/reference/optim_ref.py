@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """
-optim_ref.py: the CPU optimizer family of leanstep (llmc/optim.h, llmc/optim_state.h) against
+optim_ref.py: the CPU optimizer family of leanstep (llmc/optim/optim.h, llmc/optim/state.h) against
 PyTorch, on fresh random tensors of several shapes, 5 steps each. Exits 1 on any mismatch.
 
   SGD    torch.optim.SGD(momentum, dampening, nesterov), plain SGD too

@@ -1,6 +1,6 @@
 # rules for the optimizer family's tests (included by the top-level Makefile)
 #
-#   make test-optim    the CPU optimizers of llmc/optim.h: unit tests against a float64 reference
+#   make test-optim    the CPU optimizers of llmc/optim/optim.h: unit tests against a float64 reference
 #                      and bit-level properties ($(BUILD)/test_optim), then dev/reference/optim_ref.py
 #                      against PyTorch (torch.optim.SGD and AdamW; LAMB and Lion from their papers'
 #                      formulas in torch ops). A few seconds.

@@ -1,5 +1,5 @@
 /*
- test_optim.c: the CPU optimizer family (llmc/optim.h, llmc/optim_state.h). One driver, three modes.
+ test_optim.c: the CPU optimizer family (llmc/optim/optim.h, llmc/optim/state.h). One driver, three modes.
 
    test_optim [--units] [-q]  unit tests, one line each (-q: failures only), exit 1 on a failure
                           (about a second; `make test-optim`):
@@ -22,7 +22,7 @@
    bf16 state (AdamW): m, v within min(t, 1/(1-beta)) 2^-7 max_t |x| (one bf16 rounding per step,
      decaying with beta); p within 0.1 lr t (the update sees rounded moments).
    int8 state (AdamW): m within min(t, 1/(1-beta1)) 0.0072 x the block's max_t |m| (half the
-     largest code gap, llmc/quant8.h), v likewise with 0.0037; p within 0.5 lr t (m / sqrt(v) of
+     largest code gap, llmc/optim/quant8.h), v likewise with 0.0037; p within 0.5 lr t (m / sqrt(v) of
      elements far below their block's absmax changes by tens of %).
    LAMB's trust ratio within 1e-6 + (e1 + e2 / 2) S relative: e1, e2 are the relative errors of the
      fp32 bias corrections 1 / (1 - beta^t) (1 - beta2^t cancels: e2 ~ 7e-6 at t = 2 for beta2 =
@@ -44,8 +44,9 @@
 #include "llmc/config.h"
 #include "llmc/params.h"
 #include "llmc/run/logger.h"
-#include "llmc/optim.h"
-#include "llmc/optim_state.h"
+#include "llmc/optim/optim.h"
+#include "llmc/optim/state.h"
+#include "llmc/optim/views.h"
 #include "dev/cpu/bench_util.h"
 
 static int g_failed = 0;
@@ -67,13 +68,13 @@ static double normalish(uint64_t seed, uint64_t i) { // mean 0, variance 1 (sum 
 }
 
 typedef struct {
-    OptSegment segs[64];
+    OptimSegment segs[64];
     int nseg;
     size_t n;
 } Problem;
 
 static void add_seg(Problem* pb, size_t count, float wd, float lr_mult) {
-    pb->segs[pb->nseg] = (OptSegment){pb->n, count, wd, lr_mult};
+    pb->segs[pb->nseg] = optim_segment(pb->n, count, wd, lr_mult, pb->nseg);
     pb->nseg++;
     pb->n += count;
 }
@@ -91,7 +92,7 @@ static Problem problem_mixed(void) {
 
 static void init_params(const Problem* pb, float* p) {
     for (int s = 0; s < pb->nseg; s++) {
-        const OptSegment* sg = &pb->segs[s];
+        const OptimSegment* sg = &pb->segs[s];
         for (size_t k = 0; k < sg->count; k++) { // norm-like tensors near 1, the others N(0, 0.02)-like
             size_t i = sg->offset + k;
             p[i] = (float)(s % 4 == 3 ? 1.0 + 0.1 * normalish(11, i) : 0.02 * normalish(11, i));
@@ -103,7 +104,7 @@ static void init_params(const Problem* pb, float* p) {
 // gradients (LAMB: u = wd * p only).
 static void make_grads(const Problem* pb, int t, float* g) {
     for (int s = 0; s < pb->nseg; s++) {
-        const OptSegment* sg = &pb->segs[s];
+        const OptimSegment* sg = &pb->segs[s];
         double sc = s == 10 ? 0.0 : pow(10.0, -4.0 + 2.0 * unit01(77, (uint64_t)s));
         for (size_t k = 0; k < sg->count; k++) {
             size_t i = sg->offset + k;
@@ -115,7 +116,7 @@ static void make_grads(const Problem* pb, int t, float* g) {
 static float clip_scale_of_step(int t) { return t % 2 ? 0.7f : 1.0f; } // odd steps clip
 
 // ----------------------------------------------------------------------------
-// float64 reference of every optimizer, from the formulas (independent of llmc/optim.h)
+// float64 reference of every optimizer, from the formulas (independent of llmc/optim/optim.h)
 
 typedef struct {
     double *p, *m, *v, *vmax;
@@ -145,12 +146,12 @@ static void ref_free(Ref* r) {
     free(r->excluded);
 }
 
-static void ref_step(Ref* r, const Problem* pb, const OptimizerConfig* c, const float* grads, double scale, double lr0,
+static void ref_step(Ref* r, const Problem* pb, const OptimConfig* c, const float* grads, double scale, double lr0,
                      int t) {
     const double b1 = c->beta1, b2 = c->beta2, eps = c->eps, mu = c->momentum, damp = c->dampening;
     const double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
     for (int s = 0; s < pb->nseg; s++) {
-        const OptSegment* sg = &pb->segs[s];
+        const OptimSegment* sg = &pb->segs[s];
         const double lr = lr0 * sg->lr_mult, wd = sg->weight_decay;
         double pp = 0.0, uu = 0.0, du = 0.0;
         for (size_t k = 0; k < sg->count; k++) {
@@ -235,7 +236,7 @@ static void cmp_detail(const Cmp* c, const char* what, char* buf, size_t size) {
 }
 
 // The optimizer's m, v of element i as fp32 values (whatever the storage).
-static void state_values(const OptimizerState* st, const Problem* pb, size_t i, int s, double* m, double* v) {
+static void state_values(const OptimState* st, const Problem* pb, size_t i, int s, double* m, double* v) {
     *m = *v = 0.0;
     if (st->m != NULL) *m = st->m[i];
     if (st->v != NULL) *v = st->v[i];
@@ -253,16 +254,16 @@ static void state_values(const OptimizerState* st, const Problem* pb, size_t i, 
     }
 }
 
-static const char* config_name(const OptimizerConfig* c, char* buf, size_t size) {
-    snprintf(buf, size, "%s%s%s%s state %s", optimizer_kind_name(c->kind), c->amsgrad ? "+amsgrad" : "",
+static const char* config_name(const OptimConfig* c, char* buf, size_t size) {
+    snprintf(buf, size, "%s%s%s%s state %s", optim_kind_name(c->kind), c->amsgrad ? "+amsgrad" : "",
              c->nesterov ? "+nesterov" : "",
              c->kind == OPT_SGD ? (c->momentum == 0.0f ? " (no momentum)" : c->dampening != 0.0f ? " (dampening)" : "") : "",
-             opt_state_name(c->state));
+             optim_precision_name(c->state));
     return buf;
 }
 
 // S steps of cfg on the mixed problem against the float64 reference.
-static void test_vs_float64(const OptimizerConfig* cfg, int steps, float lr) {
+static void test_vs_float64(const OptimConfig* cfg, int steps, float lr) {
     Problem pb = problem_mixed();
     const size_t n = pb.n;
     float* p = (float*)mallocCheck(n * sizeof(float));
@@ -270,16 +271,16 @@ static void test_vs_float64(const OptimizerConfig* cfg, int steps, float lr) {
     init_params(&pb, p);
     Ref r;
     ref_init(&r, p, n);
-    OptimizerState st;
-    optimizer_state_init(&st, cfg, pb.segs, pb.nseg, n, NULL);
+    OptimState st;
+    optim_state_init(&st, cfg, pb.segs, pb.nseg, n, NULL);
     Cmp cp = {0}, cm = {0}, cv = {0}, ct = {0};
     for (int t = 1; t <= steps; t++) {
         make_grads(&pb, t, g);
         float scale = clip_scale_of_step(t);
-        optimizer_step_cpu(&st, p, g, lr, t, scale);
+        optim_step_cpu(&st, p, g, lr, t, scale);
         ref_step(&r, &pb, cfg, g, (double)scale, (double)lr, t);
         for (int s = 0; s < pb.nseg; s++) {
-            const OptSegment* sg = &pb.segs[s];
+            const OptimSegment* sg = &pb.segs[s];
             const double lr_eff = (double)lr * sg->lr_mult;
             double bm = 0.0, bv = 0.0; // int8: the block's largest reference |m|, v so far
             for (size_t k = 0; k < sg->count; k++) {
@@ -334,7 +335,7 @@ static void test_vs_float64(const OptimizerConfig* cfg, int steps, float lr) {
         snprintf(detail + len, sizeof detail - len, "(%lld of %zu excluded: sign of ~0)", excl, n);
     }
     report(name, cp.bad == 0 && cm.bad == 0 && cv.bad == 0 && ct.bad == 0 && excl * 1000 < (long long)n, detail);
-    optimizer_state_free(&st);
+    optim_state_free(&st);
     ref_free(&r);
     free(p);
     free(g);
@@ -346,14 +347,14 @@ static void test_vs_float64(const OptimizerConfig* cfg, int steps, float lr) {
 // Runs `steps` steps of cfg with `threads` OpenMP threads; returns params and the whole state
 // block (malloc'd, caller frees). pre_scaled: multiply the gradients by the clip scale in float
 // first and pass scale 1.
-static void run_cfg(const OptimizerConfig* cfg, const Problem* pb, int steps, int threads, int pre_scaled,
+static void run_cfg(const OptimConfig* cfg, const Problem* pb, int steps, int threads, int pre_scaled,
                     float** p_out, unsigned char** state_out, size_t* state_bytes) {
     const size_t n = pb->n;
     float* p = (float*)mallocCheck(n * sizeof(float));
     float* g = (float*)mallocCheck(n * sizeof(float));
     init_params(pb, p);
-    OptimizerState st;
-    optimizer_state_init(&st, cfg, pb->segs, pb->nseg, n, NULL);
+    OptimState st;
+    optim_state_init(&st, cfg, pb->segs, pb->nseg, n, NULL);
 #ifdef _OPENMP
     int saved = omp_get_max_threads();
     omp_set_num_threads(threads);
@@ -367,7 +368,7 @@ static void run_cfg(const OptimizerConfig* cfg, const Problem* pb, int steps, in
             for (size_t i = 0; i < n; i++) g[i] = g[i] * scale;
             scale = 1.0f;
         }
-        optimizer_step_cpu(&st, p, g, 1e-3f, t, scale);
+        optim_step_cpu(&st, p, g, 1e-3f, t, scale);
     }
 #ifdef _OPENMP
     omp_set_num_threads(saved);
@@ -376,7 +377,7 @@ static void run_cfg(const OptimizerConfig* cfg, const Problem* pb, int steps, in
     memcpy(*state_out, st.memory, st.bytes);
     *state_bytes = st.bytes;
     *p_out = p;
-    optimizer_state_free(&st);
+    optim_state_free(&st);
     free(g);
 }
 
@@ -388,7 +389,7 @@ static long long count_diff_bits(const void* a, const void* b, size_t bytes) {
 }
 
 // Same bits with 1 and 2 threads, and with the clip scale given or applied to the gradients.
-static void test_bits(const OptimizerConfig* cfg) {
+static void test_bits(const OptimConfig* cfg) {
     Problem pb = problem_mixed();
     float *p1, *p2, *p3;
     unsigned char *s1, *s2, *s3;
@@ -405,12 +406,102 @@ static void test_bits(const OptimizerConfig* cfg) {
     free(p1); free(p2); free(p3); free(s1); free(s2); free(s3);
 }
 
+// Views: the same steps through states that each hold a part of the model (segments with offset
+// rebased into the part's gradients and state, param the global index) give the whole model's
+// parameter bits: ZeRO-1 shards (3; int8 cut at the tensor's block boundaries, LAMB at tensor
+// boundaries), BAdam blocks (the even and the odd tensors, compact), and one state holding the
+// tensors in reverse order cut into OPT_BLOCK pieces (LAMB's trust ratio over a tensor's pieces).
+#define VIEW_MAX_SEGS 256
+
+typedef struct {
+    OptimSegment segs[VIEW_MAX_SEGS];
+    int nseg;
+    size_t n;
+} ViewPart;
+
+static void view_part_add(ViewPart* vp, OptimSegment sg) {
+    if (vp->nseg == VIEW_MAX_SEGS) ls_fatal("test_optim: a view of more than %d segments", VIEW_MAX_SEGS);
+    sg.offset = vp->n;
+    vp->segs[vp->nseg++] = sg;
+    vp->n += sg.count;
+}
+
+// Returns the number of parts (<= 3) of view `which` (0 zero, 1 badam, 2 pieces).
+static int view_build(const Problem* pb, const OptimConfig* c, int which, ViewPart* parts) {
+    memset(parts, 0, 3 * sizeof(ViewPart));
+    if (which == 0) {
+        const OptimCut rule = optim_cut_of(c);
+        size_t shard = zero_shard_elems(pb->n, 3);
+        size_t cut[4] = {0, optim_cut_snap(pb->segs, pb->nseg, shard, rule), optim_cut_snap(pb->segs, pb->nseg, 2 * shard, rule), pb->n};
+        OptimSegment tmp[64];
+        int np = 0;
+        for (int r = 0; r < 3; r++) {
+            if (cut[r + 1] <= cut[r] || cut[r] >= pb->n) continue;
+            int k = optim_segments_cut(pb->segs, pb->nseg, cut[r], cut[r + 1], tmp);
+            for (int s = 0; s < k; s++) view_part_add(&parts[np], tmp[s]);
+            np++;
+        }
+        return np;
+    }
+    if (which == 1) {
+        for (int s = 0; s < pb->nseg; s++) view_part_add(&parts[s % 2], pb->segs[s]);
+        return parts[1].nseg > 0 ? 2 : 1;
+    }
+    for (int s = pb->nseg - 1; s >= 0; s--) {
+        for (size_t r = 0; r < pb->segs[s].count; r += OPT_BLOCK) {
+            OptimSegment piece = pb->segs[s];
+            piece.param += r;
+            piece.count = pb->segs[s].count - r < OPT_BLOCK ? pb->segs[s].count - r : OPT_BLOCK;
+            view_part_add(&parts[0], piece);
+        }
+    }
+    return 1;
+}
+
+static void test_views(const OptimConfig* cfg) {
+    static const char* const names[3] = {"zero", "badam", "pieces"};
+    Problem pb = problem_mixed();
+    float *pw;
+    unsigned char* sw;
+    size_t bw;
+    run_cfg(cfg, &pb, 4, 2, 0, &pw, &sw, &bw);
+    free(sw);
+    float* p = (float*)mallocCheck(pb.n * 4);
+    float* g = (float*)mallocCheck(pb.n * 4);
+    float* gp = (float*)mallocCheck(pb.n * 4);
+    ViewPart* parts = (ViewPart*)mallocCheck(3 * sizeof(ViewPart));
+    for (int which = 0; which < 3; which++) {
+        const int np = view_build(&pb, cfg, which, parts);
+        OptimState st[3];
+        for (int k = 0; k < np; k++) optim_state_init(&st[k], cfg, parts[k].segs, parts[k].nseg, parts[k].n, NULL);
+        init_params(&pb, p);
+        for (int t = 1; t <= 4; t++) {
+            make_grads(&pb, t, g);
+            for (int k = 0; k < np; k++) {
+                for (int s = 0; s < parts[k].nseg; s++) {
+                    const OptimSegment* sg = &parts[k].segs[s];
+                    memcpy(gp + sg->offset, g + sg->param, sg->count * sizeof(float));
+                }
+                optim_step_cpu(&st[k], p, gp, 1e-3f, t, clip_scale_of_step(t));
+            }
+        }
+        for (int k = 0; k < np; k++) optim_state_free(&st[k]);
+        char name[192], cname[96], detail[96];
+        snprintf(name, sizeof name, "%s: view %s (%d parts) == whole model (bits)", config_name(cfg, cname, sizeof cname),
+                 names[which], np);
+        long long d = count_diff_bits(p, pw, pb.n * 4);
+        snprintf(detail, sizeof detail, "%lld bytes differ", d);
+        report(name, d == 0, detail);
+    }
+    free(parts); free(p); free(g); free(gp); free(pw);
+}
+
 // Step 1 of AMSGrad is AdamW's step 1 (vmax = max(0, v) = v); int8 state leaves the small tensors'
 // updates bit-identical to fp32 AdamW; the dispatcher's fp32 AdamW is adamw_update_cpu.
 static void test_adamw_identities(void) {
     Problem pb = problem_mixed();
-    OptimizerConfig base = optimizer_config_default(OPT_ADAMW);
-    OptimizerConfig ams = base, q8 = base;
+    OptimConfig base = optim_config_default(OPT_ADAMW);
+    OptimConfig ams = base, q8 = base;
     ams.amsgrad = 1;
     q8.state = OPT_STATE_INT8;
     float *pa, *pb1, *pq;
@@ -424,7 +515,7 @@ static void test_adamw_identities(void) {
     run_cfg(&q8, &pb, 5, 2, 0, &pq, &sq, &bq);
     long long same = 0, small = 0, big_same = 0, big = 0;
     for (int s = 0; s < pb.nseg; s++) {
-        const OptSegment* sg = &pb.segs[s];
+        const OptimSegment* sg = &pb.segs[s];
         long long d = count_diff_bits(pa + sg->offset, pq + sg->offset, sg->count * 4);
         if (sg->count < QUANT8_MIN_ELEMS) { small += (long long)sg->count; same += d == 0 ? (long long)sg->count : 0; }
         else { big += (long long)sg->count; big_same += d == 0; }
@@ -442,17 +533,17 @@ static void test_adamw_identities(void) {
     float* v = (float*)callocCheck(pb.n, 4);
     init_params(&pb, p);
     memcpy(q, p, pb.n * 4);
-    OptimizerState st;
-    optimizer_state_init(&st, &base, pb.segs, pb.nseg, pb.n, NULL);
+    OptimState st;
+    optim_state_init(&st, &base, pb.segs, pb.nseg, pb.n, NULL);
     AdamWHyper h = {2e-3f, base.beta1, base.beta2, base.eps, 0.0f, 0.0f};
     for (int t = 1; t <= 3; t++) {
         make_grads(&pb, t, g);
-        optimizer_step_cpu(&st, p, g, 2e-3f, t, 0.5f);
+        optim_step_cpu(&st, p, g, 2e-3f, t, 0.5f);
         adamw_update_cpu(q, g, m, v, pb.segs, pb.nseg, &h, t, 0.5f);
     }
-    report("optimizer_step_cpu adamw fp32 == adamw_update_cpu (bits)",
+    report("optim_step_cpu adamw fp32 == adamw_update_cpu (bits)",
            count_diff_bits(p, q, pb.n * 4) == 0 && count_diff_bits(st.m, m, pb.n * 4) == 0, "");
-    optimizer_state_free(&st);
+    optim_state_free(&st);
     free(p); free(q); free(g); free(m); free(v);
 }
 
@@ -472,10 +563,10 @@ static void test_lamb_edges(void) {
     }
     float keep[50];
     memcpy(keep, p + 100, sizeof keep);
-    OptimizerConfig c = optimizer_config_default(OPT_LAMB);
-    OptimizerState st;
-    optimizer_state_init(&st, &c, pb.segs, pb.nseg, pb.n, NULL);
-    optimizer_step_cpu(&st, p, g, 0.01f, 1, 1.0f);
+    OptimConfig c = optim_config_default(OPT_LAMB);
+    OptimState st;
+    optim_state_init(&st, &c, pb.segs, pb.nseg, pb.n, NULL);
+    optim_step_cpu(&st, p, g, 0.01f, 1, 1.0f);
     // step 1: m_hat = g, v_hat = g^2 -> u = g / (|g| + eps) ~ sign(g)
     int ok_zero = st.trust[0] == 1.0f;
     for (size_t i = 0; i < 100 && ok_zero; i++) {
@@ -494,7 +585,7 @@ static void test_lamb_edges(void) {
     char detail[128];
     snprintf(detail, sizeof detail, "trust %.7g %.7g %.7g (want 1, 1, %.7g)", st.trust[0], st.trust[1], st.trust[2], want);
     report("lamb: zero params / zero update -> trust 1; ratio", ok_zero && ok_still && fabs(st.trust[2] - want) <= 1e-6 * want, detail);
-    optimizer_state_free(&st);
+    optim_state_free(&st);
     free(p);
     free(g);
 }
@@ -506,17 +597,17 @@ static void test_lion_sign(void) {
     add_seg(&pb, 1000, 0.0f, 1.0f);
     float p[1000], g[1000];
     for (int i = 0; i < 1000; i++) { p[i] = 0.25f; g[i] = i == 7 ? 0.0f : (float)normalish(9, (uint64_t)i) * 1e-3f; }
-    OptimizerConfig c = optimizer_config_default(OPT_LION);
-    OptimizerState st;
-    optimizer_state_init(&st, &c, pb.segs, pb.nseg, pb.n, NULL);
-    optimizer_step_cpu(&st, p, g, 1.0f / 64, 1, 1.0f);
+    OptimConfig c = optim_config_default(OPT_LION);
+    OptimState st;
+    optim_state_init(&st, &c, pb.segs, pb.nseg, pb.n, NULL);
+    optim_step_cpu(&st, p, g, 1.0f / 64, 1, 1.0f);
     int ok = 1;
     for (int i = 0; i < 1000; i++) {
         float want = g[i] > 0 ? 0.25f - 1.0f / 64 : g[i] < 0 ? 0.25f + 1.0f / 64 : 0.25f;
         ok &= p[i] == want;
     }
     report("lion: step 1 moves every parameter by lr * sign(g) exactly", ok, "");
-    optimizer_state_free(&st);
+    optim_state_free(&st);
 }
 
 // ----------------------------------------------------------------------------
@@ -622,7 +713,7 @@ static void test_quant8(void) {
 static void test_config_check(void) {
     char why[256];
     int ok = 1;
-    struct { OptimizerKind kind; OptStatePrecision st; int ams, nest; float mom, damp; const char* needle; } bad[] = {
+    struct { OptimKind kind; OptimStatePrecision st; int ams, nest; float mom, damp; const char* needle; } bad[] = {
         {OPT_SGD, OPT_STATE_BF16, 0, 0, 0.9f, 0.0f, "--opt-state bf16"},
         {OPT_LION, OPT_STATE_INT8, 0, 0, 0.0f, 0.0f, "--opt-state int8"},
         {OPT_LAMB, OPT_STATE_FP32, 1, 0, 0.0f, 0.0f, "--amsgrad"},
@@ -634,51 +725,117 @@ static void test_config_check(void) {
         {OPT_SGD, OPT_STATE_FP32, 0, 0, 1.5f, 0.0f, "--momentum 1.5"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
-        OptimizerConfig c = optimizer_config_default(bad[k].kind);
+        OptimConfig c = optim_config_default(bad[k].kind);
         c.state = bad[k].st;
         c.amsgrad = bad[k].ams;
         c.nesterov = bad[k].nest;
         c.momentum = bad[k].mom;
         c.dampening = bad[k].damp;
-        int accepted = optimizer_config_check(&c, why, sizeof why);
+        int accepted = optim_config_check(&c, why, sizeof why);
         if (accepted || strstr(why, bad[k].needle) == NULL) {
             printf("    config %zu: %s: '%s'\n", k, accepted ? "accepted" : "message lacks the flag", why);
             ok = 0;
         }
     }
-    OptimizerKind kinds[4] = {OPT_ADAMW, OPT_SGD, OPT_LAMB, OPT_LION};
+    OptimKind kinds[4] = {OPT_ADAMW, OPT_SGD, OPT_LAMB, OPT_LION};
     for (int k = 0; k < 4; k++) {
-        OptimizerConfig c = optimizer_config_default(kinds[k]);
-        ok &= optimizer_config_check(&c, why, sizeof why);
-        OptimizerKind back = OPT_ADAMW;
-        ok &= optimizer_kind_parse(optimizer_kind_name(kinds[k]), &back) && back == kinds[k];
+        OptimConfig c = optim_config_default(kinds[k]);
+        ok &= optim_config_check(&c, why, sizeof why);
+        OptimKind back = OPT_ADAMW;
+        ok &= optim_kind_parse(optim_kind_name(kinds[k]), &back) && back == kinds[k];
     }
-    OptStatePrecision sp = OPT_STATE_FP32;
-    ok &= opt_state_parse("int8", &sp) && sp == OPT_STATE_INT8 && !opt_state_parse("fp16", &sp);
-    OptimizerKind kk = OPT_ADAMW;
-    ok &= !optimizer_kind_parse("adam", &kk);
+    OptimStatePrecision sp = OPT_STATE_FP32;
+    ok &= optim_precision_parse("int8", &sp) && sp == OPT_STATE_INT8 && !optim_precision_parse("fp16", &sp);
+    OptimKind kk = OPT_ADAMW;
+    ok &= !optim_kind_parse("adam", &kk);
     report("config checks name the conflicting flags; names parse", ok, "");
 }
 
 // The per-layer segments of GPT-2 124M.
-static int gpt2_segments(const char* desc, OptSegment** segs, size_t* n) {
+static int gpt2_segments(const char* desc, OptimSegment** segs, size_t* n) {
     GPT2Config c;
     if (!gpt2_config_from_descriptor(desc, &c)) ls_fatal("test_optim: --desc '%s' is not a model descriptor", desc);
     ParamTable pt;
     param_table_build(&pt, &c);
     int nseg = optim_segments_count_layers(&pt);
-    *segs = (OptSegment*)mallocCheck((size_t)nseg * sizeof(OptSegment));
+    *segs = (OptimSegment*)mallocCheck((size_t)nseg * sizeof(OptimSegment));
     int k = optim_segments_build_layers(&pt, 0.1f, *segs);
     if (k != nseg) ls_fatal("test_optim: %d segments built, %d counted", k, nseg);
     *n = pt.total;
     return nseg;
 }
 
-typedef struct { const char* name; OptimizerConfig cfg; int bytes_moved; } Variant;
+// The step plan (llmc/optim/views.h) against BAdam's rules written out, and a BAdam block's
+// view through the engine against the per-slice AdamW the trainers run today (bits).
+static void test_plan(void) {
+    GPT2Config c;
+    if (!gpt2_config_from_descriptor("L3C16H2", &c)) ls_fatal("test_optim: bad descriptor");
+    ParamTable pt;
+    param_table_build(&pt, &c);
+    Badam bd;
+    badam_init(&bd, &pt, 2, BADAM_ASCENDING, 1, 7); // K = 2, D = 4 (3 layers + embeddings)
+    OptimRun run = {&pt, &bd}, off = {&pt, NULL};
+    int ok = 1;
+    for (int step = 0; step < 17; step++) {
+        OptimPlan p = optim_plan_step(&run, step, step != 5);
+        const int block = (step / 2) % 4;
+        ok &= p.block == block && p.num_slices == (block < 3 ? 12 : 4);
+        ok &= p.lowest_layer == (block < 3 ? block : 0) && p.opt_step == step % 2 + 1;
+        ok &= p.reset == (step % 2 == 0 || step == 5);
+        OptimPlan q = optim_plan_step(&off, step, step != 0);
+        ok &= q.block == -1 && q.num_slices == 0 && q.lowest_layer == 0 && q.opt_step == step + 1 && q.reset == (step == 0);
+    }
+    report("step plan: BAdam block, slices, lowest layer, reset, step counter", ok, "");
+    // block 1's view: compact, contiguous, the slices' places; its update == the per-slice AdamW
+    OptimPlan p = optim_plan_step(&run, 2, 1);
+    OptimSegment segs[BADAM_MAX_SLICES];
+    size_t n_state;
+    int nseg = optim_view_badam(&pt, p.slices, p.num_slices, 0.1f, segs, &n_state);
+    int vok = n_state == badam_block_elems(&bd, &pt, 1) && nseg == p.num_slices;
+    for (int k = 0; k < nseg; k++) vok &= segs[k].param == p.slices[k].offset && segs[k].offset == p.slices[k].compact;
+    float* a = (float*)mallocCheck(pt.total * sizeof(float));
+    float* b = (float*)mallocCheck(pt.total * sizeof(float));
+    float* g = (float*)mallocCheck(n_state * sizeof(float));
+    float* m = (float*)callocCheck(n_state, sizeof(float));
+    float* v = (float*)callocCheck(n_state, sizeof(float));
+    params_init_random(&pt, a, 42);
+    memcpy(b, a, pt.total * sizeof(float));
+    OptimConfig cfg = optim_config_default(OPT_ADAMW);
+    OptimState st;
+    optim_state_init(&st, &cfg, segs, nseg, n_state, NULL);
+    AdamWHyper h = {1e-3f, cfg.beta1, cfg.beta2, cfg.eps, 0.1f, 1.0f};
+    for (int t = 1; t <= 3; t++) {
+        for (size_t i = 0; i < n_state; i++) g[i] = (float)(1e-3 * normalish(9, (uint64_t)t * 1000003u + i));
+        optim_step_cpu(&st, a, g, 1e-3f, t, 0.8f);
+        for (int k = 0; k < p.num_slices; k++) { // the trainers' BAdam update today
+            const BadamSlice* sl = &p.slices[k];
+            const ParamTensor* tt = &pt.t[sl->tensor];
+            OptimSegment one = optim_segment(0, sl->count, tt->decay ? 0.1f : 0.0f, tt->lr_mult, 0);
+            adamw_update_cpu(b + sl->offset, g + sl->compact, m + sl->compact, v + sl->compact, &one, 1, &h, t, 0.8f);
+        }
+    }
+    long long d = count_diff_bits(a, b, pt.total * sizeof(float)) + count_diff_bits(st.m, m, n_state * sizeof(float));
+    char detail[64];
+    snprintf(detail, sizeof detail, "%lld bytes differ", d);
+    report("BAdam block view through the engine == per-slice AdamW (bits)", vok && d == 0, detail);
+    optim_state_free(&st);
+    free(a); free(b); free(g); free(m); free(v);
+    // where tables may be cut
+    Problem pb = problem_mixed(); // tensor 2: [8, 4104), 4096 elements
+    OptimConfig q8 = optim_config_default(OPT_ADAMW), lamb = optim_config_default(OPT_LAMB), sgd = optim_config_default(OPT_SGD);
+    q8.state = OPT_STATE_INT8;
+    int cok = optim_cut_snap(pb.segs, pb.nseg, 100, optim_cut_of(&q8)) == 8 + OPT_BLOCK;
+    cok &= optim_cut_snap(pb.segs, pb.nseg, 100, optim_cut_of(&lamb)) == 8 + 4096;
+    cok &= optim_cut_snap(pb.segs, pb.nseg, 100, optim_cut_of(&sgd)) == 100;
+    cok &= optim_cut_snap(pb.segs, pb.nseg, 8, optim_cut_of(&lamb)) == 8;
+    report("cut rules: int8 at blocks, LAMB at tensors, elementwise anywhere", cok, "");
+}
+
+typedef struct { const char* name; OptimConfig cfg; int bytes_moved; } Variant;
 
 static int variants(Variant* v) {
     int k = 0;
-    OptimizerConfig a = optimizer_config_default(OPT_ADAMW);
+    OptimConfig a = optim_config_default(OPT_ADAMW);
     v[k++] = (Variant){"adamw fp32", a, 28};
     a.amsgrad = 1;
     v[k++] = (Variant){"adamw fp32 amsgrad", a, 36};
@@ -690,20 +847,20 @@ static int variants(Variant* v) {
     a.amsgrad = 0;
     a.state = OPT_STATE_INT8;
     v[k++] = (Variant){"adamw int8 state", a, 16};
-    OptimizerConfig s = optimizer_config_default(OPT_SGD);
+    OptimConfig s = optim_config_default(OPT_SGD);
     v[k++] = (Variant){"sgd momentum", s, 20};
     s.nesterov = 1;
     v[k++] = (Variant){"sgd nesterov", s, 20};
     s.nesterov = 0;
     s.momentum = 0.0f;
     v[k++] = (Variant){"sgd (no momentum)", s, 12};
-    v[k++] = (Variant){"lamb", optimizer_config_default(OPT_LAMB), 40};
-    v[k++] = (Variant){"lion", optimizer_config_default(OPT_LION), 20};
+    v[k++] = (Variant){"lamb", optim_config_default(OPT_LAMB), 40};
+    v[k++] = (Variant){"lion", optim_config_default(OPT_LION), 20};
     return k;
 }
 
 static void test_segments_and_bytes(void) {
-    OptSegment* segs;
+    OptimSegment* segs;
     size_t n;
     int nseg = gpt2_segments("d12", &segs, &n);
     int ok = nseg == 4 + 12 * 12 && segs[0].offset == 0;
@@ -721,7 +878,7 @@ static void test_segments_and_bytes(void) {
     const size_t want[] = {8 * n, 12 * n, 4 * n, 6 * n, 2 * n, 4 * n, 4 * n, 0, 8 * n, 4 * n};
     char detail[256] = "";
     for (int k = 0; k < nv; k++) {
-        size_t b = optimizer_state_bytes(&v[k].cfg, segs, nseg, n);
+        size_t b = optim_state_bytes(&v[k].cfg, segs, nseg, n);
         size_t extra = 0; // beyond the per-parameter arrays: what each layout adds, 64-byte aligned
         if (v[k].cfg.state == OPT_STATE_INT8) extra = 8 * nblocks + 8 * small + 4 * QUANT8_MAP_FLOATS;
         if (v[k].cfg.kind == OPT_LAMB) extra = 8 * nblocks + 4 * (size_t)nseg;
@@ -733,15 +890,15 @@ static void test_segments_and_bytes(void) {
     }
     // a borrowed block is used, not freed
     Problem pb = problem_mixed();
-    OptimizerConfig c = optimizer_config_default(OPT_LAMB);
-    size_t bytes = optimizer_state_bytes(&c, pb.segs, pb.nseg, pb.n);
+    OptimConfig c = optim_config_default(OPT_LAMB);
+    size_t bytes = optim_state_bytes(&c, pb.segs, pb.nseg, pb.n);
     void* mem = NULL;
     if (posix_memalign(&mem, 64, bytes) != 0) ls_fatal("posix_memalign failed");
-    OptimizerState st;
-    optimizer_state_init(&st, &c, pb.segs, pb.nseg, pb.n, mem);
+    OptimState st;
+    optim_state_init(&st, &c, pb.segs, pb.nseg, pb.n, mem);
     ok &= st.memory == mem && !st.owns_memory && st.bytes == bytes && (void*)st.m == mem;
-    optimizer_state_free(&st);
-    optimizer_state_free(&st); // a freed state frees nothing
+    optim_state_free(&st);
+    optim_state_free(&st); // a freed state frees nothing
     free(mem);
     report("segments per layer (148 for d12); state bytes = formula", ok, detail);
     free(segs);
@@ -761,8 +918,8 @@ static void run_usage(void) {
 }
 
 static int run_main(int argc, char** argv) {
-    OptimizerKind kind = OPT_ADAMW;
-    OptStatePrecision state = OPT_STATE_FP32;
+    OptimKind kind = OPT_ADAMW;
+    OptimStatePrecision state = OPT_STATE_FP32;
     int have_kind = 0, steps = 0, amsgrad = 0, nesterov = 0;
     float lr = 0.0f;
     const char *in = NULL, *out = NULL, *segspec = NULL;
@@ -774,10 +931,10 @@ static int run_main(int argc, char** argv) {
         if (i + 1 >= argc) run_usage();
         const char* val = argv[++i];
         if (strcmp(a, "--optimizer") == 0) {
-            if (!optimizer_kind_parse(val, &kind)) ls_fatal("--optimizer '%s': expected adamw, sgd, lamb or lion", val);
+            if (!optim_kind_parse(val, &kind)) ls_fatal("--optimizer '%s': expected adamw, sgd, lamb or lion", val);
             have_kind = 1;
         } else if (strcmp(a, "--opt-state") == 0) {
-            if (!opt_state_parse(val, &state)) ls_fatal("--opt-state '%s': expected fp32, bf16 or int8", val);
+            if (!optim_precision_parse(val, &state)) ls_fatal("--opt-state '%s': expected fp32, bf16 or int8", val);
         } else if (strcmp(a, "--momentum") == 0) momentum = strtof(val, NULL);
         else if (strcmp(a, "--dampening") == 0) dampening = strtof(val, NULL);
         else if (strcmp(a, "--beta1") == 0) beta1 = strtof(val, NULL);
@@ -791,7 +948,7 @@ static int run_main(int argc, char** argv) {
         else run_usage();
     }
     if (!have_kind || !in || !out || !segspec || steps < 1 || steps > 1000) run_usage();
-    OptimizerConfig c = optimizer_config_default(kind);
+    OptimConfig c = optim_config_default(kind);
     c.state = state;
     c.amsgrad = amsgrad;
     c.nesterov = nesterov;
@@ -801,10 +958,10 @@ static int run_main(int argc, char** argv) {
     if (!isnan(momentum)) c.momentum = momentum;
     c.dampening = dampening;
     char why[256];
-    if (!optimizer_config_check(&c, why, sizeof why)) ls_fatal("%s", why);
+    if (!optim_config_check(&c, why, sizeof why)) ls_fatal("%s", why);
     // segments "count:wd:lrmult,..."
     int cap = 16, nseg = 0;
-    OptSegment* segs = (OptSegment*)mallocCheck((size_t)cap * sizeof(OptSegment));
+    OptimSegment* segs = (OptimSegment*)mallocCheck((size_t)cap * sizeof(OptimSegment));
     size_t n = 0;
     for (const char* s = segspec; *s;) {
         char* end;
@@ -813,8 +970,9 @@ static int run_main(int argc, char** argv) {
         if (*end == ':') wd = strtof(end + 1, &end);
         if (*end == ':') lm = strtof(end + 1, &end);
         if (cnt == 0 || (*end != ',' && *end != '\0')) ls_fatal("--segments '%s': expected COUNT:WD:LRMULT,...", segspec);
-        if (nseg == cap) { cap *= 2; segs = (OptSegment*)realloc(segs, (size_t)cap * sizeof(OptSegment)); if (!segs) ls_fatal("oom"); }
-        segs[nseg++] = (OptSegment){n, (size_t)cnt, wd, lm};
+        if (nseg == cap) { cap *= 2; segs = (OptimSegment*)realloc(segs, (size_t)cap * sizeof(OptimSegment)); if (!segs) ls_fatal("oom"); }
+        segs[nseg] = optim_segment(n, (size_t)cnt, wd, lm, nseg);
+        nseg++;
         n += (size_t)cnt;
         s = *end == ',' ? end + 1 : end;
     }
@@ -824,15 +982,15 @@ static int run_main(int argc, char** argv) {
     freadCheck(p, sizeof(float), n, f, in);
     freadCheck(g, sizeof(float), (size_t)steps * n, f, in);
     fcloseCheck(f);
-    OptimizerState st;
-    optimizer_state_init(&st, &c, segs, nseg, n, NULL);
+    OptimState st;
+    optim_state_init(&st, &c, segs, nseg, n, NULL);
     f = fopenCheck(out, "wb");
     for (int t = 1; t <= steps; t++) {
-        optimizer_step_cpu(&st, p, g + (size_t)(t - 1) * n, lr, t, 1.0f);
+        optim_step_cpu(&st, p, g + (size_t)(t - 1) * n, lr, t, 1.0f);
         fwriteCheck(p, sizeof(float), n, f, out);
     }
     fcloseCheck(f);
-    optimizer_state_free(&st);
+    optim_state_free(&st);
     free(p);
     free(g);
     free(segs);
@@ -854,7 +1012,7 @@ static int bench_main(int argc, char** argv) {
         else ls_fatal("test_optim --bench: unknown flag %s (--desc D --repeats N --only WORD)", argv[i]);
     }
     if (repeats < 1 || repeats > 100) ls_fatal("test_optim --bench: --repeats must be in [1, 100]");
-    OptSegment* segs;
+    OptimSegment* segs;
     size_t n;
     int nseg = gpt2_segments(desc, &segs, &n);
     float* p = (float*)mallocCheck(n * 4);
@@ -886,17 +1044,17 @@ static int bench_main(int argc, char** argv) {
     int nv = variants(vs);
     for (int k = 0; k < nv; k++) {
         if (strstr(vs[k].name, only) == NULL) continue;
-        OptimizerState st;
-        optimizer_state_init(&st, &vs[k].cfg, segs, nseg, n, NULL);
+        OptimState st;
+        optim_state_init(&st, &vs[k].cfg, segs, nseg, n, NULL);
         for (int r = -1; r < repeats; r++) {
             double t0 = wall_seconds();
-            optimizer_step_cpu(&st, p, g, 1e-4f, r + 2, 1.0f);
+            optim_step_cpu(&st, p, g, 1e-4f, r + 2, 1.0f);
             if (r >= 0) t[r] = wall_seconds() - t0;
         }
         double tm = bench_median(t, repeats), ms = 1e3 * tm, gbs = vs[k].bytes_moved * (double)n / tm / 1e9;
         printf("| %s | %.3f | %d | %.1f | %.1f | %.0f%% |\n", vs[k].name, (double)st.bytes / (double)n,
                vs[k].bytes_moved, ms, gbs, 100.0 * gbs / probe_gbs);
-        optimizer_state_free(&st);
+        optim_state_free(&st);
     }
     free(p);
     free(g);
@@ -917,15 +1075,17 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
-    if (!g_quiet) printf("test_optim: the CPU optimizer family (llmc/optim.h, llmc/optim_state.h)\n");
+    if (!g_quiet) printf("test_optim: the CPU optimizer family (llmc/optim/optim.h, llmc/optim/state.h)\n");
     Variant vs[16];
     int nv = variants(vs);
     for (int k = 0; k < nv; k++) test_vs_float64(&vs[k].cfg, 5, 1e-3f);
-    OptimizerConfig damp = optimizer_config_default(OPT_SGD);
+    OptimConfig damp = optim_config_default(OPT_SGD);
     damp.dampening = 0.2f;
     test_vs_float64(&damp, 5, 1e-3f);
     for (int k = 0; k < nv; k++) test_bits(&vs[k].cfg);
+    for (int k = 0; k < nv; k++) test_views(&vs[k].cfg);
     test_adamw_identities();
+    test_plan();
     test_lamb_edges();
     test_lion_sign();
     test_bf16_rounding();

@@ -12,7 +12,7 @@
    // multi-GPU: all-reduce *d_sumsq here
    global_norm_clip_scale(d_scale, d_norm, d_sumsq, max_norm, stream);
    adamw_update(..., d_scale, stream);
- max_norm <= 0 turns clipping off (scale 1), as grad_clip = 0 in llmc/optim.h. A non-finite norm
+ max_norm <= 0 turns clipping off (scale 1), as grad_clip = 0 in llmc/optim/optim.h. A non-finite norm
  gives scale 1: check the norm (it is also written to d_norm) before trusting the step.
 */
 #ifndef LLMC_GLOBAL_NORM_CUH
@@ -75,7 +75,7 @@ global_norm_finish_kernel(float* __restrict__ out, const float* __restrict__ par
     if (threadIdx.x == 0) *out = s;
 }
 
-// *scale = (max_norm > 0 && norm > max_norm) ? max_norm / norm : 1 (clip_scale_of in llmc/optim.h),
+// *scale = (max_norm > 0 && norm > max_norm) ? max_norm / norm : 1 (clip_scale_of in llmc/optim/optim.h),
 // with norm = sqrt(*sumsq), also stored to *norm_out.
 __global__ void global_norm_clip_scale_kernel(float* __restrict__ scale, float* __restrict__ norm_out,
                                               const float* __restrict__ sumsq, float max_norm) {

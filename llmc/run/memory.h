@@ -19,7 +19,7 @@
 
 #include <stdio.h>
 #include "llmc/config.h"
-#include "llmc/optim.h"
+#include "llmc/optim/optim.h"
 #include "llmc/utils.h"
 
 typedef enum {
@@ -96,7 +96,7 @@ typedef struct {
     size_t badam_block;  // BAdam: elements of the largest block (0: BAdam off)
     int zero_stage;      // 1: ZeRO-1 over num_processes
     int num_processes;
-    int family;              // 1: an optimizer other than fp32 AdamW (llmc/optim_state.h) holds
+    int family;              // 1: an optimizer other than fp32 AdamW (llmc/optim/state.h) holds
     size_t opt_state_bytes;  // this block instead of m and v (0 for plain SGD)
 } CpuMemoryOptions;
 
@@ -228,7 +228,7 @@ typedef struct {
     size_t offload_chunk;   // > 0: m, v, master live in host memory; the device holds 2 chunks of each
     size_t badam_block;     // > 0: BAdam, gradients (floatX) and m, v, master (fp32) hold the largest
                             // block's elements only (Badam.max_block)
-    int family;             // 1: the optimizer family's state block (llmc/optim_state.h) replaces m, v
+    int family;             // 1: the optimizer family's state block (llmc/optim/state.h) replaces m, v
     size_t opt_state_bytes; // its bytes (0 for plain SGD)
     int flash_attention;    // 0: --attention matmul; 1 cudnn, 2 cudnn-fast (no T x T activations, LSE stats)
 } GpuMemoryOptions;

@@ -11,10 +11,10 @@
 #include <stdio.h>
 #include "llmc/run/cli.h"
 #include "llmc/dist/comm.h"
-#include "llmc/optim_state.h"
+#include "llmc/optim/state.h"
 #include "llmc/config.h"
 #include "llmc/params.h"
-#include "llmc/schedulers.h"
+#include "llmc/optim/schedulers.h"
 
 typedef struct {
     const char* train_data;   // -i glob of train shards
@@ -50,8 +50,8 @@ typedef struct {
     int badam;                // BAdam: switch the active block every K steps (0: off, full AdamW)
     int badam_order;          // BadamOrder
     int badam_embed;          // 1: the embeddings + final layernorm are a block too
-    int optimizer;            // OptimizerKind
-    int opt_state;            // OptStatePrecision of the optimizer state
+    int optimizer;            // OptimKind
+    int opt_state;            // OptimStatePrecision of the optimizer state
     int amsgrad;              // AdamW with AMSGrad
     int nesterov;             // SGD with Nesterov momentum
     float momentum;           // SGD momentum (-1: the optimizer's default, 0.9)
@@ -118,9 +118,9 @@ static const CliFlag train_flags[] = {
     {NULL, "dry-run", CLI_SWITCH, OPT(dry_run), 0, 1, NULL, CLI_BOTH, "check flags, build the model, print the memory table and exit"},
     {NULL, "memory-report", CLI_SWITCH, OPT(memory_report), 0, 1, NULL, CLI_BOTH, "print the predicted memory table for these flags and exit (allocates nothing; no GPU needed)"},
     {NULL, "profile", CLI_SWITCH, OPT(profile), 0, 1, NULL, CLI_GPU, "run a warm-up step and one profiled step, print the device time per kernel family (ms, % of the step, calls) and exit"},
-    // the optimizer family (llmc/optim_state.h; GPU kernels in llmc/optimizers.cuh)
-    {NULL, "optimizer", CLI_CHOICE, OPT(optimizer), 0, 0, optimizer_kind_choices, CLI_BOTH, "the optimizer"},
-    {NULL, "opt-state", CLI_CHOICE, OPT(opt_state), 0, 0, opt_state_choices, CLI_BOTH, "precision of the AdamW state m, v"},
+    // the optimizer family (llmc/optim/state.h; GPU kernels in llmc/optim/kernels.cuh)
+    {NULL, "optimizer", CLI_CHOICE, OPT(optimizer), 0, 0, optim_kind_choices, CLI_BOTH, "the optimizer"},
+    {NULL, "opt-state", CLI_CHOICE, OPT(opt_state), 0, 0, optim_precision_choices, CLI_BOTH, "precision of the AdamW state m, v"},
     {NULL, "amsgrad", CLI_SWITCH, OPT(amsgrad), 0, 1, NULL, CLI_BOTH, "AdamW with AMSGrad (the running max of v)"},
     {NULL, "nesterov", CLI_SWITCH, OPT(nesterov), 0, 1, NULL, CLI_BOTH, "SGD with Nesterov momentum"},
     {NULL, "momentum", CLI_FLOAT, OPT(momentum), -1, 0.9999, NULL, CLI_BOTH, "SGD momentum (-1: 0.9)"},
@@ -273,9 +273,9 @@ static inline int train_options_accum_steps(const char* prog, const TrainOptions
 }
 
 // The optimizer the flags ask for; fatal (naming the flags) when they do not fit together.
-static inline OptimizerConfig train_options_optimizer(const TrainOptions* o) {
-    OptimizerConfig c = optimizer_config_default((OptimizerKind)o->optimizer);
-    c.state = (OptStatePrecision)o->opt_state;
+static inline OptimConfig train_options_optimizer(const TrainOptions* o) {
+    OptimConfig c = optim_config_default((OptimKind)o->optimizer);
+    c.state = (OptimStatePrecision)o->opt_state;
     c.beta1 = o->beta1;
     c.beta2 = o->beta2;
     c.eps = o->eps;
@@ -284,7 +284,7 @@ static inline OptimizerConfig train_options_optimizer(const TrainOptions* o) {
     if (o->momentum >= 0.0f) { c.momentum = o->momentum; }
     c.seed = (unsigned long long)o->seed;
     char why[256];
-    if (!optimizer_config_check(&c, why, sizeof(why))) { ls_fatal("%s", why); }
+    if (!optim_config_check(&c, why, sizeof(why))) { ls_fatal("%s", why); }
     return c;
 }
 
@@ -295,23 +295,23 @@ static inline int train_options_uses_family(const TrainOptions* o) {
 
 // The optimizer family's segment table for model config c: one segment per tensor per layer (LAMB's
 // trust ratio is per tensor), decay on 2-D weights. Returns the count; free(*segs) after.
-static inline int train_options_family_segments(const TrainOptions* o, const GPT2Config* c, OptSegment** segs) {
+static inline int train_options_family_segments(const TrainOptions* o, const GPT2Config* c, OptimSegment** segs) {
     ParamTable pt;
     param_table_build(&pt, c);
     int nseg = optim_segments_count_layers(&pt);
-    *segs = (OptSegment*)mallocCheck((size_t)nseg * sizeof(OptSegment));
+    *segs = (OptimSegment*)mallocCheck((size_t)nseg * sizeof(OptimSegment));
     optim_segments_build_layers(&pt, o->weight_decay, *segs);
     return nseg;
 }
 
-// Bytes of the family's state block (llmc/optim_state.h) for these flags; 0 for the trainers' own
+// Bytes of the family's state block (llmc/optim/state.h) for these flags; 0 for the trainers' own
 // fp32 AdamW.
 static inline size_t train_options_family_state_bytes(const TrainOptions* o, const GPT2Config* c) {
     if (!train_options_uses_family(o)) { return 0; }
-    OptimizerConfig cfg = train_options_optimizer(o);
-    OptSegment* segs;
+    OptimConfig cfg = train_options_optimizer(o);
+    OptimSegment* segs;
     int nseg = train_options_family_segments(o, c, &segs);
-    size_t bytes = optimizer_state_bytes(&cfg, segs, nseg, gpt2_num_parameters(c));
+    size_t bytes = optim_state_bytes(&cfg, segs, nseg, gpt2_num_parameters(c));
     free(segs);
     return bytes;
 }
@@ -324,8 +324,8 @@ static inline void gpt2_describe(const GPT2Config* c, size_t num_parameters, con
     printf("batch: B=%d T=%d, gradient accumulation %d, %d tokens per step", o->B, o->T, accum, o->B * o->T * accum * procs);
     if (procs > 1) { printf(" (%d processes)", procs); }
     printf("\n");
-    OptimizerConfig oc = train_options_optimizer(o);
-    printf("optimizer: %s", optimizer_kind_name(oc.kind));
+    OptimConfig oc = train_options_optimizer(o);
+    printf("optimizer: %s", optim_kind_name(oc.kind));
     if (oc.kind == OPT_SGD) {
         printf(" (momentum %g%s)", oc.momentum, oc.nesterov ? ", Nesterov" : "");
     } else if (oc.kind == OPT_LION) {
@@ -334,7 +334,7 @@ static inline void gpt2_describe(const GPT2Config* c, size_t num_parameters, con
         printf(" (betas %g %g, eps %g)", oc.beta1, oc.beta2, oc.eps);
     }
     printf(", lr %g, weight decay %g, clip %g, state %s%s\n", o->lr, o->weight_decay, o->grad_clip,
-           opt_state_name(oc.state), oc.amsgrad ? ", AMSGrad" : "");
+           optim_precision_name(oc.state), oc.amsgrad ? ", AMSGrad" : "");
 }
 
 #endif // LLMC_TRAIN_OPTIONS_H

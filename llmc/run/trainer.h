@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include "llmc/config.h"
 #include "llmc/io/checkpoint.h"
-#include "llmc/optim.h"
+#include "llmc/optim/optim.h"
 #include "llmc/run/memory.h"
 #include "llmc/run/train_options.h"
 #include "llmc/utils.h"

@@ -1,49 +1,49 @@
 /*
- optimizers.cuh: the GPU kernels of the optimizer family (SGD with momentum / Nesterov, LAMB,
- Lion) and the one GPU entry point of every optimizer, optimizer_step_gpu(), which also routes
- AdamW to llmc/adamw.cuh (fp32 state, AMSGrad) and llmc/adamw_lowp.cuh (bf16, int8 state). The
- state is llmc/optim_state.h's OptimizerState, carved from device memory with the CPU layout.
+ kernels.cuh: the GPU kernels of the optimizer family (SGD with momentum / Nesterov, LAMB,
+ Lion) and the one GPU entry point of every optimizer, optim_step_gpu(), which also routes
+ AdamW to llmc/optim/adamw.cuh (fp32 state, AMSGrad) and llmc/optim/adamw_lowp.cuh (bf16, int8 state). The
+ state is llmc/optim/state.h's OptimState, carved from device memory with the CPU layout.
 
- Conventions of llmc/adamw.cuh: one launch over all segments (LAMB: three), segment table in
+ Conventions of llmc/optim/adamw.cuh: one launch over all segments (LAMB: three), segment table in
  shared memory, 128-bit streaming loads and stores, params fp32 or bf16 with optional fp32 master
  weights (p is read from the master when there is one), bf16 params rounded stochastically
- (srng_bits stream 0 at the element index, key srng_step_key(cfg.seed, step)) or to nearest even,
+ (srng_bits stream 0 at the global element index param + k, key srng_step_key(cfg.seed, step)) or to nearest even,
  gradients fp32 or bf16, the clip scale from a device pointer (NULL: 1). Every element is
- computed with the operations of the CPU update of llmc/optim.h in the same order (explicit fmaf),
- so the fp32 results are bit-identical to optimizer_step_cpu (dev/cuda/optimizers.cu checks it).
+ computed with the operations of the CPU update of llmc/optim/optim.h in the same order (explicit fmaf),
+ so the fp32 results are bit-identical to optim_step_cpu (dev/cuda/optimizers.cu checks it).
 
- SGD, Lion: one elementwise kernel (opt_elementwise_kernel), the op a template parameter.
+ SGD, Lion: one elementwise kernel (optim_elementwise_kernel), the op a template parameter.
    Traffic per parameter, fp32: SGD with momentum and Lion 20 B, plain SGD 12 B.
  LAMB, per tensor: (1) lamb_moments_kernel: one CUDA block of 256 threads per block of OPT_BLOCK
    elements of a tensor; thread t owns elements 4t..4t+3 and 1024+4t..1024+4t+3 (two 128-bit
    words), updates m, v, and accumulates p^2 and u^2 per element slot with fmaf; the four slots are
-   added left to right and the 256 thread sums in a halving tree (llmc/optim.h's order); the block
-   writes its two partial sums. (2) lamb_trust_kernel: one CUDA block per tensor sums the tensor's
-   partials in double (thread t: partials t, t + 256, ... in order; then the halving tree) and
-   writes the trust ratio. (3) opt_elementwise_kernel with the LAMB op: u again from the stored m,
+   added left to right and the 256 thread sums in a halving tree (llmc/optim/optim.h's order); the block
+   writes its two partial sums. (2) lamb_trust_kernel: one CUDA block per segment sums the partials
+   of the segment's tensor (its adjacent pieces with the same tensor id, optim_tensor_blocks) in double (thread t: partials t, t + 256, ... in order; then the halving tree) and
+   writes the trust ratio. (3) optim_elementwise_kernel with the LAMB op: u again from the stored m,
    v and the update with lr * lr_mult * trust. 40 B/param; no atomics, no order depending on the
    grid: the same bits on any GPU and under the CPU harness.
 
  Use:
-   OptimizerState st;
-   optimizer_state_init_device(&st, &cfg, segs, nseg, n);        // cudaMalloc + zeroed state
-   (or optimizer_state_attach_device(&st, &cfg, segs, nseg, n, mem) into the caller's block)
-   optimizer_step_gpu(&st, params, master, grads, lr, step, stochastic, d_clip_scale, stream);
-   optimizer_state_free_device(&st);
- To add an optimizer: its CPU update in llmc/optim.h, its kernel (an Op for the elementwise
- kernel, or its own) here, a case in optimizer_step_gpu, and a case in dev/cuda/optimizers.cu.
+   OptimState st;
+   optim_state_init_device(&st, &cfg, segs, nseg, n);        // cudaMalloc + zeroed state
+   (or optim_state_attach_device(&st, &cfg, segs, nseg, n, mem) into the caller's block)
+   optim_step_gpu(&st, params, master, grads, lr, step, stochastic, d_clip_scale, stream);
+   optim_state_free_device(&st);
+ To add an optimizer: its CPU update in llmc/optim/optim.h, its kernel (an Op for the elementwise
+ kernel, or its own) here, a case in optim_step_gpu, and a case in dev/cuda/optimizers.cu.
 */
-#ifndef LLMC_OPTIMIZERS_CUH
-#define LLMC_OPTIMIZERS_CUH
+#ifndef LLMC_OPTIM_KERNELS_CUH
+#define LLMC_OPTIM_KERNELS_CUH
 
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "adamw.cuh"
-#include "adamw_lowp.cuh"
-#include "optim.h"
-#include "optim_state.h"
-#include "profile.cuh"
+#include "llmc/optim/adamw.cuh"
+#include "llmc/optim/adamw_lowp.cuh"
+#include "llmc/optim/optim.h"
+#include "llmc/optim/state.h"
+#include "llmc/cuda/profile.cuh"
 
 #define OPT_ELEM_BLOCK 512
 #define LAMB_THREADS 256 // x 8 elements = one OPT_BLOCK block; the trust kernel's block too
@@ -51,11 +51,11 @@
 // ----------------------------------------------------------------------------
 // the elementwise ops: p (fp32, from the master if any), g (scaled), the state s1 (m) in place
 
-enum OptElemOp { OP_SGD_PLAIN, OP_SGD, OP_SGD_NESTEROV, OP_LION, OP_LAMB_APPLY };
+enum OptimElemOp { OP_SGD_PLAIN, OP_SGD, OP_SGD_NESTEROV, OP_LION, OP_LAMB_APPLY };
 
 // Number of fp32 state buffers an op reads (and, but for LAMB, writes).
 template <int kOp>
-struct OptOpTraits {
+struct OptimOpTraits {
     static constexpr int states = kOp == OP_SGD_PLAIN ? 0 : kOp == OP_LAMB_APPLY ? 2 : 1;
     static constexpr bool reads_grads = kOp != OP_LAMB_APPLY;
     static constexpr bool writes_state = kOp != OP_LAMB_APPLY;
@@ -63,8 +63,8 @@ struct OptOpTraits {
 
 // One element; returns the new p. step_lr: lr * lr_mult (* trust for LAMB).
 template <int kOp>
-__device__ __forceinline__ float opt_element(float p, float g, float& s1, float s2, float wd, float step_lr,
-                                             const OptStepArgs& a) {
+__device__ __forceinline__ float optim_element(float p, float g, float& s1, float s2, float wd, float step_lr,
+                                             const OptimStepArgs& a) {
     if constexpr (kOp == OP_SGD_PLAIN) {
         return fmaf(-step_lr, fmaf(wd, p, g), p);
     } else if constexpr (kOp == OP_SGD || kOp == OP_SGD_NESTEROV) {
@@ -82,72 +82,73 @@ __device__ __forceinline__ float opt_element(float p, float g, float& s1, float 
 }
 
 template <int kOp, typename Tp, typename Tg, bool kMaster, bool kStochastic>
-__device__ __forceinline__ void opt_elementwise_one(Tp* params, float* master, const Tg* grads, float* s1,
-                                                    const float* s2, size_t i, float wd, float step_lr, float scale,
-                                                    const OptStepArgs& a) {
-    using Tr = OptOpTraits<kOp>;
-    float p = opt_load_param<Tp, kMaster>(params, master, i);
+__device__ __forceinline__ void optim_elementwise_one(Tp* params, float* master, const Tg* grads, float* s1,
+                                                    const float* s2, size_t i, size_t pi, float wd, float step_lr,
+                                                    float scale, const OptimStepArgs& a) {
+    using Tr = OptimOpTraits<kOp>;
+    float p = optim_load_param<Tp, kMaster>(params, master, i, pi);
     float g = Tr::reads_grads ? (float)grads[i] * scale : 0.0f;
     float m = Tr::states >= 1 ? s1[i] : 0.0f, v = Tr::states >= 2 ? s2[i] : 0.0f;
-    p = opt_element<kOp>(p, g, m, v, wd, step_lr, a);
+    p = optim_element<kOp>(p, g, m, v, wd, step_lr, a);
     if (Tr::states >= 1 && Tr::writes_state) s1[i] = m;
-    opt_store_param<Tp, kMaster, kStochastic>(params, master, i, p, a.rng_key, 0);
+    optim_store_param<Tp, kMaster, kStochastic>(params, master, i, pi, p, a.rng_key);
 }
 
 // seg_mul: per-segment factor of the learning rate (LAMB's trust ratios), or NULL.
 template <int kOp, typename Tp, typename Tg, bool kMaster, bool kStochastic>
 __global__ void __launch_bounds__(OPT_ELEM_BLOCK, 2)
-opt_elementwise_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg* __restrict__ grads,
+optim_elementwise_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg* __restrict__ grads,
                        float* __restrict__ s1, const float* __restrict__ s2, size_t n,
-                       const OptSegment* __restrict__ segments, int nseg, const float* __restrict__ seg_mul,
-                       OptStepArgs a, const float* __restrict__ clip_scale) {
-    using Tr = OptOpTraits<kOp>;
+                       const OptimSegment* __restrict__ segments, int nseg, const float* __restrict__ seg_mul,
+                       OptimStepArgs a, const float* __restrict__ clip_scale) {
+    using Tr = OptimOpTraits<kOp>;
     constexpr size_t mn = sizeof(Tp) < sizeof(Tg) ? sizeof(Tp) : sizeof(Tg);
     constexpr int V = (int)(16 / mn);
     const float scale = adamw_clip_scale(clip_scale);
-    auto one = [&](size_t i, float wd, float step_lr) {
-        opt_elementwise_one<kOp, Tp, Tg, kMaster, kStochastic>(params, master, grads, s1, s2, i, wd, step_lr, scale, a);
+    auto one = [&](size_t i, size_t pi, float wd, float step_lr) {
+        optim_elementwise_one<kOp, Tp, Tg, kMaster, kStochastic>(params, master, grads, s1, s2, i, pi, wd, step_lr, scale,
+                                                                 a);
     };
-    auto chunk = [&](size_t i0, float wd, float step_lr) {
+    auto chunk = [&](size_t i0, size_t p0, float wd, float step_lr) {
         float p[V], g[V] = {}, m[V] = {}, v[V] = {};
-        opt_load_params<V, Tp, kMaster>(params, master, i0, p);
+        optim_load_params<V, Tp, kMaster>(params, master, i0, p0, p);
         if constexpr (Tr::reads_grads) adamw_load<V>(grads + i0, g);
         if constexpr (Tr::states >= 1) adamw_load<V>(s1 + i0, m);
         if constexpr (Tr::states >= 2) adamw_load<V>(s2 + i0, v);
 #pragma unroll
-        for (int j = 0; j < V; j++) p[j] = opt_element<kOp>(p[j], g[j] * scale, m[j], v[j], wd, step_lr, a);
+        for (int j = 0; j < V; j++) p[j] = optim_element<kOp>(p[j], g[j] * scale, m[j], v[j], wd, step_lr, a);
         if constexpr (Tr::states >= 1 && Tr::writes_state) adamw_store<V>(s1 + i0, m);
-        opt_store_params<V, Tp, kMaster, kStochastic>(params, master, i0, p, a.rng_key, 0);
+        optim_store_params<V, Tp, kMaster, kStochastic>(params, master, i0, p0, p, a.rng_key);
     };
     adamw_for_each_chunk<V>(segments, nseg, seg_mul, a.lr, n, chunk, one);
 }
 
 template <int kOp, typename Tp, typename Tg, bool kMaster, bool kStochastic>
-static void opt_elementwise_launch(Tp* params, float* master, const Tg* grads, float* s1, const float* s2, size_t n,
-                                   const OptSegment* d_segs, int nseg, const float* d_seg_mul, const OptStepArgs& a,
+static void optim_elementwise_launch(Tp* params, float* master, const Tg* grads, float* s1, const float* s2, size_t n,
+                                   const OptimSegment* d_segs, int nseg, const float* d_seg_mul, const OptimStepArgs& a,
                                    const float* d_clip_scale, cudaStream_t stream) {
     constexpr size_t mn = sizeof(Tp) < sizeof(Tg) ? sizeof(Tp) : sizeof(Tg);
     const size_t want = CEIL_DIV(n / (16 / mn), (size_t)OPT_ELEM_BLOCK), full = (size_t)cuda_sm_count() * 2;
     const unsigned grid = (unsigned)(want < full ? (want > 0 ? want : 1) : full);
-    launch(opt_elementwise_kernel<kOp, Tp, Tg, kMaster, kStochastic>, grid, OPT_ELEM_BLOCK,
+    launch(optim_elementwise_kernel<kOp, Tp, Tg, kMaster, kStochastic>, grid, OPT_ELEM_BLOCK,
            adamw_segments_smem_bytes(nseg), stream, params, master, grads, s1, s2, n, d_segs, nseg, d_seg_mul, a,
            d_clip_scale);
 }
 
 // runtime options -> template variants (master weights and stochastic rounding: bf16 params only)
 template <int kOp, typename Tp, typename Tg>
-static void opt_elementwise(Tp* params, float* master, const Tg* grads, float* s1, const float* s2, size_t n,
-                            const OptSegment* d_segs, int nseg, const float* d_seg_mul, const OptStepArgs& a,
+static void optim_elementwise(Tp* params, float* master, const Tg* grads, float* s1, const float* s2, size_t n,
+                            const OptimSegment* d_segs, int nseg, const float* d_seg_mul, const OptimStepArgs& a,
                             bool stochastic, const float* d_clip_scale, cudaStream_t stream) {
 #define OPT_EW_ARGS params, master, grads, s1, s2, n, d_segs, nseg, d_seg_mul, a, d_clip_scale, stream
     if constexpr (sizeof(Tp) == 2) {
         const bool ms = master != nullptr;
-        if (ms && stochastic) opt_elementwise_launch<kOp, Tp, Tg, true, true>(OPT_EW_ARGS);
-        else if (ms) opt_elementwise_launch<kOp, Tp, Tg, true, false>(OPT_EW_ARGS);
-        else if (stochastic) opt_elementwise_launch<kOp, Tp, Tg, false, true>(OPT_EW_ARGS);
-        else opt_elementwise_launch<kOp, Tp, Tg, false, false>(OPT_EW_ARGS);
+        if (ms && stochastic) optim_elementwise_launch<kOp, Tp, Tg, true, true>(OPT_EW_ARGS);
+        else if (ms) optim_elementwise_launch<kOp, Tp, Tg, true, false>(OPT_EW_ARGS);
+        else if (stochastic) optim_elementwise_launch<kOp, Tp, Tg, false, true>(OPT_EW_ARGS);
+        else optim_elementwise_launch<kOp, Tp, Tg, false, false>(OPT_EW_ARGS);
     } else {
-        opt_elementwise_launch<kOp, Tp, Tg, false, false>(OPT_EW_ARGS);
+        optim_elementwise_launch<kOp, Tp, Tg, false, false>(OPT_EW_ARGS);
     }
 #undef OPT_EW_ARGS
 }
@@ -157,7 +158,7 @@ static void opt_elementwise(Tp* params, float* master, const Tg* grads, float* s
 
 // Four consecutive elements as fp32 (fp32: one 128-bit load; bf16: one 64-bit load). p 4-aligned.
 template <typename T>
-__device__ __forceinline__ void opt_load4(const T* p, float (&out)[4]) {
+__device__ __forceinline__ void optim_load4(const T* p, float (&out)[4]) {
     if constexpr (sizeof(T) == 4) {
         float4 x = __ldcs(reinterpret_cast<const float4*>(p));
         out[0] = x.x; out[1] = x.y; out[2] = x.z; out[3] = x.w;
@@ -169,12 +170,12 @@ __device__ __forceinline__ void opt_load4(const T* p, float (&out)[4]) {
     }
 }
 
-// Sum over the block's 256 threads of one value each, as optim_tree256_f32/f64 (llmc/optim.h)
+// Sum over the block's 256 threads of one value each, as optim_tree256_f32/f64 (llmc/optim/optim.h)
 // adds: x[t] += x[t + w] for w = 128 ... 1 (shared memory down to 32, then warp 0 by shuffles,
 // which add the same pairs). Valid in thread 0; red has 256 entries; the caller synchronizes
 // before reusing red.
 template <typename T>
-__device__ __forceinline__ T opt_tree256(T x, T* red) {
+__device__ __forceinline__ T optim_tree256(T x, T* red) {
     red[threadIdx.x] = x;
     __syncthreads();
     for (int w = 128; w >= 32; w >>= 1) {
@@ -192,31 +193,32 @@ template <typename Tp, typename Tg, bool kMaster>
 __global__ void __launch_bounds__(LAMB_THREADS)
 lamb_moments_kernel(const Tp* __restrict__ params, const float* __restrict__ master, const Tg* __restrict__ grads,
                     float* __restrict__ mom1, float* __restrict__ mom2, float* __restrict__ partials,
-                    const OptSegment* __restrict__ segments, const size_t* __restrict__ block0, int nseg,
-                    OptStepArgs a, const float* __restrict__ clip_scale) {
+                    const OptimSegment* __restrict__ segments, const size_t* __restrict__ block0, int nseg,
+                    OptimStepArgs a, const float* __restrict__ clip_scale) {
     static_assert(LAMB_THREADS * 8 == OPT_BLOCK, "one CUDA block per OPT_BLOCK block, 8 elements per thread");
     __shared__ float red[LAMB_THREADS];
     const float scale = adamw_clip_scale(clip_scale);
     const size_t nblocks = block0[nseg];
-    opt_for_each_block(segments, block0, nseg, [&](size_t b, int, const OptSegment& sg, size_t rel, size_t len) {
+    optim_for_each_block(segments, block0, nseg, [&](size_t b, int, const OptimSegment& sg, size_t rel, size_t len) {
         const size_t start = sg.offset + rel;
         const float wd = sg.weight_decay;
         float ap[4] = {0.0f, 0.0f, 0.0f, 0.0f}, au[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const size_t j0 = (size_t)h * (OPT_BLOCK / 2) + 4 * (size_t)threadIdx.x, i0 = start + j0;
+            const size_t pi0 = sg.param + rel + j0;
             float p[4], g[4], m[4], v[4];
-            const bool vec = j0 + 4 <= len && i0 % 4 == 0;
+            const bool vec = j0 + 4 <= len && i0 % 4 == 0 && pi0 % 4 == 0;
             if (vec) {
-                if constexpr (kMaster) opt_load4(master + i0, p); else opt_load4(params + i0, p);
-                opt_load4(grads + i0, g);
-                opt_load4(mom1 + i0, m);
-                opt_load4(mom2 + i0, v);
+                if constexpr (kMaster) optim_load4(master + i0, p); else optim_load4(params + pi0, p);
+                optim_load4(grads + i0, g);
+                optim_load4(mom1 + i0, m);
+                optim_load4(mom2 + i0, v);
             } else {
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const bool in = j0 + e < len;
-                    p[e] = in ? opt_load_param<Tp, kMaster>(params, master, i0 + e) : 0.0f;
+                    p[e] = in ? optim_load_param<Tp, kMaster>(params, master, i0 + e, pi0 + e) : 0.0f;
                     g[e] = in ? (float)grads[i0 + e] : 0.0f;
                     m[e] = in ? mom1[i0 + e] : 0.0f;
                     v[e] = in ? mom2[i0 + e] : 0.0f;
@@ -246,9 +248,9 @@ lamb_moments_kernel(const Tp* __restrict__ params, const float* __restrict__ mas
                 }
             }
         }
-        const float sp = opt_tree256(((ap[0] + ap[1]) + ap[2]) + ap[3], red);
+        const float sp = optim_tree256(((ap[0] + ap[1]) + ap[2]) + ap[3], red);
         __syncthreads();
-        const float su = opt_tree256(((au[0] + au[1]) + au[2]) + au[3], red);
+        const float su = optim_tree256(((au[0] + au[1]) + au[2]) + au[3], red);
         if (threadIdx.x == 0) {
             partials[b] = sp;
             partials[nblocks + b] = su;
@@ -257,49 +259,53 @@ lamb_moments_kernel(const Tp* __restrict__ params, const float* __restrict__ mas
     });
 }
 
-// trust[s] from the partial sums of segment s's blocks (one CUDA block of LAMB_THREADS per segment).
+// trust[s] from the partial sums of the blocks of segment s's tensor: its own, and those of the
+// adjacent pieces of the same tensor (optim_tensor_blocks). One CUDA block of LAMB_THREADS per
+// segment.
 __global__ void __launch_bounds__(LAMB_THREADS)
-lamb_trust_kernel(float* __restrict__ trust, const float* __restrict__ partials, const size_t* __restrict__ block0,
-                  int nseg) {
+lamb_trust_kernel(float* __restrict__ trust, const float* __restrict__ partials, const OptimSegment* __restrict__ segments,
+                  const size_t* __restrict__ block0, int nseg) {
     __shared__ double red[LAMB_THREADS];
     const int s = blockIdx.x;
-    const size_t nblocks = block0[nseg], b0 = block0[s], nb = block0[s + 1] - b0;
+    size_t b0, b1;
+    optim_tensor_blocks(segments, nseg, block0, s, &b0, &b1);
+    const size_t nblocks = block0[nseg], nb = b1 - b0;
     double sp = 0.0, su = 0.0;
     for (size_t c = threadIdx.x; c < nb; c += LAMB_THREADS) {
         sp += (double)partials[b0 + c];
         su += (double)partials[nblocks + b0 + c];
     }
-    sp = opt_tree256(sp, red);
+    sp = optim_tree256(sp, red);
     __syncthreads();
-    su = opt_tree256(su, red);
+    su = optim_tree256(su, red);
     if (threadIdx.x == 0) trust[s] = lamb_trust_ratio(sp, su);
 }
 
 template <typename Tp, typename Tg>
-static void lamb_update(OptimizerState* st, Tp* params, float* master, const Tg* grads, const OptStepArgs& a,
+static void lamb_update(OptimState* st, Tp* params, float* master, const Tg* grads, const OptimStepArgs& a,
                         bool stochastic, const float* d_clip_scale, cudaStream_t stream) {
     const unsigned grid = (unsigned)(st->nblocks < (size_t)cuda_sm_count() * 8 ? st->nblocks : (size_t)cuda_sm_count() * 8);
     if (master != nullptr) {
         launch(lamb_moments_kernel<Tp, Tg, true>, grid, LAMB_THREADS, 0, stream, (const Tp*)params,
-               (const float*)master, grads, st->m, st->v, st->partials, (const OptSegment*)st->d_segs,
+               (const float*)master, grads, st->m, st->v, st->partials, (const OptimSegment*)st->d_segs,
                (const size_t*)st->d_block0, st->nseg, a, d_clip_scale);
     } else {
         launch(lamb_moments_kernel<Tp, Tg, false>, grid, LAMB_THREADS, 0, stream, (const Tp*)params,
-               (const float*)master, grads, st->m, st->v, st->partials, (const OptSegment*)st->d_segs,
+               (const float*)master, grads, st->m, st->v, st->partials, (const OptimSegment*)st->d_segs,
                (const size_t*)st->d_block0, st->nseg, a, d_clip_scale);
     }
     launch(lamb_trust_kernel, (unsigned)st->nseg, LAMB_THREADS, 0, stream, st->trust, (const float*)st->partials,
-           (const size_t*)st->d_block0, st->nseg);
-    opt_elementwise<OP_LAMB_APPLY, Tp, Tg>(params, master, grads, st->m, st->v, st->n, st->d_segs, st->nseg, st->trust,
+           (const OptimSegment*)st->d_segs, (const size_t*)st->d_block0, st->nseg);
+    optim_elementwise<OP_LAMB_APPLY, Tp, Tg>(params, master, grads, st->m, st->v, st->n, st->d_segs, st->nseg, st->trust,
                                            a, stochastic, d_clip_scale, stream);
 }
 
 // ----------------------------------------------------------------------------
 // the state in device memory, and the entry point
 
-// Zeroes a device state as optimizer_state_zero does a host one (moments 0, int8 codes of 0,
+// Zeroes a device state as optim_state_zero does a host one (moments 0, int8 codes of 0,
 // the maps, trust ratios 1).
-static inline void optimizer_state_zero_device(OptimizerState* st, cudaStream_t stream) {
+static inline void optim_state_zero_device(OptimState* st, cudaStream_t stream) {
     cudaCheck(cudaMemsetAsync(st->memory, 0, st->bytes, stream));
     if (st->qm != NULL) cudaCheck(cudaMemsetAsync(st->qm, QUANT8_ZERO_SIGNED, st->n, stream));
     if (st->qv != NULL) cudaCheck(cudaMemsetAsync(st->qv, QUANT8_ZERO_UNSIGNED, st->n, stream));
@@ -313,36 +319,36 @@ static inline void optimizer_state_zero_device(OptimizerState* st, cudaStream_t 
     }
 }
 
-// The state of cfg for n parameters in the device block mem (optimizer_state_bytes(cfg, ...) bytes,
+// The state of cfg for n parameters in the device block mem (optim_state_bytes(cfg, ...) bytes,
 // 16-byte aligned, not owned: the caller frees it), zeroed; the segment and block tables uploaded.
 // Fatal on an invalid configuration.
-static inline void optimizer_state_attach_device(OptimizerState* st, const OptimizerConfig* cfg, const OptSegment* segs,
+static inline void optim_state_attach_device(OptimState* st, const OptimConfig* cfg, const OptimSegment* segs,
                                                  int nseg, size_t n, void* mem) {
     if (nseg > ADAMW_MAX_SEGMENTS) ls_fatal("optimizer: %d segments (at most %d on the GPU)", nseg, ADAMW_MAX_SEGMENTS);
-    optimizer_state_setup(st, cfg, segs, nseg, n, mem, 1);
+    optim_state_setup(st, cfg, segs, nseg, n, mem, 1);
     st->owns_memory = 0;
     st->on_device = 1;
-    cudaCheck(cudaMalloc((void**)&st->d_segs, (size_t)nseg * sizeof(OptSegment)));
+    cudaCheck(cudaMalloc((void**)&st->d_segs, (size_t)nseg * sizeof(OptimSegment)));
     cudaCheck(cudaMalloc((void**)&st->d_block0, ((size_t)nseg + 1) * sizeof(size_t)));
     cudaCheck(cudaMalloc((void**)&st->d_small_off, (size_t)nseg * sizeof(size_t)));
-    cudaCheck(cudaMemcpy(st->d_segs, segs, (size_t)nseg * sizeof(OptSegment), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(st->d_segs, segs, (size_t)nseg * sizeof(OptimSegment), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(st->d_block0, st->block0, ((size_t)nseg + 1) * sizeof(size_t), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(st->d_small_off, st->small_off, (size_t)nseg * sizeof(size_t), cudaMemcpyHostToDevice));
-    optimizer_state_zero_device(st, 0);
+    optim_state_zero_device(st, 0);
     cudaCheck(cudaDeviceSynchronize());
 }
 
-// The same in its own cudaMalloc of optimizer_state_bytes (freed by optimizer_state_free_device).
-static inline void optimizer_state_init_device(OptimizerState* st, const OptimizerConfig* cfg, const OptSegment* segs,
+// The same in its own cudaMalloc of optim_state_bytes (freed by optim_state_free_device).
+static inline void optim_state_init_device(OptimState* st, const OptimConfig* cfg, const OptimSegment* segs,
                                                int nseg, size_t n) {
     void* mem = nullptr;
-    const size_t bytes = optimizer_state_bytes(cfg, segs, nseg, n);
+    const size_t bytes = optim_state_bytes(cfg, segs, nseg, n);
     cudaCheck(cudaMalloc(&mem, bytes > 0 ? bytes : 64)); // plain SGD has no state
-    optimizer_state_attach_device(st, cfg, segs, nseg, n, mem);
+    optim_state_attach_device(st, cfg, segs, nseg, n, mem);
     st->owns_memory = 1;
 }
 
-static inline void optimizer_state_free_device(OptimizerState* st) {
+static inline void optim_state_free_device(OptimState* st) {
     if (st == NULL || !st->on_device) return;
     cudaCheck(cudaFree(st->d_small_off));
     cudaCheck(cudaFree(st->d_block0));
@@ -350,7 +356,7 @@ static inline void optimizer_state_free_device(OptimizerState* st) {
     if (st->owns_memory) cudaCheck(cudaFree(st->memory));
     st->on_device = 0;
     st->owns_memory = 0;
-    optimizer_state_free(st); // the host tables
+    optim_state_free(st); // the host tables
 }
 
 // One step (step = 1, 2, ... since the state was zeroed) of st's optimizer over all n parameters.
@@ -359,18 +365,18 @@ static inline void optimizer_state_free_device(OptimizerState* st) {
 // grads fp32 or bf16. d_clip_scale: device pointer to the gradient scale, or NULL for 1. All
 // buffers 16-byte aligned. Asynchronous on `stream`.
 template <typename Tp, typename Tg>
-void optimizer_step_gpu(OptimizerState* st, Tp* params, float* master, const Tg* grads, float lr, int step,
+void optim_step_gpu(OptimState* st, Tp* params, float* master, const Tg* grads, float lr, int step,
                         bool stochastic, const float* d_clip_scale, cudaStream_t stream) {
     PROFILE_SCOPE(PROF_OPTIMIZER, stream);
     static_assert(sizeof(Tp) == 2 || sizeof(Tp) == 4, "params are bf16 or fp32");
     static_assert(sizeof(Tg) == 2 || sizeof(Tg) == 4, "grads are bf16 or fp32");
-    if (!st->on_device) ls_fatal("optimizer: optimizer_step_gpu needs a device state (optimizer_state_init_device)");
+    if (!st->on_device) ls_fatal("optimizer: optim_step_gpu needs a device state (optim_state_init_device)");
     if (step < 1) ls_fatal("optimizer: step %d (steps count from 1)", step);
     if (!isfinite(lr)) ls_fatal("optimizer: learning rate %g", lr);
     if (st->n == 0) return;
-    opt_check_params(params, master, "optimizer");
+    optim_check_params(params, master, "optimizer");
     adamw_check_aligned(grads, "grads");
-    const OptimizerConfig* c = &st->cfg;
+    const OptimConfig* c = &st->cfg;
     const bool sr = sizeof(Tp) == 2 && stochastic;
     if (c->kind == OPT_ADAMW) {
         AdamWParams hp = {};
@@ -387,7 +393,7 @@ void optimizer_step_gpu(OptimizerState* st, Tp* params, float* master, const Tg*
                                     stream);
         } else if (c->state == OPT_STATE_INT8) {
             Adamw8Buffers q = {st->qm, st->qv, st->absmax_m, st->absmax_v, st->m32, st->v32, st->maps};
-            OptBlockTables t = {st->d_block0, st->d_small_off, st->nblocks, st->nsmall};
+            OptimBlockTables t = {st->d_block0, st->d_small_off, st->nblocks, st->nsmall};
             adamw_update_8bit(params, master, grads, q, st->n, st->d_segs, t, st->nseg, hp, step, d_clip_scale, stream);
         } else {
             AdamWBuffers<Tp, Tg> b = {params, grads, st->m, st->v, master, st->vmax};
@@ -395,22 +401,22 @@ void optimizer_step_gpu(OptimizerState* st, Tp* params, float* master, const Tg*
         }
         return;
     }
-    const OptStepArgs a = optim_step_args(c, lr, step);
+    const OptimStepArgs a = optim_step_args(c, lr, step);
     switch (c->kind) {
         case OPT_SGD:
             if (c->momentum == 0.0f) {
-                opt_elementwise<OP_SGD_PLAIN, Tp, Tg>(params, master, grads, nullptr, nullptr, st->n, st->d_segs,
+                optim_elementwise<OP_SGD_PLAIN, Tp, Tg>(params, master, grads, nullptr, nullptr, st->n, st->d_segs,
                                                       st->nseg, nullptr, a, sr, d_clip_scale, stream);
             } else if (c->nesterov) {
-                opt_elementwise<OP_SGD_NESTEROV, Tp, Tg>(params, master, grads, st->m, nullptr, st->n, st->d_segs,
+                optim_elementwise<OP_SGD_NESTEROV, Tp, Tg>(params, master, grads, st->m, nullptr, st->n, st->d_segs,
                                                          st->nseg, nullptr, a, sr, d_clip_scale, stream);
             } else {
-                opt_elementwise<OP_SGD, Tp, Tg>(params, master, grads, st->m, nullptr, st->n, st->d_segs, st->nseg,
+                optim_elementwise<OP_SGD, Tp, Tg>(params, master, grads, st->m, nullptr, st->n, st->d_segs, st->nseg,
                                                 nullptr, a, sr, d_clip_scale, stream);
             }
             break;
         case OPT_LION:
-            opt_elementwise<OP_LION, Tp, Tg>(params, master, grads, st->m, nullptr, st->n, st->d_segs, st->nseg,
+            optim_elementwise<OP_LION, Tp, Tg>(params, master, grads, st->m, nullptr, st->n, st->d_segs, st->nseg,
                                              nullptr, a, sr, d_clip_scale, stream);
             break;
         case OPT_LAMB:
@@ -421,4 +427,4 @@ void optimizer_step_gpu(OptimizerState* st, Tp* params, float* master, const Tg*
     }
 }
 
-#endif // LLMC_OPTIMIZERS_CUH
+#endif // LLMC_OPTIM_KERNELS_CUH

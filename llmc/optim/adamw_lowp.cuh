@@ -1,65 +1,65 @@
 /*
  adamw_lowp.cuh: AdamW with low-precision optimizer state (smaller memory and traffic), sharing
- the update rule, segment table and rounding of llmc/adamw.cuh. Parameters fp32, or bf16 with or
+ the update rule, segment table and rounding of llmc/optim/adamw.cuh. Parameters fp32, or bf16 with or
  without fp32 master weights (as adamw_update); gradients fp32 or bf16 (templates). The CPU
- updates adamw_bf16_update_cpu / adamw_int8_update_cpu (llmc/optim.h) do the same operations and
+ updates adamw_bf16_update_cpu / adamw_int8_update_cpu (llmc/optim/optim.h) do the same operations and
  agree bit for bit (dev/cuda/optimizers.cu checks it).
 
  (a) bf16 state: m and v (and AMSGrad's vmax) stored as bf16, rounded stochastically after each
-     update (streams 1, 2, 3 of llmc/srng.h), so their expectation follows the fp32 recurrence;
+     update (streams 1, 2, 3 of llmc/optim/srng.h), so their expectation follows the fp32 recurrence;
      the parameter update uses the unrounded fp32 values. Traffic: 20 B/param with fp32 params and
      grads (p 8, g 4, m 4, v 4).
- (b) 8-bit blockwise state (Dettmers et al. 2021; the map and the rules: llmc/quant8.h): each
+ (b) 8-bit blockwise state (Dettmers et al. 2021; the map and the rules: llmc/optim/quant8.h): each
      tensor (segment) is cut into blocks of ADAMW8_QBLOCK elements from its first element; a block
      stores one code per element and its absmax. m and v are dequantized, updated in fp32 (the
      parameter update uses the fp32 values), then requantized to the nearest code with the new
-     absmax. Tensors under QUANT8_MIN_ELEMS elements keep fp32 m, v (packed, llmc/optim.h
+     absmax. Tensors under QUANT8_MIN_ELEMS elements keep fp32 m, v (packed, llmc/optim/optim.h
      optim_small_build). Traffic: 16 B/param. One CUDA block (256 threads x 8 elements) per
      quantization block, grid-stride; block -> tensor from the block table (optim_blocks_build).
- Host: opt_block_tables_upload() copies the block tables to the device; the maps come from
+ Host: optim_block_tables_upload() copies the block tables to the device; the maps come from
  quant8_maps() (upload once); codes start at ADAMW8_ZERO_M / ADAMW8_ZERO_V (the value 0) and absmax
- at 0 (optimizer_state_zero_device in llmc/optimizers.cuh does all of it).
+ at 0 (optim_state_zero_device in llmc/optim/kernels.cuh does all of it).
 */
 #ifndef LLMC_ADAMW_LOWP_CUH
 #define LLMC_ADAMW_LOWP_CUH
 
 #include <math.h>
 #include <stdint.h>
-#include "adamw.cuh"
-#include "quant8.h"
+#include "llmc/optim/adamw.cuh"
+#include "llmc/optim/quant8.h"
 
 // ----------------------------------------------------------------------------
 // (a) bf16 m and v
 
 template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochastic>
 __device__ __forceinline__ void adamw_bf16_state_one(Tp* params, float* master, const Tg* grads, __nv_bfloat16* mom1,
-                                                     __nv_bfloat16* mom2, __nv_bfloat16* vmax, size_t i, float wd,
-                                                     float lr_eff, float scale, const AdamWStepArgs& a) {
-    const size_t gi = a.index_base + i; // the element's global index: its random bits
+                                                     __nv_bfloat16* mom2, __nv_bfloat16* vmax, size_t i, size_t pi,
+                                                     float wd, float lr_eff, float scale, const AdamWStepArgs& a) {
     float m = (float)mom1[i], v = (float)mom2[i], vm = kAmsgrad ? (float)vmax[i] : 0.0f;
-    float p = adamw_element<kAmsgrad>(opt_load_param<Tp, kMaster>(params, master, i), (float)grads[i] * scale, m, v,
-                                      vm, wd, lr_eff, a);
-    opt_store_param<Tp, kMaster, kStochastic>(params, master, i, p, a.rng_key, a.index_base);
-    mom1[i] = bf16_round_stochastic(m, srng_bits(a.rng_key, gi, 1));
-    mom2[i] = bf16_round_stochastic(v, srng_bits(a.rng_key, gi, 2));
-    if (kAmsgrad) vmax[i] = bf16_round_stochastic(vm, srng_bits(a.rng_key, gi, 3));
+    float p = adamw_element<kAmsgrad>(optim_load_param<Tp, kMaster>(params, master, i, pi), (float)grads[i] * scale, m,
+                                      v, vm, wd, lr_eff, a);
+    optim_store_param<Tp, kMaster, kStochastic>(params, master, i, pi, p, a.rng_key);
+    // the random bits of the element's global index pi
+    mom1[i] = bf16_round_stochastic(m, srng_bits(a.rng_key, pi, 1));
+    mom2[i] = bf16_round_stochastic(v, srng_bits(a.rng_key, pi, 2));
+    if (kAmsgrad) vmax[i] = bf16_round_stochastic(vm, srng_bits(a.rng_key, pi, 3));
 }
 
 template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochastic>
 __global__ void __launch_bounds__(ADAMW_BLOCK, kAmsgrad ? 1 : 2)
 adamw_bf16_state_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg* __restrict__ grads,
                         __nv_bfloat16* __restrict__ mom1, __nv_bfloat16* __restrict__ mom2,
-                        __nv_bfloat16* __restrict__ vmax, size_t n, const AdamWSegment* __restrict__ segments,
+                        __nv_bfloat16* __restrict__ vmax, size_t n, const OptimSegment* __restrict__ segments,
                         int nseg, AdamWStepArgs a, const float* __restrict__ clip_scale) {
     constexpr int V = 8; // one 128-bit word of bf16 state
     const float scale = adamw_clip_scale(clip_scale);
-    auto one = [&](size_t i, float wd, float lr_eff) {
-        adamw_bf16_state_one<Tp, Tg, kMaster, kAmsgrad, kStochastic>(params, master, grads, mom1, mom2, vmax, i, wd,
+    auto one = [&](size_t i, size_t pi, float wd, float lr_eff) {
+        adamw_bf16_state_one<Tp, Tg, kMaster, kAmsgrad, kStochastic>(params, master, grads, mom1, mom2, vmax, i, pi, wd,
                                                                      lr_eff, scale, a);
     };
-    auto chunk = [&](size_t i0, float wd, float lr_eff) {
+    auto chunk = [&](size_t i0, size_t p0, float wd, float lr_eff) {
         float p[V], g[V], m[V], v[V], vm[V] = {};
-        opt_load_params<V, Tp, kMaster>(params, master, i0, p);
+        optim_load_params<V, Tp, kMaster>(params, master, i0, p0, p);
         adamw_load<V>(grads + i0, g);
         adamw_load<V>(mom1 + i0, m);
         adamw_load<V>(mom2 + i0, v);
@@ -67,13 +67,13 @@ adamw_bf16_state_kernel(Tp* __restrict__ params, float* __restrict__ master, con
         Vec128<__nv_bfloat16> mo, vo, vmo;
 #pragma unroll
         for (int j = 0; j < V; j++) {
-            const size_t gi = a.index_base + i0 + j;
+            const size_t gi = p0 + j; // the global index: the random bits
             p[j] = adamw_element<kAmsgrad>(p[j], g[j] * scale, m[j], v[j], vm[j], wd, lr_eff, a);
             mo[j] = bf16_round_stochastic(m[j], srng_bits(a.rng_key, gi, 1));
             vo[j] = bf16_round_stochastic(v[j], srng_bits(a.rng_key, gi, 2));
             if (kAmsgrad) vmo[j] = bf16_round_stochastic(vm[j], srng_bits(a.rng_key, gi, 3));
         }
-        opt_store_params<V, Tp, kMaster, kStochastic>(params, master, i0, p, a.rng_key, a.index_base);
+        optim_store_params<V, Tp, kMaster, kStochastic>(params, master, i0, p0, p, a.rng_key);
         store128cs(mom1 + i0, mo);
         store128cs(mom2 + i0, vo);
         if (kAmsgrad) store128cs(vmax + i0, vmo);
@@ -83,7 +83,7 @@ adamw_bf16_state_kernel(Tp* __restrict__ params, float* __restrict__ master, con
 
 template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochastic>
 static void adamw_bf16_state_launch(Tp* params, float* master, const Tg* grads, __nv_bfloat16* m, __nv_bfloat16* v,
-                                    __nv_bfloat16* vmax, size_t n, const AdamWSegment* d_segments, int nseg,
+                                    __nv_bfloat16* vmax, size_t n, const OptimSegment* d_segments, int nseg,
                                     const AdamWStepArgs& a, const float* d_clip_scale, cudaStream_t stream) {
     size_t want = CEIL_DIV(n / 8, (size_t)ADAMW_BLOCK), full = (size_t)cuda_sm_count() * (kAmsgrad ? 1 : 2);
     unsigned grid = (unsigned)(want < full ? (want > 0 ? want : 1) : full);
@@ -97,13 +97,13 @@ static void adamw_bf16_state_launch(Tp* params, float* master, const Tg* grads, 
 // Buffers 16-byte aligned, n elements.
 template <typename Tp, typename Tg>
 void adamw_update_bf16_state(Tp* params, float* master, const Tg* grads, __nv_bfloat16* m, __nv_bfloat16* v,
-                             __nv_bfloat16* vmax, size_t n, const AdamWSegment* d_segments, int nseg,
+                             __nv_bfloat16* vmax, size_t n, const OptimSegment* d_segments, int nseg,
                              const AdamWParams& hp, int step, const float* d_clip_scale, cudaStream_t stream) {
     constexpr bool kBf16 = sizeof(Tp) == 2;
     if (n == 0) return;
     if (step < 1 || nseg < 1 || nseg > ADAMW_MAX_SEGMENTS) ls_fatal("adamw_bf16_state: step %d, %d segments", step, nseg);
     if ((vmax != nullptr) != (hp.amsgrad != 0)) ls_fatal("adamw_bf16_state: AMSGrad needs vmax, and only then");
-    opt_check_params(params, master, "adamw_bf16_state");
+    optim_check_params(params, master, "adamw_bf16_state");
     adamw_check_aligned(grads, "grads");
     adamw_check_aligned(m, "m");
     adamw_check_aligned(v, "v");
@@ -128,17 +128,17 @@ void adamw_update_bf16_state(Tp* params, float* master, const Tg* grads, __nv_bf
 }
 
 // ----------------------------------------------------------------------------
-// block tables on the device (llmc/optim.h: optim_blocks_build, optim_small_build)
+// block tables on the device (llmc/optim/optim.h: optim_blocks_build, optim_small_build)
 
-struct OptBlockTables {
+struct OptimBlockTables {
     size_t* block0;     // (nseg + 1) device: first block of each segment, [nseg] = nblocks
     size_t* small_off;  // (nseg) device: packed fp32-state offset of a small tensor, or OPT_NOT_SMALL
     size_t nblocks, nsmall;
 };
 
 // with_small: the int8 rule (tensors under QUANT8_MIN_ELEMS keep fp32 state); else no small tensors.
-static inline OptBlockTables opt_block_tables_upload(const OptSegment* segs, int nseg, bool with_small) {
-    OptBlockTables t;
+static inline OptimBlockTables optim_block_tables_upload(const OptimSegment* segs, int nseg, bool with_small) {
+    OptimBlockTables t;
     size_t* h = (size_t*)mallocCheck((2 * (size_t)nseg + 1) * sizeof(size_t));
     t.nblocks = optim_blocks_build(segs, nseg, h);
     t.nsmall = with_small ? optim_small_build(segs, nseg, h + nseg + 1) : 0;
@@ -152,27 +152,28 @@ static inline OptBlockTables opt_block_tables_upload(const OptSegment* segs, int
     return t;
 }
 
-static inline void opt_block_tables_free(OptBlockTables* t) {
+static inline void optim_block_tables_free(OptimBlockTables* t) {
     cudaCheck(cudaFree(t->block0));
     cudaCheck(cudaFree(t->small_off));
     t->block0 = t->small_off = nullptr;
 }
 
-// The walk of the blockwise kernels (8-bit AdamW here, LAMB's moments in llmc/optimizers.cuh) over
+// The walk of the blockwise kernels (8-bit AdamW here, LAMB's moments in llmc/optim/kernels.cuh) over
 // the OPT_BLOCK-element blocks of every tensor (block0 from optim_blocks_build: blocks start at each
 // tensor's first element), CUDA block k taking blocks k, k + gridDim.x, ...:
 //   body(b, s, sg, rel, len)  block b of segment s (sg = segments[s]): elements sg.offset + rel
-//                             ... + len - 1 of the flat buffers (len < OPT_BLOCK at a tensor's end).
+//                             ... + len - 1 of the flat buffers, sg.param + rel ... of the
+//                             parameters (len < OPT_BLOCK at a tensor's end).
 // The segment of the first block by binary search (optim_block_segment), then walking forward. The
 // same for every thread of a CUDA block: body may synchronize (barriers are safe).
 template <typename Body>
-__device__ __forceinline__ void opt_for_each_block(const OptSegment* segments, const size_t* block0, int nseg,
+__device__ __forceinline__ void optim_for_each_block(const OptimSegment* segments, const size_t* block0, int nseg,
                                                    Body body) {
     const size_t nblocks = block0[nseg];
     int s = blockIdx.x < nblocks ? optim_block_segment(block0, nseg, blockIdx.x) : 0;
     for (size_t b = blockIdx.x; b < nblocks; b += gridDim.x) {
         while (block0[s + 1] <= b) s++;
-        const OptSegment sg = segments[s];
+        const OptimSegment sg = segments[s];
         const size_t rel = (b - block0[s]) * OPT_BLOCK, rest = sg.count - rel;
         body(b, s, sg, rel, rest < OPT_BLOCK ? rest : (size_t)OPT_BLOCK);
     }
@@ -194,7 +195,7 @@ __device__ __forceinline__ float adamw8_warp_max(float x) {
 template <typename Tp, typename Tg, bool kMaster, bool kStochastic>
 __global__ void __launch_bounds__(ADAMW8_THREADS)
 adamw_8bit_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg* __restrict__ grads, Adamw8Buffers q,
-                  const AdamWSegment* __restrict__ segments, const size_t* __restrict__ block0,
+                  const OptimSegment* __restrict__ segments, const size_t* __restrict__ block0,
                   const size_t* __restrict__ small_off, int nseg, AdamWStepArgs a,
                   const float* __restrict__ clip_scale) {
     constexpr int V = 8;
@@ -208,10 +209,10 @@ adamw_8bit_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
     __syncthreads();
     const float scale = adamw_clip_scale(clip_scale);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    static_assert(ADAMW8_QBLOCK == OPT_BLOCK, "quantization blocks are the blocks of opt_for_each_block");
-    opt_for_each_block(segments, block0, nseg, [&](size_t b, int s, const AdamWSegment& sg, size_t rel, size_t len) {
+    static_assert(ADAMW8_QBLOCK == OPT_BLOCK, "quantization blocks are the blocks of optim_for_each_block");
+    optim_for_each_block(segments, block0, nseg, [&](size_t b, int s, const OptimSegment& sg, size_t rel, size_t len) {
         const size_t start = sg.offset + rel;
-        const size_t j0 = (size_t)threadIdx.x * V, i0 = start + j0;
+        const size_t j0 = (size_t)threadIdx.x * V, i0 = start + j0, pi0 = sg.param + rel + j0;
         const int nv = j0 < len ? (len - j0 < V ? (int)(len - j0) : V) : 0;
         const float wd = sg.weight_decay, lr_eff = a.lr * sg.lr_mult;
         const size_t so = small_off[s];
@@ -219,19 +220,19 @@ adamw_8bit_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
             for (int j = 0; j < nv; j++) {
                 const size_t i = i0 + j, k = so + rel + j0 + j;
                 float m = q.m32[k], v = q.v32[k], unused = 0.0f;
-                float p = adamw_element<false>(opt_load_param<Tp, kMaster>(params, master, i), (float)grads[i] * scale,
-                                               m, v, unused, wd, lr_eff, a);
+                float p = adamw_element<false>(optim_load_param<Tp, kMaster>(params, master, i, pi0 + j),
+                                               (float)grads[i] * scale, m, v, unused, wd, lr_eff, a);
                 q.m32[k] = m;
                 q.v32[k] = v;
-                opt_store_param<Tp, kMaster, kStochastic>(params, master, i, p, a.rng_key, a.index_base);
+                optim_store_param<Tp, kMaster, kStochastic>(params, master, i, pi0 + j, p, a.rng_key);
             }
             return;
         }
         const float am_old = q.absmax_m[b], av_old = q.absmax_v[b];
         float p[V], g[V], m[V], v[V], unused[V] = {};
-        const bool vec = nv == V && i0 % V == 0; // 128-bit params/grads, 64-bit codes
+        const bool vec = nv == V && i0 % V == 0 && pi0 % V == 0; // 128-bit params/grads, 64-bit codes
         if (vec) {
-            opt_load_params<V, Tp, kMaster>(params, master, i0, p);
+            optim_load_params<V, Tp, kMaster>(params, master, i0, pi0, p);
             adamw_load<V>(grads + i0, g);
             uint2 cm = *reinterpret_cast<const uint2*>(q.qm + i0), cv = *reinterpret_cast<const uint2*>(q.qv + i0);
 #pragma unroll
@@ -245,7 +246,7 @@ adamw_8bit_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
             for (int j = 0; j < V; j++) {
                 p[j] = g[j] = m[j] = v[j] = 0.0f;
                 if (j < nv) {
-                    p[j] = opt_load_param<Tp, kMaster>(params, master, i0 + j);
+                    p[j] = optim_load_param<Tp, kMaster>(params, master, i0 + j, pi0 + j);
                     g[j] = (float)grads[i0 + j];
                     m[j] = map_m[q.qm[i0 + j]] * am_old;
                     v[j] = map_v[q.qv[i0 + j]] * av_old;
@@ -282,7 +283,7 @@ adamw_8bit_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
             cv[j] = quant8_quantize(map_v, v[j] * inv_v);
         }
         if (vec) {
-            opt_store_params<V, Tp, kMaster, kStochastic>(params, master, i0, p, a.rng_key, a.index_base);
+            optim_store_params<V, Tp, kMaster, kStochastic>(params, master, i0, pi0, p, a.rng_key);
             uint2 om, ov;
             om.x = cm[0] | cm[1] << 8 | cm[2] << 16 | (unsigned)cm[3] << 24;
             om.y = cm[4] | cm[5] << 8 | cm[6] << 16 | (unsigned)cm[7] << 24;
@@ -294,7 +295,7 @@ adamw_8bit_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
 #pragma unroll
             for (int j = 0; j < V; j++) {
                 if (j < nv) {
-                    opt_store_param<Tp, kMaster, kStochastic>(params, master, i0 + j, p[j], a.rng_key, a.index_base);
+                    optim_store_param<Tp, kMaster, kStochastic>(params, master, i0 + j, pi0 + j, p[j], a.rng_key);
                     q.qm[i0 + j] = cm[j];
                     q.qv[i0 + j] = cv[j];
                 }
@@ -310,7 +311,7 @@ adamw_8bit_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
 
 template <typename Tp, typename Tg, bool kMaster, bool kStochastic>
 static void adamw_8bit_launch(Tp* params, float* master, const Tg* grads, const Adamw8Buffers& q,
-                              const AdamWSegment* d_segments, const OptBlockTables& t, int nseg, const AdamWStepArgs& a,
+                              const OptimSegment* d_segments, const OptimBlockTables& t, int nseg, const AdamWStepArgs& a,
                               const float* d_clip_scale, cudaStream_t stream) {
     size_t full = (size_t)cuda_sm_count() * 8;
     unsigned grid = (unsigned)(t.nblocks < full ? t.nblocks : full);
@@ -321,16 +322,16 @@ static void adamw_8bit_launch(Tp* params, float* master, const Tg* grads, const 
 // One step with 8-bit m, v. params fp32, or bf16 with or without master weights; params, master,
 // grads 16-byte aligned; q.qm, q.qv (n codes) 8-byte aligned; q.absmax_m/v: t.nblocks floats;
 // q.m32/v32: t.nsmall floats; q.maps: the device copy of quant8_maps (signed then unsigned).
-// t from opt_block_tables_upload(segs, nseg, true). AMSGrad is not supported here.
+// t from optim_block_tables_upload(segs, nseg, true). AMSGrad is not supported here.
 template <typename Tp, typename Tg>
 void adamw_update_8bit(Tp* params, float* master, const Tg* grads, const Adamw8Buffers& q, size_t n,
-                       const AdamWSegment* d_segments, const OptBlockTables& t, int nseg, const AdamWParams& hp,
+                       const OptimSegment* d_segments, const OptimBlockTables& t, int nseg, const AdamWParams& hp,
                        int step, const float* d_clip_scale, cudaStream_t stream) {
     constexpr bool kBf16 = sizeof(Tp) == 2;
     if (n == 0 || t.nblocks == 0) return;
     if (step < 1 || nseg < 1 || nseg > ADAMW_MAX_SEGMENTS) ls_fatal("adamw_8bit: step %d, %d segments", step, nseg);
     if (hp.amsgrad) ls_fatal("adamw_8bit: AMSGrad is not supported with 8-bit state");
-    opt_check_params(params, master, "adamw_8bit");
+    optim_check_params(params, master, "adamw_8bit");
     adamw_check_aligned(grads, "grads");
     if (((uintptr_t)q.qm & 7u) || ((uintptr_t)q.qv & 7u)) ls_fatal("adamw_8bit: code buffers must be 8-byte aligned");
     AdamWStepArgs a = adamw_step_args(hp, step);

@@ -2,8 +2,8 @@
  optim.h: the optimizer's host side. Hyperparameters, the segment table built from the
  parameter table, the global gradient norm and clip scale, the fused CPU AdamW, and the CPU
  updates of the optimizer family (AdamW + AMSGrad, bf16 and 8-bit AdamW state, SGD with momentum
- and Nesterov, LAMB, Lion). llmc/optim_state.h owns the state buffers and picks the update
- (optimizer_step_cpu); the GPU kernels (llmc/adamw.cuh, llmc/adamw_lowp.cuh, llmc/optimizers.cuh)
+ and Nesterov, LAMB, Lion). llmc/optim/state.h owns the state buffers and picks the update
+ (optim_step_cpu); the GPU kernels (llmc/optim/adamw.cuh, llmc/optim/adamw_lowp.cuh, llmc/optim/kernels.cuh)
  perform the same operations in the same order, so a CPU update and its kernel agree bit for bit.
 
  AdamW, per element, with t = step (1, 2, ...) and s = clip scale (1 when the norm is below the clip):
@@ -21,9 +21,9 @@
  decay is DECOUPLED for every optimizer, p -= lr * wd * p as in AdamW, never added to the gradient):
    AdamW + AMSGrad  vmax = max(vmax, v); the update divides by sqrt(vmax / (1 - beta2^t)) + eps
                     (torch.optim.AdamW(amsgrad=True)). 36 B/param moved.
-   AdamW bf16 state m, v (vmax) stored as bf16, rounded stochastically (llmc/srng.h streams 1, 2, 3)
+   AdamW bf16 state m, v (vmax) stored as bf16, rounded stochastically (llmc/optim/srng.h streams 1, 2, 3)
                     after the fp32 update, which uses the unrounded values. 20 B/param.
-   AdamW int8 state m, v as 8-bit blockwise codes (llmc/quant8.h): per tensor, blocks of
+   AdamW int8 state m, v as 8-bit blockwise codes (llmc/optim/quant8.h): per tensor, blocks of
                     QUANT8_BLOCK with an fp32 absmax; tensors under QUANT8_MIN_ELEMS keep fp32 m, v.
                     Dequantize, update in fp32, requantize with the new absmax. 16 B/param.
    SGD              torch.optim.SGD(momentum, dampening, nesterov) with decoupled weight decay:
@@ -35,8 +35,10 @@
                       trust = ||p|| / ||u||  (1 when either norm is 0)
                       p -= lr * trust * u
                     Two passes over the data: (1) m, v, and the partial sums of p^2, u^2 per block
-                    of OPT_BLOCK elements; then per segment the block partials summed in double
-                    (the trust ratio); (2) u again from the stored m, v, and the update. 40 B/param.
+                    of OPT_BLOCK elements; then per tensor (the adjacent segments with one tensor
+                    id: the pieces of a tensor a view cut at block boundaries) the block partials
+                    summed in double (the trust ratio); (2) u again from the stored m, v, and the
+                    update. 40 B/param.
    Lion             (Chen et al. 2023) c = beta1 * m + (1 - beta1) * g
                       p -= lr * (sign(c) + wd * p)
                       m = beta2 * m + (1 - beta2) * g             20 B/param
@@ -54,10 +56,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "llmc/params.h"
-#include "llmc/quant8.h"
-#include "llmc/srng.h"
+#include "llmc/optim/quant8.h"
+#include "llmc/optim/srng.h"
 
-// Functions the GPU kernels call too (llmc/adamw_lowp.cuh, llmc/optimizers.cuh): host+device
+// Functions the GPU kernels call too (llmc/optim/adamw_lowp.cuh, llmc/optim/kernels.cuh): host+device
 // under nvcc, plain static inline everywhere else (the CPU harness runs kernels as host code).
 #if defined(__CUDACC__)
 #define OPTIM_HD __host__ __device__ __forceinline__
@@ -90,11 +92,28 @@ OPTIM_HD void adamw_element(float* p, float* m, float* v, float g, const AdamWCo
     *p = adamw_param(*p, mi, vi, lr, wd, k->bc1, k->bc2, k->eps);
 }
 
+// A segment knows where its parameters are: grads, state and master weights of a step are
+// indexed from `offset` (the step's buffers: the whole model, a ZeRO-1 shard, a BAdam block, an
+// offload chunk), the parameters from `param`, their global index in the model, which also picks
+// the random bits of stochastic rounding. A whole-model table has param == offset; a view cuts
+// and rebases offset and keeps param. `tensor` names the model tensor the segment is a piece of
+// (LAMB's trust ratio spans consecutive pieces of one tensor), `tensor_count` its elements (the
+// int8 state keeps fp32 m, v for tensors under QUANT8_MIN_ELEMS, whatever the piece).
 typedef struct {
-    size_t offset, count;  // elements in the flat buffers
+    size_t offset;         // first element in the grads, state and master buffers of the step
+    size_t param;          // first element in the parameter buffer: its global index
+    size_t count;
+    size_t tensor_count;   // elements of the whole tensor
     float weight_decay;    // decoupled weight decay of this segment
     float lr_mult;         // learning-rate multiplier
-} OptSegment;
+    int tensor;            // the tensor's id (distinct for adjacent tensors)
+} OptimSegment;
+
+// A whole tensor as one segment of a whole-model table (param == offset).
+static inline OptimSegment optim_segment(size_t offset, size_t count, float weight_decay, float lr_mult, int tensor) {
+    OptimSegment s = {offset, offset, count, count, weight_decay, lr_mult, tensor};
+    return s;
+}
 
 typedef struct {
     float lr;            // learning rate of this step (after the schedule)
@@ -112,9 +131,10 @@ static inline size_t zero_shard_elems(size_t n, int num_processes) {
     return (per + 31) / 32 * 32;
 }
 
-// The parts of the segments inside [lo, hi), rebased to lo (a ZeRO-1 shard, an offload chunk);
-// returns how many (<= nseg).
-static inline int optim_segments_cut(const OptSegment* segs, int nseg, size_t lo, size_t hi, OptSegment* out) {
+// The parts of the segments inside [lo, hi) of the step's buffers, rebased to lo (a ZeRO-1
+// shard, an offload chunk); each part keeps its parameters' place (param moves with the cut).
+// Returns how many (<= nseg).
+static inline int optim_segments_cut(const OptimSegment* segs, int nseg, size_t lo, size_t hi, OptimSegment* out) {
     int k = 0;
     for (int i = 0; i < nseg; i++) {
         size_t a = segs[i].offset > lo ? segs[i].offset : lo;
@@ -122,6 +142,7 @@ static inline int optim_segments_cut(const OptSegment* segs, int nseg, size_t lo
         if (a >= b) { continue; }
         out[k] = segs[i];
         out[k].offset = a - lo;
+        out[k].param = segs[i].param + (a - segs[i].offset);
         out[k].count = b - a;
         k++;
     }
@@ -129,12 +150,9 @@ static inline int optim_segments_cut(const OptSegment* segs, int nseg, size_t lo
 }
 
 // One segment per parameter tensor; weight decay from the table's decay flag, never by index.
-static inline int optim_segments_build(const ParamTable* pt, float weight_decay, OptSegment* segs) {
+static inline int optim_segments_build(const ParamTable* pt, float weight_decay, OptimSegment* segs) {
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        segs[i].offset = pt->t[i].offset;
-        segs[i].count = pt->t[i].count;
-        segs[i].weight_decay = pt->t[i].decay ? weight_decay : 0.0f;
-        segs[i].lr_mult = pt->t[i].lr_mult;
+        segs[i] = optim_segment(pt->t[i].offset, pt->t[i].count, pt->t[i].decay ? weight_decay : 0.0f, pt->t[i].lr_mult, i);
     }
     return NUM_PARAMETER_TENSORS;
 }
@@ -152,7 +170,7 @@ static inline float clip_scale_of(float norm, float grad_clip) {
 }
 
 // The fused CPU AdamW over all segments; `step` counts from 1. grad_scale is the clip scale.
-static inline void adamw_update_cpu(float* params, const float* grads, float* m, float* v, const OptSegment* segs,
+static inline void adamw_update_cpu(float* params, const float* grads, float* m, float* v, const OptimSegment* segs,
                                     int nseg, const AdamWHyper* h, int step, float grad_scale) {
     const AdamWConsts k = {h->beta1, 1.0f - h->beta1, h->beta2, 1.0f - h->beta2,
                            1.0f / (1.0f - powf(h->beta1, (float)step)),  // bias corrections, hoisted
@@ -161,12 +179,12 @@ static inline void adamw_update_cpu(float* params, const float* grads, float* m,
     for (int s = 0; s < nseg; s++) {
         const float lr = h->lr * segs[s].lr_mult;
         const float wd = segs[s].weight_decay;
-        float* p = params + segs[s].offset;
+        float* p = params + segs[s].param;
         const float* g = grads + segs[s].offset;
         float* ms = m + segs[s].offset;
         float* vs = v + segs[s].offset;
         const size_t n = segs[s].count;
-        // the same operations, in the same order, as the GPU kernel (llmc/adamw.cuh), so the two
+        // the same operations, in the same order, as the GPU kernel (llmc/optim/adamw.cuh), so the two
         // give the same bits: explicit fmaf where the kernel fuses, nothing left for the compiler
         #pragma omp for simd schedule(static) nowait
         for (size_t i = 0; i < n; i++) { adamw_element(&p[i], &ms[i], &vs[i], g[i] * grad_scale, &k, lr, wd); }
@@ -176,25 +194,25 @@ static inline void adamw_update_cpu(float* params, const float* grads, float* m,
 // ----------------------------------------------------------------------------
 // the optimizer family: configuration and per-step scalars
 
-typedef enum { OPT_ADAMW = 0, OPT_SGD = 1, OPT_LAMB = 2, OPT_LION = 3 } OptimizerKind;
-typedef enum { OPT_STATE_FP32 = 0, OPT_STATE_BF16 = 1, OPT_STATE_INT8 = 2 } OptStatePrecision;
+typedef enum { OPT_ADAMW = 0, OPT_SGD = 1, OPT_LAMB = 2, OPT_LION = 3 } OptimKind;
+typedef enum { OPT_STATE_FP32 = 0, OPT_STATE_BF16 = 1, OPT_STATE_INT8 = 2 } OptimStatePrecision;
 
 // What does not change during a run (lr, the schedule's, is given per step; weight decay and lr
 // multipliers come from the segments; the gradient scale from the clip).
 typedef struct {
-    OptimizerKind kind;
-    OptStatePrecision state;   // storage of AdamW's m, v (vmax); the other optimizers keep fp32 state
+    OptimKind kind;
+    OptimStatePrecision state;   // storage of AdamW's m, v (vmax); the other optimizers keep fp32 state
     float beta1, beta2, eps;   // AdamW, LAMB: moment decay rates, eps; Lion: beta1 interpolates the
                                // update, beta2 the momentum (eps unused)
     float momentum, dampening; // SGD (momentum 0: plain SGD, no state)
     int nesterov;              // SGD: Nesterov momentum (needs momentum > 0, dampening 0)
     int amsgrad;               // AdamW: divide by the running max of v
     unsigned long long seed;   // stochastic rounding (bf16 state; bf16 params on the GPU)
-} OptimizerConfig;
+} OptimConfig;
 
 // Per-step scalars, computed once on the host, shared by the CPU loops and the GPU kernels of
-// llmc/optimizers.cuh (a plain struct: it is a kernel argument). Same expressions as
-// adamw_step_args (llmc/adamw.cuh), so both sides hold the same bits.
+// llmc/optim/kernels.cuh (a plain struct: it is a kernel argument). Same expressions as
+// adamw_step_args (llmc/optim/adamw.cuh), so both sides hold the same bits.
 typedef struct {
     float lr;                               // this step's lr (before the segment's lr_mult)
     float beta1, beta2, one_minus_beta1, one_minus_beta2, eps;
@@ -202,10 +220,10 @@ typedef struct {
     float momentum, one_minus_dampening;    // SGD
     int first_step;                         // SGD: the momentum buffer starts as g (PyTorch)
     unsigned long long rng_key;             // srng_step_key(seed, step)
-} OptStepArgs;
+} OptimStepArgs;
 
-static inline OptStepArgs optim_step_args(const OptimizerConfig* c, float lr, int step) {
-    OptStepArgs a;
+static inline OptimStepArgs optim_step_args(const OptimConfig* c, float lr, int step) {
+    OptimStepArgs a;
     a.lr = lr;
     a.beta1 = c->beta1;
     a.beta2 = c->beta2;
@@ -232,17 +250,14 @@ static inline int optim_segments_count_layers(const ParamTable* pt) {
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) n += pt->t[i].per_layer ? pt->num_layers : 1;
     return n;
 }
-static inline int optim_segments_build_layers(const ParamTable* pt, float weight_decay, OptSegment* segs) {
+static inline int optim_segments_build_layers(const ParamTable* pt, float weight_decay, OptimSegment* segs) {
     int k = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         const ParamTensor* t = &pt->t[i];
         int slices = t->per_layer ? pt->num_layers : 1;
         size_t count = t->count / (size_t)slices;
         for (int l = 0; l < slices; l++) {
-            segs[k].offset = t->offset + (size_t)l * count;
-            segs[k].count = count;
-            segs[k].weight_decay = t->decay ? weight_decay : 0.0f;
-            segs[k].lr_mult = t->lr_mult;
+            segs[k] = optim_segment(t->offset + (size_t)l * count, count, t->decay ? weight_decay : 0.0f, t->lr_mult, k);
             k++;
         }
     }
@@ -254,7 +269,7 @@ static inline int optim_segments_build_layers(const ParamTable* pt, float weight
 
 // Blocks of OPT_BLOCK elements cut from each segment from its first element (never straddling
 // segments): block0[s] is segment s's first block, block0[nseg] the total (returned).
-static inline size_t optim_blocks_build(const OptSegment* segs, int nseg, size_t* block0) {
+static inline size_t optim_blocks_build(const OptimSegment* segs, int nseg, size_t* block0) {
     size_t b = 0;
     for (int s = 0; s < nseg; s++) {
         block0[s] = b;
@@ -264,12 +279,12 @@ static inline size_t optim_blocks_build(const OptSegment* segs, int nseg, size_t
     return b;
 }
 
-// int8 state: segments under QUANT8_MIN_ELEMS keep fp32 m, v, packed in segment order:
-// small_off[s] is the offset of segment s there, or OPT_NOT_SMALL. Returns the packed length.
-static inline size_t optim_small_build(const OptSegment* segs, int nseg, size_t* small_off) {
+// int8 state: segments of tensors under QUANT8_MIN_ELEMS keep fp32 m, v, packed in segment
+// order: small_off[s] is the offset of segment s there, or OPT_NOT_SMALL. Returns the packed length.
+static inline size_t optim_small_build(const OptimSegment* segs, int nseg, size_t* small_off) {
     size_t k = 0;
     for (int s = 0; s < nseg; s++) {
-        if (segs[s].count < QUANT8_MIN_ELEMS) {
+        if (segs[s].tensor_count < QUANT8_MIN_ELEMS) {
             small_off[s] = k;
             k += segs[s].count;
         } else {
@@ -287,6 +302,18 @@ OPTIM_HD int optim_block_segment(const size_t* block0, int nseg, size_t b) {
         if (block0[mid] <= b) lo = mid; else hi = mid - 1;
     }
     return lo;
+}
+
+// The blocks [*b0, *b1) of segment s's tensor in this table: the blocks of the run of adjacent
+// segments with s's tensor id (the pieces of one tensor: a table cut at block boundaries of the
+// tensor gives the whole tensor's blocks, so its sums are the whole tensor's, bit for bit).
+OPTIM_HD void optim_tensor_blocks(const OptimSegment* segs, int nseg, const size_t* block0, int s, size_t* b0,
+                                  size_t* b1) {
+    int f = s, l = s;
+    while (f > 0 && segs[f - 1].tensor == segs[s].tensor) f--;
+    while (l + 1 < nseg && segs[l + 1].tensor == segs[s].tensor) l++;
+    *b0 = block0[f];
+    *b1 = block0[l + 1];
 }
 
 // The fixed-order sums of LAMB (see the banner): 256 values added in a halving tree,
@@ -309,7 +336,7 @@ static inline double optim_tree256_f64(double* x) {
 
 // AdamW with AMSGrad (fp32 m, v, vmax).
 static inline void adamw_amsgrad_update_cpu(float* params, const float* grads, float* m, float* v, float* vmax,
-                                            const OptSegment* segs, int nseg, const OptStepArgs* a,
+                                            const OptimSegment* segs, int nseg, const OptimStepArgs* a,
                                             float grad_scale) {
     const float beta1 = a->beta1, beta2 = a->beta2, omb1 = a->one_minus_beta1, omb2 = a->one_minus_beta2;
     const float eps = a->eps, bc1 = a->inv_bias_corr1, bc2 = a->inv_bias_corr2;
@@ -317,7 +344,7 @@ static inline void adamw_amsgrad_update_cpu(float* params, const float* grads, f
     for (int s = 0; s < nseg; s++) {
         const float lr = a->lr * segs[s].lr_mult, wd = segs[s].weight_decay;
         const size_t off = segs[s].offset, n = segs[s].count;
-        float* p = params + off;
+        float* p = params + segs[s].param;
         const float* g = grads + off;
         float *ms = m + off, *vs = v + off, *xs = vmax + off;
         #pragma omp for simd schedule(static) nowait
@@ -336,47 +363,47 @@ static inline void adamw_amsgrad_update_cpu(float* params, const float* grads, f
 }
 
 // AdamW with bf16 m, v (and vmax when not NULL): the fp32 update of the unrounded values, then
-// stochastic rounding of the state (streams 1, 2, 3 of llmc/srng.h at the global element index,
-// as adamw_update_bf16_state in llmc/adamw_lowp.cuh).
+// stochastic rounding of the state (streams 1, 2, 3 of llmc/optim/srng.h at the global element
+// index param + k, as adamw_update_bf16_state in llmc/optim/adamw_lowp.cuh).
 static inline void adamw_bf16_update_cpu(float* params, const float* grads, uint16_t* m, uint16_t* v, uint16_t* vmax,
-                                         const OptSegment* segs, int nseg, const OptStepArgs* a, float grad_scale) {
+                                         const OptimSegment* segs, int nseg, const OptimStepArgs* a, float grad_scale) {
     const float beta1 = a->beta1, beta2 = a->beta2, omb1 = a->one_minus_beta1, omb2 = a->one_minus_beta2;
     const float eps = a->eps, bc1 = a->inv_bias_corr1, bc2 = a->inv_bias_corr2;
     const unsigned long long key = a->rng_key;
     #pragma omp parallel
     for (int s = 0; s < nseg; s++) {
         const float lr = a->lr * segs[s].lr_mult, wd = segs[s].weight_decay;
-        const size_t off = segs[s].offset, n = segs[s].count;
+        const size_t off = segs[s].offset, par = segs[s].param, n = segs[s].count;
         if (vmax != NULL) {
             #pragma omp for simd schedule(static) nowait
             for (size_t k = 0; k < n; k++) {
-                const size_t i = off + k;
+                const size_t i = off + k, pi = par + k;
                 float gi = grads[i] * grad_scale;
                 float mi = adamw_m(bf16_bits_to_float(m[i]), gi, beta1, omb1);
                 float vi = adamw_v(bf16_bits_to_float(v[i]), gi, beta2, omb2);
                 const float x = bf16_bits_to_float(vmax[i]);
                 const float vv = vi > x ? vi : x; // fmaxf(vmax, v), as in adamw_amsgrad_update_cpu
-                params[i] = adamw_param(params[i], mi, vv, lr, wd, bc1, bc2, eps);
-                m[i] = bf16_bits_round_stochastic(mi, srng_bits(key, i, 1));
-                v[i] = bf16_bits_round_stochastic(vi, srng_bits(key, i, 2));
-                vmax[i] = bf16_bits_round_stochastic(vv, srng_bits(key, i, 3));
+                params[pi] = adamw_param(params[pi], mi, vv, lr, wd, bc1, bc2, eps);
+                m[i] = bf16_bits_round_stochastic(mi, srng_bits(key, pi, 1));
+                v[i] = bf16_bits_round_stochastic(vi, srng_bits(key, pi, 2));
+                vmax[i] = bf16_bits_round_stochastic(vv, srng_bits(key, pi, 3));
             }
         } else {
             #pragma omp for simd schedule(static) nowait
             for (size_t k = 0; k < n; k++) {
-                const size_t i = off + k;
+                const size_t i = off + k, pi = par + k;
                 float gi = grads[i] * grad_scale;
                 float mi = adamw_m(bf16_bits_to_float(m[i]), gi, beta1, omb1);
                 float vi = adamw_v(bf16_bits_to_float(v[i]), gi, beta2, omb2);
-                params[i] = adamw_param(params[i], mi, vi, lr, wd, bc1, bc2, eps);
-                m[i] = bf16_bits_round_stochastic(mi, srng_bits(key, i, 1));
-                v[i] = bf16_bits_round_stochastic(vi, srng_bits(key, i, 2));
+                params[pi] = adamw_param(params[pi], mi, vi, lr, wd, bc1, bc2, eps);
+                m[i] = bf16_bits_round_stochastic(mi, srng_bits(key, pi, 1));
+                v[i] = bf16_bits_round_stochastic(vi, srng_bits(key, pi, 2));
             }
         }
     }
 }
 
-// The 8-bit state of AdamW (llmc/quant8.h), as laid out by optim_blocks_build/optim_small_build.
+// The 8-bit state of AdamW (llmc/optim/quant8.h), as laid out by optim_blocks_build/optim_small_build.
 typedef struct {
     unsigned char* qm;  // (n) codes of m, by element index (bytes of small tensors unused)
     unsigned char* qv;  // (n) codes of v
@@ -392,8 +419,8 @@ typedef struct {
 // quantize indexes of the signed (m) and unsigned (v) maps (quant8_index_build), same codes as the
 // kernel's binary search.
 static inline void adamw_int8_update_cpu(float* params, const float* grads, const Adamw8Buffers* q,
-                                         const Quant8Index* ix, const OptSegment* segs, int nseg,
-                                         const size_t* block0, const size_t* small_off, const OptStepArgs* a,
+                                         const Quant8Index* ix, const OptimSegment* segs, int nseg,
+                                         const size_t* block0, const size_t* small_off, const OptimStepArgs* a,
                                          float grad_scale) {
     const AdamWConsts k = {a->beta1, a->one_minus_beta1, a->beta2, a->one_minus_beta2, a->inv_bias_corr1,
                            a->inv_bias_corr2, a->eps};
@@ -410,7 +437,7 @@ static inline void adamw_int8_update_cpu(float* params, const float* grads, cons
             const size_t start = segs[s].offset + rel;
             const size_t rest = segs[s].count - rel, len = rest < OPT_BLOCK ? rest : OPT_BLOCK;
             const float lr = a->lr * segs[s].lr_mult, wd = segs[s].weight_decay;
-            float* p = params + start;
+            float* p = params + segs[s].param + rel;
             const float* g = grads + start;
             float *ms, *vs;
             if (small_off[s] != OPT_NOT_SMALL) { // fp32 state, updated in place
@@ -437,15 +464,15 @@ static inline void adamw_int8_update_cpu(float* params, const float* grads, cons
 }
 
 // SGD with momentum buffer buf (NULL when momentum is 0) and optional Nesterov momentum.
-static inline void sgd_update_cpu(float* params, const float* grads, float* buf, const OptSegment* segs, int nseg,
-                                  const OptStepArgs* a, int nesterov, float grad_scale) {
+static inline void sgd_update_cpu(float* params, const float* grads, float* buf, const OptimSegment* segs, int nseg,
+                                  const OptimStepArgs* a, int nesterov, float grad_scale) {
     const float mu = a->momentum, omd = a->one_minus_dampening;
     const int first = a->first_step;
     #pragma omp parallel
     for (int s = 0; s < nseg; s++) {
         const float lr = a->lr * segs[s].lr_mult, wd = segs[s].weight_decay;
         const size_t off = segs[s].offset, n = segs[s].count;
-        float* p = params + off;
+        float* p = params + segs[s].param;
         const float* g = grads + off;
         if (buf == NULL) {
             #pragma omp for simd schedule(static) nowait
@@ -485,14 +512,14 @@ static inline void sgd_update_cpu(float* params, const float* grads, float* buf,
 OPTIM_HD float optim_sign(float c) { return c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : c); }
 
 // Lion with momentum m.
-static inline void lion_update_cpu(float* params, const float* grads, float* m, const OptSegment* segs, int nseg,
-                                   const OptStepArgs* a, float grad_scale) {
+static inline void lion_update_cpu(float* params, const float* grads, float* m, const OptimSegment* segs, int nseg,
+                                   const OptimStepArgs* a, float grad_scale) {
     const float beta1 = a->beta1, beta2 = a->beta2, omb1 = a->one_minus_beta1, omb2 = a->one_minus_beta2;
     #pragma omp parallel
     for (int s = 0; s < nseg; s++) {
         const float lr = a->lr * segs[s].lr_mult, wd = segs[s].weight_decay;
         const size_t off = segs[s].offset, n = segs[s].count;
-        float* p = params + off;
+        float* p = params + segs[s].param;
         const float* g = grads + off;
         float* ms = m + off;
         #pragma omp for simd schedule(static) nowait
@@ -519,8 +546,8 @@ OPTIM_HD float lamb_trust_ratio(double sum_p2, double sum_u2) {
 // LAMB. partials: (2 * nblocks) scratch, the sums of p^2 (first half) and u^2 per block; trust:
 // (nseg) the trust ratio of each segment, written (the caller may read it after the step).
 static inline void lamb_update_cpu(float* params, const float* grads, float* m, float* v, float* partials,
-                                   float* trust, const OptSegment* segs, int nseg, const size_t* block0,
-                                   const OptStepArgs* a, float grad_scale) {
+                                   float* trust, const OptimSegment* segs, int nseg, const size_t* block0,
+                                   const OptimStepArgs* a, float grad_scale) {
     const float beta1 = a->beta1, beta2 = a->beta2, omb1 = a->one_minus_beta1, omb2 = a->one_minus_beta2;
     const float eps = a->eps, bc1 = a->inv_bias_corr1, bc2 = a->inv_bias_corr2;
     const size_t nblocks = block0[nseg];
@@ -532,13 +559,14 @@ static inline void lamb_update_cpu(float* params, const float* grads, float* m, 
         for (size_t b = 0; b < nblocks; b++) {
             const int s = optim_block_segment(block0, nseg, b);
             const size_t rel = (b - block0[s]) * OPT_BLOCK, start = segs[s].offset + rel;
+            const size_t pstart = segs[s].param + rel;
             const size_t rest = segs[s].count - rel, len = rest < OPT_BLOCK ? rest : OPT_BLOCK;
             const float wd = segs[s].weight_decay;
             for (size_t j = 0; j < OPT_BLOCK / 2; j++) ap[j] = au[j] = 0.0f;
             for (size_t h = 0; h < 2; h++) { // lane l accumulates elements l, then l + OPT_BLOCK / 2
                 const size_t j0 = h * (OPT_BLOCK / 2);
                 const size_t cnt = len > j0 ? (len - j0 < OPT_BLOCK / 2 ? len - j0 : OPT_BLOCK / 2) : 0;
-                const float* p = params + start + j0;
+                const float* p = params + pstart + j0;
                 const float* g = grads + start + j0;
                 float *ms = m + start + j0, *vs = v + start + j0;
                 #pragma omp simd
@@ -559,14 +587,17 @@ static inline void lamb_update_cpu(float* params, const float* grads, float* m, 
             partials[b] = optim_tree256_f32(tp);
             partials[nblocks + b] = optim_tree256_f32(tu);
         }
-        // per segment, the trust ratio from the block sums (in double, fixed order)
+        // per segment, the trust ratio of its tensor from the block sums of the tensor's pieces
+        // in this table (in double, fixed order; one piece: the segment's own blocks)
         #pragma omp for schedule(static)
         for (int s = 0; s < nseg; s++) {
             double lp[256], lu[256];
             for (int t = 0; t < 256; t++) lp[t] = lu[t] = 0.0;
-            for (size_t c = 0; c < block0[s + 1] - block0[s]; c++) {
-                lp[c % 256] += (double)partials[block0[s] + c];
-                lu[c % 256] += (double)partials[nblocks + block0[s] + c];
+            size_t b0, b1;
+            optim_tensor_blocks(segs, nseg, block0, s, &b0, &b1);
+            for (size_t c = 0; c < b1 - b0; c++) {
+                lp[c % 256] += (double)partials[b0 + c];
+                lu[c % 256] += (double)partials[nblocks + b0 + c];
             }
             trust[s] = lamb_trust_ratio(optim_tree256_f64(lp), optim_tree256_f64(lu));
         }
@@ -574,7 +605,7 @@ static inline void lamb_update_cpu(float* params, const float* grads, float* m, 
         for (int s = 0; s < nseg; s++) {
             const float step = (a->lr * segs[s].lr_mult) * trust[s], wd = segs[s].weight_decay;
             const size_t off = segs[s].offset, n = segs[s].count;
-            float* p = params + off;
+            float* p = params + segs[s].param;
             const float *ms = m + off, *vs = v + off;
             #pragma omp for simd schedule(static) nowait
             for (size_t i = 0; i < n; i++) p[i] = fmaf(-step, lamb_direction(p[i], ms[i], vs[i], wd, bc1, bc2, eps), p[i]);

@@ -1,16 +1,16 @@
 /*
- optim_state.h: the optimizer family's state and its one CPU entry point. An OptimizerState owns
+ state.h: the optimizer family's state and its one CPU entry point. An OptimState owns
  (or borrows) one block of memory holding everything the optimizer keeps between steps, carved
- with 64-byte aligned offsets; optimizer_state_bytes() is its exact size for the memory model, and
- optimizer_step_cpu() runs the fused update of llmc/optim.h that the configuration names.
+ with 64-byte aligned offsets; optim_state_bytes() is its exact size for the memory model, and
+ optim_step_cpu() runs the fused update of llmc/optim/optim.h that the configuration names.
 
-   OptimizerConfig cfg = optimizer_config_default(OPT_LION);     // then set what the flags say
+   OptimConfig cfg = optim_config_default(OPT_LION);     // then set what the flags say
    char why[256];
-   if (!optimizer_config_check(&cfg, why, sizeof why)) ls_fatal("%s", why);  // names the flags
-   OptimizerState st;
-   optimizer_state_init(&st, &cfg, segs, nseg, n, NULL);          // NULL: it allocates
-   optimizer_step_cpu(&st, params, grads, lr, step, clip_scale);  // step = 1, 2, ...
-   optimizer_state_free(&st);
+   if (!optim_config_check(&cfg, why, sizeof why)) ls_fatal("%s", why);  // names the flags
+   OptimState st;
+   optim_state_init(&st, &cfg, segs, nseg, n, NULL);          // NULL: it allocates
+   optim_step_cpu(&st, params, grads, lr, step, clip_scale);  // step = 1, 2, ...
+   optim_state_free(&st);
 
  State per parameter (the memory table's numbers; per block of OPT_BLOCK elements, per element of
  the tensors under QUANT8_MIN_ELEMS, per segment; each buffer starts 64-byte aligned):
@@ -19,13 +19,13 @@
  GPT-2 124M with per-layer segments (optim_segments_build_layers): int8 2.012 B, lamb 8.004 B.
  Not counted: the host copies of the segment and block tables (a few KB) and, for int8 state on
  the CPU, the quantize indexes (2 x 257 KB, quant8_index_build).
- The GPU uses the same layout in device memory (llmc/optimizers.cuh: optimizer_state_init_device,
- optimizer_step_gpu). BAdam's reset: optimizer_state_zero (host) / optimizer_state_zero_device,
+ The GPU uses the same layout in device memory (llmc/optim/kernels.cuh: optim_state_init_device,
+ optim_step_gpu). BAdam's reset: optim_state_zero (host) / optim_state_zero_device,
  then steps count from 1 again.
 
  Combinations: bf16 and int8 state are implemented for AdamW (the kernels of dev/cuda/adamw.cu
  versions 6a, 6b); AMSGrad with int8 state is not; Nesterov needs momentum > 0 and no dampening
- (as torch.optim.SGD). optimizer_config_check says which flags conflict.
+ (as torch.optim.SGD). optim_config_check says which flags conflict.
 */
 #ifndef LLMC_OPTIM_STATE_H
 #define LLMC_OPTIM_STATE_H
@@ -35,39 +35,39 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "llmc/optim.h"
-#include "llmc/quant8.h"
+#include "llmc/optim/optim.h"
+#include "llmc/optim/quant8.h"
 #include "llmc/utils.h"
 
 // The flags' words, in enum order (CLI_CHOICE tables can use them: the index is the enum value).
-static const char* const optimizer_kind_choices[] = {"adamw", "sgd", "lamb", "lion", NULL};
-static const char* const opt_state_choices[] = {"fp32", "bf16", "int8", NULL};
+static const char* const optim_kind_choices[] = {"adamw", "sgd", "lamb", "lion", NULL};
+static const char* const optim_precision_choices[] = {"fp32", "bf16", "int8", NULL};
 
-static inline const char* optimizer_kind_name(OptimizerKind k) {
-    return (int)k >= (int)OPT_ADAMW && (int)k <= (int)OPT_LION ? optimizer_kind_choices[k] : "?";
+static inline const char* optim_kind_name(OptimKind k) {
+    return (int)k >= (int)OPT_ADAMW && (int)k <= (int)OPT_LION ? optim_kind_choices[k] : "?";
 }
-static inline const char* opt_state_name(OptStatePrecision p) {
-    return (int)p >= (int)OPT_STATE_FP32 && (int)p <= (int)OPT_STATE_INT8 ? opt_state_choices[p] : "?";
+static inline const char* optim_precision_name(OptimStatePrecision p) {
+    return (int)p >= (int)OPT_STATE_FP32 && (int)p <= (int)OPT_STATE_INT8 ? optim_precision_choices[p] : "?";
 }
 // 1 and *out set when s names a kind (--optimizer adamw|sgd|lamb|lion), else 0.
-static inline int optimizer_kind_parse(const char* s, OptimizerKind* out) {
+static inline int optim_kind_parse(const char* s, OptimKind* out) {
     for (int k = OPT_ADAMW; k <= OPT_LION; k++) {
-        if (strcmp(s, optimizer_kind_choices[k]) == 0) { *out = (OptimizerKind)k; return 1; }
+        if (strcmp(s, optim_kind_choices[k]) == 0) { *out = (OptimKind)k; return 1; }
     }
     return 0;
 }
 // 1 and *out set when s names a precision (--opt-state fp32|bf16|int8), else 0.
-static inline int opt_state_parse(const char* s, OptStatePrecision* out) {
+static inline int optim_precision_parse(const char* s, OptimStatePrecision* out) {
     for (int p = OPT_STATE_FP32; p <= OPT_STATE_INT8; p++) {
-        if (strcmp(s, opt_state_choices[p]) == 0) { *out = (OptStatePrecision)p; return 1; }
+        if (strcmp(s, optim_precision_choices[p]) == 0) { *out = (OptimStatePrecision)p; return 1; }
     }
     return 0;
 }
 
 // The usual hyperparameters of each optimizer (the papers' / PyTorch's defaults; AdamW's betas
 // are GPT-2 training's 0.9, 0.95). seed 0, fp32 state.
-static inline OptimizerConfig optimizer_config_default(OptimizerKind kind) {
-    OptimizerConfig c;
+static inline OptimConfig optim_config_default(OptimKind kind) {
+    OptimConfig c;
     memset(&c, 0, sizeof c);
     c.kind = kind;
     c.state = OPT_STATE_FP32;
@@ -79,8 +79,8 @@ static inline OptimizerConfig optimizer_config_default(OptimizerKind kind) {
 }
 
 // 1 when the configuration is usable; else 0 with a message naming the offending flags.
-static inline int optimizer_config_check(const OptimizerConfig* c, char* msg, size_t size) {
-    const char* kn = optimizer_kind_name(c->kind);
+static inline int optim_config_check(const OptimConfig* c, char* msg, size_t size) {
+    const char* kn = optim_kind_name(c->kind);
     msg[0] = '\0';
     if ((int)c->kind < (int)OPT_ADAMW || (int)c->kind > (int)OPT_LION) {
         snprintf(msg, size, "--optimizer: unknown optimizer %d (adamw, sgd, lamb or lion)", (int)c->kind);
@@ -88,7 +88,7 @@ static inline int optimizer_config_check(const OptimizerConfig* c, char* msg, si
         snprintf(msg, size, "--opt-state: unknown state precision %d (fp32, bf16 or int8)", (int)c->state);
     } else if (c->state != OPT_STATE_FP32 && c->kind != OPT_ADAMW) {
         snprintf(msg, size, "--opt-state %s is implemented for --optimizer adamw only (got --optimizer %s)",
-                 opt_state_name(c->state), kn);
+                 optim_precision_name(c->state), kn);
     } else if (c->amsgrad && c->kind != OPT_ADAMW) {
         snprintf(msg, size, "--amsgrad is an AdamW option (got --optimizer %s)", kn);
     } else if (c->amsgrad && c->state == OPT_STATE_INT8) {
@@ -112,15 +112,20 @@ static inline int optimizer_config_check(const OptimizerConfig* c, char* msg, si
     return msg[0] == '\0';
 }
 
-// Fatal unless the segments are sorted, contiguous and non-empty, cover [0, n), and have finite,
+// Fatal unless the segments are sorted, contiguous and non-empty, cover [0, n) of the step's
+// buffers (param, the parameters' place, is free), lie inside their tensors, and have finite,
 // non-negative weight decay and lr multipliers.
-static inline void optim_segments_check(const OptSegment* segs, int nseg, size_t n) {
+static inline void optim_segments_check(const OptimSegment* segs, int nseg, size_t n) {
     if (nseg < 1 || segs == NULL) ls_fatal("optimizer: %d segments (at least 1 needed)", nseg);
     size_t next = 0;
     for (int s = 0; s < nseg; s++) {
         if (segs[s].offset != next || segs[s].count == 0) {
             ls_fatal("optimizer: segment %d covers [%zu, %zu) but must start at %zu and be non-empty", s,
                      segs[s].offset, segs[s].offset + segs[s].count, next);
+        }
+        if (segs[s].tensor_count < segs[s].count) {
+            ls_fatal("optimizer: segment %d has %zu elements, more than its tensor's %zu", s, segs[s].count,
+                     segs[s].tensor_count);
         }
         if (!(segs[s].weight_decay >= 0.0f && isfinite(segs[s].weight_decay)) ||
             !(segs[s].lr_mult >= 0.0f && isfinite(segs[s].lr_mult))) {
@@ -136,10 +141,10 @@ static inline void optim_segments_check(const OptSegment* segs, int nseg, size_t
 // the state
 
 typedef struct {
-    OptimizerConfig cfg;
+    OptimConfig cfg;
     size_t n;              // parameters
     int nseg;
-    OptSegment* segs;      // (nseg) the segment table (a copy)
+    OptimSegment* segs;      // (nseg) the segment table (a copy)
     size_t* block0;        // (nseg + 1) first OPT_BLOCK block of each segment; [nseg] = nblocks
     size_t* small_off;     // (nseg) int8: offset of a small tensor's fp32 state, or OPT_NOT_SMALL
     size_t nblocks, nsmall;
@@ -161,14 +166,14 @@ typedef struct {
     float* trust;          // (nseg) LAMB: the trust ratios of the last step
     Quant8Index* q8_index; // (2) host int8 state: the CPU's quantize indexes (m, v); 130 KB, not state
     void* memory;          // the block holding all of the above
-    size_t bytes;          // its size (optimizer_state_bytes)
+    size_t bytes;          // its size (optim_state_bytes)
     int owns_memory;       // 1: the free function frees it
-    // a state in device memory (llmc/optimizers.cuh): the tables' device copies
+    // a state in device memory (llmc/optim/kernels.cuh): the tables' device copies
     int on_device;
-    OptSegment* d_segs;    // (nseg)
+    OptimSegment* d_segs;    // (nseg)
     size_t* d_block0;      // (nseg + 1)
     size_t* d_small_off;   // (nseg)
-} OptimizerState;
+} OptimState;
 
 static inline size_t optim_align64(size_t x) { return (x + 63) & ~(size_t)63; }
 
@@ -177,8 +182,8 @@ static inline size_t optim_align64(size_t x) { return (x + 63) & ~(size_t)63; }
 // base 0 computes the size only.
 // NOLINTBEGIN(performance-no-int-to-ptr): the base is an address of host or device memory, or 0
 // to compute the size only, so the carving is integer arithmetic turned into pointers on purpose.
-static inline void optimizer_state_carve(OptimizerState* st, uintptr_t base) {
-    const OptimizerConfig* c = &st->cfg;
+static inline void optim_state_carve(OptimState* st, uintptr_t base) {
+    const OptimConfig* c = &st->cfg;
     const size_t n = st->n;
     const int adam = c->kind == OPT_ADAMW, ams = adam && c->amsgrad;
     size_t off = 0;
@@ -213,10 +218,10 @@ static inline void optimizer_state_carve(OptimizerState* st, uintptr_t base) {
 }
 // NOLINTEND(performance-no-int-to-ptr)
 
-// Bytes of optimizer state for these parameters (the whole block optimizer_state_init carves;
+// Bytes of optimizer state for these parameters (the whole block optim_state_init carves;
 // the segment tables, a few KB of host memory, are not counted).
-static inline size_t optimizer_state_bytes(const OptimizerConfig* cfg, const OptSegment* segs, int nseg, size_t n) {
-    OptimizerState st;
+static inline size_t optim_state_bytes(const OptimConfig* cfg, const OptimSegment* segs, int nseg, size_t n) {
+    OptimState st;
     memset(&st, 0, sizeof st);
     st.cfg = *cfg;
     st.n = n;
@@ -225,13 +230,13 @@ static inline size_t optimizer_state_bytes(const OptimizerConfig* cfg, const Opt
     st.nblocks = optim_blocks_build(segs, nseg, tmp);
     st.nsmall = optim_small_build(segs, nseg, tmp);
     free(tmp);
-    optimizer_state_carve(&st, 0);
+    optim_state_carve(&st, 0);
     return st.bytes;
 }
 
 // The state as a fresh run starts it: moments 0 (int8: the codes of 0, absmax 0), and the maps.
-// Host memory only (the GPU side: optimizer_state_zero_device in llmc/optimizers.cuh).
-static inline void optimizer_state_zero(OptimizerState* st) {
+// Host memory only (the GPU side: optim_state_zero_device in llmc/optim/kernels.cuh).
+static inline void optim_state_zero(OptimState* st) {
     memset(st->memory, 0, st->bytes);
     if (st->qm != NULL) memset(st->qm, QUANT8_ZERO_SIGNED, st->n);
     if (st->qv != NULL) memset(st->qv, QUANT8_ZERO_UNSIGNED, st->n);
@@ -242,21 +247,21 @@ static inline void optimizer_state_zero(OptimizerState* st) {
 }
 
 // Fills in st's tables and carves the state. memory: NULL to allocate (owned, freed by
-// optimizer_state_free), else the caller's block of optimizer_state_bytes() bytes, 16-byte
+// optim_state_free), else the caller's block of optim_state_bytes() bytes, 16-byte
 // aligned (borrowed; buffers start at multiples of 64 bytes from it). Fatal on an invalid configuration or segment table. Host memory is zeroed
-// (optimizer_state_zero); a device block (`device` 1) is left to the caller.
-static inline void optimizer_state_setup(OptimizerState* st, const OptimizerConfig* cfg, const OptSegment* segs,
+// (optim_state_zero); a device block (`device` 1) is left to the caller.
+static inline void optim_state_setup(OptimState* st, const OptimConfig* cfg, const OptimSegment* segs,
                                          int nseg, size_t n, void* memory, int device) {
     char why[256];
-    if (!optimizer_config_check(cfg, why, sizeof why)) ls_fatal("%s", why);
+    if (!optim_config_check(cfg, why, sizeof why)) ls_fatal("%s", why);
     optim_segments_check(segs, nseg, n);
     if (device && memory == NULL) ls_fatal("optimizer: a device state needs its device memory");
     memset(st, 0, sizeof *st);
     st->cfg = *cfg;
     st->n = n;
     st->nseg = nseg;
-    st->segs = (OptSegment*)mallocCheck((size_t)nseg * sizeof(OptSegment));
-    memcpy(st->segs, segs, (size_t)nseg * sizeof(OptSegment));
+    st->segs = (OptimSegment*)mallocCheck((size_t)nseg * sizeof(OptimSegment));
+    memcpy(st->segs, segs, (size_t)nseg * sizeof(OptimSegment));
     st->block0 = (size_t*)mallocCheck(((size_t)nseg + 1) * sizeof(size_t));
     st->small_off = (size_t*)mallocCheck((size_t)nseg * sizeof(size_t));
     st->nblocks = optim_blocks_build(segs, nseg, st->block0);
@@ -264,7 +269,7 @@ static inline void optimizer_state_setup(OptimizerState* st, const OptimizerConf
     if (st->nsmall == 0) {
         for (int s = 0; s < nseg; s++) st->small_off[s] = OPT_NOT_SMALL;
     }
-    optimizer_state_carve(st, 0);
+    optim_state_carve(st, 0);
     if (cfg->kind == OPT_ADAMW && cfg->state == OPT_STATE_INT8 && !device) {
         float maps[QUANT8_MAP_FLOATS];
         quant8_maps(maps, maps + 256);
@@ -281,20 +286,20 @@ static inline void optimizer_state_setup(OptimizerState* st, const OptimizerConf
     }
     if (((uintptr_t)memory & 15u) != 0) ls_fatal("optimizer: state memory %p is not 16-byte aligned", memory);
     st->memory = memory;
-    optimizer_state_carve(st, (uintptr_t)memory);
-    if (!device) optimizer_state_zero(st);
+    optim_state_carve(st, (uintptr_t)memory);
+    if (!device) optim_state_zero(st);
 }
 
-static inline void optimizer_state_init(OptimizerState* st, const OptimizerConfig* cfg, const OptSegment* segs,
+static inline void optim_state_init(OptimState* st, const OptimConfig* cfg, const OptimSegment* segs,
                                         int nseg, size_t n, void* memory) {
-    optimizer_state_setup(st, cfg, segs, nseg, n, memory, 0);
+    optim_state_setup(st, cfg, segs, nseg, n, memory, 0);
 }
 
 // Frees what st owns; accepts a zeroed or already freed state. (A device state:
-// optimizer_state_free_device.)
-static inline void optimizer_state_free(OptimizerState* st) {
+// optim_state_free_device.)
+static inline void optim_state_free(OptimState* st) {
     if (st == NULL) return;
-    if (st->on_device) ls_fatal("optimizer: optimizer_state_free on a device state (use optimizer_state_free_device)");
+    if (st->on_device) ls_fatal("optimizer: optim_state_free on a device state (use optim_state_free_device)");
     if (st->owns_memory) free(st->memory);
     free(st->q8_index);
     free(st->small_off);
@@ -305,13 +310,13 @@ static inline void optimizer_state_free(OptimizerState* st) {
 
 // One step (step = 1, 2, ... since the state was zeroed) of the configured optimizer over all
 // parameters: params (n) updated in place from grads (n) times grad_scale (the clip scale).
-static inline void optimizer_step_cpu(OptimizerState* st, float* params, const float* grads, float lr, int step,
+static inline void optim_step_cpu(OptimState* st, float* params, const float* grads, float lr, int step,
                                       float grad_scale) {
     if (step < 1) ls_fatal("optimizer: step %d (steps count from 1)", step);
     if (!isfinite(lr)) ls_fatal("optimizer: learning rate %g", lr);
-    if (st->on_device) ls_fatal("optimizer: optimizer_step_cpu on a device state (use optimizer_step_gpu)");
-    const OptimizerConfig* c = &st->cfg;
-    const OptStepArgs a = optim_step_args(c, lr, step);
+    if (st->on_device) ls_fatal("optimizer: optim_step_cpu on a device state (use optim_step_gpu)");
+    const OptimConfig* c = &st->cfg;
+    const OptimStepArgs a = optim_step_args(c, lr, step);
     switch (c->kind) {
         case OPT_ADAMW:
             if (c->state == OPT_STATE_BF16) {

@@ -1,7 +1,7 @@
 /*
  srng.h: the random bits of stochastic rounding, and bf16 rounding on raw bits, in one header that
- plain C (the CPU optimizers, llmc/optim.h), nvcc and the CPU harness (the GPU kernels,
- llmc/adamw.cuh, llmc/optimizers.cuh) all compile, so a CPU update and a GPU kernel that round the
+ plain C (the CPU optimizers, llmc/optim/optim.h), nvcc and the CPU harness (the GPU kernels,
+ llmc/optim/adamw.cuh, llmc/optim/kernels.cuh) all compile, so a CPU update and a GPU kernel that round the
  same value draw the same bits and give the same result.
 
  Counter-based: the bits of element i in stream `salt` of a step are a hash of (key, i, salt), with
@@ -68,7 +68,7 @@ SRNG_FN uint16_t bf16_bits_round_nearest(float x) {
 }
 
 // Stochastic rounding with 32 random bits (the low 16 are used): bf16_round_stochastic of
-// llmc/adamw.cuh, on bits.
+// llmc/optim/adamw.cuh, on bits.
 SRNG_FN uint16_t bf16_bits_round_stochastic(float x, unsigned bits) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);

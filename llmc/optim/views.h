@@ -1,0 +1,112 @@
+/*
+ views.h: the placements of the optimizer engine as segment tables, and the step plan; plain C,
+ for both trainers.
+
+ A view is a segment table over a state of n_state elements (llmc/optim/optim.h: a segment's
+ offset indexes the step's gradients, state and master weights, its param the parameters):
+   whole model    one segment per tensor slice (optim_segments_build_layers), param == offset
+   ZeRO-1 shard   the whole table cut to [lo, hi) and rebased (optim_segments_cut), param global
+   BAdam block    the active block's slices back to back (offset = the slice's compact offset,
+                  param = its place in the model), state sized for the largest block
+   both           the BAdam block's table cut to the process's shard of the block
+ Where a table may be cut without changing any bit (optim_cut_of): anywhere for the elementwise
+ optimizers, at the tensors' OPT_BLOCK boundaries for int8 state (absmax blocks), at tensor
+ boundaries for LAMB (its trust ratio needs the whole tensor's sums in one table).
+
+ The step plan (optim_plan_step) is the mode logic the trainers share: the active BAdam block and
+ its slices, the lowest layer the backward pass must reach, whether the state is zeroed before
+ the update (at a block switch, or when there is no state to continue), and the optimizer's step
+ counter (bias correction counts from the switch).
+*/
+#ifndef LLMC_OPTIM_VIEWS_H
+#define LLMC_OPTIM_VIEWS_H
+
+#include <stddef.h>
+#include "llmc/optim/badam.h"
+#include "llmc/optim/optim.h"
+#include "llmc/params.h"
+
+// ----------------------------------------------------------------------------
+// where a table may be cut
+
+typedef enum { OPTIM_CUT_ELEMENT = 0, OPTIM_CUT_BLOCK, OPTIM_CUT_TENSOR } OptimCut;
+
+static inline OptimCut optim_cut_of(const OptimConfig* c) {
+    if (c->kind == OPT_LAMB) return OPTIM_CUT_TENSOR;
+    if (c->kind == OPT_ADAMW && c->state == OPT_STATE_INT8) return OPTIM_CUT_BLOCK;
+    return OPTIM_CUT_ELEMENT;
+}
+
+// The first place at or after x (an element of the table's buffers) where the table may be cut.
+static inline size_t optim_cut_snap(const OptimSegment* segs, int nseg, size_t x, OptimCut cut) {
+    for (int s = 0; s < nseg; s++) {
+        const size_t a = segs[s].offset, b = a + segs[s].count;
+        if (x <= a || x >= b || cut == OPTIM_CUT_ELEMENT) continue;
+        if (cut == OPTIM_CUT_TENSOR) return b;
+        const size_t up = a + (x - a + OPT_BLOCK - 1) / OPT_BLOCK * OPT_BLOCK;
+        return up < b ? up : b;
+    }
+    return x;
+}
+
+// ----------------------------------------------------------------------------
+// BAdam's block as a view
+
+// The slices of a BAdam block as segments: offset = the compact offset, param = the slice's place
+// in the model, the tensor's weight decay and lr multiplier; tensor ids distinct per slice.
+// Returns the count (num_slices); n_state = the block's elements.
+static inline int optim_view_badam(const ParamTable* pt, const BadamSlice* slices, int num_slices, float weight_decay,
+                                   OptimSegment* out, size_t* n_state) {
+    size_t n = 0;
+    for (int k = 0; k < num_slices; k++) {
+        const ParamTensor* t = &pt->t[slices[k].tensor];
+        out[k] = optim_segment(slices[k].compact, slices[k].count, t->decay ? weight_decay : 0.0f, t->lr_mult, k);
+        out[k].param = slices[k].offset;
+        n = slices[k].compact + slices[k].count;
+    }
+    *n_state = n;
+    return num_slices;
+}
+
+// ----------------------------------------------------------------------------
+// the step plan
+
+// What the plan needs to know of a run.
+typedef struct {
+    const ParamTable* table;
+    const Badam* badam;  // NULL: BAdam off
+} OptimRun;
+
+typedef struct {
+    int block;                             // the active BAdam block (-1: BAdam off)
+    int num_slices;                        // its slices (0: BAdam off)
+    BadamSlice slices[BADAM_MAX_SLICES];   // in table order, with their compact offsets
+    int lowest_layer;                      // the lowest layer whose gradients the backward pass needs
+    int reset;                             // zero the optimizer state before this step's update
+    int opt_step;                          // the optimizer's step of this update (1, 2, ...)
+} OptimPlan;
+
+// The plan of training step `step` (from 0). has_state: the state holds what the previous step
+// left (0 on a fresh start, or after loading a model without its optimizer state).
+static inline OptimPlan optim_plan_step(const OptimRun* run, int step, int has_state) {
+    OptimPlan p;
+    p.block = -1;
+    p.num_slices = 0;
+    p.lowest_layer = 0;
+    p.reset = !has_state;
+    p.opt_step = step + 1;
+    if (run->badam != NULL) {
+        const Badam* bd = run->badam;
+        const int in_block = badam_step_in_block(bd, step);
+        p.block = badam_block_at(bd, step);
+        p.num_slices = badam_block_slices(bd, run->table, p.block, p.slices);
+        // the layers below the active one need no gradients; the embedding block needs them all
+        p.lowest_layer = p.block < bd->num_layers ? p.block : 0;
+        p.reset = in_block == 0 || !has_state;
+        // bias correction counts from the switch
+        p.opt_step = in_block + 1;
+    }
+    return p;
+}
+
+#endif // LLMC_OPTIM_VIEWS_H
