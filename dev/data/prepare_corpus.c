@@ -640,6 +640,9 @@ int main(int argc, char** argv) {
     char* inputs = record_inputs(&o, &in);
     if (!o.force && record_up_to_date(record_path, inputs)) {
         printf("prepare_corpus: %s/%s_*.bin are up to date (%s; -f to make them again)\n", o.out_dir, o.name, record_path);
+        for (int i = 0; i < in.n; i++) { free(in.files[i].path); }
+        free(in.files);
+        free(inputs);
         return 0;
     }
     unlink(record_path);  // from here on the shards may change
