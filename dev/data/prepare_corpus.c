@@ -30,11 +30,13 @@
  the shards written. A rerun with the same record does nothing; otherwise every shard is made
  again and a shard whose bytes are already on disk is left as it is (not rewritten). Shards of
  this NAME that a new run did not make (an older, longer run) are removed at the end.
- Writes are atomic (temp file, fsync, rename); on any error the temp file is removed.
+ Writes are atomic (temp file, fsync, rename); on any error, and on SIGINT/SIGTERM/SIGHUP, the
+ temp file is removed.
 
  usage: prepare_corpus [options] INPUT...   (prepare_corpus -h lists the options)
 */
 #include <dirent.h>
+#include <signal.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -539,7 +541,7 @@ typedef struct {
 static void meter_show(Meter* m, long long docs, size_t tokens, double mb, double done_frac, int last) {
     double now = progress_now(), el = now - m->t0;
     if (!last && (el < 1.0 || now - m->t_last < (m->tty ? 0.25 : 10.0))) { return; }
-    if (last && !m->shown) { return; }
+    if (last && (!m->shown || !m->tty)) { return; }  // a log has its lines; a terminal gets its last one kept
     m->t_last = now;
     m->shown = 1;
     double eta = done_frac > 0 ? el * (1.0 - done_frac) / done_frac : 0.0;
@@ -551,6 +553,14 @@ static void meter_show(Meter* m, long long docs, size_t tokens, double mb, doubl
 }
 
 // ----------------------------------------------------------------------------
+
+// SIGINT/SIGTERM/SIGHUP: remove the temp file of a shard being written (unlink is
+// async-signal-safe), then die of the signal as usual.
+static void on_signal(int sig) {
+    ls_remove_pending_tmp();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
 
 static void usage(const char* argv0, int status) {
     fprintf(status == 0 ? stdout : stderr,
@@ -646,6 +656,9 @@ int main(int argc, char** argv) {
         return 0;
     }
     unlink(record_path);  // from here on the shards may change
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGHUP, on_signal);
 
     Tokenizer tok0;
     tokenizer_init_from_bpe(&tok0, o.encoder, o.vocab);
