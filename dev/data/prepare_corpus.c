@@ -121,7 +121,7 @@ static int compare_names(const void* a, const void* b) {
     return strcmp(*(const char* const*)a, *(const char* const*)b);
 }
 
-static void inputs_add(InputList* l, const char* path, int top) {
+static void inputs_add(InputList* l, const char* path, int top) {  // NOLINT(misc-no-recursion): one level per directory
     struct stat st;
     if (stat(path, &st) != 0) { ls_fatal("input %s: %s", path, strerror(errno)); }
     if (S_ISREG(st.st_mode)) {
@@ -152,7 +152,7 @@ static void inputs_add(InputList* l, const char* path, int top) {
         n++;
     }
     closedir(d);
-    qsort(names, n, sizeof(char*), compare_names);
+    if (n > 0) { qsort(names, n, sizeof(char*), compare_names); }
     for (size_t i = 0; i < n; i++) {
         inputs_add(l, names[i], 0);
         free(names[i]);
@@ -484,7 +484,7 @@ static int record_up_to_date(const char* record_path, const char* inputs) {
         if (sp == NULL) { ok = 0; break; }
         *sp = '\0';
         struct stat st;
-        ok = stat(line + 6, &st) == 0 && (long long)st.st_size == atoll(sp + 1);
+        ok = stat(line + 6, &st) == 0 && (long long)st.st_size == strtoll(sp + 1, NULL, 10);
         line = nl + 1;
     }
     free(text);
