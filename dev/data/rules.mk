@@ -6,6 +6,8 @@
 #                         the network), tokenize them into data/tinyshakespeare/*.bin and write
 #                         data/gpt2_tokenizer.bin. A no-op when everything is up to date.
 #   make test-tokenizer   C unit tests, then id-for-id comparison with tiktoken (python3)
+#   make corpus CORPUS=.. tokenize your own text (.txt, .jsonl, .gz, directories) into shards in
+#                         CORPUS_OUT (default data/corpus) with build/prepare_corpus (CORPUS_FLAGS)
 #   make test-corpus      prepare_corpus (any corpus -> shards) against tiktoken, and its error paths
 #   make bench-corpus     prepare_corpus's MB/s against tiktoken's encode_ordinary_batch (BENCH_CORPUS_MB)
 #   make test-first-run   a run as on a fresh machine (dev/test/test_first_run.py): the CPU trainer
@@ -29,6 +31,13 @@ $(BUILD)/prepare_corpus: dev/data/prepare_corpus.c $(TOKENIZER_DEPS) llmc/run/pr
 	@mkdir -p $(@D)
 	@echo "  CC    $@"
 	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_TOK) $(LDLIBS)
+
+# make corpus CORPUS="files or directories" [CORPUS_OUT=data/corpus] [CORPUS_FLAGS="--field content ..."]
+CORPUS_OUT ?= data/corpus
+.PHONY: corpus
+corpus: $(BUILD)/prepare_corpus data
+	$(Q)if [ -z "$(CORPUS)" ]; then echo "make corpus: set CORPUS=\"files or directories\" (.txt, .jsonl, .gz)" >&2; exit 2; fi
+	$(Q)$(BUILD)/prepare_corpus -o $(CORPUS_OUT) $(CORPUS_FLAGS) $(CORPUS)
 
 # test_tokenizer: unit tests of llmc/io/tokenizer.h + the CLI used by tokenizer_check.py
 $(BUILD)/test_tokenizer: dev/test/test_tokenizer.c $(TOKENIZER_DEPS)

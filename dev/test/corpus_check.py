@@ -162,7 +162,7 @@ def check_val_fraction_and_field(args, enc, tmp, docs, fails):
     print(f"  --val-fraction 0.3 --field content: {len(val_docs)} val docs, {len(train_docs)} train docs")
 
 
-def check_rerun(args, tmp, forms, fails):
+def check_rerun(args, enc, tmp, forms, fails):
     inputs, _ = forms["jsonl"]
     out = os.path.join(tmp, "out_rerun")
     cli = ["-o", out, "--shard-tokens", str(SHARD_TOKENS), *inputs]
@@ -175,12 +175,20 @@ def check_rerun(args, tmp, forms, fails):
     now = {q: os.stat(q).st_mtime_ns for q in glob.glob(os.path.join(out, "*.bin"))}
     if now != mtimes or f"({len(mtimes)} already on disk)" not in p.stdout:
         fails.append(f"rerun with -f: shards rewritten or not reported as on disk: {p.stdout!r}")
+    with open(inputs[0], "a", encoding="utf-8") as f:  # a changed input: made again, with the new document
+        f.write(json.dumps({"text": "one more document"}) + "\n")
+    p = run(args, *cli)
+    got = [t for _, _, ts in read_shards(out, "out_rerun") for t in ts]
+    want = [EOT] + enc.encode_ordinary("one more document")
+    if "up to date" in p.stdout or got[-len(want):] != want:
+        fails.append(f"rerun after the input changed: not made again with the new document: {p.stdout!r}")
     run(args, "-o", out, "--shard-tokens", str(4 * SHARD_TOKENS), *inputs)  # fewer shards: the rest removed
     left = sorted(os.path.basename(q) for q in glob.glob(os.path.join(out, "*.bin")))
     n_expect = len(read_shards(out, "out_rerun"))
     if len(left) != n_expect or any(len(ts) > 4 * SHARD_TOKENS for _, _, ts in read_shards(out, "out_rerun")):
         fails.append(f"rerun with larger shards: stale shards left: {left}")
-    print(f"  rerun: up to date, -f rewrites nothing ({len(mtimes)} shards), stale shards removed")
+    print(f"  rerun: up to date, -f rewrites nothing ({len(mtimes)} shards), a changed input is made again, "
+          "stale shards removed")
 
 
 def no_leftovers(out, what, fails):
@@ -322,7 +330,7 @@ def main():
         docs = make_docs(args.data)
         forms = check_forms(args, enc, tmp, docs, fails)
         check_val_fraction_and_field(args, enc, tmp, docs, fails)
-        check_rerun(args, tmp, forms, fails)
+        check_rerun(args, enc, tmp, forms, fails)
         check_errors(args, enc, tmp, docs, fails)
         check_signal(args, tmp, fails)
     except AssertionError as e:
