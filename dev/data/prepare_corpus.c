@@ -49,6 +49,7 @@
 #include "llmc/utils.h"
 #include "llmc/io/shard.h"
 #include "llmc/io/tokenizer.h"
+#include "llmc/run/openmp_env.h"
 #include "llmc/run/progress.h"
 
 #define DEFAULT_SHARD_TOKENS 100000000L
@@ -592,6 +593,7 @@ static long parse_long(const char* flag, const char* v, long lo, long hi) {
 }
 
 int main(int argc, char** argv) {
+    openmp_prefer_passive_wait(argv);  // workers wait passively while the main thread reads and writes
     Options o = {"data/corpus", NULL, "text", "data/gpt2/encoder.json", "data/gpt2/vocab.bpe",
                  DEFAULT_SHARD_TOKENS, 0.0, 0, 0, 0};
     InputList in = {NULL, 0, 0, 0};

@@ -27,7 +27,7 @@ $(BUILD)/prepare_data: dev/data/prepare_data.c $(TOKENIZER_DEPS)
 	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_TOK) -lcurl -lcrypto $(LDLIBS)
 
 # prepare_corpus: any corpus (.txt, .jsonl, .gz, directories) -> token shards, on all cores
-$(BUILD)/prepare_corpus: dev/data/prepare_corpus.c $(TOKENIZER_DEPS) llmc/run/progress.h
+$(BUILD)/prepare_corpus: dev/data/prepare_corpus.c $(TOKENIZER_DEPS) llmc/run/progress.h llmc/run/openmp_env.h
 	@mkdir -p $(@D)
 	@echo "  CC    $@"
 	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_TOK) $(LDLIBS)
