@@ -54,7 +54,8 @@
 
 #define DEFAULT_SHARD_TOKENS 100000000L
 #define BATCH_BYTES (64u << 20)   // a batch is read until its text reaches this size
-#define BATCH_DOCS 65536          // or it holds this many documents
+#define BATCH_DOCS 16384          // or it holds this many documents (each keeps a token list)
+#define KEEP_TOKENS (1u << 20)    // a document's token list larger than this is freed after its batch
 #define READ_CHUNK (1u << 20)
 
 typedef struct {
@@ -740,6 +741,7 @@ int main(int argc, char** argv) {
             }
             w.total_tokens += d->toks.len;
             n_docs++;
+            if (d->toks.cap > KEEP_TOKENS) { tokenlist_free(&d->toks); }  // a very long document's
         }
         double done = total_in > 0 ? (double)(r.done_bytes + (r.gz ? gzoffset(r.gz) : 0)) / (double)total_in : 1.0;
         meter_show(&m, n_docs, w.total_tokens, bytes_in / 1e6, done > 1.0 ? 1.0 : done, 0);
