@@ -9,13 +9,14 @@
 #   make corpus CORPUS=.. tokenize your own text (.txt, .jsonl, .gz, directories) into shards in
 #                         CORPUS_OUT (default data/corpus) with build/prepare_corpus (CORPUS_FLAGS)
 #   make test-corpus      prepare_corpus (any corpus -> shards) against tiktoken, and its error paths
+#   make test-full-disk   the CPU trainer's checkpoint write on a full disk: exit 1, no temp file left
 #   make bench-corpus     prepare_corpus's MB/s against tiktoken's encode_ordinary_batch (BENCH_CORPUS_MB)
 #   make test-first-run   a run as on a fresh machine (dev/test/test_first_run.py): the CPU trainer
 #                         makes missing default data itself (`make data` from the mirror), missing
 #                         -i/-j/--tokenizer paths are named, the Makefile's NCCL detection, and
 #                         `make train` with TEST_TRAIN_STEPS steps (the README's first command).
 #                         test-gpu-emu runs it on the GPU trainer's harness build (+ its no-GPU line).
-# `make test` runs test-tokenizer, test-corpus and test-first-run (TEST_PHONY), `make test-san`
+# `make test` runs test-tokenizer, test-corpus, test-full-disk and test-first-run (TEST_PHONY), `make test-san`
 # test-tokenizer and test-corpus again under ASan+UBSan (TEST_SAN_PHONY).
 
 TOKENIZER_DEPS := llmc/io/tokenizer.h llmc/io/shard.h llmc/utils.h
@@ -63,7 +64,14 @@ BENCH_CORPUS_MB ?= 32
 bench-corpus: $(BUILD)/prepare_corpus data
 	$(Q)$(PYTHON) dev/test/corpus_check.py --bin $(BUILD)/prepare_corpus --bench $(BENCH_CORPUS_MB)
 
+# test-full-disk: a checkpoint write that fails (full disk) leaves no temp file (the atomic writes of
+# llmc/utils.h, which the shards use too)
+.PHONY: test-full-disk
+test-full-disk: $(BUILD)/train_gpt2
+	$(Q)$(PYTHON) dev/test/test_full_disk.py --bin $(BUILD)/train_gpt2
+
 TEST_TARGETS += $(BUILD)/test_tokenizer $(BUILD)/prepare_data $(BUILD)/prepare_corpus
+TEST_PHONY += test-full-disk
 TEST_PHONY += test-corpus
 TEST_SAN_PHONY += test-corpus
 TEST_PHONY += test-tokenizer
