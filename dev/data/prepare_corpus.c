@@ -20,9 +20,11 @@
    -i 'OUT_DIR/NAME_train_*.bin' -j 'OUT_DIR/NAME_val_*.bin'
  Text is not changed (no newline translation); documents must be valid UTF-8.
 
- Threads: the main thread reads a batch of documents (~64 MB); the workers (OpenMP, --threads,
- default all cores) parse, check and encode them, one Tokenizer each; the main thread then writes
- the tokens in document order. The output does not depend on the thread count.
+ Threads: the main thread reads a batch of documents (64 MB or 16,384 of them); the workers
+ (OpenMP, --threads, default all cores; waiting passively) parse, check and encode them, one
+ Tokenizer each; the main thread then writes the tokens in document order. The output does not
+ depend on the thread count. A .txt file is one document, encoded by one thread.
+ Known gap: a JSON string with an escaped NUL (\u0000) ends there (cJSON's strings are C strings).
  Bad input: a malformed JSONL line, a line without the text field, or a document that is not
  valid UTF-8 stops the run with one line naming the file and line (exit 1); with --skip-bad the
  document is skipped and counted instead.
