@@ -24,7 +24,7 @@
  (OpenMP, --threads, default all cores; waiting passively) parse, check and encode them, one
  Tokenizer each; the main thread then writes the tokens in document order. The output does not
  depend on the thread count. A .txt file is one document, encoded by one thread.
- Known gap: a JSON string with an escaped NUL (\u0000) ends there (cJSON's strings are C strings).
+ A JSON line with an escaped NUL (\u0000) is bad input too: cJSON's strings end at a NUL.
  Bad input: a malformed JSONL line, a line without the text field, or a document that is not
  valid UTF-8 stops the run with one line naming the file and line (exit 1); with --skip-bad the
  document is skipped and counted instead.
@@ -176,7 +176,7 @@ typedef struct {
     TokenList toks;     // EOT + encode_ordinary(text)
 } Doc;
 
-enum { DOC_OK, DOC_BAD_JSON, DOC_NO_FIELD, DOC_BAD_UTF8 };
+enum { DOC_OK, DOC_BAD_JSON, DOC_NO_FIELD, DOC_BAD_UTF8, DOC_NUL };
 
 typedef struct {
     char* arena;
@@ -343,6 +343,17 @@ static long long utf8_invalid_at(const unsigned char* s, size_t n) {
     return -1;
 }
 
+// Does the JSON text hold the escape \u0000 (a backslash-u preceded by an even number of backslashes)?
+static int json_has_nul_escape(const char* s, size_t n) {
+    for (size_t i = 0; i + 6 <= n; i++) {
+        if (s[i] != '\\' || s[i + 1] != 'u' || memcmp(s + i + 2, "0000", 4) != 0) { continue; }
+        size_t k = 0;  // backslashes before this one
+        while (k < i && s[i - 1 - k] == '\\') { k++; }
+        if (k % 2 == 0) { return 1; }
+    }
+    return 0;
+}
+
 static void encode_doc(Tokenizer* tok, const char* raw, Doc* d, int format, const char* field) {
     d->toks.len = 0;
     const char* text = raw;
@@ -368,6 +379,11 @@ static void encode_doc(Tokenizer* tok, const char* raw, Doc* d, int format, cons
         }
         text = v->valuestring;
         len = strlen(text);
+        if (json_has_nul_escape(raw, d->len)) {
+            cJSON_Delete(root);
+            d->error = DOC_NUL;
+            return;
+        }
     }
     long long bad = utf8_invalid_at((const unsigned char*)text, len);
     if (bad >= 0) {
@@ -709,6 +725,7 @@ int main(int argc, char** argv) {
             if (d->error != DOC_OK) {
                 char what[256];
                 if (d->error == DOC_BAD_JSON) { snprintf(what, sizeof(what), "malformed JSON"); }
+                else if (d->error == DOC_NUL) { snprintf(what, sizeof(what), "\\u0000 in a JSON string (a NUL character is not supported)"); }
                 else if (d->error == DOC_NO_FIELD) { snprintf(what, sizeof(what), "no string field \"%.100s\"", o.field); }
                 else if (f->format == FMT_JSONL) { snprintf(what, sizeof(what), "invalid UTF-8 in field \"%.100s\" at byte %lld of its text", o.field, d->err_at); }
                 else {

@@ -41,7 +41,7 @@ def make_docs(data_dir):
     shakespeare = open(os.path.join(data_dir, "tinyshakespeare", "input.txt"), encoding="utf-8").read()
     unicode_txt = open(os.path.join(REPO, "dev", "test", "data", "unicode.txt"), encoding="utf-8").read()
     return [
-        "Hello world, this is a document.",
+        "Hello world, this is a document with a literal \\u0000 and \\\\u0000 in it.",
         "",
         unicode_txt,
         "Ünïcödé: 你好，世界 😀🚀 — naïve café ﬁ \u00a0nbsp\u3000ideographic",
@@ -205,6 +205,7 @@ def check_errors(args, enc, tmp, docs, fails):
          r"bad\.jsonl:3: malformed JSON"),
         ("nofield.jsonl", (good + "\n" + json.dumps({"body": "x"}) + "\n").encode(), r'nofield\.jsonl:2: no string field "text"'),
         ("utf8.jsonl", (good + "\n" + good + "\n").encode() + b'{"text": "ok \xff bad"}\n', r"utf8\.jsonl:3: invalid UTF-8"),
+        ("nul.jsonl", (good + "\n" + '{"text": "a\\\\u0000 is text", "x": "\\u0000"}\n').encode(), r"nul\.jsonl:2: \\u0000 in a JSON string"),
         ("utf8.txt", b"line one\nline two \xc3\x28\n", r"utf8\.txt:2: invalid UTF-8 \(byte 0xc3"),
         ("surrogate.txt", b"ok\n\xed\xa0\x80\n", r"surrogate\.txt:2: invalid UTF-8"),
     ]
