@@ -67,7 +67,7 @@ bench-corpus: $(BUILD)/prepare_corpus data
 # test-full-disk: a checkpoint write that fails (full disk) leaves no temp file (the atomic writes of
 # llmc/utils.h, which the shards use too)
 .PHONY: test-full-disk
-test-full-disk: $(BUILD)/train_gpt2
+test-full-disk: $(BUILD)/train_gpt2 data
 	$(Q)$(PYTHON) dev/test/test_full_disk.py --bin $(BUILD)/train_gpt2
 
 TEST_TARGETS += $(BUILD)/test_tokenizer $(BUILD)/prepare_data $(BUILD)/prepare_corpus
