@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <unistd.h>
 
 #if defined(__GNUC__)
 #define LS_PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -37,8 +38,21 @@ LS_NORETURN void ls_fuzz_exit(int status);
 #define ls_exit(status) exit(status)
 #endif
 
+// Temp files of the atomic writes in progress (AtomicFile below). ls_fatal removes them before
+// exiting, so a failed write (full disk, unwritable directory) leaves no temp file behind.
+#define LS_PENDING_TMP_MAX 4
+static char* ls_pending_tmp[LS_PENDING_TMP_MAX];
+
+static inline void ls_remove_pending_tmp(void) {
+    for (int i = 0; i < LS_PENDING_TMP_MAX; i++) {
+        if (ls_pending_tmp[i] != NULL) { unlink(ls_pending_tmp[i]); }
+        ls_pending_tmp[i] = NULL;
+    }
+}
+
 // Prints "leanstep: error: msg" (one line) to stderr and exits 1.
 static LS_NORETURN LS_PRINTF(1, 2) LS_UNUSED void ls_fatal(const char* fmt, ...) {
+    ls_remove_pending_tmp();
     fflush(stdout);
     va_list ap;
     va_start(ap, fmt);
@@ -51,6 +65,7 @@ static LS_NORETURN LS_PRINTF(1, 2) LS_UNUSED void ls_fatal(const char* fmt, ...)
 
 // Like ls_fatal, with the source location first (for internal failures, not user errors).
 static LS_NORETURN LS_PRINTF(3, 4) LS_UNUSED void ls_fatal_at(const char* file, int line, const char* fmt, ...) {
+    ls_remove_pending_tmp();
     fflush(stdout);
     va_list ap;
     va_start(ap, fmt);
@@ -67,6 +82,7 @@ static LS_NORETURN LS_PRINTF(3, 4) LS_UNUSED void ls_fatal_at(const char* file, 
 static inline FILE* fopen_check(const char* path, const char* mode, const char* file, int line) {
     FILE* fp = fopen(path, mode);
     if (fp == NULL) {
+        ls_remove_pending_tmp();
         fflush(stdout);
         fprintf(stderr, "leanstep: error: cannot open '%s' (mode %s): %s [%s:%d]\n",
                 path, mode, strerror(errno), file, line);
@@ -81,6 +97,7 @@ static inline void fread_check(void* ptr, size_t size, size_t nmemb, FILE* fp, c
                                const char* file, int line) {
     size_t got = fread(ptr, size, nmemb, fp);
     if (got != nmemb) {
+        ls_remove_pending_tmp();
         fflush(stdout);
         fprintf(stderr, "leanstep: error: %s: truncated or unreadable (read %zu of %zu items of %zu bytes) [%s:%d]\n",
                 what, got, nmemb, size, file, line);
@@ -93,6 +110,7 @@ static inline void fwrite_check(const void* ptr, size_t size, size_t nmemb, FILE
                                 const char* file, int line) {
     size_t put = fwrite(ptr, size, nmemb, fp);
     if (put != nmemb) {
+        ls_remove_pending_tmp();
         fflush(stdout);
         fprintf(stderr, "leanstep: error: %s: write failed (%zu of %zu items): %s [%s:%d]\n",
                 what, put, nmemb, strerror(errno), file, line);
@@ -163,6 +181,9 @@ static inline void atomic_file_open(AtomicFile* af, const char* path) {
     snprintf(af->tmp_path, n + 32, "%s.tmp.%d", path, (int)getpid());
     af->fp = fopen(af->tmp_path, "wb");
     if (af->fp == NULL) { ls_fatal("cannot create '%s': %s", af->tmp_path, strerror(errno)); }
+    for (int i = 0; i < LS_PENDING_TMP_MAX; i++) {  // removed by ls_fatal if the write fails
+        if (ls_pending_tmp[i] == NULL) { ls_pending_tmp[i] = af->tmp_path; break; }
+    }
 }
 
 static inline void atomic_file_commit(AtomicFile* af) {
@@ -173,6 +194,9 @@ static inline void atomic_file_commit(AtomicFile* af) {
     af->fp = NULL;
     if (rename(af->tmp_path, af->final_path) != 0) {
         ls_fatal("cannot rename '%s' to '%s': %s", af->tmp_path, af->final_path, strerror(errno));
+    }
+    for (int i = 0; i < LS_PENDING_TMP_MAX; i++) {
+        if (ls_pending_tmp[i] == af->tmp_path) { ls_pending_tmp[i] = NULL; }
     }
     // make the rename itself durable: fsync the directory
     char* dir = af->tmp_path;  // reuse the buffer

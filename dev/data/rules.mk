@@ -6,13 +6,18 @@
 #                         the network), tokenize them into data/tinyshakespeare/*.bin and write
 #                         data/gpt2_tokenizer.bin. A no-op when everything is up to date.
 #   make test-tokenizer   C unit tests, then id-for-id comparison with tiktoken (python3)
+#   make corpus CORPUS=.. tokenize your own text (.txt, .jsonl, .gz, directories) into shards in
+#                         CORPUS_OUT (default data/corpus) with build/prepare_corpus (CORPUS_FLAGS)
+#   make test-corpus      prepare_corpus (any corpus -> shards) against tiktoken, and its error paths
+#   make test-full-disk   the CPU trainer's checkpoint write on a full disk: exit 1, no temp file left
+#   make bench-corpus     prepare_corpus's MB/s against tiktoken's encode_ordinary_batch (BENCH_CORPUS_MB)
 #   make test-first-run   a run as on a fresh machine (dev/test/test_first_run.py): the CPU trainer
 #                         makes missing default data itself (`make data` from the mirror), missing
 #                         -i/-j/--tokenizer paths are named, the Makefile's NCCL detection, and
 #                         `make train` with TEST_TRAIN_STEPS steps (the README's first command).
 #                         test-gpu-emu runs it on the GPU trainer's harness build (+ its no-GPU line).
-# `make test` runs test-tokenizer and test-first-run (TEST_PHONY), `make test-san` test-tokenizer again
-# under ASan+UBSan (TEST_SAN_PHONY).
+# `make test` runs test-tokenizer, test-corpus, test-full-disk and test-first-run (TEST_PHONY), `make test-san`
+# test-tokenizer and test-corpus again under ASan+UBSan (TEST_SAN_PHONY).
 
 TOKENIZER_DEPS := llmc/io/tokenizer.h llmc/io/shard.h llmc/utils.h
 
@@ -21,6 +26,19 @@ $(BUILD)/prepare_data: dev/data/prepare_data.c $(TOKENIZER_DEPS)
 	@mkdir -p $(@D)
 	@echo "  CC    $@"
 	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_TOK) -lcurl -lcrypto $(LDLIBS)
+
+# prepare_corpus: any corpus (.txt, .jsonl, .gz, directories) -> token shards, on all cores
+$(BUILD)/prepare_corpus: dev/data/prepare_corpus.c $(TOKENIZER_DEPS) llmc/run/progress.h llmc/run/openmp_env.h
+	@mkdir -p $(@D)
+	@echo "  CC    $@"
+	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_TOK) $(LDLIBS)
+
+# make corpus CORPUS="files or directories" [CORPUS_OUT=data/corpus] [CORPUS_FLAGS="--field content ..."]
+CORPUS_OUT ?= data/corpus
+.PHONY: corpus
+corpus: $(BUILD)/prepare_corpus data
+	$(Q)if [ -z "$(CORPUS)" ]; then echo "make corpus: set CORPUS=\"files or directories\" (.txt, .jsonl, .gz)" >&2; exit 2; fi
+	$(Q)$(BUILD)/prepare_corpus -o $(CORPUS_OUT) $(CORPUS_FLAGS) $(CORPUS)
 
 # test_tokenizer: unit tests of llmc/io/tokenizer.h + the CLI used by tokenizer_check.py
 $(BUILD)/test_tokenizer: dev/test/test_tokenizer.c $(TOKENIZER_DEPS)
@@ -36,7 +54,26 @@ test-tokenizer: $(BUILD)/test_tokenizer $(BUILD)/prepare_data data
 	$(Q)$(BUILD)/test_tokenizer
 	$(Q)$(PYTHON) dev/test/tokenizer_check.py --bin $(BUILD)/test_tokenizer --prepare $(BUILD)/prepare_data
 
-TEST_TARGETS += $(BUILD)/test_tokenizer $(BUILD)/prepare_data
+# test-corpus: prepare_corpus's shards token for token against tiktoken, its error paths (seconds)
+.PHONY: test-corpus bench-corpus
+test-corpus: $(BUILD)/prepare_corpus data
+	$(Q)$(PYTHON) dev/test/corpus_check.py --bin $(BUILD)/prepare_corpus
+
+# bench-corpus: prepare_corpus against tiktoken's encode_ordinary_batch, same threads, same text
+BENCH_CORPUS_MB ?= 32
+bench-corpus: $(BUILD)/prepare_corpus data
+	$(Q)$(PYTHON) dev/test/corpus_check.py --bin $(BUILD)/prepare_corpus --bench $(BENCH_CORPUS_MB)
+
+# test-full-disk: a checkpoint write that fails (full disk) leaves no temp file (the atomic writes of
+# llmc/utils.h, which the shards use too)
+.PHONY: test-full-disk
+test-full-disk: $(BUILD)/train_gpt2 data
+	$(Q)$(PYTHON) dev/test/test_full_disk.py --bin $(BUILD)/train_gpt2
+
+TEST_TARGETS += $(BUILD)/test_tokenizer $(BUILD)/prepare_data $(BUILD)/prepare_corpus
+TEST_PHONY += test-full-disk
+TEST_PHONY += test-corpus
+TEST_SAN_PHONY += test-corpus
 TEST_PHONY += test-tokenizer
 TEST_SAN_PHONY += test-tokenizer
 

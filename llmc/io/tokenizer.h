@@ -707,6 +707,20 @@ static inline void tokenizer_check_merges(Tokenizer* t, const char* path, const 
     free(text);
 }
 
+// A second Tokenizer with src's vocabulary and its own encode state, for another thread.
+static inline void tokenizer_init_copy(Tokenizer* t, const Tokenizer* src) {
+    memset(t, 0, sizeof(*t));
+    memcpy(t->source, src->source, sizeof(t->source));
+    t->vocab_size = src->vocab_size;
+    t->eot_token = src->eot_token;
+    size_t n_bytes = src->offsets[src->vocab_size];
+    t->offsets = (uint32_t*)mallocCheck(((size_t)src->vocab_size + 1) * sizeof(uint32_t));
+    memcpy(t->offsets, src->offsets, ((size_t)src->vocab_size + 1) * sizeof(uint32_t));
+    t->bytes = (char*)mallocCheck(n_bytes);
+    memcpy(t->bytes, src->bytes, n_bytes);
+    tokenizer_prepare_encode(t, t->source);
+}
+
 static inline void tokenizer_init_from_bpe(Tokenizer* t, const char* encoder_json, const char* vocab_bpe) {
     memset(t, 0, sizeof(*t));
     tokenizer_set_source(t, encoder_json);
