@@ -41,7 +41,8 @@ LS_NORETURN void ls_fuzz_exit(int status);
 // Temp files of the atomic writes in progress (AtomicFile below). ls_fatal removes them before
 // exiting, so a failed write (full disk, unwritable directory) leaves no temp file behind.
 #define LS_PENDING_TMP_MAX 4
-static char* ls_pending_tmp[LS_PENDING_TMP_MAX];
+// (volatile: a signal handler may read them, ls_remove_pending_tmp)
+static char* volatile ls_pending_tmp[LS_PENDING_TMP_MAX];
 
 static inline void ls_remove_pending_tmp(void) {
     for (int i = 0; i < LS_PENDING_TMP_MAX; i++) {
@@ -179,11 +180,13 @@ static inline void atomic_file_open(AtomicFile* af, const char* path) {
     memcpy(af->final_path, path, n + 1);
     af->tmp_path = (char*)mallocCheck(n + 32);
     snprintf(af->tmp_path, n + 32, "%s.tmp.%d", path, (int)getpid());
-    af->fp = fopen(af->tmp_path, "wb");
-    if (af->fp == NULL) { ls_fatal("cannot create '%s': %s", af->tmp_path, strerror(errno)); }
-    for (int i = 0; i < LS_PENDING_TMP_MAX; i++) {  // removed by ls_fatal if the write fails
+    // registered before it exists, so that a signal arriving at any moment after the file is
+    // created finds it (removed by ls_fatal, or a signal handler, if the write fails)
+    for (int i = 0; i < LS_PENDING_TMP_MAX; i++) {
         if (ls_pending_tmp[i] == NULL) { ls_pending_tmp[i] = af->tmp_path; break; }
     }
+    af->fp = fopen(af->tmp_path, "wb");
+    if (af->fp == NULL) { ls_fatal("cannot create '%s': %s", af->tmp_path, strerror(errno)); }
 }
 
 static inline void atomic_file_commit(AtomicFile* af) {
