@@ -90,15 +90,15 @@ static inline unsigned blas_cpu_features(void) {
     vendor[12] = '\0';
     if (strcmp(vendor, "AuthenticAMD") == 0 || strcmp(vendor, "HygonGenuine") == 0) { f |= BLAS_CPU_AMD; }
     if (max_leaf < 7 || !__get_cpuid(1, &a, &b, &c, &d)) { return f; }
-    int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
+    unsigned fma = (c >> 12) & 1u, osxsave = (c >> 27) & 1u, avx = (c >> 28) & 1u;
     if (!osxsave || !avx) { return f; }
     unsigned xcr0_lo, xcr0_hi;
     __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
     (void)xcr0_hi;
     int os_ymm = (xcr0_lo & 0x6) == 0x6, os_zmm = (xcr0_lo & 0xe6) == 0xe6;  // xmm|ymm; + opmask|zmm
     __cpuid_count(7, 0, a, b, c, d);
-    int avx2 = (b >> 5) & 1;
-    int avx512 = ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1);  // F DQ BW VL
+    unsigned avx2 = (b >> 5) & 1u;
+    int avx512 = ((b >> 16) & 1u) && ((b >> 17) & 1u) && ((b >> 30) & 1u) && ((b >> 31) & 1u);  // F DQ BW VL
     unsigned subleaves = a;
     if (os_ymm && avx2 && fma) { f |= BLAS_CPU_AVX2_FMA; }
     if (os_zmm && avx2 && fma && avx512) {
@@ -136,8 +136,8 @@ static inline void blas_check_reference(int ta, int tb, int M, int N, int K, con
                 s += a * b;
                 m += fabs(a * b);
             }
-            ref[(size_t)i * N + j] = s + beta * C0[(size_t)i * N + j];
-            mag[(size_t)i * N + j] = m + fabs(beta * C0[(size_t)i * N + j]);
+            ref[(size_t)i * N + j] = s + (double)beta * C0[(size_t)i * N + j];
+            mag[(size_t)i * N + j] = m + fabs((double)beta * C0[(size_t)i * N + j]);
         }
     }
 }
