@@ -4,9 +4,10 @@
    test_blas_env            the choice on synthetic cpuid bits and core names (a table), and the
                             sgemm self-check: it passes on this machine's OpenBLAS and fails on a
                             reference off by 1%
-   test_blas_env --startup  what a CPU program does at start (cpu_env_apply), then prints the BLAS
-                            line and passes the self-check again; dev/test/test_blas_env.py runs
-                            it under the test hooks (LEANSTEP_BLAS_TEST) and checks the fallbacks
+   test_blas_env --startup  what a CPU program does at start (cpu_env_apply), then prints how many
+                            times it started, the BLAS line, and the self-check again;
+                            dev/test/test_blas_env.py runs it under the test hooks
+                            (LEANSTEP_BLAS_TEST) and checks the fallbacks
 */
 #include <stdio.h>
 #include <string.h>
@@ -26,7 +27,13 @@ static void check_choice(unsigned features, const char* detected, const char* ex
 
 int main(int argc, char** argv) {
     if (argc > 1 && strcmp(argv[1], "--startup") == 0) {
+        // how many times this program started: the environment carries the count across execs
+        const char* r = getenv("TEST_BLAS_ENV_RUNS");
+        char runs[16];
+        snprintf(runs, sizeof(runs), "%d", (r ? atoi(r) : 0) + 1);
+        setenv("TEST_BLAS_ENV_RUNS", runs, 1);
         cpu_env_apply(argv);
+        printf("runs: %s\n", runs);
         char why[200] = "";
         int ok = blas_selfcheck(0, why, sizeof(why));
         printf("BLAS: %s\n", blas_env_describe());

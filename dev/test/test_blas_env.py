@@ -5,7 +5,8 @@ Runs `test_blas_env --startup` (cpu_env_apply, then the BLAS line) and the CPU t
 back to Prescott, leanstep chooses the CPU's core and says so; when the self-check disagrees (a
 reference 1% off), crashes (SIGILL) or OpenBLAS does not take the core, exactly one warning, the
 program goes on with OpenBLAS's own choice and says why; the user's OPENBLAS_CORETYPE always wins.
-Every run must end (no re-execution loop) with exit status 0.
+Every run must end with exit status 0, after one re-execution (the wait policy and the core
+together), or two when a failed self-check needs the process image without leanstep's core.
 
   python3 dev/test/test_blas_env.py --bin build/test_blas_env --trainer build/train_gpt2
 """
@@ -17,7 +18,8 @@ import sys
 
 from testlib import check, failures
 
-CLEAN = ("OPENBLAS_CORETYPE", "LEANSTEP_BLAS_CORE", "LEANSTEP_BLAS_TEST", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+CLEAN = ("OPENBLAS_CORETYPE", "LEANSTEP_BLAS_CORE", "LEANSTEP_BLAS_TEST", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT",
+         "TEST_BLAS_ENV_RUNS")
 
 
 def run(cmd, **env_extra):
@@ -25,6 +27,11 @@ def run(cmd, **env_extra):
     env.update(env_extra)
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     return p.returncode, p.stdout, p.stderr
+
+
+def runs(out):
+    m = re.search(r"^runs: (\d+)$", out, re.M)
+    return int(m.group(1)) if m else None
 
 
 def warnings(err):
@@ -51,6 +58,10 @@ def main():
     rc, out, err = run([a.bin, "--startup"])
     check(rc == 0 and "self-check: passed" in out, "default start-up: exit %d\n%s%s" % (rc, out, err))
     check(not warnings(err), "default start-up warns: %r" % err)
+    check(runs(out) == 2, "default start-up: one re-execution (the wait policy), got %s runs" % runs(out))
+    rc, out, err = run([a.bin, "--startup"], OMP_WAIT_POLICY="passive")
+    n = 2 if "chosen by leanstep" in out else 1  # (where leanstep sets the core, it runs again for that)
+    check(rc == 0 and runs(out) == n, "OMP_WAIT_POLICY set: %d runs expected, got %s\n%s%s" % (n, runs(out), out, err))
     check(re.search(r"^BLAS: OpenBLAS \S+, core \S+ \((OpenBLAS's own choice|chosen by leanstep from cpuid)", out, re.M),
           "default start-up names the core and who chose it: %r" % out)
 
@@ -70,12 +81,15 @@ def main():
     check(rc == 0 and "core %s (chosen by leanstep from cpuid: OpenBLAS detected Prescott; self-check passed)" % expected in out
           and "OPENBLAS_CORETYPE=%s\n" % expected in out and not warnings(err),
           "pretend-fallback: leanstep chooses %s: exit %d\n%s%s" % (expected, rc, out, err))
+    check(runs(out) == 2, "pretend-fallback: the core and the wait policy in one re-execution, got %s runs" % runs(out))
 
     # the check fails: one warning, OpenBLAS's own choice, the reason in the BLAS line
-    for hook, reason in (("corrupt", "expected"), ("crash", "crashed in"), ("not-taken", "did not take")):
+    # (a wrong or crashing kernel: the process runs again without it; one OpenBLAS ignored: no need)
+    for hook, reason, n in (("corrupt", "expected", 3), ("crash", "crashed in", 3), ("not-taken", "did not take", 2)):
         rc, out, err = run([a.bin, "--startup"], LEANSTEP_BLAS_TEST="pretend-fallback," + hook)
         w = warnings(err)
         check(rc == 0 and "self-check: passed" in out, "%s: exit %d\n%s%s" % (hook, rc, out, err))
+        check(runs(out) == n, "%s: %d runs expected, got %s" % (hook, n, runs(out)))
         check(len(w) == 1 and expected in w[0] and reason in w[0], "%s: one warning naming %s and '%s': %r" % (hook, expected, reason, err))
         check("OPENBLAS_CORETYPE=\n" in out, "%s: OPENBLAS_CORETYPE is dropped: %r" % (hook, out))
         check(re.search(r"core \S+ \(OpenBLAS's own choice; leanstep's %s rejected: [^)]*%s" % (expected, reason), out),

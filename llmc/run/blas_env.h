@@ -275,7 +275,7 @@ static inline void blas_env_verify(char** argv, const char* core, const char* wa
             core, why);
     snprintf(blas_env_note, sizeof(blas_env_note), "OpenBLAS's own choice; leanstep's %s rejected: %s", core, why);
     unsetenv("OPENBLAS_CORETYPE");
-    char mark[300];
+    char mark[400];  // "rejected:" + core (< 64) + was (< 64) + why (< 200)
     snprintf(mark, sizeof(mark), "rejected:%s:%s:%s", core, was, why);
     setenv(BLAS_ENV_MARK, mark, 1);
     if (!took) { return; }  // the kernels in this process are OpenBLAS's own already
