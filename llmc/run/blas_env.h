@@ -22,7 +22,6 @@
 #define LLMC_BLAS_ENV_H
 
 #include <math.h>
-#include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
