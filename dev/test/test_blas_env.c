@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
            n, failures ? " FAILED" : " ok", !!(f & BLAS_CPU_AVX2_FMA), !!(f & BLAS_CPU_AVX512), !!(f & BLAS_CPU_AVX512_BF16),
            !!(f & BLAS_CPU_AMD), openblas_get_corename(),
            blas_choose_core(f, openblas_get_corename()) ? blas_choose_core(f, openblas_get_corename()) : "nothing (kept)");
+    printf("OpenBLAS config: %s\n", openblas_get_config());
     if (failures) { printf("test_blas_env: %d FAILED\n", failures); return 1; }
     return 0;
 }

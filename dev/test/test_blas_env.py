@@ -47,6 +47,7 @@ def main():
     # what this machine's CPU would get when OpenBLAS falls back (the unit test prints it)
     rc, out, err = run([a.bin])
     check(rc == 0, "test_blas_env (the table and the self-check): exit %d\n%s%s" % (rc, out, err))
+    dynamic = "DYNAMIC_ARCH" in out
     m = re.search(r"AVX2\+FMA (\d), AVX-512 (\d), BF16 (\d), AMD (\d)", out)
     check(m is not None, "test_blas_env names the CPU's features: %r" % out)
     if m is None:
@@ -74,6 +75,14 @@ def main():
     if expected is None:
         print("test_blas_env.py: this CPU has no AVX2 + FMA: leanstep chooses no core here; "
               "the fallback paths are checked on synthetic inputs only (test_blas_env)")
+        return 1 if failures else 0
+    if not dynamic:  # an OpenBLAS built for one CPU ignores OPENBLAS_CORETYPE
+        rc, out, err = run([a.bin, "--startup"], LEANSTEP_BLAS_TEST="pretend-fallback")
+        w = warnings(err)
+        check(rc == 0 and runs(out) == 2 and len(w) == 1 and "did not take" in w[0],
+              "OpenBLAS without DYNAMIC_ARCH: one warning that it did not take the core: exit %d\n%s%s" % (rc, out, err))
+        print("test_blas_env.py: %s (OpenBLAS without DYNAMIC_ARCH: only the path where it ignores the core)"
+              % ("FAILED" if failures else "ok"))
         return 1 if failures else 0
 
     # OpenBLAS fell back (pretended): leanstep's core, the self-check passes, no warning
