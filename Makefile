@@ -219,6 +219,20 @@ test-reliability: $(BUILD)/train_gpt2
 TEST_PHONY += test-main test-cli test-reliability test-ref-mutants
 TEST_SAN_PHONY += test-main test-cli
 
+# The OpenBLAS core (llmc/run/blas_env.h): the choice on synthetic cpuid bits and core names, the
+# sgemm self-check, and the start-up under its test hooks (a wrong result, a crash, a core OpenBLAS
+# does not take: one warning, then OpenBLAS's own choice), in the trainer too. A few seconds.
+$(BUILD)/test_blas_env: dev/test/test_blas_env.c llmc/run/blas_env.h llmc/run/openmp_env.h
+	@mkdir -p $(@D)
+	@echo "  CC    $@"
+	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_BLAS) $(LDLIBS)
+test-blas-env: $(BUILD)/test_blas_env $(BUILD)/train_gpt2
+	$(BUILD)/test_blas_env
+	$(PYTHON) dev/test/test_blas_env.py --bin $(BUILD)/test_blas_env --trainer $(BUILD)/train_gpt2
+TEST_TARGETS += $(BUILD)/test_blas_env
+TEST_PHONY += test-blas-env
+.PHONY: test-blas-env
+
 # ----------------------------------------------------------------------------
 # the GPU trainer: nvcc builds (need a GPU to run), and the CPU-harness builds that CI runs.
 # PRECISION=BF16 (default) or FP32, as llm.c; the output names carry no precision for the nvcc

@@ -606,6 +606,7 @@ static void make_d12_reference(const char* init_path, const char* model_path, co
 }
 
 int main(int argc, char** argv) {
+    cpu_env_apply(argv);  // the trainer's OpenMP and BLAS settings (llmc/run/blas_env.h)
     const char *model_path = NULL, *state_path = NULL, *descriptor = NULL, *init_path = NULL;
     int seed = 42, units = 0;
     for (int i = 1; i < argc; i++) {
@@ -635,6 +636,7 @@ int main(int argc, char** argv) {
         fprintf(stderr, "usage: test_gpt2 --units | --d12 | --model M.bin --state S.bin [--descriptor D --init-seed S --init-model I.bin]\n");
         return 2;
     }
+    printf("test_gpt2: %s\n", blas_env_describe());
     if (units) { run_unit_tests(); }
     // the init check reads the initialised model (--init-model; default --model)
     if (descriptor && (init_path || model_path)) { check_init(init_path ? init_path : model_path, descriptor, seed); }

@@ -34,7 +34,7 @@
 #include "llmc/run/logger.h"
 #include "llmc/run/trainer.h"
 #include "llmc/optim/badam.h"
-#include "llmc/run/openmp_env.h"
+#include "llmc/run/blas_env.h"
 #include "llmc/optim/views.h"
 
 // ----------------------------------------------------------------------------
@@ -850,7 +850,7 @@ static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o,
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
-    printf("leanstep train_gpt2 (CPU, fp32), %d threads\n", threads);
+    printf("leanstep train_gpt2 (CPU, fp32), %d threads, %s\n", threads, blas_env_describe());
     gpt2_describe(&model->config, model->num_parameters, o, accum);
     trainer_memory_report(&model->config, o);
     MemoryReport predicted = trainer_memory_predicted(&model->config, o);
@@ -868,7 +868,7 @@ static LS_UNUSED void trainer_step_extra(const GPT2* model, const TrainOptions* 
 // The training loop: llmc/run/run.h does what happens around it (flags, data, val loss, samples,
 // checkpoints, the step line), llmc/run/trainer.h names the model's part.
 int main(int argc, char** argv) {
-    openmp_prefer_passive_wait(argv);  // idle OpenMP threads sleep (llmc/run/openmp_env.h: 1.8-2.5x faster here)
+    cpu_env_apply(argv);  // idle OpenMP threads sleep, OpenBLAS runs the CPU's best kernel (llmc/run/blas_env.h)
     Run run;
     if (!run_setup(&run, argc, argv)) { return run.exit_code; }  // --help, --memory-report
     const int B = run.o.B, T = run.o.T;

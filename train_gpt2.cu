@@ -1181,8 +1181,15 @@ static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOpti
 static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o, int accum) {
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    printf("leanstep train_gpt2cu (%s%s), device: %s%s\n", PRECISION_NAME, LS_HARNESS ? ", CPU harness" : "", prop.name,
-           gpu_peak_flops() > 0 ? "" : " (peak FLOP/s unknown: no MFU)");
+    char blas[64];  // the library the matmuls run in
+#if LS_HARNESS
+    snprintf(blas, sizeof(blas), "the harness's CPU GEMM");
+#else
+    size_t v = cublasLtGetVersion();  // major * 10000 + minor * 100 + patch
+    snprintf(blas, sizeof(blas), "cuBLASLt %zu.%zu.%zu", v / 10000, v / 100 % 100, v % 100);
+#endif
+    printf("leanstep train_gpt2cu (%s%s), device: %s%s, matmuls: %s\n", PRECISION_NAME, LS_HARNESS ? ", CPU harness" : "",
+           prop.name, gpu_peak_flops() > 0 ? "" : " (peak FLOP/s unknown: no MFU)", blas);
     gpt2_describe(&model->config, model->num_parameters, o, accum);
     printf("recompute %d, master weights %s, attention %s", model->recompute, model->use_master ? "on" : "off",
            model->flash ? attention_choices[model->flash == 1 ? ATTENTION_CUDNN : ATTENTION_CUDNN_FAST] : "matmul");

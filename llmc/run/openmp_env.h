@@ -16,13 +16,18 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-// Unless the user chose a wait policy (OMP_WAIT_POLICY or GOMP_SPINCOUNT), re-executes this
-// program with OMP_WAIT_POLICY=passive; call it first thing in main. If the exec fails the program
-// goes on with the default policy.
+// Unless the user chose a wait policy (OMP_WAIT_POLICY or GOMP_SPINCOUNT), sets
+// OMP_WAIT_POLICY=passive for the next exec of this program; returns 1 when it did.
+static inline int openmp_env_prefer_passive(void) {
+    if (getenv("OMP_WAIT_POLICY") != NULL || getenv("GOMP_SPINCOUNT") != NULL) { return 0; }
+    return setenv("OMP_WAIT_POLICY", "passive", 1) == 0;
+}
+
+// The same, and re-executes this program when it set the policy; call it first thing in main
+// (the CPU programs call cpu_env_apply of llmc/run/blas_env.h, which also sets the BLAS core in
+// the same re-execution). If the exec fails the program goes on with the default policy.
 static inline void openmp_prefer_passive_wait(char** argv) {
-    if (getenv("OMP_WAIT_POLICY") != NULL || getenv("GOMP_SPINCOUNT") != NULL) { return; }
-    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) { return; }
-    execv("/proc/self/exe", argv);
+    if (openmp_env_prefer_passive()) { execv("/proc/self/exe", argv); }
 }
 
 #endif // LLMC_OPENMP_ENV_H
