@@ -473,12 +473,7 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     model->comm = opts ? opts->comm : NULL;
     int procs = model->comm ? model->comm->size : 1;
     model->zero_stage = (opts && procs > 1) ? opts->zero_stage : 0;
-    if (model->zero_stage >= 1 && model->use_badam) { ls_fatal("flags -z 1 and --badam: ZeRO-1 with BAdam is not supported; use -z 0"); }
     model->use_family = opts ? train_options_uses_family(opts) : 0;
-    if (model->use_family && (model->use_badam || model->zero_stage >= 1)) {
-        ls_fatal("flags --optimizer/--opt-state/--amsgrad with %s: only fp32 AdamW is implemented there",
-                 model->use_badam ? "--badam" : "-z 1");
-    }
     size_t n_alloc = n, ns = model->state_elems, ng = ns;
     if (model->zero_stage >= 1) {  // padded to equal shards
         model->shard = zero_shard_elems(n, procs);

@@ -277,25 +277,14 @@ static void* carve_tensors(MemCounter* mc, MemCategory cat, const size_t* counts
     return base;
 }
 
-// Flag combinations the GPU trainer does not support: a one-line error naming the flags.
+// Flag combinations the GPU trainer does not support: the options layer's table (run_setup checks
+// it too; here for callers of gpt2_build such as the tests), and what this build cannot do.
 static void gpu_check_flags(const TrainOptions* o) {
-    if (o && o->badam > 0 && o->offload) {
-        ls_fatal("flags --badam and --offload cannot be combined (BAdam already keeps AdamW state for one block only; drop --offload)");
-    }
-    int procs = o && o->comm ? o->comm->size : 1;
-    if (o && train_options_uses_family(o) && (o->badam > 0 || o->offload || (procs > 1 && o->zero_stage >= 1))) {
-        ls_fatal("flags --optimizer/--opt-state/--amsgrad with %s: only fp32 AdamW is implemented there",
-                 o->badam > 0 ? "--badam" : o->offload ? "--offload" : "-z 1");
-    }
-    if (o && procs > 1 && o->zero_stage >= 1 && o->badam > 0) {
-        ls_fatal("flags -z 1 and --badam: ZeRO-1 with BAdam is not supported; use -z 0");
-    }
-    if (o && o->attention != ATTENTION_MATMUL && !FLOATX_IS_BF16) {
+    if (o == NULL) { return; }
+    train_options_check_combinations(o, o->comm ? o->comm->size : 1);
+    if (o->attention != ATTENTION_MATMUL && !FLOATX_IS_BF16) {
         ls_fatal("flag --attention %s: cuDNN's flash attention needs the BF16 build (make train_gpt2cu PRECISION=BF16); "
                  "this FP32 build has --attention matmul", attention_choices[o->attention]);
-    }
-    if (o && procs > 1 && o->zero_stage >= 1 && o->offload) {
-        ls_fatal("flags -z 1 and --offload cannot be combined yet (ZeRO-1 already divides m, v and master by the process count)");
     }
 }
 
@@ -331,29 +320,16 @@ static size_t badam_block_for(const GPT2Config* c, const TrainOptions* o, int pr
     return bd.max_block;
 }
 
-// Builds the model from a model file or a descriptor and allocates everything for batches up to
-// (B, T). opts may be NULL (recompute 1, master weights on in bf16 builds).
-static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t seed, int B, int T, const TrainOptions* opts) {
-    memset(model, 0, sizeof(*model));
-    int from_descriptor = gpt2_config_from_descriptor(model_or_descriptor, &model->config);
-    if (from_descriptor) {
-        char err[200];
-        if (!gpt2_config_valid(&model->config, err, sizeof(err))) { ls_fatal("flag -e: descriptor '%s': %s", model_or_descriptor, err); }
-    } else {
-        model_file_read_header(model_or_descriptor, &model->config);
-    }
+// The run's modes from the flags (opts may be NULL: recompute 1, master weights in bf16 builds):
+// recompute, attention, master weights, offload chunks, processes and ZeRO-1 shard, BAdam, and
+// the parameter table; what the optimizer state holds (state_elems).
+static void gpt2_setup_modes(GPT2* model, uint64_t seed, int B, int T, const TrainOptions* opts) {
     const GPT2Config* c = &model->config;
-    if (c->channels % (int)x128::size != 0 || (c->channels / c->num_heads) % (int)x128::size != 0) {
-        ls_fatal("model: channels %d and head size %d must be multiples of %d for the GPU kernels", c->channels,
-                 c->channels / c->num_heads, (int)x128::size);
-    }
     gpu_check_flags(opts);
     model->use_family = opts ? train_options_uses_family(opts) : 0;
-    size_t opt_state_bytes = opts ? train_options_family_state_bytes(opts, c) : 0;
     model->recompute = opts ? opts->recompute : 1;
     model->flash = attention_flash_mode(opts);
-    int master = FLOATX_IS_BF16 && (opts ? opts->master_weights : 1);
-    model->use_master = master;
+    model->use_master = FLOATX_IS_BF16 && (opts ? opts->master_weights : 1);
     model->seed = seed;
     model->offload = opts ? opts->offload : 0;
     size_t n_params = gpt2_num_parameters(c);
@@ -381,8 +357,14 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
         model->shard = zero_shard_elems(n_params, procs);
         model->state_elems = model->shard;
     }
+}
+
+// Will it fit? If not, stop before allocating, with the memory table and the largest batch that fits.
+static void gpt2_check_fits(const GPT2* model, int B, int T, const TrainOptions* opts) {
+    const GPT2Config* c = &model->config;
+    int master = model->use_master, procs = gpu_procs(opts);
+    size_t opt_state_bytes = opts ? train_options_family_state_bytes(opts, c) : 0;
     size_t badam_block = model->use_badam ? model->state_elems : 0;
-    // will it fit? If not, say so before allocating, with the table and the largest batch that fits
     size_t free_b = 0, total_b = 0;
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
     GpuMemoryOptions mo = gpu_memory_options(c, B, T, model->recompute, master, model->chunk, badam_block, model->zero_stage, procs,
@@ -403,10 +385,14 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
         ls_fatal("out of device memory: this run needs %.1f MiB (table above), the device has %.1f MiB free of %.1f MiB; %s",
                  mib(memory_report_total(&need)), mib(free_b), mib(total_b), hint);
     }
-    cudaCheck(cudaStreamCreate(&model->stream));
-    matmul_init(CUBLASLT_WORKSPACE_BYTES);
-    model->mem.bytes[MEM_WORKSPACE] = matmul_workspace_bytes();
+}
 
+// Parameters, gradients, optimizer state (on the device, or with --offload in pinned host memory
+// with two chunks of device staging) and master weights, in the memory model's sizes.
+static void gpt2_alloc_state(GPT2* model, const TrainOptions* opts) {
+    const GPT2Config* c = &model->config;
+    int master = model->use_master, procs = gpu_procs(opts);
+    size_t opt_state_bytes = opts ? train_options_family_state_bytes(opts, c) : 0;
     size_t n = model->num_parameters = model->table.total;
     size_t ns = model->state_elems;
     size_t n_pad = model->zero_stage >= 1 ? model->shard * (size_t)procs : n;  // ZeRO-1: equal shards
@@ -446,8 +432,15 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
         cudaCheck(cudaMemset(model->m_memory, 0, ns * sizeof(float)));
         cudaCheck(cudaMemset(model->v_memory, 0, ns * sizeof(float)));
     }
+}
+
+// The parameters: fp32 on the host (random init, or the model file), rounded to floatX on the
+// device; the master weights (ZeRO-1: this process's shard; BAdam: filled at a switch) exact.
+static void gpt2_load_params(GPT2* model, const char* model_or_descriptor, int from_descriptor, uint64_t seed) {
+    const GPT2Config* c = &model->config;
+    size_t n = model->num_parameters, ns = model->state_elems;
+    int master = model->use_master;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { model->params.t[i] = model->params_memory + model->table.t[i].offset; }
-    // parameters: fp32 on the host (random init or file), then rounded to floatX on the device
     float* host = (float*)mallocCheck(n * sizeof(float));
     if (from_descriptor) { params_init_random(&model->table, host, seed); }
     else { model_file_read_params(model_or_descriptor, c, host); }
@@ -462,7 +455,13 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     }
     free(host);
 
-    // activations and scratch, in the memory model's layout
+}
+
+// Activations and scratch for batches up to (B, T), in the memory model's layout, and the small
+// buffers of a step.
+static void gpt2_alloc_activations(GPT2* model, int B, int T) {
+    const GPT2Config* c = &model->config;
+    MemCounter* mc = &model->mem;
     model->B = B;
     model->T = T;
     size_t act_n[GPU_NUM_ACTIVATIONS], scr_n[GPU_NUM_SCRATCH];
@@ -486,6 +485,32 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     model->inputs_cpu = (int*)mallocCheck((size_t)B * T * sizeof(int));
     model->losses_cpu = (float*)mallocCheck((size_t)B * T * sizeof(float));
     model->logits_row_cpu = (float*)mallocCheck((size_t)c->padded_vocab_size * sizeof(float));
+}
+
+// Builds the model from a model file or a descriptor and allocates everything for batches up to
+// (B, T). opts may be NULL (recompute 1, master weights on in bf16 builds).
+static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t seed, int B, int T, const TrainOptions* opts) {
+    memset(model, 0, sizeof(*model));
+    int from_descriptor = gpt2_config_from_descriptor(model_or_descriptor, &model->config);
+    if (from_descriptor) {
+        char err[200];
+        if (!gpt2_config_valid(&model->config, err, sizeof(err))) { ls_fatal("flag -e: descriptor '%s': %s", model_or_descriptor, err); }
+    } else {
+        model_file_read_header(model_or_descriptor, &model->config);
+    }
+    const GPT2Config* c = &model->config;
+    if (c->channels % (int)x128::size != 0 || (c->channels / c->num_heads) % (int)x128::size != 0) {
+        ls_fatal("model: channels %d and head size %d must be multiples of %d for the GPU kernels", c->channels,
+                 c->channels / c->num_heads, (int)x128::size);
+    }
+    gpt2_setup_modes(model, seed, B, T, opts);
+    gpt2_check_fits(model, B, T, opts);
+    cudaCheck(cudaStreamCreate(&model->stream));
+    matmul_init(CUBLASLT_WORKSPACE_BYTES);
+    model->mem.bytes[MEM_WORKSPACE] = matmul_workspace_bytes();
+    gpt2_alloc_state(model, opts);
+    gpt2_load_params(model, model_or_descriptor, from_descriptor, seed);
+    gpt2_alloc_activations(model, B, T);
 }
 
 static void gpt2_free(GPT2* model) {

@@ -97,6 +97,30 @@ def check_profile(binary, train, val):
           "--profile: the families and other add up to the step (%.3f vs %.3f ms)" % (total, rows["step"][0]))
 
 
+# The refused combinations of flags (llmc/run/train_options.h's table): each exits 1 before
+# anything is allocated (--memory-report too), naming the flags; gpu: a GPU trainer's flag is in it.
+REFUSED = [
+    (["--badam", "2", "--offload", "1"], "--badam and --offload", True),
+    (["--optimizer", "lion", "--badam", "2"], "with --badam", False),
+    (["--opt-state", "int8", "--offload", "1"], "with --offload", True),
+    (["--amsgrad", "1", "-pn", "2", "-z", "1"], "with -z 1", False),
+    (["-pn", "2", "-z", "1", "--badam", "2"], "-z 1 and --badam", False),
+    (["-pn", "2", "-z", "1", "--offload", "1"], "-z 1 and --offload", True),
+]
+
+
+def check_refused(binary, gpu):
+    base = ["--memory-report", "1", "-e", SMALL, "-t", "16"]
+    for extra, words, gpu_only in REFUSED:
+        if gpu_only and not gpu:
+            continue
+        r = run(binary, base + extra)
+        check(r.returncode == 1 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1,
+              "%s is refused in one line naming the flags (exit %d: %s)" % (" ".join(extra), r.returncode, r.stderr.strip()))
+    r = run(binary, base + ["-pn", "2", "-z", "1"])
+    check(r.returncode == 0, "-pn 2 -z 1 alone is accepted (exit %d: %s)" % (r.returncode, r.stderr.strip()))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
@@ -222,6 +246,7 @@ def main():
             check(losses[-1] < losses[0], "%s: loss decreases over 6 steps: %s" % (tag, losses))
         rr = run(binary, common + ["-o", os.path.join(tmp, "empty"), "-y", "1"])
         check(rr.returncode == 1 and "no complete checkpoint" in rr.stderr, "-y 1 without checkpoints fails clearly")
+        check_refused(binary, "gpt2cu" in os.path.basename(binary))
         if "gpt2cu" in os.path.basename(binary):
             check_profile(binary, os.path.join(tmp, "train.bin"), os.path.join(tmp, "val.bin"))
 

@@ -337,4 +337,38 @@ static inline void gpt2_describe(const GPT2Config* c, size_t num_parameters, con
            optim_precision_name(oc.state), oc.amsgrad ? ", AMSGrad" : "");
 }
 
+// ----------------------------------------------------------------------------
+// combinations of flags the trainers refuse: one table for both (checked by run_setup, before
+// anything is allocated, also for --memory-report). These are the placements the optimizer engine
+// (llmc/optim/) does not compose yet; each entry goes when it does. procs: the processes of the run
+// (-pn for a memory report of one of them).
+
+typedef struct {
+    int (*applies)(const TrainOptions* o, int procs);
+    const char* message;
+} FlagConflict;
+
+static inline int conflict_badam_offload(const TrainOptions* o, int procs) { (void)procs; return o->badam > 0 && o->offload; }
+static inline int conflict_family_badam(const TrainOptions* o, int procs) { (void)procs; return train_options_uses_family(o) && o->badam > 0; }
+static inline int conflict_family_offload(const TrainOptions* o, int procs) { (void)procs; return train_options_uses_family(o) && o->offload; }
+static inline int conflict_family_zero(const TrainOptions* o, int procs) { return train_options_uses_family(o) && procs > 1 && o->zero_stage >= 1; }
+static inline int conflict_zero_badam(const TrainOptions* o, int procs) { return procs > 1 && o->zero_stage >= 1 && o->badam > 0; }
+static inline int conflict_zero_offload(const TrainOptions* o, int procs) { return procs > 1 && o->zero_stage >= 1 && o->offload; }
+
+static const FlagConflict flag_conflicts[] = {
+    {conflict_badam_offload, "flags --badam and --offload cannot be combined yet (BAdam keeps optimizer state for one block only: drop --offload)"},
+    {conflict_family_badam, "flags --optimizer/--opt-state/--amsgrad with --badam: only fp32 AdamW is implemented with BAdam yet"},
+    {conflict_family_offload, "flags --optimizer/--opt-state/--amsgrad with --offload: only fp32 AdamW is implemented with --offload yet"},
+    {conflict_family_zero, "flags --optimizer/--opt-state/--amsgrad with -z 1: only fp32 AdamW is implemented with ZeRO-1 yet"},
+    {conflict_zero_badam, "flags -z 1 and --badam cannot be combined yet (use -z 0)"},
+    {conflict_zero_offload, "flags -z 1 and --offload cannot be combined yet (ZeRO-1 already divides the optimizer state by the process count)"},
+};
+
+// Exits with the table's message when a refused combination is set.
+static inline void train_options_check_combinations(const TrainOptions* o, int procs) {
+    for (size_t i = 0; i < sizeof(flag_conflicts) / sizeof(flag_conflicts[0]); i++) {
+        if (flag_conflicts[i].applies(o, procs)) { ls_fatal("%s", flag_conflicts[i].message); }
+    }
+}
+
 #endif // LLMC_TRAIN_OPTIONS_H
