@@ -62,7 +62,7 @@ LEANSTEP_DATA_MIRROR ?=
 # (CI=true), where dev/install_deps.sh must have installed it. $(call missing_dep,TARGET,WHAT,PACKAGE)
 missing_dep = echo "$(1): $(2) not found$(if $(filter true,$(CI)),: FAILED (CI=true; install $(3)),: skipped (install $(3)))"$(if $(filter true,$(CI)), && exit 1)
 
-.PHONY: all test test-san test-main test-units test-cli help clean train deps bench memory-table
+.PHONY: all test test-san test-main test-units test-cli help clean train deps bench bench-build memory-table
 all: train_gpt2 test_gpt2
 
 TEST_TARGETS :=
@@ -527,11 +527,13 @@ deps:
 help:
 	@echo "make                 build train_gpt2 and test_gpt2 (CPU)"
 	@echo "make data            get TinyShakespeare + GPT-2 tokenizer files and tokenize them into data/"
+	@echo "make corpus CORPUS=P any corpus (.txt, .jsonl, .gz, directories) into shards (CORPUS_OUT, CORPUS_FLAGS)"
 	@echo "make deps            install what is missing (apt, pip); make train and make test run it"
 	@echo "make train           make deps and data, then train GPT-2 on TinyShakespeare on the CPU (TRAIN_STEPS=200)"
 	@echo "make test            make deps, then the whole test suite side by side (TEST_JOBS=cores; the README's test command)"
 	@echo "make test-san        the C tests again under ASan+UBSan"
 	@echo "make bench           CPU benchmarks: trainer tokens/s and MFU, AdamW vs bandwidth"
+	@echo "make bench-corpus    corpus tokenizer throughput against tiktoken at equal threads"
 	@echo "make memory-table    published memory figures vs their formulas vs our memory model"
 	@echo "make train_gpt2cu    the GPU trainer (PRECISION=BF16|FP32, GPU_ARCH=native|sm_90...)"
 	@echo "make cudnn-frontend  the cuDNN frontend headers (pip) for the BF16 GPU trainer's flash attention"
@@ -573,6 +575,11 @@ $(BUILD)/adamw_bench: dev/cpu/adamw_bench.c dev/cpu/bench_util.h $(LLMC_HEADERS)
 	@mkdir -p $(BUILD)
 	@echo "  CC    $@"
 	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
+
+# make test builds the benchmarks (not runs them): they include the trainer and must keep building
+# warning-free with it
+bench-build: $(BUILD)/bench_train $(BUILD)/adamw_bench
+TEST_PHONY += bench-build
 
 bench: $(BUILD)/bench_train $(BUILD)/adamw_bench
 	$(BUILD)/bench_train

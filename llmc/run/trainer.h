@@ -2,7 +2,9 @@
  trainer.h: what each trainer (train_gpt2.c, train_gpt2.cu) provides to the shared run code
  (llmc/run/run.h) and to the tests (test_gpt2.c, test_gpt2.cu). The trainer includes this file
  before its own definitions, so the compiler checks every definition against these declarations
- (a different signature is an error, a missing one that is used an undefined reference). Each
+ (a different signature is an error, a missing one that is used an undefined reference). They are
+ LS_UNUSED: a program that includes a trainer for a part of it (a test, a benchmark) need not
+ call them all. Each
  trainer defines `struct GPT2` (with .config, .num_parameters, .B, .T and .mem, what it allocated)
  and TRAINER_FLAGS (CLI_CPU or CLI_GPU) and TRAINER_SUMMARY (the --help line), then includes
  llmc/run/run.h and writes its main, the training loop itself.
@@ -30,56 +32,56 @@ typedef struct GPT2 GPT2;
 
 // Builds the model from a model file or a descriptor (random init from seed) and allocates
 // everything for batches up to (B, T): parameters, gradients, optimizer state, activations.
-static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t seed, int B, int T, const TrainOptions* opts);
-static void gpt2_free(GPT2* model);
+static LS_UNUSED void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t seed, int B, int T, const TrainOptions* opts);
+static LS_UNUSED void gpt2_free(GPT2* model);
 // Forward pass on host token arrays (B, T); targets may be NULL. Returns the mean loss (-1 without
 // targets); the logits of (b = 0, t) are then gpt2_logits_row(model, t), host fp32.
-static float gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T);
-static const float* gpt2_logits_row(GPT2* model, int t);
+static LS_UNUSED float gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T);
+static LS_UNUSED const float* gpt2_logits_row(GPT2* model, int t);
 
 // ----------------------------------------------------------------------------
 // one training step
 
 // Start of training step `step` (from 0): zero the gradients, choose what trains (BAdam).
-static void gpt2_begin_step(GPT2* model, int step);
+static LS_UNUSED void gpt2_begin_step(GPT2* model, int step);
 // The forward pass of a training micro-step, before gpt2_backward with the same loss_scale (the
 // GPU trainer writes the loss and the dlogits in one pass and does not wait for the device).
-static void gpt2_forward_train(GPT2* model, const int* inputs, const int* targets, int B, int T, float loss_scale);
+static LS_UNUSED void gpt2_forward_train(GPT2* model, const int* inputs, const int* targets, int B, int T, float loss_scale);
 // Adds the gradient of (mean loss * loss_scale) to the parameter gradients.
-static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, int B, int T, float loss_scale);
+static LS_UNUSED void gpt2_backward(GPT2* model, const int* inputs, const int* targets, int B, int T, float loss_scale);
 // The sum of the mean losses of the gpt2_forward_train calls since gpt2_begin_step (may wait for
 // the device: call it late).
-static double gpt2_loss_sum(GPT2* model);
+static LS_UNUSED double gpt2_loss_sum(GPT2* model);
 // Reduces the gradients over the processes and returns their global norm before clipping;
 // nothing changes yet (the loop may skip the update).
-static float gpt2_grad_norm(GPT2* model, const AdamWHyper* h);
+static LS_UNUSED float gpt2_grad_norm(GPT2* model, const AdamWHyper* h);
 // Clips with that norm and updates; `step` counts from 1.
-static void gpt2_update(GPT2* model, const AdamWHyper* h, int step);
+static LS_UNUSED void gpt2_update(GPT2* model, const AdamWHyper* h, int step);
 // Testing (--inject-nan): makes the gradients NaN after a backward pass.
-static void gpt2_poison_grads(GPT2* model);
+static LS_UNUSED void gpt2_poison_grads(GPT2* model);
 
 // ----------------------------------------------------------------------------
 // checkpoints
 
-static void gpt2_checkpoint_write(GPT2* model, const char* model_path, const char* state_path, const RunState* rs);
-static void gpt2_state_read(GPT2* model, const char* state_path, RunState* rs);
+static LS_UNUSED void gpt2_checkpoint_write(GPT2* model, const char* model_path, const char* state_path, const RunState* rs);
+static LS_UNUSED void gpt2_state_read(GPT2* model, const char* state_path, RunState* rs);
 
 // ----------------------------------------------------------------------------
 // the trainer's side of a run
 
 // Its defaults where they differ from train_options_defaults (e.g. the CPU trainer's T = 64).
-static void trainer_defaults(TrainOptions* o);
+static LS_UNUSED void trainer_defaults(TrainOptions* o);
 // After the flags: threads, the device; with several processes it may install a Comm backend
 // (o->comm->ops) for the run's collectives.
-static void trainer_init(const TrainOptions* o);
+static LS_UNUSED void trainer_init(const TrainOptions* o);
 // The predicted memory table (--memory-report: no allocation).
-static void trainer_memory_report(const GPT2Config* c, const TrainOptions* o);
+static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOptions* o);
 // The start-up banner and memory table of a built model.
-static void trainer_describe(const GPT2* model, const TrainOptions* o, int accum);
+static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o, int accum);
 // Text for the step line before tok/s, e.g. " 45.1% bf16 MFU |" (or "").
-static void trainer_step_extra(const GPT2* model, const TrainOptions* o, double tok_per_s, char* buf, size_t len);
+static LS_UNUSED void trainer_step_extra(const GPT2* model, const TrainOptions* o, double tok_per_s, char* buf, size_t len);
 // --profile: begin = 1 before the profiled step, 0 after it (prints the table); a no-op where
 // there is no --profile.
-static void trainer_profile(GPT2* model, const TrainOptions* o, int begin);
+static LS_UNUSED void trainer_profile(GPT2* model, const TrainOptions* o, int begin);
 
 #endif // LLMC_RUN_TRAINER_H
