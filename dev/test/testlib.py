@@ -30,8 +30,10 @@ def step_losses(out):
     return [float(x) for x in re.findall(r"^step\s+\d+/\d+ \| loss ([\d.]+)", out, re.M)]
 
 
-def rank_pids(binary, rank):
-    """The pids of the running `binary` processes that mpirun started as `rank`."""
+def rank_pids(binary, rank, tag=None):
+    """The pids of the running `binary` processes that mpirun started as `rank` (with `tag`: only
+    those whose environment has LEANSTEP_TEST_TAG=tag, i.e. this test's own mpirun: make test runs
+    other tests, with their own mpiruns of the same binary, at the same time)."""
     pids = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -43,6 +45,8 @@ def rank_pids(binary, rank):
                 env = fh.read().split(b"\0")
         except OSError:
             continue
+        if tag is not None and ("LEANSTEP_TEST_TAG=%s" % tag).encode() not in env:
+            continue
         if ("OMPI_COMM_WORLD_RANK=%d" % rank).encode() in env:
             pids.append(int(d))
     return pids
@@ -50,13 +54,15 @@ def rank_pids(binary, rank):
 
 def kill_one_rank(binary, args, timeout=120):
     """Starts 2 ranks, SIGKILLs rank 1 once step 2 is printed; returns (mpirun's exit, stderr, seconds)."""
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
-    p = subprocess.Popen(["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", binary] + args,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    tag = "%d-%d" % (os.getpid(), time.monotonic_ns())  # this mpirun's ranks, no other test's
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
+               LEANSTEP_TEST_TAG=tag)
+    p = subprocess.Popen(["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", "-x", "LEANSTEP_TEST_TAG",
+                          binary] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     for line in p.stdout:
         if line.startswith("step    2/"):
             break
-    pids = rank_pids(binary, 1)
+    pids = rank_pids(binary, 1, tag)
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
     t0 = time.time()
