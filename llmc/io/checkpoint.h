@@ -10,12 +10,12 @@
    [4] = step, [5] = has_m_v, [6..7] = parameter count (uint64), [8..9] = dataloader epoch,
    [10..11] = dataloader sample index, [12..13] = sampler rng state (uint64), [14] = has_master,
    [15] = CHECKSUM_TAG, [16] = crc32, [17..18] = master weight count (uint64; 0: the parameter
-  count, as in files written before the slot existed).
-Resuming across precisions (-y): the master weights are the exact trained parameters (a bf16 model
-  file holds their rounding), so a run without master weights (the CPU trainer, an fp32 GPU build,
-  -w 0) takes its parameters from them; a run with master weights resuming from a file without
-  them takes them from the model file's parameters (fp32 from an fp32 run). state_file_read reports
-  whether the file has them; the trainers do the rest.
+   count, as in files written before the slot existed).
+ Resuming across precisions (-y): the master weights are the exact trained parameters (a bf16
+   model file holds their rounding), so a run without master weights (the CPU trainer, an fp32 GPU
+   build, -w 0) takes its parameters from them; a run with master weights resuming from a file
+   without them takes them from the model file's parameters (fp32 from an fp32 run).
+   state_file_read reports whether the file has them; the trainers do the rest.
  Every read validates magic, version, shape and exact file size, and names the file on error.
  Every write is atomic (utils.h): a crash leaves the old file or the whole new one.
  Checksums: writers put CHECKSUM_TAG and the zlib crc32 of everything after the header in
