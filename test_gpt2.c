@@ -115,6 +115,20 @@ static void expect_fatal(void (*fn)(const char*), const char* arg, const char* e
 }
 
 static char tmpdir[256];
+// state_file_read of path with the expectation set in state_expect (for expect_fatal)
+static const StateExpect* state_expect;
+static void read_state_expecting(const char* path) {
+    RunState rs;
+    size_t words = state_expect->words > state_expect->v1_n ? state_expect->words : state_expect->v1_n;
+    float* block = (float*)mallocCheck((words + 1) * sizeof(float));
+    state_file_read(path, state_expect, &rs, block, NULL);
+    free(block);
+}
+static void expect_fatal_state(const char* path, const StateExpect* want, const char* expect, const char* what) {
+    state_expect = want;
+    expect_fatal(read_state_expecting, path, expect, what);
+}
+
 
 static void write_bytes(const char* path, const void* data, size_t n) {
     FILE* fp = fopenCheck(path, "wb");
@@ -295,23 +309,53 @@ static void test_model_files(void) {
     snprintf(bad, sizeof(bad), "%s/does_not_exist.bin", tmpdir);
     expect_fatal(load_model_file, bad, "cannot open", "missing model file");
     free(bytes);
-    // state file round trip
-    RunState rs = {1, 0, 17, 1, pt.total, 3, 5, 99, 0, 0}, rs2;
+    // state file round trip: version 2, one block of state words and the optimizer's tag
+    RunState rs, rs2;
+    memset(&rs, 0, sizeof(rs));
+    rs.num_processes = 1; rs.step = 17; rs.has_m_v = 1; rs.num_params = pt.total;
+    rs.data_epoch = 3; rs.data_sample = 5; rs.sampler_rng = 99;
+    OptimConfig lion = optim_config_default(OPT_LION), adamw = optim_config_default(OPT_ADAMW);
+    rs.optim_tag = optim_engine_tag(&lion);
     snprintf(path, sizeof(path), "%s/state.bin", tmpdir);
-    state_file_write(path, &rs, p, q, NULL);
+    state_file_write(path, &rs, p, NULL);
     float* m2 = (float*)mallocCheck(pt.total * sizeof(float));
     float* v2 = (float*)mallocCheck(pt.total * sizeof(float));
     float* w2 = (float*)mallocCheck(pt.total * sizeof(float));
-    CHECK(state_file_read(path, pt.total, pt.total, &rs2, m2, v2, w2) == 0, "a state file without master weights says so");
-    CHECK(rs2.step == 17 && rs2.data_epoch == 3 && rs2.data_sample == 5 && rs2.sampler_rng == 99, "state header round trip");
-    CHECK(memcmp(m2, p, pt.total * 4) == 0 && memcmp(v2, q, pt.total * 4) == 0, "state m/v round trip");
+    StateExpect want = {pt.total, optim_engine_tag(&lion), pt.total, NULL, NULL, 0};
+    CHECK(state_file_read(path, &want, &rs2, m2, w2) == 0, "a state file without master weights says so");
+    CHECK(rs2.version == 2 && rs2.step == 17 && rs2.data_epoch == 3 && rs2.data_sample == 5 && rs2.sampler_rng == 99,
+          "state header round trip");
+    CHECK(memcmp(m2, p, pt.total * 4) == 0, "state block round trip");
     // with master weights (a bf16 run's): read into a buffer, or skipped (NULL) by a run without them
-    rs.num_master = pt.total - 5;  // any count: the optimizer family keeps a block plus n master weights
-    state_file_write(path, &rs, p, q, q);
-    CHECK(state_file_read(path, pt.total, pt.total - 5, &rs2, m2, v2, w2) == 1 && rs2.num_master == pt.total - 5 &&
+    rs.num_master = pt.total - 5;  // any count: the master weights of the engine's view
+    state_file_write(path, &rs, p, q);
+    want.num_master = pt.total - 5;
+    CHECK(state_file_read(path, &want, &rs2, m2, w2) == 1 && rs2.num_master == pt.total - 5 &&
           memcmp(w2, q, (pt.total - 5) * 4) == 0, "state master weights round trip");
-    CHECK(state_file_read(path, pt.total, pt.total - 5, &rs2, m2, v2, NULL) == 1 && memcmp(v2, q, pt.total * 4) == 0,
+    CHECK(state_file_read(path, &want, &rs2, v2, NULL) == 1 && memcmp(v2, p, pt.total * 4) == 0,
           "master weights skipped by a run without them");
+    // another optimizer's state is refused, naming the flags
+    StateExpect other = want;
+    other.tag = optim_engine_tag(&adamw);
+    expect_fatal_state(path, &other, "--optimizer", "a state file of another optimizer");
+    // version 1 (before the engine): AdamW m and v go to the state's m and v; other optimizers refuse it
+    int header[HEADER_INTS];
+    memset(header, 0, sizeof(header));
+    header[0] = STATE_MAGIC; header[1] = 1; header[2] = 1; header[4] = 9; header[5] = 1;
+    uint64_t n64 = pt.total;
+    memcpy(&header[6], &n64, 8);
+    snprintf(path, sizeof(path), "%s/state_v1.bin", tmpdir);
+    FILE* f1 = fopenCheck(path, "wb");
+    fwrite(header, sizeof(int), HEADER_INTS, f1);
+    fwrite(p, sizeof(float), pt.total, f1);
+    fwrite(q, sizeof(float), pt.total, f1);
+    fclose(f1);
+    StateExpect v1 = {12345, optim_engine_tag(&adamw), 0, m2, v2, pt.total};
+    CHECK(state_file_read(path, &v1, &rs2, w2, NULL) == 0 && rs2.version == 1 && rs2.step == 9 &&
+          memcmp(m2, p, pt.total * 4) == 0 && memcmp(v2, q, pt.total * 4) == 0, "a version-1 AdamW state file loads");
+    v1.v1_m = v1.v1_v = NULL;
+    v1.tag = optim_engine_tag(&lion);
+    expect_fatal_state(path, &v1, "version 1", "a version-1 AdamW file resumed by Lion");
     free(w2); free(m2); free(v2); free(p); free(q);
 }
 
@@ -388,7 +432,10 @@ static void test_adamw_and_memory(void) {
     model_file_write(path, &c, params, MODEL_VERSION_FP32);
     free(params);
     gpt2_build(&model, path, 0, 3, 32, NULL);
-    MemoryReport r = memory_model_cpu(&c, 3, 32, NULL);
+    TrainOptions od;  // NULL options build the defaults' optimizer: fp32 AdamW
+    train_options_defaults(&od);
+    CpuMemoryOptions mo = {0, 0, 1, train_options_state_bytes(&od, &c, 0, 1, NULL)};
+    MemoryReport r = memory_model_cpu(&c, 3, 32, &mo);
     for (int i = 0; i < MEM_COUNT; i++) {
         CHECK(r.bytes[i] == model.mem.bytes[i], "memory %s: predicted %zu, allocated %zu", mem_category_names[i], r.bytes[i], model.mem.bytes[i]);
     }
@@ -398,8 +445,12 @@ static void test_adamw_and_memory(void) {
     gpt2_config_from_descriptor("d12", &d12);
     MemoryReport r12 = memory_model_cpu(&d12, 4, 64, NULL);
     CHECK(fabs(mib(r12.bytes[MEM_PARAMS]) - 474.8) < 0.05, "d12 parameters = 474.8 MiB (got %.2f)", mib(r12.bytes[MEM_PARAMS]));
-    size_t opt = r12.bytes[MEM_GRADS] + r12.bytes[MEM_ADAM_M] + r12.bytes[MEM_ADAM_V];
-    CHECK(opt == 12 * gpt2_num_parameters(&d12), "d12 optimizer side = 12 bytes/param");
+    TrainOptions o12;
+    train_options_defaults(&o12);
+    CpuMemoryOptions mo12 = {0, 0, 1, train_options_state_bytes(&o12, &d12, 0, 1, NULL)};
+    r12 = memory_model_cpu(&d12, 4, 64, &mo12);
+    size_t opt = r12.bytes[MEM_GRADS] + r12.bytes[MEM_OPT_STATE], np12 = gpt2_num_parameters(&d12);
+    CHECK(opt >= 12 * np12 && opt < 12 * np12 + 64 * 2 * 148, "d12 optimizer side = 12 bytes/param (+ 64-byte alignment; got %zu)", opt);
 }
 
 // Gradient check of the whole model against central finite differences, in float64-free
@@ -524,7 +575,8 @@ static void test_badam(void) {
     o.badam_order = BADAM_ASCENDING;
     o.badam_embed = 1;
     gpt2_build(&bad, path, 0, 2, 16, &o);
-    CpuMemoryOptions bo = {bad.badam.max_block, 0, 1, 0, 0};
+    CpuMemoryOptions bo = {bad.badam.max_block, 0, 1, train_options_state_bytes(&o, &c, 0, 1, NULL)};
+    CHECK(bo.opt_state_bytes == bad.opt.bytes && bad.opt.max_elems == bad.badam.max_block, "badam: the state is the largest block's");
     MemoryReport r = memory_model_cpu(&c, 2, 16, &bo);
     for (int i = 0; i < MEM_COUNT; i++) { CHECK(r.bytes[i] == bad.mem.bytes[i], "badam memory %s", mem_category_names[i]); }
     CHECK(bad.mem.bytes[MEM_GRADS] < full.mem.bytes[MEM_GRADS] / 2, "badam: gradient memory is one block's");

@@ -40,8 +40,8 @@ static const RefTolerances TOL = {1e-5, 1e-6, 5e-5, 2e-6};
 // The memory model for what `model` was built with equals what it allocated, category by
 // category; returns the predicted total.
 static size_t check_memory_model(const GPT2* model, int B, int T, size_t badam_block, const char* what) {
-    GpuMemoryOptions mo = gpu_memory_options(&model->config, B, T, model->recompute, model->use_master, model->chunk,
-                                             badam_block, model->zero_stage, 1, model->use_family, model->opt.bytes, model->flash);
+    (void)badam_block;  // the model's own options say it
+    GpuMemoryOptions mo = gpt2_memory_options(model, B, T, 1);
     MemoryReport predicted = memory_model_gpu(&model->config, B, T, &mo);
     for (int i = 0; i < MEM_COUNT; i++) {
         CHECK(predicted.bytes[i] == model->mem.bytes[i], "%s memory %s: predicted %zu bytes, allocated %zu", what,
@@ -173,7 +173,7 @@ static void check_resume(const char* model_path, const char* state_path) {
     GPT2 model;
     gpt2_build(&model, model_path, 7, s.B, s.T, NULL);
     run_steps(&model, &s, 0, 3, first);
-    RunState rs = {1, 0, 3, 1, model.num_parameters, 0, 0, 0, 0, 0};
+    RunState rs = {1, 0, 3, 1, model.num_parameters, 0, 0, 0, 0, 0, 0, 0};
     gpt2_checkpoint_write(&model, ckpt_model, ckpt_state, &rs);
     run_steps(&model, &s, 3, 5, a);
     float* pa = (float*)mallocCheck(pt.total * sizeof(float));
@@ -217,8 +217,8 @@ static void check_offload(const char* model_path, const char* state_path) {
     gpt2_build(&off, model_path, 5, s.B, s.T, &o);
     check_memory_model(&off, s.B, s.T, 0, "offload");
     CHECK(off.mem.host_pinned > 0, "offload: host pinned memory");
-    CHECK(off.mem.bytes[MEM_ADAM_M] < on.mem.bytes[MEM_ADAM_M], "offload: device m is the staging only (%zu vs %zu)",
-          off.mem.bytes[MEM_ADAM_M], on.mem.bytes[MEM_ADAM_M]);
+    CHECK(off.mem.bytes[MEM_OPT_STATE] < on.mem.bytes[MEM_OPT_STATE], "offload: device state is the staging only (%zu vs %zu)",
+          off.mem.bytes[MEM_OPT_STATE], on.mem.bytes[MEM_OPT_STATE]);
     float la[4], lb[4];
     run_steps(&on, &s, 0, 4, la);
     run_steps(&off, &s, 0, 4, lb);
@@ -233,11 +233,11 @@ static void check_offload(const char* model_path, const char* state_path) {
     CHECK(memcmp(la, lb, sizeof(la)) == 0, "offload: losses differ from the on-device update (%.7f vs %.7f)", la[3], lb[3]);
     CHECK(memcmp(pa, pb, pt.total * sizeof(float)) == 0, "offload: parameters differ from the on-device update");
     float* m_dev = (float*)mallocCheck(pt.total * sizeof(float));
-    cudaCheck(cudaMemcpy(m_dev, on.m_memory, pt.total * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(m_dev, on.opt.st.m, pt.total * sizeof(float), cudaMemcpyDeviceToHost));
     CHECK(memcmp(m_dev, m_off, pt.total * sizeof(float)) == 0, "offload: m differs from the on-device update");
     printf("offload: %d chunks, 4 steps bit-identical to the on-device update; device state %.2f MiB instead of %.2f MiB\n",
-           off.num_chunks, mib(off.mem.bytes[MEM_ADAM_M] + off.mem.bytes[MEM_ADAM_V] + off.mem.bytes[MEM_MASTER]),
-           mib(on.mem.bytes[MEM_ADAM_M] + on.mem.bytes[MEM_ADAM_V] + on.mem.bytes[MEM_MASTER]));
+           off.num_chunks, mib(off.mem.bytes[MEM_OPT_STATE] + off.mem.bytes[MEM_MASTER]),
+           mib(on.mem.bytes[MEM_OPT_STATE] + on.mem.bytes[MEM_MASTER]));
     free(pa); free(pb); free(m_dev); free(m_off);
     gpt2_free(&on);
     gpt2_free(&off);
@@ -292,7 +292,7 @@ static void check_badam(void) {
         CHECK(bad.use_badam && nb == bad.badam.max_block && nb < n / 2, "badam: state for the largest block (%zu of %zu)", nb, n);
         // (3) the memory table with BAdam equals what was allocated
         check_memory_model(&bad, BADAM_B, BADAM_T, nb, "badam");
-        CHECK(bad.mem.bytes[MEM_GRADS] < full.mem.bytes[MEM_GRADS] / 2 && bad.mem.bytes[MEM_ADAM_M] < full.mem.bytes[MEM_ADAM_M] / 2,
+        CHECK(bad.mem.bytes[MEM_GRADS] < full.mem.bytes[MEM_GRADS] / 2 && bad.mem.bytes[MEM_OPT_STATE] < full.mem.bytes[MEM_OPT_STATE] / 2,
               "badam: gradients and m are one block's");
         // (1) gradients, block by block (ascending, K = 1: step b trains block b)
         float* gf = (float*)mallocCheck(n * sizeof(float));
@@ -379,7 +379,7 @@ static void check_badam(void) {
     float first[3], la[5], lb[5];
     gpt2_build(&model, BADAM_DESC, 7, BADAM_B, BADAM_T, &o);
     badam_run_steps(&model, inputs, targets, 0, 3, first);
-    RunState rs = {1, 0, 3, 1, model.num_parameters, 0, 0, 0, 0, 0};
+    RunState rs = {1, 0, 3, 1, model.num_parameters, 0, 0, 0, 0, 0, 0, 0};
     gpt2_checkpoint_write(&model, ckpt_model, ckpt_state, &rs);
     badam_run_steps(&model, inputs, targets, 3, 5, la);  // steps 3..7: the switches at 4 and 6
     size_t n = model.num_parameters;
@@ -390,8 +390,8 @@ static void check_badam(void) {
     gpt2_build(&model, ckpt_model, 7, BADAM_B, BADAM_T, &o);
     RunState rs2;
     gpt2_state_read(&model, ckpt_state, &rs2);
-    CHECK(rs2.num_params == model.state_elems, "badam checkpoint: the state holds one block (%llu elements)",
-          (unsigned long long)rs2.num_params);
+    CHECK(rs2.num_params == model.opt.st.bytes / 4 && model.opt.st.n < model.num_parameters / 2,
+          "badam checkpoint: the state holds one block (%llu words)", (unsigned long long)rs2.num_params);
     badam_run_steps(&model, inputs, targets, 3, 5, lb);
     download_floatx(pb, model.params_memory, n);
     gpt2_free(&model);

@@ -413,15 +413,13 @@ struct GPT2 {
     float* params_memory;
     ParameterTensors params;
     float* grads_memory;   // gradients: all parameters (ZeRO-1: padded), or BAdam's active block
-    float* m_memory;       // (state_elems) AdamW first moment (allocated at build: the memory table shows it)
-    float* v_memory;       // (state_elems) AdamW second moment
-    size_t state_elems;    // num_parameters, BAdam's largest block, or the ZeRO-1 shard
-    OptimSegment segments[NUM_PARAMETER_TENSORS];
-    int num_segments;
+    // the optimizer engine (llmc/optim/engine.h): every optimizer and state precision; BAdam's
+    // block and the ZeRO-1 shard are its views. Its state block is allocated at build.
+    OptimEngine opt;
     int use_badam;
     Badam badam;
     int active_block;      // BAdam: the block of the current step
-    int block_step;        // BAdam: steps since the block was switched in
+    int opt_step;          // the optimizer's step of this update (BAdam: counts from the switch)
     BadamSlice slices[BADAM_MAX_SLICES];  // BAdam: the active block's slices
     int num_slices;
     // data parallelism (llmc/dist/comm.h): -z 0 all-reduces the gradients, -z 1 (ZeRO-1) gives every
@@ -430,10 +428,6 @@ struct GPT2 {
     int zero_stage;
     size_t shard;          // ZeRO-1: elements per process (the buffers are padded to shard * processes)
     float* grad_shard;     // ZeRO-1: (shard) this process's shard of the summed gradients
-    // the optimizer family (llmc/optim/state.h): SGD, LAMB, Lion, AdamW with AMSGrad or bf16 / int8
-    // state; fp32 AdamW runs on m_memory / v_memory above
-    int use_family;
-    OptimState opt;
     int B, T;              // the largest batch the activations hold
     float* acts_memory;
     ActivationTensors acts;
@@ -464,42 +458,31 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     param_table_build(&model->table, c);
     model->num_parameters = model->table.total;
     size_t n = model->num_parameters;
-    model->state_elems = n;
+    size_t ng = n;  // gradients
     if (opts && opts->badam > 0) {
         model->use_badam = 1;
         badam_init(&model->badam, &model->table, opts->badam, opts->badam_order, opts->badam_embed, seed);
-        model->state_elems = model->badam.max_block;
+        ng = model->badam.max_block;
     }
     model->comm = opts ? opts->comm : NULL;
     int procs = model->comm ? model->comm->size : 1;
     model->zero_stage = (opts && procs > 1) ? opts->zero_stage : 0;
-    model->use_family = opts ? train_options_uses_family(opts) : 0;
-    size_t n_alloc = n, ns = model->state_elems, ng = ns;
+    size_t n_alloc = n;
     if (model->zero_stage >= 1) {  // padded to equal shards
         model->shard = zero_shard_elems(n, procs);
         n_alloc = model->shard * (size_t)procs;
-        ns = model->shard;
         ng = n_alloc;
     }
     MemCounter* mc = &model->mem;
     model->params_memory = (float*)memAlloc(mc, MEM_PARAMS, n_alloc * sizeof(float));
     model->grads_memory = (float*)memAlloc(mc, MEM_GRADS, ng * sizeof(float));
     if (model->zero_stage >= 1) { model->grad_shard = (float*)memAlloc(mc, MEM_GRADS, model->shard * sizeof(float)); }
-    if (model->use_family) {  // one block of optimizer state instead of m and v
-        OptimConfig cfg = train_options_optimizer(opts);
-        OptimSegment* segs;
-        int nseg = train_options_family_segments(opts, &model->config, &segs);
-        void* block = memAlloc(mc, MEM_OPT_STATE, optim_state_bytes(&cfg, segs, nseg, n));
-        optim_state_init(&model->opt, &cfg, segs, nseg, n, block);
-        free(segs);
-        ns = 0;
-    } else {
-        model->m_memory = (float*)memAlloc(mc, MEM_ADAM_M, ns * sizeof(float));
-        model->v_memory = (float*)memAlloc(mc, MEM_ADAM_V, ns * sizeof(float));
-        memset(model->m_memory, 0, ns * sizeof(float));
-        memset(model->v_memory, 0, ns * sizeof(float));
-    }
-    model->state_elems = ns;
+    // the optimizer's state block: its largest view (zeroed when a view is set up over it)
+    OptimConfig cfg = opts ? train_options_optimizer(opts) : optim_config_default(OPT_ADAMW);
+    optim_engine_init(&model->opt, &cfg, &model->table, model->use_badam ? &model->badam : NULL,
+                      opts ? opts->weight_decay : 0.0f, model->comm ? model->comm->rank : 0, procs,
+                      model->zero_stage >= 1 ? model->shard : 0);
+    model->opt.memory = model->opt.bytes > 0 ? memAlloc(mc, MEM_OPT_STATE, model->opt.bytes) : NULL;
     memset(model->params_memory, 0, n_alloc * sizeof(float));
     memset(model->grads_memory, 0, ng * sizeof(float));
     param_pointers(&model->table, model->params_memory, &model->params);
@@ -520,20 +503,14 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     for (int i = 0; i < CPU_NUM_ACTIVATIONS; i++) { model->acts.t[i] = p; p += act_sizes[i]; }
     p = model->scratch_memory;
     for (int i = 0; i < CPU_NUM_SCRATCH; i++) { model->scratch.t[i] = p; p += scratch_sizes[i]; }
-    model->num_segments = 0;
 }
 
 static void gpt2_free(GPT2* model) {
-    if (model->use_family) {
-        free(model->opt.memory);  // ours (memAlloc), lent to the state
-        model->opt.memory = NULL;
-        optim_state_free(&model->opt);
-    }
+    optim_engine_free_cpu(&model->opt);
+    free(model->opt.memory);  // ours (memAlloc), lent to the engine
     free(model->grad_shard);
     free(model->scratch_memory);
     free(model->acts_memory);
-    free(model->v_memory);
-    free(model->m_memory);
     free(model->grads_memory);
     free(model->params_memory);
     memset(model, 0, sizeof(*model));
@@ -621,18 +598,14 @@ static int backward_lowest_layer(GPT2* model) {
 // Starts training step `step` (from 0): BAdam picks the step's block (resetting the AdamW state
 // at a switch); the gradients are zeroed.
 static void gpt2_begin_step(GPT2* model, int step) {
-    if (model->use_badam) {  // the step plan (llmc/optim/views.h); the state starts zeroed
-        OptimRun run = {&model->table, &model->badam};
-        const OptimPlan plan = optim_plan_step(&run, step, 1);
-        model->block_step = plan.opt_step - 1;
-        model->active_block = plan.block;
-        model->num_slices = plan.num_slices;
-        memcpy(model->slices, plan.slices, (size_t)plan.num_slices * sizeof(BadamSlice));
-        if (plan.reset) {
-            memset(model->m_memory, 0, model->state_elems * sizeof(float));
-            memset(model->v_memory, 0, model->state_elems * sizeof(float));
-        }
-    }
+    // the step plan (llmc/optim/views.h): BAdam's block, and the engine's view of this update
+    OptimRun run = {&model->table, model->use_badam ? &model->badam : NULL};
+    const OptimPlan plan = optim_plan_step(&run, step, 1);
+    model->opt_step = plan.opt_step;
+    model->active_block = plan.block;
+    model->num_slices = plan.num_slices;
+    memcpy(model->slices, plan.slices, (size_t)plan.num_slices * sizeof(BadamSlice));
+    optim_engine_begin_step_cpu(&model->opt, &plan);
     model->loss_sum = 0.0;
     gpt2_zero_grad(model);
 }
@@ -708,41 +681,16 @@ static float gpt2_grad_norm(GPT2* model, const AdamWHyper* h) {
 // Testing (--inject-nan): one NaN in the gradients, as an overflow in the backward pass would leave.
 static LS_UNUSED void gpt2_poison_grads(GPT2* model) { model->grads_memory[0] = NAN; }
 
-// Clip (with the scale of gpt2_grad_norm) and update: AdamW over all parameters, the BAdam block,
-// the ZeRO-1 shard (then all-gather), or the optimizer family. `step` counts from 1.
+// Clip (with the scale of gpt2_grad_norm) and update with the optimizer engine: all parameters,
+// the BAdam block, or the ZeRO-1 shard (then all-gather). The step counter is the plan's (BAdam:
+// from the switch); lr, betas, eps and weight decay are h's, the rest of the optimizer's settings
+// were fixed at build.
 static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
-    float scale = model->clip_scale;
-    if (model->use_badam) {  // bias correction counts from the switch
-        for (int k = 0; k < model->num_slices; k++) {
-            const BadamSlice* sl = &model->slices[k];
-            const ParamTensor* t = &model->table.t[sl->tensor];
-            // gradients, m, v from the slice's compact offset; its parameters at their place
-            OptimSegment seg = optim_segment(0, sl->count, t->decay ? h->weight_decay : 0.0f, t->lr_mult, 0);
-            seg.param = sl->offset;
-            adamw_update_cpu(model->params_memory, model->grads_memory + sl->compact,
-                             model->m_memory + sl->compact, model->v_memory + sl->compact, &seg, 1, h,
-                             model->block_step + 1, scale);
-        }
-        return;
-    }
-    if (model->use_family) {  // weight decay is in the state's segment table since the build
-        optim_step_cpu(&model->opt, model->params_memory, model->grads_memory, h->lr, step, scale);
-        return;
-    }
-    if (model->num_segments == 0) {
-        model->num_segments = optim_segments_build(&model->table, h->weight_decay, model->segments);
-    }
-    if (model->zero_stage >= 1) {  // update this process's shard, all-gather the parameters
-        size_t shard = model->shard, lo = (size_t)model->comm->rank * shard;
-        OptimSegment segs[NUM_PARAMETER_TENSORS];  // the segments cut to the shard, rebased to it
-        int k = optim_segments_cut(model->segments, model->num_segments, lo, lo + shard, segs);
-        adamw_update_cpu(model->params_memory, model->grad_shard, model->m_memory, model->v_memory, segs, k, h,
-                         step, scale);
-        comm_allgather_inplace_f32(model->comm, model->params_memory, shard);
-        return;
-    }
-    adamw_update_cpu(model->params_memory, model->grads_memory, model->m_memory, model->v_memory, model->segments,
-                     model->num_segments, h, step, scale);
+    (void)step;
+    optim_engine_set_hyper(&model->opt, h->beta1, h->beta2, h->eps, h->weight_decay);
+    const float* grads = model->zero_stage >= 1 ? model->grad_shard : model->grads_memory;
+    optim_engine_step_cpu(&model->opt, model->params_memory, grads, h->lr, model->opt_step, model->clip_scale);
+    if (model->zero_stage >= 1) { comm_allgather_inplace_f32(model->comm, model->params_memory, model->shard); }
 }
 
 // ----------------------------------------------------------------------------
@@ -755,14 +703,10 @@ static LS_UNUSED const float* gpt2_logits_row(GPT2* model, int t) {
 
 static LS_UNUSED void gpt2_checkpoint_write(GPT2* model, const char* model_path, const char* state_path, const RunState* rs) {
     if (rs->process_rank == 0) { model_file_write(model_path, &model->config, model->params_memory, MODEL_VERSION_FP32); }
-    RunState r = *rs;
-    if (model->use_family) {  // the optimizer's whole state block, as 32-bit words
-        r.num_params = model->opt.bytes / sizeof(float);
-        state_file_write(state_path, &r, (const float*)model->opt.memory, NULL, NULL);
-        return;
-    }
-    r.num_params = model->state_elems;  // BAdam: one block's state; ZeRO-1: this process's shard
-    state_file_write(state_path, &r, model->m_memory, model->v_memory, NULL);
+    RunState r = *rs;  // the engine's current view: the whole model, BAdam's block, the ZeRO-1 shard
+    r.num_params = model->opt.st.bytes / sizeof(float);
+    r.optim_tag = optim_engine_tag(&model->opt.cfg);
+    state_file_write(state_path, &r, model->opt.st.memory, NULL);
 }
 
 // A checkpoint of a run with master weights (the bf16 GPU trainer): they are the exact trained
@@ -785,17 +729,17 @@ static void gpt2_params_from_master(GPT2* model, const float* master, int step) 
     }
 }
 
+// The state continues the view of the last update (step - 1), set up before the file is read.
 static LS_UNUSED void gpt2_state_read(GPT2* model, const char* state_path, RunState* rs) {
-    size_t n = model->num_parameters;
-    float* master = (float*)mallocCheck((model->use_family ? n : model->state_elems) * sizeof(float));
-    int had_master;
-    if (model->use_family) {
-        had_master = state_file_read(state_path, model->opt.bytes / sizeof(float), n, rs, (float*)model->opt.memory, NULL, master);
-    } else {
-        had_master = state_file_read(state_path, model->state_elems, model->state_elems, rs, model->m_memory,
-                                     model->v_memory, master);
-    }
-    if (had_master) { gpt2_params_from_master(model, master, rs->step); }
+    RunState head;
+    state_file_read_header(state_path, &head);
+    OptimEngine* e = &model->opt;
+    optim_engine_set_view_cpu(e, optim_engine_view_of_step(e, head.step > 0 ? head.step - 1 : 0));
+    const int v1_adamw = e->cfg.kind == OPT_ADAMW && e->cfg.state == OPT_STATE_FP32 && !e->cfg.amsgrad;
+    StateExpect want = {e->st.bytes / sizeof(float), optim_engine_tag(&e->cfg), e->st.n,
+                        v1_adamw ? e->st.m : NULL, v1_adamw ? e->st.v : NULL, e->st.n};
+    float* master = (float*)mallocCheck((e->st.n > 0 ? e->st.n : 1) * sizeof(float));
+    if (state_file_read(state_path, &want, rs, e->st.memory, master)) { gpt2_params_from_master(model, master, rs->step); }
     free(master);
 }
 
@@ -816,8 +760,8 @@ static LS_UNUSED void trainer_init(const TrainOptions* o) {
 }
 
 static LS_UNUSED MemoryReport trainer_memory_predicted(const GPT2Config* c, const TrainOptions* o) {
-    CpuMemoryOptions mo = {0, o->zero_stage, o->comm ? o->comm->size : 1, train_options_uses_family(o),
-                           train_options_family_state_bytes(o, c)};
+    int procs = o->comm ? o->comm->size : 1;
+    CpuMemoryOptions mo = {0, o->zero_stage, procs, train_options_state_bytes(o, c, o->comm ? o->comm->rank : 0, procs, NULL)};
     if (o->badam > 0) {
         ParamTable pt;
         param_table_build(&pt, c);

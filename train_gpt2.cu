@@ -126,46 +126,40 @@ struct GPT2 {
     floatX* params_memory;    // (num_parameters) device
     ParameterTensorsX params;
     floatX* grads_memory;     // (state_elems) device: all parameters, or BAdam's active block (grad_slice)
-    float* m_memory;          // (state_elems) AdamW moments, device fp32 (with --offload: 2 chunks of staging)
-    float* v_memory;
-    float* master_memory;     // (state_elems) fp32 master weights, or NULL (with --offload: 2 chunks of staging)
+    size_t state_elems;       // gradient elements: num_parameters, or BAdam's largest block
+    // the optimizer engine (llmc/optim/engine.h, device side in llmc/optim/kernels.cuh): every
+    // optimizer and state precision in one device block; BAdam's block and the ZeRO-1 shard are views
+    OptimEngine opt;
+    int opt_step;             // the optimizer's step of this update (BAdam: counts from the switch)
+    float* master_memory;     // (opt.max_elems) fp32 master weights, indexed as the state, or NULL
+                              // (with --offload: 2 chunks of staging)
     int use_master;
-    size_t state_elems;       // elements of gradients, m, v, master: num_parameters, or BAdam's largest block
-    // --badam: one block trains at a time; gradients, m, v, master hold its slices back to back
+    // --badam: one block trains at a time; gradients, state and master hold its slices back to back
     int use_badam;
     Badam badam;
     int active_block;         // the block of the current step (-1 before the first)
-    int block_step;           // steps since the block was switched in
     int badam_fresh;          // 1 until the state holds a block's (reset at a switch, or read from a checkpoint)
     int badam_master_stale;   // 1: resumed from a checkpoint without master weights (the block's are made at the next step)
     BadamSlice slices[BADAM_MAX_SLICES];  // the active block's slices
     int num_slices;
-    OptimSegment badam_segs[BADAM_MAX_SLICES];  // host: slice k's one-segment table (rebased to the slice)
-    OptimSegment* d_badam_segments;  // (BADAM_MAX_SLICES) the same on the device, allocated once
-    int badam_segs_block;     // the block whose tables d_badam_segments holds (-1: none)
-    // --offload: m, v, master live in pinned host memory and stream through the staging buffers
+    // --offload (fp32 AdamW): the engine's block (m, v) and the master weights live in pinned host
+    // memory and stream through device staging, two chunks of each
     int offload;
     size_t chunk;             // elements per chunk
     int num_chunks;
-    float *m_host, *v_host, *master_host;
+    float *m_host, *v_host, *master_host;  // m_host, v_host: carved from the engine's host block
+    float *m_memory, *v_memory;            // (2 chunks) device staging of m and v
     OptimSegment** d_chunk_segments;  // (num_chunks) each chunk's segment table, rebased to the chunk
     int* chunk_nseg;
+    float weight_decay;       // of the chunks' segment tables
     cudaStream_t copy_stream;
     cudaEvent_t loaded[2], updated[2];
-    // --optimizer sgd|lamb|lion, --opt-state bf16|int8, --amsgrad: the optimizer family
-    // (llmc/optim/kernels.cuh) on one device block of state, laid out as the CPU trainer's
-    int use_family;
-    OptimState opt;
-    void* opt_memory;         // its block (MEM_OPT_STATE)
     // data parallelism: NULL nccl = one process
     NcclComm* nccl;           // the communicator (trainer_init's), when there are several processes
     int zero_stage;           // -z
     size_t shard;             // ZeRO-1: elements per process; parameters and gradients hold shard * processes
     int accum;                // micro-steps per step: the last one's backward pass reduces the gradients
     int grads_reduced;        // -z 0: the reduction of this step was issued during the backward pass
-    OptimSegment* d_segments; // the optimizer's segment table, on the device (ZeRO-1: cut to the shard)
-    int num_segments;
-    float weight_decay;       // of the uploaded segment table
     unsigned long long seed;  // stochastic rounding
     int step;                 // the training step (gpt2_begin_step), and the micro-step within it:
     int micro_step;           // they key the encoder backward's stochastic rounding (resumable)
@@ -223,8 +217,8 @@ static size_t kernel_scratch_bytes_for(const GPT2Config* c, int B, int T, int fl
 }
 
 static GpuMemoryOptions gpu_memory_options(const GPT2Config* c, int B, int T, int recompute, int master,
-                                           size_t offload_chunk, size_t badam_block, int zero_stage, int procs, int family,
-                                           size_t opt_state_bytes, int flash) {
+                                           size_t offload_chunk, size_t badam_block, int zero_stage, int procs,
+                                           size_t opt_state_bytes, size_t master_elems, int flash) {
     GpuMemoryOptions g;
     g.recompute = recompute;
     g.master_weights = master;
@@ -235,8 +229,8 @@ static GpuMemoryOptions gpu_memory_options(const GPT2Config* c, int B, int T, in
     g.num_processes = procs;
     g.offload_chunk = offload_chunk;
     g.badam_block = badam_block;
-    g.family = family;
     g.opt_state_bytes = opt_state_bytes;
+    g.master_elems = master_elems;
     g.flash_attention = flash;
     return g;
 }
@@ -281,7 +275,7 @@ static void* carve_tensors(MemCounter* mc, MemCategory cat, const size_t* counts
 // it too; here for callers of gpt2_build such as the tests), and what this build cannot do.
 static void gpu_check_flags(const TrainOptions* o) {
     if (o == NULL) { return; }
-    train_options_check_combinations(o, o->comm ? o->comm->size : 1);
+    train_options_check_combinations(o, o->comm ? o->comm->size : 1, CLI_GPU);
     if (o->attention != ATTENTION_MATMUL && !FLOATX_IS_BF16) {
         ls_fatal("flag --attention %s: cuDNN's flash attention needs the BF16 build (make train_gpt2cu PRECISION=BF16); "
                  "this FP32 build has --attention matmul", attention_choices[o->attention]);
@@ -326,7 +320,6 @@ static size_t badam_block_for(const GPT2Config* c, const TrainOptions* o, int pr
 static void gpt2_setup_modes(GPT2* model, uint64_t seed, int B, int T, const TrainOptions* opts) {
     const GPT2Config* c = &model->config;
     gpu_check_flags(opts);
-    model->use_family = opts ? train_options_uses_family(opts) : 0;
     model->recompute = opts ? opts->recompute : 1;
     model->flash = attention_flash_mode(opts);
     model->use_master = FLOATX_IS_BF16 && (opts ? opts->master_weights : 1);
@@ -346,36 +339,41 @@ static void gpt2_setup_modes(GPT2* model, uint64_t seed, int B, int T, const Tra
     param_table_build(&model->table, c);
     model->state_elems = n_params;
     model->active_block = -1;
-    model->badam_segs_block = -1;
     if (opts && opts->badam > 0) {
         model->use_badam = 1;
         model->badam_fresh = 1;
         badam_init(&model->badam, &model->table, opts->badam, opts->badam_order, opts->badam_embed, seed);
         model->state_elems = model->badam.max_block;
     }
-    if (model->zero_stage >= 1) {
-        model->shard = zero_shard_elems(n_params, procs);
-        model->state_elems = model->shard;
-    }
+    if (model->zero_stage >= 1) { model->shard = zero_shard_elems(n_params, procs); }
+    // the optimizer engine: its views and the size of its block (allocated by gpt2_alloc_state)
+    OptimConfig cfg = opts ? train_options_optimizer(opts) : optim_config_default(OPT_ADAMW);
+    cfg.seed = seed;
+    optim_engine_init(&model->opt, &cfg, &model->table, model->use_badam ? &model->badam : NULL,
+                      opts ? opts->weight_decay : 0.0f, model->nccl ? model->nccl->rank : 0, procs,
+                      model->zero_stage >= 1 ? model->shard : 0);
+}
+
+// The memory options of this run at batch (B, T).
+static GpuMemoryOptions gpt2_memory_options(const GPT2* model, int B, int T, int procs) {
+    size_t badam_block = model->use_badam ? model->state_elems : 0;
+    return gpu_memory_options(&model->config, B, T, model->recompute, model->use_master, model->chunk, badam_block,
+                              model->zero_stage, procs, model->opt.bytes, model->opt.max_elems, model->flash);
 }
 
 // Will it fit? If not, stop before allocating, with the memory table and the largest batch that fits.
 static void gpt2_check_fits(const GPT2* model, int B, int T, const TrainOptions* opts) {
     const GPT2Config* c = &model->config;
-    int master = model->use_master, procs = gpu_procs(opts);
-    size_t opt_state_bytes = opts ? train_options_family_state_bytes(opts, c) : 0;
-    size_t badam_block = model->use_badam ? model->state_elems : 0;
+    int procs = gpu_procs(opts);
     size_t free_b = 0, total_b = 0;
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
-    GpuMemoryOptions mo = gpu_memory_options(c, B, T, model->recompute, master, model->chunk, badam_block, model->zero_stage, procs,
-                                             model->use_family, opt_state_bytes, model->flash);
+    GpuMemoryOptions mo = gpt2_memory_options(model, B, T, procs);
     MemoryReport need = memory_model_gpu(c, B, T, &mo);
     if (memory_report_total(&need) > free_b) {
         memory_report_print(stderr, &need, gpt2_num_parameters(c));
         int fit = 0;
         for (int b = B - 1; b >= 1 && fit == 0; b--) {
-            GpuMemoryOptions mb = gpu_memory_options(c, b, T, model->recompute, master, model->chunk, badam_block,
-                                                     model->zero_stage, procs, model->use_family, opt_state_bytes, model->flash);
+            GpuMemoryOptions mb = gpt2_memory_options(model, b, T, procs);
             MemoryReport r = memory_model_gpu(c, b, T, &mb);
             if (memory_report_total(&r) <= free_b) { fit = b; }
         }
@@ -387,50 +385,39 @@ static void gpt2_check_fits(const GPT2* model, int B, int T, const TrainOptions*
     }
 }
 
-// Parameters, gradients, optimizer state (on the device, or with --offload in pinned host memory
-// with two chunks of device staging) and master weights, in the memory model's sizes.
+// Parameters, gradients, the optimizer engine's block (on the device, or with --offload in pinned
+// host memory with two chunks of device staging) and master weights, in the memory model's sizes.
 static void gpt2_alloc_state(GPT2* model, const TrainOptions* opts) {
-    const GPT2Config* c = &model->config;
     int master = model->use_master, procs = gpu_procs(opts);
-    size_t opt_state_bytes = opts ? train_options_family_state_bytes(opts, c) : 0;
     size_t n = model->num_parameters = model->table.total;
-    size_t ns = model->state_elems;
     size_t n_pad = model->zero_stage >= 1 ? model->shard * (size_t)procs : n;  // ZeRO-1: equal shards
-    size_t ng = model->zero_stage >= 1 ? n_pad : ns;
+    size_t ng = model->zero_stage >= 1 ? n_pad : model->state_elems;
     MemCounter* mc = &model->mem;
+    OptimEngine* e = &model->opt;
     model->params_memory = (floatX*)cuda_malloc_counted(mc, MEM_PARAMS, gpu_tensor_bytes(n_pad, sizeof(floatX)));
     model->grads_memory = (floatX*)cuda_malloc_counted(mc, MEM_GRADS, gpu_tensor_bytes(ng, sizeof(floatX)));
-    // optimizer state: on the device, or (offload) in pinned host memory with two chunks of staging
-    size_t state_bytes = model->offload ? 2 * gpu_tensor_bytes(model->chunk, 4) : gpu_tensor_bytes(ns, 4);
-    if (model->use_family) {  // one block of optimizer state instead of m and v
-        OptimConfig cfg = train_options_optimizer(opts);
-        OptimSegment* segs;
-        int nseg = train_options_family_segments(opts, c, &segs);
-        model->opt_memory = cuda_malloc_counted(mc, MEM_OPT_STATE, gpu_tensor_bytes(opt_state_bytes, 1));
-        optim_state_attach_device(&model->opt, &cfg, segs, nseg, n, model->opt_memory);
-        free(segs);
-    } else {
-        model->m_memory = (float*)cuda_malloc_counted(mc, MEM_ADAM_M, state_bytes);
-        model->v_memory = (float*)cuda_malloc_counted(mc, MEM_ADAM_V, state_bytes);
-    }
-    model->master_memory = master ? (float*)cuda_malloc_counted(mc, MEM_MASTER, state_bytes) : NULL;
     cudaCheck(cudaMemset(model->grads_memory, 0, ng * sizeof(floatX)));
     cudaCheck(cudaMemset(model->params_memory, 0, n_pad * sizeof(floatX)));  // the padding stays 0
-    if (model->offload) {
-        cudaCheck(cudaMallocHost((void**)&model->m_host, n * sizeof(float)));
-        cudaCheck(cudaMallocHost((void**)&model->v_host, n * sizeof(float)));
-        if (master) { cudaCheck(cudaMallocHost((void**)&model->master_host, n * sizeof(float))); }
-        mc->host_pinned = (2 + (size_t)master) * n * sizeof(float);
-        memset(model->m_host, 0, n * sizeof(float));
-        memset(model->v_host, 0, n * sizeof(float));
-        cudaCheck(cudaStreamCreate(&model->copy_stream));
-        for (int i = 0; i < 2; i++) {
-            cudaCheck(cudaEventCreateWithFlags(&model->loaded[i], cudaEventDisableTiming));
-            cudaCheck(cudaEventCreateWithFlags(&model->updated[i], cudaEventDisableTiming));
-        }
-    } else if (!model->use_family) {
-        cudaCheck(cudaMemset(model->m_memory, 0, ns * sizeof(float)));
-        cudaCheck(cudaMemset(model->v_memory, 0, ns * sizeof(float)));
+    if (!model->offload) {  // the views are set up over the block at the first step (or a resume)
+        e->memory = e->bytes > 0 ? cuda_malloc_counted(mc, MEM_OPT_STATE, gpu_tensor_bytes(e->bytes, 1)) : NULL;
+        model->master_memory = master ? (float*)cuda_malloc_counted(mc, MEM_MASTER, gpu_tensor_bytes(e->max_elems, 4)) : NULL;
+        return;
+    }
+    // --offload: the block (fp32 AdamW's m and v, the CPU trainer's layout) in pinned host memory
+    size_t stage = 2 * gpu_tensor_bytes(model->chunk, 4);
+    model->m_memory = (float*)cuda_malloc_counted(mc, MEM_OPT_STATE, stage);
+    model->v_memory = (float*)cuda_malloc_counted(mc, MEM_OPT_STATE, stage);
+    model->master_memory = master ? (float*)cuda_malloc_counted(mc, MEM_MASTER, stage) : NULL;
+    cudaCheck(cudaMallocHost(&e->memory, e->bytes));
+    optim_engine_set_view_cpu(e, OPTIM_VIEW_MODEL);  // zeroed
+    model->m_host = e->st.m;
+    model->v_host = e->st.v;
+    if (master) { cudaCheck(cudaMallocHost((void**)&model->master_host, n * sizeof(float))); }
+    mc->host_pinned = e->bytes + (size_t)master * n * sizeof(float);
+    cudaCheck(cudaStreamCreate(&model->copy_stream));
+    for (int i = 0; i < 2; i++) {
+        cudaCheck(cudaEventCreateWithFlags(&model->loaded[i], cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&model->updated[i], cudaEventDisableTiming));
     }
 }
 
@@ -438,7 +425,7 @@ static void gpt2_alloc_state(GPT2* model, const TrainOptions* opts) {
 // device; the master weights (ZeRO-1: this process's shard; BAdam: filled at a switch) exact.
 static void gpt2_load_params(GPT2* model, const char* model_or_descriptor, int from_descriptor, uint64_t seed) {
     const GPT2Config* c = &model->config;
-    size_t n = model->num_parameters, ns = model->state_elems;
+    size_t n = model->num_parameters, nm = model->opt.max_elems;
     int master = model->use_master;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { model->params.t[i] = model->params_memory + model->table.t[i].offset; }
     float* host = (float*)mallocCheck(n * sizeof(float));
@@ -446,11 +433,10 @@ static void gpt2_load_params(GPT2* model, const char* model_or_descriptor, int f
     else { model_file_read_params(model_or_descriptor, c, host); }
     upload_floatx(model->params_memory, host, n);
     if (master && model->offload) { memcpy(model->master_host, host, n * sizeof(float)); }
-    else if (master && model->use_badam) { cudaCheck(cudaMemset(model->master_memory, 0, ns * sizeof(float))); }  // filled at a switch
-    else if (master) {  // ZeRO-1: this process's shard
+    else if (master && model->use_badam) { cudaCheck(cudaMemset(model->master_memory, 0, nm * sizeof(float))); }  // filled at a switch
+    else if (master && nm > 0) {  // ZeRO-1: this process's shard
         size_t lo, hi;
         zero_range(model, &lo, &hi);
-        cudaCheck(cudaMemset(model->master_memory, 0, ns * sizeof(float)));
         cudaCheck(cudaMemcpy(model->master_memory, host + lo, (hi - lo) * sizeof(float), cudaMemcpyHostToDevice));
     }
     free(host);
@@ -479,9 +465,6 @@ static void gpt2_alloc_activations(GPT2* model, int B, int T) {
     memset(&small, 0, sizeof(small));
     model->d_norm_scratch = (float*)cuda_malloc_counted(&small, MEM_SCRATCH, (GLOBAL_NORM_MAX_BLOCKS + 3) * sizeof(float));
     model->d_loss_sum = (double*)cuda_malloc_counted(&small, MEM_SCRATCH, sizeof(double));
-    if (model->use_badam) {
-        model->d_badam_segments = (OptimSegment*)cuda_malloc_counted(&small, MEM_SCRATCH, BADAM_MAX_SLICES * sizeof(OptimSegment));
-    }
     model->inputs_cpu = (int*)mallocCheck((size_t)B * T * sizeof(int));
     model->losses_cpu = (float*)mallocCheck((size_t)B * T * sizeof(float));
     model->logits_row_cpu = (float*)mallocCheck((size_t)c->padded_vocab_size * sizeof(float));
@@ -514,17 +497,20 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
 }
 
 static void gpt2_free(GPT2* model) {
-    if (model->d_badam_segments) { cudaCheck(cudaFree(model->d_badam_segments)); }
-    if (model->d_segments) { cudaCheck(cudaFree(model->d_segments)); }
     if (model->offload) {
         for (int k = 0; k < model->num_chunks && model->d_chunk_segments; k++) { cudaCheck(cudaFree(model->d_chunk_segments[k])); }
         free(model->d_chunk_segments);
         free(model->chunk_nseg);
         for (int i = 0; i < 2; i++) { cudaCheck(cudaEventDestroy(model->loaded[i])); cudaCheck(cudaEventDestroy(model->updated[i])); }
         cudaCheck(cudaStreamDestroy(model->copy_stream));
-        cudaCheck(cudaFreeHost(model->m_host));
-        cudaCheck(cudaFreeHost(model->v_host));
+        optim_engine_free_cpu(&model->opt);
+        cudaCheck(cudaFreeHost(model->opt.memory));
         if (model->master_host) { cudaCheck(cudaFreeHost(model->master_host)); }
+        cudaCheck(cudaFree(model->v_memory));
+        cudaCheck(cudaFree(model->m_memory));
+    } else {
+        optim_engine_free_device(&model->opt);
+        cudaCheck(cudaFree(model->opt.memory));
     }
     cudaCheck(cudaFree(model->d_loss_sum));
     cudaCheck(cudaFree(model->d_norm_scratch));
@@ -532,13 +518,6 @@ static void gpt2_free(GPT2* model) {
     cudaCheck(cudaFree(model->scratch_memory));
     cudaCheck(cudaFree(model->acts_memory));
     if (model->master_memory) { cudaCheck(cudaFree(model->master_memory)); }
-    if (model->use_family) {
-        optim_state_free_device(&model->opt);
-        cudaCheck(cudaFree(model->opt_memory));
-    } else {
-        cudaCheck(cudaFree(model->v_memory));
-        cudaCheck(cudaFree(model->m_memory));
-    }
     cudaCheck(cudaFree(model->grads_memory));
     cudaCheck(cudaFree(model->params_memory));
     cudaCheck(cudaStreamDestroy(model->stream));
@@ -689,15 +668,10 @@ static __global__ void badam_master_from_params_kernel(float* master, const floa
     }
 }
 
-// BAdam at a switch: AdamW state zero (zero_moments), and (master weights) the block's compact
-// master = its current floatX parameters, exactly.
-static void badam_reset_state(GPT2* model, int zero_moments) {
+// BAdam at a switch (master weights): the block's compact master = its current floatX parameters,
+// exactly (the engine zeroes the block's optimizer state).
+static void badam_master_from_params(GPT2* model) {
     cudaStream_t s = model->stream;
-    if (zero_moments) {
-        cudaCheck(cudaMemsetAsync(model->m_memory, 0, model->state_elems * sizeof(float), s));
-        cudaCheck(cudaMemsetAsync(model->v_memory, 0, model->state_elems * sizeof(float), s));
-    }
-    if (model->master_memory == NULL) { return; }
     for (int k = 0; k < model->num_slices; k++) {
         const BadamSlice* sl = &model->slices[k];
         unsigned grid = (unsigned)(CEIL_DIV(sl->count, (size_t)256) < 4096 ? CEIL_DIV(sl->count, (size_t)256) : 4096);
@@ -706,25 +680,24 @@ static void badam_reset_state(GPT2* model, int zero_moments) {
     }
 }
 
-// Starts training step `step` (from 0): BAdam picks the step's block (resetting the AdamW state at
-// a switch); the gradients are zeroed.
+// Starts training step `step` (from 0): the step plan (llmc/optim/views.h) picks BAdam's block and
+// the engine's view of this update (its state zeroed at a switch); the gradients are zeroed.
 static void gpt2_begin_step(GPT2* model, int step) {
     model->step = step;
     model->micro_step = 0;
     model->grads_reduced = 0;
     model->loss_micro_steps = 0;
-    if (model->use_badam) {  // the step plan (llmc/optim/views.h)
-        OptimRun run = {&model->table, &model->badam};
-        const OptimPlan plan = optim_plan_step(&run, step, !model->badam_fresh);
-        model->block_step = plan.opt_step - 1;
-        model->active_block = plan.block;
-        model->num_slices = plan.num_slices;
-        memcpy(model->slices, plan.slices, (size_t)plan.num_slices * sizeof(BadamSlice));
-        // at a switch; or on a fresh start in the middle of a block phase (no state to continue)
-        if (plan.reset || model->badam_master_stale) {  // stale: resumed without master weights
-            badam_reset_state(model, plan.reset);
-            model->badam_fresh = model->badam_master_stale = 0;
-        }
+    OptimRun run = {&model->table, model->use_badam ? &model->badam : NULL};
+    const OptimPlan plan = optim_plan_step(&run, step, !model->badam_fresh);
+    model->opt_step = plan.opt_step;
+    model->active_block = plan.block;
+    model->num_slices = plan.num_slices;
+    memcpy(model->slices, plan.slices, (size_t)plan.num_slices * sizeof(BadamSlice));
+    if (!model->offload) { optim_engine_begin_step_device(&model->opt, &plan, model->stream); }
+    // at a switch; or on a fresh start in the middle of a block phase (no state to continue)
+    if (model->use_badam && (plan.reset || model->badam_master_stale)) {  // stale: resumed without master weights
+        if (model->master_memory) { badam_master_from_params(model); }
+        model->badam_fresh = model->badam_master_stale = 0;
     }
     gpt2_zero_grad(model);
 }
@@ -906,47 +879,10 @@ static size_t offload_bytes_per_step(const GPT2* model) {
     return model->offload ? 2 * (size_t)(model->use_master ? 3 : 2) * model->num_parameters * sizeof(float) : 0;
 }
 
-// Elements of the fp32 master weights: the optimizer state's (the largest BAdam block, the ZeRO-1
-// shard) or, for the optimizer family and --offload, all parameters.
-static size_t gpt2_master_elems(const GPT2* model) {
-    return model->use_family || model->offload ? model->num_parameters : model->state_elems;
-}
-
 // Elements of BAdam's active block (its compact gradients).
 static size_t badam_active_elems(const GPT2* model) {
     const BadamSlice* last = &model->slices[model->num_slices - 1];
     return last->compact + last->count;
-}
-
-// BAdam: AdamW over the active block, one launch per slice: parameters at the slice's place in the
-// model, gradients, m, v and master at its compact offset, a one-segment table with the tensor's
-// weight decay and lr multiplier. Bias correction counts from the switch (block_step + 1).
-// Stochastic rounding draws the bits of the global element index (the segment's param)
-// under a key of the global step (mixed into the seed), so no two steps share random bits.
-static void badam_update(GPT2* model, const AdamWHyper* h, AdamWParams hp, int step, const float* d_scale) {
-    cudaStream_t s = model->stream;
-    if (model->badam_segs_block != model->active_block || model->weight_decay != h->weight_decay) {
-        if (!(h->weight_decay >= 0.0f) || !isfinite(h->weight_decay)) { ls_fatal("adamw: weight decay %g (finite, >= 0 expected)", h->weight_decay); }
-        for (int k = 0; k < model->num_slices; k++) {
-            const BadamSlice* sl = &model->slices[k];
-            const ParamTensor* t = &model->table.t[sl->tensor];
-            model->badam_segs[k] = optim_segment(0, sl->count, t->decay ? h->weight_decay : 0.0f, t->lr_mult, 0);
-            model->badam_segs[k].param = sl->offset;  // the parameters at their place
-        }
-        // the host table stays as it is until the next upload (after this update has synchronized)
-        cudaCheck(cudaMemcpyAsync(model->d_badam_segments, model->badam_segs, (size_t)model->num_slices * sizeof(OptimSegment),
-                                  cudaMemcpyHostToDevice, s));
-        model->badam_segs_block = model->active_block;
-        model->weight_decay = h->weight_decay;
-    }
-    hp.seed = srng_step_key(model->seed, step);
-    for (int k = 0; k < model->num_slices; k++) {
-        const BadamSlice* sl = &model->slices[k];
-        AdamWBuffers<floatX, floatX> buf = {model->params_memory, model->grads_memory + sl->compact,
-                                            model->m_memory + sl->compact, model->v_memory + sl->compact,
-                                            model->master_memory ? model->master_memory + sl->compact : NULL, NULL};
-        adamw_update(buf, sl->count, model->d_badam_segments + k, 1, hp, model->block_step + 1, d_scale, s);
-    }
 }
 
 // The global norm of the gradients before clipping (BAdam: of the active block), and on the
@@ -990,47 +926,32 @@ static LS_UNUSED void gpt2_poison_grads(GPT2* model) {
     upload_floatx(model->grads_memory, &nan_value, 1);
 }
 
-// Clip (with the device scale of gpt2_grad_norm) and AdamW over all parameters in one launch
-// (BAdam: over the active block; --offload: streamed through the staging buffers); `step`
-// counts from 1.
+// Clip (with the device scale of gpt2_grad_norm) and update with the optimizer engine: all
+// parameters, the BAdam block or the ZeRO-1 shard (then all-gather); --offload streams fp32 AdamW's
+// state through the staging buffers. The step counter is the plan's (BAdam: from the switch).
 static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
     cudaStream_t s = model->stream;
     const float* scale = model->d_norm_scratch + GLOBAL_NORM_MAX_BLOCKS + 2;
-    if (model->use_family) {  // weight decay is in the state's segment table since the build
-        optim_step_gpu(&model->opt, model->params_memory, model->master_memory, model->grads_memory, h->lr, step,
-                           true, scale, s);
-        cudaCheck(cudaStreamSynchronize(s));
-        return;
-    }
-    size_t lo, hi;  // ZeRO-1: this process's part; else all parameters
-    zero_range(model, &lo, &hi);
-    if (!model->use_badam && (model->d_segments == NULL || model->weight_decay != h->weight_decay) && hi > lo) {
-        OptimSegment segs[NUM_PARAMETER_TENSORS], part[NUM_PARAMETER_TENSORS];
-        int nseg = optim_segments_build(&model->table, h->weight_decay, segs);
-        model->num_segments = optim_segments_cut(segs, nseg, lo, hi, part);
-        if (model->d_segments) { cudaCheck(cudaFree(model->d_segments)); }
-        model->d_segments = adamw_segments_upload(part, model->num_segments, hi - lo);
-        model->weight_decay = h->weight_decay;
-        if (model->offload) { offload_build_segments(model, h->weight_decay); }
-    }
-    AdamWParams hp;
-    memset(&hp, 0, sizeof(hp));
-    hp.lr = h->lr;
-    hp.beta1 = h->beta1;
-    hp.beta2 = h->beta2;
-    hp.eps = h->eps;
-    hp.amsgrad = 0;
-    hp.stochastic_rounding = 1;
-    hp.seed = model->seed;
-    if (model->use_badam) {
-        badam_update(model, h, hp, step, scale);
-    } else if (model->offload) {
+    if (model->offload) {
+        if (model->d_chunk_segments == NULL || model->weight_decay != h->weight_decay) {
+            offload_build_segments(model, h->weight_decay);
+            model->weight_decay = h->weight_decay;
+        }
+        AdamWParams hp;
+        memset(&hp, 0, sizeof(hp));
+        hp.lr = h->lr;
+        hp.beta1 = h->beta1;
+        hp.beta2 = h->beta2;
+        hp.eps = h->eps;
+        hp.stochastic_rounding = 1;
+        hp.seed = model->opt.cfg.seed;
         adamw_update_offloaded(model, hp, step, scale);
-    } else if (hi > lo) {  // ZeRO-1: the shard's gradients, its m, v, master from 0; the segments keep
-        // the parameters' global place, which also picks the random bits, as with one process
-        AdamWBuffers<floatX, floatX> buf = {model->params_memory, model->grads_memory + lo, model->m_memory,
-                                            model->v_memory, model->master_memory, NULL};
-        adamw_update(buf, hi - lo, model->d_segments, model->num_segments, hp, step, scale, s);
+    } else {  // ZeRO-1: the shard's gradients; the segments keep the parameters' global place
+        optim_engine_set_hyper_device(&model->opt, h->beta1, h->beta2, h->eps, h->weight_decay);
+        const floatX* grads = model->grads_memory;
+        if (model->zero_stage >= 1) { grads += (size_t)model->nccl->rank * model->shard; }
+        optim_engine_step_gpu(&model->opt, model->params_memory, model->master_memory, grads, h->lr, model->opt_step,
+                              true, scale, s);
     }
     if (model->zero_stage >= 1) {  // every process's updated shard to every process
         watchdog_arm("the parameter all-gather");
@@ -1049,11 +970,9 @@ static LS_UNUSED const float* gpt2_logits_row(GPT2* model, int t) {
 }
 
 // The model file holds the parameters exactly as trained: fp32 (version 3) in the fp32 build,
-// bf16 (version 5) in the bf16 build, by rank 0; the state file holds m, v and the master weights
-// (BAdam: those of the active block, num_params = the largest block, as the CPU trainer writes
-// them; ZeRO-1: this process's shard), one per process; the optimizer family's state is its
-// block of opt.bytes (a multiple of 4) as 32-bit words, then the n master weights.
-
+// bf16 (version 5) in the bf16 build, by rank 0; the state file (one per process) holds the
+// engine's block of the current view (llmc/io/checkpoint.h, version 2: the CPU trainer's layout)
+// and the view's master weights (--offload: all of them).
 static LS_UNUSED void gpt2_checkpoint_write(GPT2* model, const char* model_path, const char* state_path, const RunState* rs) {
     size_t n = model->num_parameters;
     if (rs->process_rank == 0) {  // the parameters are the same on every process
@@ -1062,28 +981,24 @@ static LS_UNUSED void gpt2_checkpoint_write(GPT2* model, const char* model_path,
         model_file_write(model_path, &model->config, host, FLOATX_IS_BF16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32);
         free(host);
     }
-    if (model->offload) {  // the state is on the host already
-        state_file_write(state_path, rs, model->m_host, model->v_host, model->use_master ? model->master_host : NULL);
+    const OptimState* st = &model->opt.st;
+    RunState r = *rs;
+    r.num_params = st->bytes / sizeof(float);
+    r.optim_tag = optim_engine_tag(&model->opt.cfg);
+    r.num_master = model->offload ? n : st->n;
+    if (model->offload) {  // on the host already
+        state_file_write(state_path, &r, st->memory, model->use_master ? model->master_host : NULL);
         return;
     }
-    RunState r = *rs;
-    float *m, *v = NULL;
-    if (model->use_family) {  // one opaque block: the optimizer state's words
-        r.num_params = model->opt.bytes / sizeof(float);
-        m = (float*)mallocCheck(r.num_params * sizeof(float) + 4);
-        if (r.num_params > 0) { cudaCheck(cudaMemcpy(m, model->opt_memory, model->opt.bytes, cudaMemcpyDeviceToHost)); }
-    } else {
-        r.num_params = model->state_elems;
-        m = (float*)mallocCheck(r.num_params * sizeof(float));
-        v = (float*)mallocCheck(r.num_params * sizeof(float));
-        cudaCheck(cudaMemcpy(m, model->m_memory, r.num_params * sizeof(float), cudaMemcpyDeviceToHost));
-        cudaCheck(cudaMemcpy(v, model->v_memory, r.num_params * sizeof(float), cudaMemcpyDeviceToHost));
+    void* block = mallocCheck(st->bytes + 4);
+    if (st->bytes > 0) { cudaCheck(cudaMemcpy(block, st->memory, st->bytes, cudaMemcpyDeviceToHost)); }
+    float* master = model->use_master ? (float*)mallocCheck(r.num_master * sizeof(float) + 4) : NULL;
+    if (master && r.num_master > 0) {
+        cudaCheck(cudaMemcpy(master, model->master_memory, r.num_master * sizeof(float), cudaMemcpyDeviceToHost));
     }
-    r.num_master = gpt2_master_elems(model);
-    float* master = model->use_master ? (float*)mallocCheck(r.num_master * sizeof(float)) : NULL;
-    if (master) { cudaCheck(cudaMemcpy(master, model->master_memory, r.num_master * sizeof(float), cudaMemcpyDeviceToHost)); }
-    state_file_write(state_path, &r, m, v, master);
-    free(master); free(v); free(m);
+    state_file_write(state_path, &r, block, master);
+    free(master);
+    free(block);
 }
 
 // A checkpoint with master weights resumed by a run without them (the fp32 build, -w 0): they are
@@ -1107,31 +1022,31 @@ static void gpt2_params_from_master(GPT2* model, const float* master, int step) 
     }
 }
 
-// Resuming (-y). A run with master weights resuming from a checkpoint without them (an fp32 or
-// -w 0 run) keeps the master weights gpt2_build made from the model file's fp32 parameters (BAdam:
-// the active block's, made from the parameters at the first step, gpt2_begin_step).
+// Resuming (-y): the engine's view of the last update (step - 1) is set up, then read. A run with
+// master weights resuming from a checkpoint without them (an fp32 or -w 0 run) keeps the master
+// weights gpt2_build made from the model file's fp32 parameters (BAdam: the active block's, made
+// from the parameters at the first step, gpt2_begin_step).
 static LS_UNUSED void gpt2_state_read(GPT2* model, const char* state_path, RunState* rs) {
-    size_t n = model->num_parameters, nm = gpt2_master_elems(model);
-    float* master = model->offload && model->use_master ? model->master_host : (float*)mallocCheck(nm * sizeof(float));
-    int had_master;
-    if (model->offload) {
-        had_master = state_file_read(state_path, n, nm, rs, model->m_host, model->v_host, master);
-    } else if (model->use_family) {
-        size_t words = model->opt.bytes / sizeof(float);
-        float* block = (float*)mallocCheck(words * sizeof(float) + 4);
-        had_master = state_file_read(state_path, words, nm, rs, block, NULL, master);
-        if (words > 0) { cudaCheck(cudaMemcpy(model->opt_memory, block, model->opt.bytes, cudaMemcpyHostToDevice)); }
+    RunState head;
+    state_file_read_header(state_path, &head);
+    OptimEngine* e = &model->opt;
+    if (!model->offload) { optim_engine_set_view_device(e, optim_engine_view_of_step(e, head.step > 0 ? head.step - 1 : 0)); }
+    OptimState* st = &e->st;
+    size_t nm = model->offload ? model->num_parameters : st->n;
+    float* master = model->offload && model->use_master ? model->master_host : (float*)mallocCheck(nm * sizeof(float) + 4);
+    void* block = model->offload ? st->memory : mallocCheck(st->bytes + 4);
+    // version-1 fp32 AdamW files (m, v): into the block's carve (host), uploaded with it
+    const int v1_adamw = e->cfg.kind == OPT_ADAMW && e->cfg.state == OPT_STATE_FP32 && !e->cfg.amsgrad && st->n > 0;
+    float* hm = v1_adamw ? (float*)((char*)block + ((char*)st->m - (char*)st->memory)) : NULL;
+    float* hv = v1_adamw ? (float*)((char*)block + ((char*)st->v - (char*)st->memory)) : NULL;
+    if (v1_adamw) { memset(block, 0, st->bytes); }
+    StateExpect want = {st->bytes / sizeof(float), optim_engine_tag(&e->cfg), nm, hm, hv, st->n};
+    int had_master = state_file_read(state_path, &want, rs, block, master);
+    if (!model->offload) {
+        if (st->bytes > 0) { cudaCheck(cudaMemcpy(st->memory, block, st->bytes, cudaMemcpyHostToDevice)); }
         free(block);
-    } else {
-        size_t ns = model->state_elems;
-        float* m = (float*)mallocCheck(ns * sizeof(float));
-        float* v = (float*)mallocCheck(ns * sizeof(float));
-        had_master = state_file_read(state_path, ns, nm, rs, m, v, master);
-        cudaCheck(cudaMemcpy(model->m_memory, m, ns * sizeof(float), cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(model->v_memory, v, ns * sizeof(float), cudaMemcpyHostToDevice));
-        free(v); free(m);
     }
-    if (had_master && model->use_master && !model->offload) {
+    if (had_master && model->use_master && !model->offload && nm > 0) {
         cudaCheck(cudaMemcpy(model->master_memory, master, nm * sizeof(float), cudaMemcpyHostToDevice));
     } else if (had_master && !model->use_master) {
         gpt2_params_from_master(model, master, rs->step);
@@ -1192,9 +1107,10 @@ static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOpti
     gpu_check_flags(o);
     size_t chunk = o->offload ? offload_chunk_elems(gpt2_num_parameters(c), (size_t)o->offload_chunk) : 0;
     size_t badam_block = badam_block_for(c, o, 1);
+    size_t master_elems, state_bytes = train_options_state_bytes(o, c, 0, gpu_zero_stage(o) ? gpu_procs(o) : 1, &master_elems);
     GpuMemoryOptions g = gpu_memory_options(c, o->B, o->T, o->recompute, FLOATX_IS_BF16 && o->master_weights, chunk,
-                                            badam_block, gpu_zero_stage(o), gpu_procs(o), train_options_uses_family(o),
-                                            train_options_family_state_bytes(o, c), attention_flash_mode(o));
+                                            badam_block, gpu_zero_stage(o), gpu_procs(o), state_bytes, master_elems,
+                                            attention_flash_mode(o));
     MemoryReport predicted = memory_model_gpu(c, o->B, o->T, &g);
     printf("GPU memory (%s, recompute %d, master weights %s, attention %s", PRECISION_NAME, o->recompute,
            g.master_weights ? "on" : "off", attention_choices[o->attention]);
@@ -1223,11 +1139,9 @@ static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o,
                model->num_chunks, model->chunk, mib(offload_bytes_per_step(model)));
     }
     printf("\n");
-    size_t badam_block = badam_block_for(&model->config, o, 1);
+    badam_block_for(&model->config, o, 1);  // its line
     int procs = model->nccl ? model->nccl->size : 1;
-    GpuMemoryOptions g = gpu_memory_options(&model->config, model->B, model->T, model->recompute, model->use_master,
-                                            model->chunk, badam_block, model->zero_stage, procs, model->use_family,
-                                            model->opt.bytes, model->flash);
+    GpuMemoryOptions g = gpt2_memory_options(model, model->B, model->T, procs);
     if (procs > 1) { printf("memory per process (%d processes, -z %d):\n", procs, model->zero_stage); }
     MemoryReport predicted = memory_model_gpu(&model->config, model->B, model->T, &g);
     memory_report_print(stdout, &predicted, model->num_parameters);

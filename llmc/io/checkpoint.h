@@ -4,13 +4,19 @@
  Model file (llm.c): 256 x int32 header, then the 16 tensors in params.h order.
    header[0] = 20240326 magic, [1] = version (3: fp32, 5: bf16), [2] = max_seq_len,
    [3] = vocab_size, [4] = num_layers, [5] = num_heads, [6] = channels, [7] = padded_vocab_size.
- State file (leanstep, written beside a model file): 256 x int32 header, then m and v (fp32,
-   the same flat layout as the parameters), then the fp32 master weights if the run keeps them.
-   header[0] = 20240527 magic, [1] = 1 version, [2] = num_processes, [3] = process_rank,
-   [4] = step, [5] = has_m_v, [6..7] = parameter count (uint64), [8..9] = dataloader epoch,
-   [10..11] = dataloader sample index, [12..13] = sampler rng state (uint64), [14] = has_master,
-   [15] = CHECKSUM_TAG, [16] = crc32, [17..18] = master weight count (uint64; 0: the parameter
-   count, as in files written before the slot existed).
+ State file (leanstep, written beside a model file), version 2: 256 x int32 header, then the
+   optimizer engine's state block (llmc/optim/engine.h: whatever the optimizer, state precision and
+   placement keep, in the engine's carve order, as 32-bit words), then the fp32 master weights if
+   the run keeps them.
+   header[0] = 20240527 magic, [1] = 2 version, [2] = num_processes, [3] = process_rank,
+   [4] = step, [5] = has_m_v (1 once the state holds an update), [6..7] = words of the state block
+   (uint64), [8..9] = dataloader epoch, [10..11] = dataloader sample index, [12..13] = sampler rng
+   state (uint64), [14] = has_master, [15] = CHECKSUM_TAG, [16] = crc32, [17..18] = master weight
+   count (uint64; 0: the block's word count), [19] = optimizer tag (optim_engine_tag: optimizer,
+   state precision, AMSGrad, momentum, Nesterov; a resume with other flags is refused naming them).
+   Version 1 (before the engine) is still read: header[5] = 2 held the same block (no tag: only its
+   size is checked); else [6..7] = n and the file held fp32 AdamW m, then v (n each), which an
+   fp32 AdamW run takes into its state's m and v; any other optimizer refuses it.
  Resuming across precisions (-y): the master weights are the exact trained parameters (a bf16
    model file holds their rounding), so a run without master weights (the CPU trainer, an fp32 GPU
    build, -w 0) takes its parameters from them; a run with master weights resuming from a file
@@ -29,6 +35,7 @@
 #include <stdint.h>
 #include <zlib.h>
 #include "llmc/config.h"
+#include "llmc/optim/engine.h"
 #include "llmc/params.h"
 #include "llmc/utils.h"
 
@@ -36,7 +43,8 @@
 #define MODEL_VERSION_FP32 3
 #define MODEL_VERSION_BF16 5
 #define STATE_MAGIC 20240527
-#define STATE_VERSION 1
+#define STATE_VERSION 2
+#define STATE_VERSION_1 1  // still read: AdamW m and v, or an optimizer-family block (header[5] = 2)
 #define HEADER_INTS 256
 #define CHECKSUM_TAG 0x4b43534c  // "LSCK"
 
@@ -202,12 +210,13 @@ typedef struct {
     uint64_t sampler_rng;  // state of the text sampler's generator
     int has_master;        // read: the file holds fp32 master weights
     uint64_t num_master;   // their count (write: 0 = num_params)
+    uint32_t optim_tag;    // the optimizer configuration of the state (optim_engine_tag; 0 in version 1)
+    int version;           // read: the file's version
 } RunState;
 
-// master may be NULL (no master weights); v NULL: m is the optimizer's whole state block
-// (num_params 32-bit words; header[5] = 2).
-static inline void state_file_write(const char* path, const RunState* s, const float* m, const float* v,
-                                    const float* master) {
+// master may be NULL (no master weights). block: the optimizer's state block, s->num_params 32-bit
+// words (the engine's current view, llmc/optim/engine.h), s->optim_tag its configuration.
+static inline void state_file_write(const char* path, const RunState* s, const void* block, const float* master) {
     int header[HEADER_INTS];
     memset(header, 0, sizeof(header));
     header[0] = STATE_MAGIC;
@@ -215,7 +224,7 @@ static inline void state_file_write(const char* path, const RunState* s, const f
     header[2] = s->num_processes;
     header[3] = s->process_rank;
     header[4] = s->step;
-    header[5] = v ? s->has_m_v : 2;
+    header[5] = s->has_m_v;
     memcpy(&header[6], &s->num_params, 8);
     memcpy(&header[8], &s->data_epoch, 8);
     memcpy(&header[10], &s->data_sample, 8);
@@ -223,17 +232,16 @@ static inline void state_file_write(const char* path, const RunState* s, const f
     header[14] = master != NULL;
     const uint64_t nm = master == NULL ? 0 : s->num_master ? s->num_master : s->num_params;
     memcpy(&header[17], &nm, 8);
+    header[19] = (int)s->optim_tag;
     uint32_t crc = crc32_update(0, NULL, 0);
-    crc = crc32_update(crc, m, s->num_params * sizeof(float));
-    if (v) { crc = crc32_update(crc, v, s->num_params * sizeof(float)); }
+    crc = crc32_update(crc, block, s->num_params * sizeof(float));
     if (master) { crc = crc32_update(crc, master, nm * sizeof(float)); }
     header[15] = CHECKSUM_TAG;
     memcpy(&header[16], &crc, 4);
     AtomicFile af;
     atomic_file_open(&af, path);
     fwriteCheck(header, sizeof(int), HEADER_INTS, af.fp, path);
-    fwriteCheck(m, sizeof(float), s->num_params, af.fp, path);
-    if (v) { fwriteCheck(v, sizeof(float), s->num_params, af.fp, path); }
+    fwriteCheck(block, sizeof(float), s->num_params, af.fp, path);
     if (master) { fwriteCheck(master, sizeof(float), nm, af.fp, path); }
     atomic_file_commit(&af);
 }
@@ -244,7 +252,11 @@ static inline void state_header_parse(FILE* fp, const char* path, RunState* s, i
         ls_fatal("state file '%s': truncated header (expected %d bytes)", path, HEADER_INTS * 4);
     }
     if (header[0] != STATE_MAGIC) { ls_fatal("state file '%s': bad magic %d (expected %d)", path, header[0], STATE_MAGIC); }
-    if (header[1] != STATE_VERSION) { ls_fatal("state file '%s': version %d (expected %d)", path, header[1], STATE_VERSION); }
+    if (header[1] != STATE_VERSION && header[1] != STATE_VERSION_1) {
+        ls_fatal("state file '%s': version %d (this build reads versions %d and %d)", path, header[1], STATE_VERSION_1,
+                 STATE_VERSION);
+    }
+    s->version = header[1];
     s->num_processes = header[2];
     s->process_rank = header[3];
     s->step = header[4];
@@ -259,6 +271,7 @@ static inline void state_header_parse(FILE* fp, const char* path, RunState* s, i
         memcpy(&s->num_master, &header[17], 8);
         if (s->num_master == 0) { s->num_master = s->num_params; }
     }
+    s->optim_tag = s->version == STATE_VERSION ? (uint32_t)header[19] : 0;
 }
 
 // Reads only the header of a state file (to check it against the run before reading the rest).
@@ -270,44 +283,64 @@ static inline void state_file_read_header(const char* path, RunState* s) {
     fclose(fp);
 }
 
-// Reads a state file for a model of num_params state elements; m and v receive the moments (v
-// NULL: m receives the optimizer's whole state block of num_params words). master (num_master
-// floats, or NULL to skip them) receives the file's master weights when it has them. Returns 1
-// when the file has master weights (their count must be num_master), else 0: the caller decides
-// what they become (see the banner: resuming across precisions).
-static inline int state_file_read(const char* path, size_t num_params, size_t num_master, RunState* s, float* m,
-                                  float* v, float* master) {
+// What a run expects of a state file.
+typedef struct {
+    uint64_t words;       // 32-bit words of its optimizer state block (the engine's current view)
+    uint32_t tag;         // optim_engine_tag of its optimizer configuration
+    uint64_t num_master;  // the master weights it keeps, or would take from the file
+    float* v1_m;          // version-1 files of fp32 AdamW (m, then v, v1_n each): where they go;
+    float* v1_v;          // NULL when the run's state is not fp32 AdamW (such files are refused)
+    uint64_t v1_n;
+} StateExpect;
+
+// Reads a state file into block (want->words words), or (version 1, AdamW m and v) into want->v1_m
+// and v1_v. master (want->num_master floats, or NULL to skip them) receives the file's master
+// weights when it has them. Returns 1 when the file has master weights (their count must be
+// num_master), else 0: the caller decides what they become (see the banner: resuming across
+// precisions). Fatal, naming the file and what differs, when the file does not fit the run.
+static inline int state_file_read(const char* path, const StateExpect* want, RunState* s, void* block, float* master) {
     FILE* fp = fopen(path, "rb");
     if (fp == NULL) { ls_fatal("state file '%s': cannot open: %s", path, strerror(errno)); }
     int header[HEADER_INTS];
     state_header_parse(fp, path, s, header);
-    if (s->num_params != num_params) {
-        ls_fatal("state file '%s': holds %llu parameters, the model has %zu", path,
-                 (unsigned long long)s->num_params, num_params);
+    const int v1_moments = s->version == STATE_VERSION_1 && header[5] != 2;  // AdamW m and v
+    char have[96], expect[96];
+    optim_engine_tag_describe(s->optim_tag, have, sizeof have);
+    optim_engine_tag_describe(want->tag, expect, sizeof expect);
+    if (s->version == STATE_VERSION && s->optim_tag != want->tag) {
+        ls_fatal("state file '%s': holds the state of %s, this run's optimizer is %s (resume with the --optimizer, "
+                 "--opt-state, --amsgrad, --momentum and --nesterov flags of the run that wrote it)", path, have, expect);
     }
-    if ((header[5] == 2) != (v == NULL)) {
-        ls_fatal("state file '%s': holds %s, this run expects %s (flags --optimizer/--opt-state/--amsgrad)", path,
-                 header[5] == 2 ? "an optimizer-family state block" : "AdamW m and v",
-                 v == NULL ? "an optimizer-family state block" : "AdamW m and v");
+    if (v1_moments && want->v1_m == NULL) {
+        ls_fatal("state file '%s': version 1 with AdamW m and v, this run's optimizer is %s (resume with fp32 AdamW)",
+                 path, expect);
     }
-    if (s->has_master && s->num_master != num_master) {
-        ls_fatal("state file '%s': holds %llu master weights, this run's state has %zu (resume with the -z, --badam "
-                 "and optimizer flags of the run that wrote it)", path, (unsigned long long)s->num_master, num_master);
+    const uint64_t words = v1_moments ? want->v1_n : want->words;
+    if (s->num_params != words) {
+        ls_fatal("state file '%s': holds %llu %s, this run's state has %llu (resume with the -z, --badam and optimizer "
+                 "flags of the run that wrote it)", path, (unsigned long long)s->num_params,
+                 v1_moments ? "AdamW moments" : "words of optimizer state", (unsigned long long)words);
     }
-    long long expected = (long long)HEADER_INTS * 4 + (v ? 2LL : 1LL) * (long long)num_params * 4 +
+    if (s->has_master && s->num_master != want->num_master) {
+        ls_fatal("state file '%s': holds %llu master weights, this run's state has %llu (resume with the -z, --badam "
+                 "and optimizer flags of the run that wrote it)", path, (unsigned long long)s->num_master,
+                 (unsigned long long)want->num_master);
+    }
+    long long expected = (long long)HEADER_INTS * 4 + (v1_moments ? 2LL : 1LL) * (long long)words * 4 +
                          (long long)s->num_master * 4;
     long long size = file_size_of(fp);
     if (size != expected) { ls_fatal("state file '%s': size %lld bytes, expected %lld", path, size, expected); }
     fseek(fp, (long)HEADER_INTS * 4, SEEK_SET);
-    float* mw = s->has_master && master == NULL ? (float*)mallocCheck(num_master * sizeof(float)) : master;
-    freadCheck(m, sizeof(float), num_params, fp, path);
-    if (v) { freadCheck(v, sizeof(float), num_params, fp, path); }
-    if (s->has_master) { freadCheck(mw, sizeof(float), num_master, fp, path); }
+    float* mw = s->has_master && master == NULL ? (float*)mallocCheck(s->num_master * sizeof(float)) : master;
+    void* first = v1_moments ? (void*)want->v1_m : block;
+    freadCheck(first, sizeof(float), words, fp, path);
+    if (v1_moments) { freadCheck(want->v1_v, sizeof(float), words, fp, path); }
+    if (s->has_master) { freadCheck(mw, sizeof(float), s->num_master, fp, path); }
     fclose(fp);
     uint32_t crc = crc32_update(0, NULL, 0);
-    crc = crc32_update(crc, m, num_params * sizeof(float));
-    if (v) { crc = crc32_update(crc, v, num_params * sizeof(float)); }
-    if (s->has_master) { crc = crc32_update(crc, mw, num_master * sizeof(float)); }
+    crc = crc32_update(crc, first, words * sizeof(float));
+    if (v1_moments) { crc = crc32_update(crc, want->v1_v, words * sizeof(float)); }
+    if (s->has_master) { crc = crc32_update(crc, mw, s->num_master * sizeof(float)); }
     if (mw != master) { free(mw); }
     checksum_verify(path, header, 15, 16, crc);
     return s->has_master;

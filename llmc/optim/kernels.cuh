@@ -42,6 +42,7 @@
 #include "llmc/optim/adamw.cuh"
 #include "llmc/optim/adamw_lowp.cuh"
 #include "llmc/optim/optim.h"
+#include "llmc/optim/engine.h"
 #include "llmc/optim/state.h"
 #include "llmc/cuda/profile.cuh"
 
@@ -425,6 +426,63 @@ void optim_step_gpu(OptimState* st, Tp* params, float* master, const Tg* grads, 
         default:
             ls_fatal("optimizer: unknown kind %d", (int)c->kind);
     }
+}
+
+// ----------------------------------------------------------------------------
+// the engine (llmc/optim/engine.h) with its state block in device memory (e->memory)
+
+// Makes `view` current over the device block, zeroed, its tables uploaded (a view with no
+// elements leaves st.n 0: the step does nothing).
+static inline void optim_engine_set_view_device(OptimEngine* e, int view) {
+    if (e->memory == NULL && e->bytes > 0) ls_fatal("optimizer: the engine's device block is not allocated");
+    if (e->st.on_device) {
+        e->st.owns_memory = 0;
+        optim_state_free_device(&e->st);  // the tables; the block is the trainer's
+    }
+    OptimSegment* segs;
+    size_t n;
+    int nseg = optim_engine_view_table(e, view, &segs, &n);
+    if (nseg > 0) {
+        optim_state_attach_device(&e->st, &e->cfg, segs, nseg, n, e->memory);
+    } else {
+        memset(&e->st, 0, sizeof e->st);
+        e->st.cfg = e->cfg;
+        e->st.on_device = 1;
+    }
+    free(segs);
+    e->view = view;
+}
+
+// Before a step's update, as optim_engine_begin_step_cpu.
+static inline void optim_engine_begin_step_device(OptimEngine* e, const OptimPlan* plan, cudaStream_t stream) {
+    const int view = plan->block >= 0 ? plan->block : OPTIM_VIEW_MODEL;
+    if (view != e->view) {
+        optim_engine_set_view_device(e, view);
+    } else if (plan->reset && e->st.n > 0) {
+        optim_state_zero_device(&e->st, stream);
+    }
+    optim_engine_seed_step(e, plan);
+}
+
+// optim_engine_set_hyper for a device state (the changed segment table uploaded).
+static inline void optim_engine_set_hyper_device(OptimEngine* e, float beta1, float beta2, float eps, float weight_decay) {
+    if (optim_engine_set_hyper(e, beta1, beta2, eps, weight_decay) && e->st.d_segs != NULL) {
+        cudaCheck(cudaMemcpy(e->st.d_segs, e->st.segs, (size_t)e->st.nseg * sizeof(OptimSegment), cudaMemcpyHostToDevice));
+    }
+}
+
+// One update of the current view (optim_step_gpu; nothing for an empty view).
+template <typename Tp, typename Tg>
+void optim_engine_step_gpu(OptimEngine* e, Tp* params, float* master, const Tg* grads, float lr, int step,
+                           bool stochastic, const float* d_clip_scale, cudaStream_t stream) {
+    if (e->st.n == 0) return;
+    optim_step_gpu(&e->st, params, master, grads, lr, step, stochastic, d_clip_scale, stream);
+}
+
+static inline void optim_engine_free_device(OptimEngine* e) {
+    e->st.owns_memory = 0;
+    optim_state_free_device(&e->st);
+    e->view = OPTIM_VIEW_NONE;
 }
 
 #endif // LLMC_OPTIM_KERNELS_CUH

@@ -84,6 +84,7 @@ typedef struct {
     int lowest_layer;                      // the lowest layer whose gradients the backward pass needs
     int reset;                             // zero the optimizer state before this step's update
     int opt_step;                          // the optimizer's step of this update (1, 2, ...)
+    int step;                              // the training step (from 0)
 } OptimPlan;
 
 // The plan of training step `step` (from 0). has_state: the state holds what the previous step
@@ -95,6 +96,7 @@ static inline OptimPlan optim_plan_step(const OptimRun* run, int step, int has_s
     p.lowest_layer = 0;
     p.reset = !has_state;
     p.opt_step = step + 1;
+    p.step = step;
     if (run->badam != NULL) {
         const Badam* bd = run->badam;
         const int in_block = badam_step_in_block(bd, step);

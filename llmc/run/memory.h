@@ -26,18 +26,16 @@ typedef enum {
     MEM_PARAMS = 0,
     MEM_MASTER,
     MEM_GRADS,
-    MEM_ADAM_M,
-    MEM_ADAM_V,
+    MEM_OPT_STATE,
     MEM_ACTS,
     MEM_SCRATCH,
     MEM_WORKSPACE,
-    MEM_OPT_STATE,
     MEM_COUNT
 } MemCategory;
 
 static const char* const mem_category_names[MEM_COUNT] = {
-    "parameters", "master weights", "gradients", "AdamW m", "AdamW v", "activations", "backward scratch",
-    "cuBLASLt workspace", "optimizer state",
+    "parameters", "master weights", "gradients", "optimizer state", "activations", "backward scratch",
+    "cuBLASLt workspace",
 };
 
 typedef struct {
@@ -93,17 +91,16 @@ static inline size_t sum_sizes(const size_t* sizes, int n) {
 }
 
 typedef struct {
-    size_t badam_block;  // BAdam: elements of the largest block (0: BAdam off)
-    int zero_stage;      // 1: ZeRO-1 over num_processes
+    size_t badam_block;      // BAdam: elements of the largest block (0: BAdam off)
+    int zero_stage;          // 1: ZeRO-1 over num_processes
     int num_processes;
-    int family;              // 1: an optimizer other than fp32 AdamW (llmc/optim/state.h) holds
-    size_t opt_state_bytes;  // this block instead of m and v (0 for plain SGD)
+    size_t opt_state_bytes;  // the optimizer engine's state block (train_options_state_bytes)
 } CpuMemoryOptions;
 
-// The CPU trainer (fp32 everything), per process: B, T per process. Gradients, m and v hold all
-// parameters, or BAdam's largest block; with ZeRO-1 over P processes the parameters and gradients
-// are padded to P equal shards, the reduced gradient shard gets its own buffer, and m and v hold
-// one shard.
+// The CPU trainer (fp32 everything), per process: B, T per process. Gradients hold all parameters,
+// or BAdam's largest block; with ZeRO-1 over P processes the parameters and gradients are padded to
+// P equal shards and the reduced gradient shard gets its own buffer. The optimizer's state is the
+// engine's block (llmc/optim/engine.h), sized by its largest view.
 static inline MemoryReport memory_model_cpu(const GPT2Config* c, int B, int T, const CpuMemoryOptions* o) {
     MemoryReport r;
     memset(&r, 0, sizeof(r));
@@ -114,18 +111,11 @@ static inline MemoryReport memory_model_cpu(const GPT2Config* c, int B, int T, c
     cpu_scratch_sizes(c, B, T, scratch);
     r.bytes[MEM_PARAMS] = np * sizeof(float);
     r.bytes[MEM_GRADS] = n * sizeof(float);
-    r.bytes[MEM_ADAM_M] = n * sizeof(float);
-    r.bytes[MEM_ADAM_V] = n * sizeof(float);
-    if (o && o->family) {
-        r.bytes[MEM_ADAM_M] = r.bytes[MEM_ADAM_V] = 0;
-        r.bytes[MEM_OPT_STATE] = o->opt_state_bytes;
-    }
+    r.bytes[MEM_OPT_STATE] = o ? o->opt_state_bytes : 0;
     if (o && o->zero_stage >= 1 && o->num_processes > 1) {
         size_t shard = zero_shard_elems(np, o->num_processes), padded = shard * (size_t)o->num_processes;
         r.bytes[MEM_PARAMS] = padded * sizeof(float);
         r.bytes[MEM_GRADS] = (padded + shard) * sizeof(float);
-        r.bytes[MEM_ADAM_M] = shard * sizeof(float);
-        r.bytes[MEM_ADAM_V] = shard * sizeof(float);
     }
     r.bytes[MEM_ACTS] = sum_sizes(acts, CPU_NUM_ACTIVATIONS) * sizeof(float);
     r.bytes[MEM_SCRATCH] = sum_sizes(scratch, CPU_NUM_SCRATCH) * sizeof(float);
@@ -225,11 +215,12 @@ typedef struct {
     size_t workspace;       // cuBLASLt workspace, bytes
     int zero_stage;         // 1: m, v and master weights sharded over the processes (parameters and
     int num_processes;      // gradients padded to a multiple of the shard)
-    size_t offload_chunk;   // > 0: m, v, master live in host memory; the device holds 2 chunks of each
-    size_t badam_block;     // > 0: BAdam, gradients (floatX) and m, v, master (fp32) hold the largest
-                            // block's elements only (Badam.max_block)
-    int family;             // 1: the optimizer family's state block (llmc/optim/state.h) replaces m, v
-    size_t opt_state_bytes; // its bytes (0 for plain SGD)
+    size_t offload_chunk;   // > 0: fp32 AdamW's state (m, v) and the master weights live in host
+                            // memory; the device holds 2 chunks of each
+    size_t badam_block;     // > 0: BAdam, gradients (floatX) hold the largest block's elements only
+                            // (Badam.max_block)
+    size_t opt_state_bytes; // the optimizer engine's block: its largest view's (train_options_state_bytes)
+    size_t master_elems;    // elements of its largest view: the fp32 master weights beside it
     int flash_attention;    // 0: --attention matmul; 1 cudnn, 2 cudnn-fast (no T x T activations, LSE stats)
 } GpuMemoryOptions;
 
@@ -239,36 +230,26 @@ static inline size_t offload_chunk_elems(size_t n, size_t want) {
     return (c + 31) / 32 * 32;
 }
 
-// Elements of optimizer state (m, v, master) one process holds.
-static inline size_t optimizer_state_elems(size_t n, int zero_stage, int num_processes) {
-    return zero_stage >= 1 && num_processes > 1 ? zero_shard_elems(n, num_processes) : n;
-}
-
 static inline MemoryReport memory_model_gpu(const GPT2Config* c, int B, int T, const GpuMemoryOptions* g) {
     MemoryReport r;
     memset(&r, 0, sizeof(r));
     size_t n = gpt2_num_parameters(c);
     size_t ng = g->badam_block > 0 ? g->badam_block : n;  // gradient elements
-    size_t ns = g->badam_block > 0 ? g->badam_block : optimizer_state_elems(n, g->zero_stage, g->num_processes);
     if (g->badam_block == 0 && g->zero_stage >= 1 && g->num_processes > 1) {
         // ZeRO-1: parameters and gradients padded to equal shards (the reduce-scatter and the
-        // all-gather work in place on them), m, v and master hold this process's shard
-        n = ng = ns * (size_t)g->num_processes;
-    }
-    size_t state_bytes = gpu_tensor_bytes(ns, 4);  // one fp32 state tensor (m, v or master) on the device
-    if (g->offload_chunk > 0) {  // in host memory; the device holds two chunks of staging each
-        size_t chunk = g->offload_chunk < ns ? g->offload_chunk : ns;
-        state_bytes = 2 * gpu_tensor_bytes(chunk, 4);
-        r.host_pinned = (2 + (g->master_weights ? 1 : 0)) * ns * 4;
+        // all-gather work in place on them); the optimizer's view is this process's shard
+        n = ng = zero_shard_elems(n, g->num_processes) * (size_t)g->num_processes;
     }
     r.bytes[MEM_PARAMS] = gpu_tensor_bytes(n, g->floatx_bytes);
-    r.bytes[MEM_MASTER] = g->master_weights ? state_bytes : 0;
     r.bytes[MEM_GRADS] = gpu_tensor_bytes(ng, g->floatx_bytes);
-    r.bytes[MEM_ADAM_M] = state_bytes;
-    r.bytes[MEM_ADAM_V] = state_bytes;
-    if (g->family) {
-        r.bytes[MEM_ADAM_M] = r.bytes[MEM_ADAM_V] = 0;
-        r.bytes[MEM_OPT_STATE] = gpu_tensor_bytes(g->opt_state_bytes, 1);
+    r.bytes[MEM_OPT_STATE] = g->opt_state_bytes > 0 ? gpu_tensor_bytes(g->opt_state_bytes, 1) : 0;
+    r.bytes[MEM_MASTER] = g->master_weights ? gpu_tensor_bytes(g->master_elems, 4) : 0;
+    if (g->offload_chunk > 0) {  // in pinned host memory; the device holds two chunks of staging each
+        size_t chunk = g->offload_chunk < g->master_elems ? g->offload_chunk : g->master_elems;
+        size_t stage = 2 * gpu_tensor_bytes(chunk, 4);
+        r.bytes[MEM_OPT_STATE] = 2 * stage;  // m and v
+        r.bytes[MEM_MASTER] = g->master_weights ? stage : 0;
+        r.host_pinned = g->opt_state_bytes + (g->master_weights ? g->master_elems * 4 : 0);
     }
     size_t acts[GPU_NUM_ACTIVATIONS], scratch[GPU_NUM_SCRATCH];
     int fp32[GPU_NUM_ACTIVATIONS];
@@ -292,8 +273,7 @@ static inline double mib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0
 // Prints the start-up table. num_params for the bytes-per-parameter column.
 static inline void memory_report_print(FILE* out, const MemoryReport* r, size_t num_params) {
     size_t total = memory_report_total(r);
-    size_t param_related = r->bytes[MEM_PARAMS] + r->bytes[MEM_MASTER] + r->bytes[MEM_GRADS] + r->bytes[MEM_ADAM_M] +
-                           r->bytes[MEM_ADAM_V] + r->bytes[MEM_OPT_STATE];
+    size_t param_related = r->bytes[MEM_PARAMS] + r->bytes[MEM_MASTER] + r->bytes[MEM_GRADS] + r->bytes[MEM_OPT_STATE];
     size_t optimizer_side = param_related - r->bytes[MEM_PARAMS];
     fprintf(out, "+-----------------------+------------+-------------+\n");
     fprintf(out, "| memory                |        MiB | bytes/param |\n");

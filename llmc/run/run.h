@@ -295,7 +295,7 @@ static LS_UNUSED int run_setup(Run* r, int argc, char** argv) {
     if (!step_list_parse(o->inject_nan, r->nan_steps, 64, &r->num_nan_steps)) {
         usage_error(argv[0], "flag --inject-nan: expected a comma list of at most 64 steps >= 1, e.g. 3,5");
     }
-    train_options_check_combinations(o, o->num_processes > r->comm.size ? o->num_processes : r->comm.size);
+    train_options_check_combinations(o, o->num_processes > r->comm.size ? o->num_processes : r->comm.size, TRAINER_FLAGS);
     if (o->memory_report) {
         run_memory_report(r);
         comm_finalize(&r->comm);
@@ -405,8 +405,16 @@ static LS_UNUSED int run_between_steps(Run* r, GPT2* model, int step) {
     }
     if (o->output_dir && step > r->start_step &&
         ((o->checkpoint_every > 0 && (step % o->checkpoint_every == 0 || last_step)) || r->stopping)) {
-        RunState rs = {r->comm.size, r->comm.rank, step, 1, model->num_parameters, r->train.epoch, r->train.step_in_epoch,
-                       r->sample_rng, 0, 0};
+        RunState rs;  // the trainer fills in its optimizer state's size and tag
+        memset(&rs, 0, sizeof(rs));
+        rs.num_processes = r->comm.size;
+        rs.process_rank = r->comm.rank;
+        rs.step = step;
+        rs.has_m_v = 1;
+        rs.num_params = model->num_parameters;
+        rs.data_epoch = r->train.epoch;
+        rs.data_sample = r->train.step_in_epoch;
+        rs.sampler_rng = r->sample_rng;
         checkpoint_save(model, o->output_dir, &rs, &r->comm);
         if (r->comm.rank == 0) { checkpoint_prune(o->output_dir, o->keep_last, o->keep_every, r->comm.size); }
         snprintf(r->last_checkpoint, sizeof(r->last_checkpoint), "%s/model_%08d.bin", o->output_dir, step);

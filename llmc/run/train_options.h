@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include "llmc/run/cli.h"
 #include "llmc/dist/comm.h"
+#include "llmc/optim/engine.h"
 #include "llmc/optim/state.h"
 #include "llmc/config.h"
 #include "llmc/params.h"
@@ -316,6 +317,25 @@ static inline size_t train_options_family_state_bytes(const TrainOptions* o, con
     return bytes;
 }
 
+// Bytes of the optimizer engine's state block (llmc/optim/engine.h) for these flags and model: the
+// largest BAdam block's, process `rank`'s ZeRO-1 shard's (-z 1 over procs > 1), else the whole
+// model's. What the trainers allocate, and what their memory models print. max_elems (may be
+// NULL): the elements of the largest view (the master weights the GPU trainer keeps beside it).
+static inline size_t train_options_state_bytes(const TrainOptions* o, const GPT2Config* c, int rank, int procs,
+                                               size_t* max_elems) {
+    OptimConfig cfg = train_options_optimizer(o);
+    ParamTable pt;
+    param_table_build(&pt, c);
+    Badam bd;
+    if (o->badam > 0) { badam_init(&bd, &pt, o->badam, o->badam_order, o->badam_embed, 0); }
+    const int zero = procs > 1 && o->zero_stage >= 1;
+    OptimEngine e;
+    optim_engine_init(&e, &cfg, &pt, o->badam > 0 ? &bd : NULL, 0.0f, rank, zero ? procs : 1,
+                      zero ? zero_shard_elems(pt.total, procs) : 0);
+    if (max_elems) { *max_elems = e.max_elems; }
+    return e.bytes;
+}
+
 // The model lines of the start-up banner (the trainer adds its device line and memory table).
 static inline void gpt2_describe(const GPT2Config* c, size_t num_parameters, const TrainOptions* o, int accum) {
     printf("model: L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %zu parameters\n", c->num_layers, c->channels,
@@ -345,29 +365,28 @@ static inline void gpt2_describe(const GPT2Config* c, size_t num_parameters, con
 
 typedef struct {
     int (*applies)(const TrainOptions* o, int procs);
+    int trainers;  // CLI_CPU, CLI_GPU or CLI_BOTH: where the combination is refused
     const char* message;
 } FlagConflict;
 
 static inline int conflict_badam_offload(const TrainOptions* o, int procs) { (void)procs; return o->badam > 0 && o->offload; }
-static inline int conflict_family_badam(const TrainOptions* o, int procs) { (void)procs; return train_options_uses_family(o) && o->badam > 0; }
 static inline int conflict_family_offload(const TrainOptions* o, int procs) { (void)procs; return train_options_uses_family(o) && o->offload; }
-static inline int conflict_family_zero(const TrainOptions* o, int procs) { return train_options_uses_family(o) && procs > 1 && o->zero_stage >= 1; }
+static inline int conflict_lamb_zero(const TrainOptions* o, int procs) { return o->optimizer == OPT_LAMB && procs > 1 && o->zero_stage >= 1; }
 static inline int conflict_zero_badam(const TrainOptions* o, int procs) { return procs > 1 && o->zero_stage >= 1 && o->badam > 0; }
 static inline int conflict_zero_offload(const TrainOptions* o, int procs) { return procs > 1 && o->zero_stage >= 1 && o->offload; }
 
 static const FlagConflict flag_conflicts[] = {
-    {conflict_badam_offload, "flags --badam and --offload cannot be combined yet (BAdam keeps optimizer state for one block only: drop --offload)"},
-    {conflict_family_badam, "flags --optimizer/--opt-state/--amsgrad with --badam: only fp32 AdamW is implemented with BAdam yet"},
-    {conflict_family_offload, "flags --optimizer/--opt-state/--amsgrad with --offload: only fp32 AdamW is implemented with --offload yet"},
-    {conflict_family_zero, "flags --optimizer/--opt-state/--amsgrad with -z 1: only fp32 AdamW is implemented with ZeRO-1 yet"},
-    {conflict_zero_badam, "flags -z 1 and --badam cannot be combined yet (use -z 0)"},
-    {conflict_zero_offload, "flags -z 1 and --offload cannot be combined yet (ZeRO-1 already divides the optimizer state by the process count)"},
+    {conflict_badam_offload, CLI_BOTH, "flags --badam and --offload cannot be combined yet (BAdam keeps optimizer state for one block only: drop --offload)"},
+    {conflict_family_offload, CLI_BOTH, "flags --optimizer/--opt-state/--amsgrad with --offload: only fp32 AdamW is implemented with --offload yet"},
+    {conflict_lamb_zero, CLI_BOTH, "flags --optimizer lamb and -z 1 cannot be combined yet (LAMB's trust ratio needs each tensor's norms summed over the shards)"},
+    {conflict_zero_badam, CLI_BOTH, "flags -z 1 and --badam cannot be combined yet (use -z 0)"},
+    {conflict_zero_offload, CLI_BOTH, "flags -z 1 and --offload cannot be combined yet (ZeRO-1 already divides the optimizer state by the process count)"},
 };
 
-// Exits with the table's message when a refused combination is set.
-static inline void train_options_check_combinations(const TrainOptions* o, int procs) {
+// Exits with the table's message when a refused combination is set (trainer: CLI_CPU or CLI_GPU).
+static inline void train_options_check_combinations(const TrainOptions* o, int procs, int trainer) {
     for (size_t i = 0; i < sizeof(flag_conflicts) / sizeof(flag_conflicts[0]); i++) {
-        if (flag_conflicts[i].applies(o, procs)) { ls_fatal("%s", flag_conflicts[i].message); }
+        if ((flag_conflicts[i].trainers & trainer) && flag_conflicts[i].applies(o, procs)) { ls_fatal("%s", flag_conflicts[i].message); }
     }
 }
 
