@@ -434,7 +434,7 @@ static void test_adamw_and_memory(void) {
     gpt2_build(&model, path, 0, 3, 32, NULL);
     TrainOptions od;  // NULL options build the defaults' optimizer: fp32 AdamW
     train_options_defaults(&od);
-    CpuMemoryOptions mo = {0, 0, 1, train_options_state_bytes(&od, &c, 0, 1, NULL)};
+    CpuMemoryOptions mo = {0, 0, 1, train_options_optim_sizes(&od, &c, 0, 1).bytes};
     MemoryReport r = memory_model_cpu(&c, 3, 32, &mo);
     for (int i = 0; i < MEM_COUNT; i++) {
         CHECK(r.bytes[i] == model.mem.bytes[i], "memory %s: predicted %zu, allocated %zu", mem_category_names[i], r.bytes[i], model.mem.bytes[i]);
@@ -447,7 +447,7 @@ static void test_adamw_and_memory(void) {
     CHECK(fabs(mib(r12.bytes[MEM_PARAMS]) - 474.8) < 0.05, "d12 parameters = 474.8 MiB (got %.2f)", mib(r12.bytes[MEM_PARAMS]));
     TrainOptions o12;
     train_options_defaults(&o12);
-    CpuMemoryOptions mo12 = {0, 0, 1, train_options_state_bytes(&o12, &d12, 0, 1, NULL)};
+    CpuMemoryOptions mo12 = {0, 0, 1, train_options_optim_sizes(&o12, &d12, 0, 1).bytes};
     r12 = memory_model_cpu(&d12, 4, 64, &mo12);
     size_t opt = r12.bytes[MEM_GRADS] + r12.bytes[MEM_OPT_STATE], np12 = gpt2_num_parameters(&d12);
     CHECK(opt >= 12 * np12 && opt < 12 * np12 + 64 * 2 * 148, "d12 optimizer side = 12 bytes/param (+ 64-byte alignment; got %zu)", opt);
@@ -523,6 +523,78 @@ static void test_vector_math(void) {
     printf("vector math: vexpf max rel err %.2g, vtanhf max abs err %.2g\n", worst_exp, worst_tanh);
 }
 
+// The optimizer engine's chunks (--offload's cut, llmc/optim/engine.h): a view stepped chunk by
+// chunk, each chunk's state copied from the view's block into a state of its own and back
+// (optim_chunk_copies), gives the whole view's step bit for bit: parameters and the whole state
+// block, for every optimizer and state precision and each way a table is cut (elements, int8
+// blocks, LAMB tensors). Chunks of 3000 elements cut int8 blocks and tensors of the tiny model.
+static void test_engine_chunks(void) {
+    static const struct { OptimKind kind; OptimStatePrecision state; int amsgrad, nesterov; } cases[] = {
+        {OPT_ADAMW, OPT_STATE_FP32, 0, 0}, {OPT_ADAMW, OPT_STATE_BF16, 1, 0}, {OPT_ADAMW, OPT_STATE_INT8, 0, 0},
+        {OPT_SGD, OPT_STATE_FP32, 0, 1},   {OPT_LAMB, OPT_STATE_FP32, 0, 0},  {OPT_LION, OPT_STATE_FP32, 0, 0},
+    };
+    GPT2Config c;
+    gpt2_config_from_descriptor("L2C64H2T16V300", &c);
+    ParamTable pt;
+    param_table_build(&pt, &c);
+    const size_t n = pt.total, chunk = 3000;
+    float* p0 = (float*)mallocCheck(n * sizeof(float));
+    float* p1 = (float*)mallocCheck(n * sizeof(float));
+    float* g = (float*)mallocCheck(n * sizeof(float));
+    params_init_random(&pt, p0, 4);
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        OptimConfig cfg = optim_config_default(cases[ci].kind);
+        cfg.state = cases[ci].state;
+        cfg.amsgrad = cases[ci].amsgrad;
+        cfg.nesterov = cases[ci].nesterov;
+        OptimEngine whole, chunked;  // the same view twice: one stepped whole, one in chunks
+        optim_engine_init(&whole, &cfg, &pt, NULL, 0.1f, 0, 1, 0);
+        optim_engine_init(&chunked, &cfg, &pt, NULL, 0.1f, 0, 1, 0);
+        whole.memory = mallocCheck(whole.bytes + 64);
+        chunked.memory = mallocCheck(chunked.bytes + 64);
+        optim_engine_set_view_cpu(&whole, OPTIM_VIEW_MODEL);
+        optim_engine_set_view_cpu(&chunked, OPTIM_VIEW_MODEL);
+        memcpy(p1, p0, n * sizeof(float));
+        float* q = (float*)mallocCheck(n * sizeof(float));
+        memcpy(q, p0, n * sizeof(float));
+        const OptimState* w = &chunked.st;
+        size_t* bounds;
+        int nc = optim_chunk_bounds(&cfg, w->segs, w->nseg, w->n, chunk, &bounds);
+        OptimSegment* segs = (OptimSegment*)mallocCheck((size_t)w->nseg * sizeof(OptimSegment));
+        for (int step = 1; step <= 3; step++) {
+            for (size_t i = 0; i < n; i++) { g[i] = 0.01f * sinf(0.37f * (float)i + (float)step); }
+            optim_engine_step_cpu(&whole, p1, g, 1e-3f, step, 0.8f);
+            for (int k = 0; k < nc; k++) {
+                const size_t a = bounds[k], len = bounds[k + 1] - a;
+                int nseg = optim_segments_cut(w->segs, w->nseg, a, bounds[k + 1], segs);
+                OptimState part;
+                optim_state_init(&part, &cfg, segs, nseg, len, NULL);
+                OptimCopy copies[OPTIM_MAX_COPIES];
+                int ncp = optim_chunk_copies(w, &part, a, copies);
+                for (int j = 0; j < ncp; j++) { memcpy((char*)part.memory + copies[j].dst, (char*)w->memory + copies[j].src, copies[j].bytes); }
+                optim_step_cpu(&part, q, g + a, 1e-3f, step, 0.8f);
+                for (int j = 0; j < ncp; j++) {
+                    if (!copies[j].upload_only) { memcpy((char*)w->memory + copies[j].src, (char*)part.memory + copies[j].dst, copies[j].bytes); }
+                }
+                optim_state_free(&part);
+            }
+        }
+        CHECK(nc > 3, "engine chunks %s %s: %d chunks", optim_kind_name(cfg.kind), optim_precision_name(cfg.state), nc);
+        CHECK(memcmp(p1, q, n * sizeof(float)) == 0 && memcmp(whole.st.memory, chunked.st.memory, whole.st.bytes) == 0,
+              "engine chunks %s %s: the chunked steps differ from the whole view's", optim_kind_name(cfg.kind),
+              optim_precision_name(cfg.state));
+        free(segs);
+        free(bounds);
+        free(q);
+        optim_engine_free_cpu(&whole);
+        optim_engine_free_cpu(&chunked);
+        free(whole.memory);
+        free(chunked.memory);
+    }
+    free(p0); free(p1); free(g);
+    printf("engine chunks: 6 optimizers x precisions, stepped in chunks = stepped whole, bit for bit\n");
+}
+
 // BAdam: the block schedule, the slices, and that the early-stopping backward pass gives the
 // active block exactly the gradients of the full backward pass.
 static void test_badam(void) {
@@ -575,7 +647,7 @@ static void test_badam(void) {
     o.badam_order = BADAM_ASCENDING;
     o.badam_embed = 1;
     gpt2_build(&bad, path, 0, 2, 16, &o);
-    CpuMemoryOptions bo = {bad.badam.max_block, 0, 1, train_options_state_bytes(&o, &c, 0, 1, NULL)};
+    CpuMemoryOptions bo = {bad.badam.max_block, 0, 1, train_options_optim_sizes(&o, &c, 0, 1).bytes};
     CHECK(bo.opt_state_bytes == bad.opt.bytes && bad.opt.max_elems == bad.badam.max_block, "badam: the state is the largest block's");
     MemoryReport r = memory_model_cpu(&c, 2, 16, &bo);
     for (int i = 0; i < MEM_COUNT; i++) { CHECK(r.bytes[i] == bad.mem.bytes[i], "badam memory %s", mem_category_names[i]); }
@@ -627,6 +699,7 @@ static void run_unit_tests(void) {
     test_finite_differences();
     test_vector_math();
     test_badam();
+    test_engine_chunks();
     char cmd[400];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) { printf("warning: could not remove %s\n", tmpdir); }

@@ -200,47 +200,60 @@ static void check_resume(const char* model_path, const char* state_path) {
     rmdir(dir);
 }
 
-// --offload: the same steps as the on-device update, bit for bit, with the state on the host and
-// only two chunks of staging on the device (chunks that do not divide the parameter count).
+// --offload: the same steps as the on-device update, bit for bit (losses, parameters, the whole
+// state block), with the state on the host and only two chunks of staging on the device (chunks
+// that do not divide the parameter count), for optimizers whose chunks cut differently: elements
+// (AdamW, Lion), int8 absmax blocks, LAMB's tensors.
 static void check_offload(const char* model_path, const char* state_path) {
+    static const struct { OptimKind kind; OptimStatePrecision state; } cases[] = {
+        {OPT_ADAMW, OPT_STATE_FP32}, {OPT_ADAMW, OPT_STATE_INT8}, {OPT_LION, OPT_STATE_FP32}, {OPT_LAMB, OPT_STATE_FP32},
+    };
     GPT2Config c;
     ParamTable pt;
     RefState s;
     ref_load(model_path, state_path, &c, &pt, &s);
-    TrainOptions o;
-    train_options_defaults(&o);
-    trainer_defaults(&o);  // the build's attention, as the NULL-options model below
-    o.offload = 1;
-    o.offload_chunk = (int)(pt.total / 3 + 1000);  // 3 full chunks and a short one
-    GPT2 on, off;
-    gpt2_build(&on, model_path, 5, s.B, s.T, NULL);
-    gpt2_build(&off, model_path, 5, s.B, s.T, &o);
-    check_memory_model(&off, s.B, s.T, 0, "offload");
-    CHECK(off.mem.host_pinned > 0, "offload: host pinned memory");
-    CHECK(off.mem.bytes[MEM_OPT_STATE] < on.mem.bytes[MEM_OPT_STATE], "offload: device state is the staging only (%zu vs %zu)",
-          off.mem.bytes[MEM_OPT_STATE], on.mem.bytes[MEM_OPT_STATE]);
-    float la[4], lb[4];
-    run_steps(&on, &s, 0, 4, la);
-    run_steps(&off, &s, 0, 4, lb);
-    // the host may read the pinned state once the update has returned (a checkpoint does): copy it
-    // before any other CUDA call could complete copies still queued
-    float* m_off = (float*)mallocCheck(pt.total * sizeof(float));
-    memcpy(m_off, off.m_host, pt.total * sizeof(float));
-    float* pa = (float*)mallocCheck(pt.total * sizeof(float));
-    float* pb = (float*)mallocCheck(pt.total * sizeof(float));
-    download_floatx(pa, on.params_memory, pt.total);
-    download_floatx(pb, off.params_memory, pt.total);
-    CHECK(memcmp(la, lb, sizeof(la)) == 0, "offload: losses differ from the on-device update (%.7f vs %.7f)", la[3], lb[3]);
-    CHECK(memcmp(pa, pb, pt.total * sizeof(float)) == 0, "offload: parameters differ from the on-device update");
-    float* m_dev = (float*)mallocCheck(pt.total * sizeof(float));
-    cudaCheck(cudaMemcpy(m_dev, on.opt.st.m, pt.total * sizeof(float), cudaMemcpyDeviceToHost));
-    CHECK(memcmp(m_dev, m_off, pt.total * sizeof(float)) == 0, "offload: m differs from the on-device update");
-    printf("offload: %d chunks, 4 steps bit-identical to the on-device update; device state %.2f MiB instead of %.2f MiB\n",
-           off.num_chunks, mib(off.mem.bytes[MEM_OPT_STATE] + off.mem.bytes[MEM_MASTER]),
-           mib(on.mem.bytes[MEM_OPT_STATE] + on.mem.bytes[MEM_MASTER]));
-    free(pa); free(pb); free(m_dev); free(m_off);
-    gpt2_free(&on);
-    gpt2_free(&off);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        TrainOptions o;
+        train_options_defaults(&o);
+        trainer_defaults(&o);  // the build's attention
+        o.optimizer = cases[i].kind;
+        o.opt_state = cases[i].state;
+        if (cases[i].kind == OPT_LION) { o.beta2 = 0.99f; }
+        TrainOptions oo = o;
+        oo.offload = 1;
+        oo.offload_chunk = (int)(pt.total / 3 + 1000);  // 3 full chunks and a short one
+        char what[64];
+        snprintf(what, sizeof(what), "offload %s %s", optim_kind_name(cases[i].kind), optim_precision_name(cases[i].state));
+        GPT2 on, off;
+        gpt2_build(&on, model_path, 5, s.B, s.T, &o);
+        gpt2_build(&off, model_path, 5, s.B, s.T, &oo);
+        check_memory_model(&off, s.B, s.T, 0, what);
+        CHECK(off.mem.host_pinned > 0, "%s: host pinned memory", what);
+        // (LAMB's chunks hold whole tensors: here wte alone is over half the model, so two chunks of
+        // staging are more than the on-device state)
+        CHECK(off.mem.bytes[MEM_OPT_STATE] < on.mem.bytes[MEM_OPT_STATE] || 2 * off.stage_elems > pt.total,
+              "%s: device state is the staging only (%zu vs %zu)", what, off.mem.bytes[MEM_OPT_STATE], on.mem.bytes[MEM_OPT_STATE]);
+        float la[4], lb[4];
+        run_steps(&on, &s, 0, 4, la);
+        run_steps(&off, &s, 0, 4, lb);
+        float* pa = (float*)mallocCheck(pt.total * sizeof(float));
+        float* pb = (float*)mallocCheck(pt.total * sizeof(float));
+        download_floatx(pa, on.params_memory, pt.total);
+        download_floatx(pb, off.params_memory, pt.total);
+        CHECK(memcmp(la, lb, sizeof(la)) == 0, "%s: losses differ from the on-device update (%.7f vs %.7f)", what, la[3], lb[3]);
+        CHECK(memcmp(pa, pb, pt.total * sizeof(float)) == 0, "%s: parameters differ from the on-device update", what);
+        const size_t bytes = on.opt.st.bytes;
+        unsigned char* st_dev = (unsigned char*)mallocCheck(bytes);
+        cudaCheck(cudaMemcpy(st_dev, on.opt.st.memory, bytes, cudaMemcpyDeviceToHost));
+        CHECK(off.opt.st.bytes == bytes && memcmp(st_dev, off.opt.st.memory, bytes) == 0,
+              "%s: the state block differs from the on-device update's", what);
+        printf("%s: %d chunks, 4 steps bit-identical to the on-device update (state block too); device state %.2f MiB "
+               "instead of %.2f MiB\n", what, off.offl.num_chunks, mib(off.mem.bytes[MEM_OPT_STATE] + off.mem.bytes[MEM_MASTER]),
+               mib(on.mem.bytes[MEM_OPT_STATE] + on.mem.bytes[MEM_MASTER]));
+        free(st_dev); free(pa); free(pb);
+        gpt2_free(&on);
+        gpt2_free(&off);
+    }
     ref_state_free(&s);
 }
 

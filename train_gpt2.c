@@ -761,7 +761,7 @@ static LS_UNUSED void trainer_init(const TrainOptions* o) {
 
 static LS_UNUSED MemoryReport trainer_memory_predicted(const GPT2Config* c, const TrainOptions* o) {
     int procs = o->comm ? o->comm->size : 1;
-    CpuMemoryOptions mo = {0, o->zero_stage, procs, train_options_state_bytes(o, c, o->comm ? o->comm->rank : 0, procs, NULL)};
+    CpuMemoryOptions mo = {0, o->zero_stage, procs, train_options_optim_sizes(o, c, o->comm ? o->comm->rank : 0, procs).bytes};
     if (o->badam > 0) {
         ParamTable pt;
         param_table_build(&pt, c);

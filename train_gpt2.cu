@@ -56,6 +56,7 @@
 #include "llmc/kernels/global_norm.cuh"
 #include "llmc/optim/adamw.cuh"
 #include "llmc/optim/kernels.cuh"
+#include "llmc/optim/offload.cuh"
 #include "llmc/optim/srng.h"
 #include "llmc/dist/nccl_comm.cuh"
 #include "llmc/optim/views.h"
@@ -142,18 +143,13 @@ struct GPT2 {
     int badam_master_stale;   // 1: resumed from a checkpoint without master weights (the block's are made at the next step)
     BadamSlice slices[BADAM_MAX_SLICES];  // the active block's slices
     int num_slices;
-    // --offload (fp32 AdamW): the engine's block (m, v) and the master weights live in pinned host
-    // memory and stream through device staging, two chunks of each
+    // --offload: the engine's block and the master weights live in pinned host memory and stream
+    // through device staging, two chunks at a time (llmc/optim/offload.cuh)
     int offload;
-    size_t chunk;             // elements per chunk
-    int num_chunks;
-    float *m_host, *v_host, *master_host;  // m_host, v_host: carved from the engine's host block
-    float *m_memory, *v_memory;            // (2 chunks) device staging of m and v
-    OptimSegment** d_chunk_segments;  // (num_chunks) each chunk's segment table, rebased to the chunk
-    int* chunk_nseg;
-    float weight_decay;       // of the chunks' segment tables
-    cudaStream_t copy_stream;
-    cudaEvent_t loaded[2], updated[2];
+    size_t chunk;             // elements asked per chunk
+    OptimOffload offl;
+    size_t stage_bytes, stage_elems;  // the largest chunk's state bytes and elements
+    float* master_host;       // (opt.max_elems) the view's master weights, or NULL
     // data parallelism: NULL nccl = one process
     NcclComm* nccl;           // the communicator (trainer_init's), when there are several processes
     int zero_stage;           // -z
@@ -231,6 +227,7 @@ static GpuMemoryOptions gpu_memory_options(const GPT2Config* c, int B, int T, in
     g.badam_block = badam_block;
     g.opt_state_bytes = opt_state_bytes;
     g.master_elems = master_elems;
+    g.stage_bytes = g.stage_elems = 0;
     g.flash_attention = flash;
     return g;
 }
@@ -333,8 +330,7 @@ static void gpt2_setup_modes(GPT2* model, uint64_t seed, int B, int T, const Tra
     long long per_micro = (long long)B * T * procs;
     model->accum = opts && opts->total_batch > 0 ? (int)(opts->total_batch / per_micro) : 1;
     if (model->offload) {  // chunks of a multiple of 32 elements keep every chunk 128-bit aligned
-        model->chunk = offload_chunk_elems(n_params, (size_t)opts->offload_chunk);
-        model->num_chunks = (int)CEIL_DIV(n_params, model->chunk);
+        model->chunk = optim_chunk_elems(n_params, (size_t)opts->offload_chunk);
     }
     param_table_build(&model->table, c);
     model->state_elems = n_params;
@@ -352,13 +348,18 @@ static void gpt2_setup_modes(GPT2* model, uint64_t seed, int B, int T, const Tra
     optim_engine_init(&model->opt, &cfg, &model->table, model->use_badam ? &model->badam : NULL,
                       opts ? opts->weight_decay : 0.0f, model->nccl ? model->nccl->rank : 0, procs,
                       model->zero_stage >= 1 ? model->shard : 0);
+    if (model->offload) { optim_engine_offload_size(&model->opt, model->chunk, &model->stage_bytes, &model->stage_elems); }
 }
 
 // The memory options of this run at batch (B, T).
 static GpuMemoryOptions gpt2_memory_options(const GPT2* model, int B, int T, int procs) {
     size_t badam_block = model->use_badam ? model->state_elems : 0;
-    return gpu_memory_options(&model->config, B, T, model->recompute, model->use_master, model->chunk, badam_block,
-                              model->zero_stage, procs, model->opt.bytes, model->opt.max_elems, model->flash);
+    GpuMemoryOptions g = gpu_memory_options(&model->config, B, T, model->recompute, model->use_master, model->chunk,
+                                            badam_block, model->zero_stage, procs, model->opt.bytes, model->opt.max_elems,
+                                            model->flash);
+    g.stage_bytes = model->stage_bytes;
+    g.stage_elems = model->stage_elems;
+    return g;
 }
 
 // Will it fit? If not, stop before allocating, with the memory table and the largest batch that fits.
@@ -403,22 +404,21 @@ static void gpt2_alloc_state(GPT2* model, const TrainOptions* opts) {
         model->master_memory = master ? (float*)cuda_malloc_counted(mc, MEM_MASTER, gpu_tensor_bytes(e->max_elems, 4)) : NULL;
         return;
     }
-    // --offload: the block (fp32 AdamW's m and v, the CPU trainer's layout) in pinned host memory
-    size_t stage = 2 * gpu_tensor_bytes(model->chunk, 4);
-    model->m_memory = (float*)cuda_malloc_counted(mc, MEM_OPT_STATE, stage);
-    model->v_memory = (float*)cuda_malloc_counted(mc, MEM_OPT_STATE, stage);
-    model->master_memory = master ? (float*)cuda_malloc_counted(mc, MEM_MASTER, stage) : NULL;
-    cudaCheck(cudaMallocHost(&e->memory, e->bytes));
-    optim_engine_set_view_cpu(e, OPTIM_VIEW_MODEL);  // zeroed
-    model->m_host = e->st.m;
-    model->v_host = e->st.v;
-    if (master) { cudaCheck(cudaMallocHost((void**)&model->master_host, n * sizeof(float))); }
-    mc->host_pinned = e->bytes + (size_t)master * n * sizeof(float);
-    cudaCheck(cudaStreamCreate(&model->copy_stream));
+    // --offload: the block in pinned host memory (its views set up at the first step, or a resume),
+    // two chunks of device staging
+    cudaCheck(cudaMallocHost(&e->memory, e->bytes > 0 ? e->bytes : 64));
+    mc->host_pinned = e->bytes;
+    void* stage[2];
+    float* mstage[2] = {NULL, NULL};
     for (int i = 0; i < 2; i++) {
-        cudaCheck(cudaEventCreateWithFlags(&model->loaded[i], cudaEventDisableTiming));
-        cudaCheck(cudaEventCreateWithFlags(&model->updated[i], cudaEventDisableTiming));
+        stage[i] = cuda_malloc_counted(mc, MEM_OPT_STATE, gpu_tensor_bytes(model->stage_bytes, 1));
+        if (master) { mstage[i] = (float*)cuda_malloc_counted(mc, MEM_MASTER, gpu_tensor_bytes(model->stage_elems, 4)); }
     }
+    if (master) {
+        cudaCheck(cudaMallocHost((void**)&model->master_host, (e->max_elems > 0 ? e->max_elems : 1) * sizeof(float)));
+        mc->host_pinned += e->max_elems * sizeof(float);
+    }
+    optim_offload_init(&model->offl, model->chunk, stage[0], stage[1], mstage[0], mstage[1]);
 }
 
 // The parameters: fp32 on the host (random init, or the model file), rounded to floatX on the
@@ -432,11 +432,14 @@ static void gpt2_load_params(GPT2* model, const char* model_or_descriptor, int f
     if (from_descriptor) { params_init_random(&model->table, host, seed); }
     else { model_file_read_params(model_or_descriptor, c, host); }
     upload_floatx(model->params_memory, host, n);
-    if (master && model->offload) { memcpy(model->master_host, host, n * sizeof(float)); }
-    else if (master && model->use_badam) { cudaCheck(cudaMemset(model->master_memory, 0, nm * sizeof(float))); }  // filled at a switch
-    else if (master && nm > 0) {  // ZeRO-1: this process's shard
-        size_t lo, hi;
-        zero_range(model, &lo, &hi);
+    size_t lo, hi;  // ZeRO-1: this process's shard
+    zero_range(model, &lo, &hi);
+    if (master && model->use_badam) {  // filled at a switch
+        if (model->offload) { memset(model->master_host, 0, nm * sizeof(float)); }
+        else { cudaCheck(cudaMemset(model->master_memory, 0, nm * sizeof(float))); }
+    } else if (master && model->offload) {
+        memcpy(model->master_host, host + lo, (hi - lo) * sizeof(float));
+    } else if (master && nm > 0) {
         cudaCheck(cudaMemcpy(model->master_memory, host + lo, (hi - lo) * sizeof(float), cudaMemcpyHostToDevice));
     }
     free(host);
@@ -498,16 +501,14 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
 
 static void gpt2_free(GPT2* model) {
     if (model->offload) {
-        for (int k = 0; k < model->num_chunks && model->d_chunk_segments; k++) { cudaCheck(cudaFree(model->d_chunk_segments[k])); }
-        free(model->d_chunk_segments);
-        free(model->chunk_nseg);
-        for (int i = 0; i < 2; i++) { cudaCheck(cudaEventDestroy(model->loaded[i])); cudaCheck(cudaEventDestroy(model->updated[i])); }
-        cudaCheck(cudaStreamDestroy(model->copy_stream));
+        optim_offload_free(&model->offl);
+        for (int i = 0; i < 2; i++) {
+            cudaCheck(cudaFree(model->offl.staging[i]));
+            if (model->offl.master_stage[i]) { cudaCheck(cudaFree(model->offl.master_stage[i])); }
+        }
         optim_engine_free_cpu(&model->opt);
         cudaCheck(cudaFreeHost(model->opt.memory));
         if (model->master_host) { cudaCheck(cudaFreeHost(model->master_host)); }
-        cudaCheck(cudaFree(model->v_memory));
-        cudaCheck(cudaFree(model->m_memory));
     } else {
         optim_engine_free_device(&model->opt);
         cudaCheck(cudaFree(model->opt.memory));
@@ -669,11 +670,15 @@ static __global__ void badam_master_from_params_kernel(float* master, const floa
 }
 
 // BAdam at a switch (master weights): the block's compact master = its current floatX parameters,
-// exactly (the engine zeroes the block's optimizer state).
+// exactly (the engine zeroes the block's optimizer state). --offload: the host's master weights.
 static void badam_master_from_params(GPT2* model) {
     cudaStream_t s = model->stream;
     for (int k = 0; k < model->num_slices; k++) {
         const BadamSlice* sl = &model->slices[k];
+        if (model->offload) {
+            download_floatx(model->master_host + sl->compact, model->params_memory + sl->offset, sl->count);
+            continue;
+        }
         unsigned grid = (unsigned)(CEIL_DIV(sl->count, (size_t)256) < 4096 ? CEIL_DIV(sl->count, (size_t)256) : 4096);
         launch(badam_master_from_params_kernel, grid, 256, 0, s, model->master_memory + sl->compact,
                (const floatX*)model->params_memory + sl->offset, sl->count);
@@ -693,10 +698,11 @@ static void gpt2_begin_step(GPT2* model, int step) {
     model->active_block = plan.block;
     model->num_slices = plan.num_slices;
     memcpy(model->slices, plan.slices, (size_t)plan.num_slices * sizeof(BadamSlice));
-    if (!model->offload) { optim_engine_begin_step_device(&model->opt, &plan, model->stream); }
+    if (model->offload) { optim_engine_begin_step_cpu(&model->opt, &plan); }  // the state is on the host
+    else { optim_engine_begin_step_device(&model->opt, &plan, model->stream); }
     // at a switch; or on a fresh start in the middle of a block phase (no state to continue)
     if (model->use_badam && (plan.reset || model->badam_master_stale)) {  // stale: resumed without master weights
-        if (model->master_memory) { badam_master_from_params(model); }
+        if (model->master_memory || model->master_host) { badam_master_from_params(model); }
         model->badam_fresh = model->badam_master_stale = 0;
     }
     gpt2_zero_grad(model);
@@ -812,71 +818,9 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
     }
 }
 
-// Chunk k's segment tables, built once: the parameter segments cut to [k*chunk, (k+1)*chunk) and
-// rebased to the chunk's start.
-static void offload_build_segments(GPT2* model, float weight_decay) {
-    OptimSegment segs[NUM_PARAMETER_TENSORS];
-    int nseg = optim_segments_build(&model->table, weight_decay, segs);
-    if (model->d_chunk_segments == NULL) {
-        model->d_chunk_segments = (OptimSegment**)callocCheck((size_t)model->num_chunks, sizeof(OptimSegment*));
-        model->chunk_nseg = (int*)callocCheck((size_t)model->num_chunks, sizeof(int));
-    }
-    for (int k = 0; k < model->num_chunks; k++) {
-        size_t a = (size_t)k * model->chunk, b = a + model->chunk < model->num_parameters ? a + model->chunk : model->num_parameters;
-        OptimSegment part[NUM_PARAMETER_TENSORS];
-        int np = optim_segments_cut(segs, nseg, a, b, part);
-        if (model->d_chunk_segments[k]) { cudaCheck(cudaFree(model->d_chunk_segments[k])); }
-        model->d_chunk_segments[k] = adamw_segments_upload(part, np, b - a);
-        model->chunk_nseg[k] = np;
-    }
-}
-
-// AdamW with the state in pinned host memory (--offload). Chunk k's m, v (and master) go up on
-// the copy stream into staging buffer k % 2, the update runs on the compute stream, and they go
-// back down on the copy stream; so chunk k's update overlaps chunk k-1's download and chunk k+1's
-// upload. The chunk's segments keep their parameters' global place (param), which also picks the
-// random bits of stochastic rounding: the result is bit-identical to the on-device update.
-static void adamw_update_offloaded(GPT2* model, AdamWParams hp, int step, const float* d_scale) {
-    cudaStream_t s = model->stream, cs = model->copy_stream;
-    size_t n = model->num_parameters;
-    float* host[3] = {model->m_host, model->v_host, model->master_host};
-    float* stage[3] = {model->m_memory, model->v_memory, model->master_memory};
-    int nbuf = model->use_master ? 3 : 2;
-    size_t stage_stride = gpu_tensor_bytes(model->chunk, 4) / sizeof(float);  // elements between the two halves
-    for (int k = 0; k < model->num_chunks && k < 2; k++) {  // prefetch the first two chunks
-        size_t a = (size_t)k * model->chunk, len = a + model->chunk < n ? model->chunk : n - a;
-        for (int j = 0; j < nbuf; j++) {
-            cudaCheck(cudaMemcpyAsync(stage[j] + k * stage_stride, host[j] + a, len * sizeof(float), cudaMemcpyHostToDevice, cs));
-        }
-        cudaCheck(cudaEventRecord(model->loaded[k], cs));
-    }
-    for (int k = 0; k < model->num_chunks; k++) {
-        int buf = k % 2;
-        size_t a = (size_t)k * model->chunk, len = a + model->chunk < n ? model->chunk : n - a;
-        cudaCheck(cudaStreamWaitEvent(s, model->loaded[buf], 0));
-        AdamWBuffers<floatX, floatX> b = {model->params_memory, model->grads_memory + a, stage[0] + buf * stage_stride,
-                                          stage[1] + buf * stage_stride,
-                                          model->use_master ? stage[2] + buf * stage_stride : NULL, NULL};
-        adamw_update(b, len, model->d_chunk_segments[k], model->chunk_nseg[k], hp, step, d_scale, s);
-        cudaCheck(cudaEventRecord(model->updated[buf], s));
-        cudaCheck(cudaStreamWaitEvent(cs, model->updated[buf], 0));
-        for (int j = 0; j < nbuf; j++) {
-            cudaCheck(cudaMemcpyAsync(host[j] + a, stage[j] + buf * stage_stride, len * sizeof(float), cudaMemcpyDeviceToHost, cs));
-        }
-        if (k + 2 < model->num_chunks) {  // the same stream: after the download of this buffer
-            size_t a2 = (size_t)(k + 2) * model->chunk, len2 = a2 + model->chunk < n ? model->chunk : n - a2;
-            for (int j = 0; j < nbuf; j++) {
-                cudaCheck(cudaMemcpyAsync(stage[j] + buf * stage_stride, host[j] + a2, len2 * sizeof(float), cudaMemcpyHostToDevice, cs));
-            }
-            cudaCheck(cudaEventRecord(model->loaded[buf], cs));
-        }
-    }
-    cudaCheck(cudaStreamSynchronize(cs));
-}
-
 // Host<->device bytes the optimizer moves per step with --offload.
 static size_t offload_bytes_per_step(const GPT2* model) {
-    return model->offload ? 2 * (size_t)(model->use_master ? 3 : 2) * model->num_parameters * sizeof(float) : 0;
+    return model->offload ? 2 * (model->opt.bytes + (model->use_master ? model->opt.max_elems * sizeof(float) : 0)) : 0;
 }
 
 // Elements of BAdam's active block (its compact gradients).
@@ -930,26 +874,17 @@ static LS_UNUSED void gpt2_poison_grads(GPT2* model) {
 // parameters, the BAdam block or the ZeRO-1 shard (then all-gather); --offload streams fp32 AdamW's
 // state through the staging buffers. The step counter is the plan's (BAdam: from the switch).
 static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
+    (void)step;  // the plan's opt_step counts the optimizer's steps
     cudaStream_t s = model->stream;
     const float* scale = model->d_norm_scratch + GLOBAL_NORM_MAX_BLOCKS + 2;
+    const floatX* grads = model->grads_memory;  // ZeRO-1: the shard's; the segments keep the parameters' place
+    if (model->zero_stage >= 1) { grads += (size_t)model->nccl->rank * model->shard; }
     if (model->offload) {
-        if (model->d_chunk_segments == NULL || model->weight_decay != h->weight_decay) {
-            offload_build_segments(model, h->weight_decay);
-            model->weight_decay = h->weight_decay;
-        }
-        AdamWParams hp;
-        memset(&hp, 0, sizeof(hp));
-        hp.lr = h->lr;
-        hp.beta1 = h->beta1;
-        hp.beta2 = h->beta2;
-        hp.eps = h->eps;
-        hp.stochastic_rounding = 1;
-        hp.seed = model->opt.cfg.seed;
-        adamw_update_offloaded(model, hp, step, scale);
-    } else {  // ZeRO-1: the shard's gradients; the segments keep the parameters' global place
+        optim_engine_set_hyper(&model->opt, h->beta1, h->beta2, h->eps, h->weight_decay);  // the chunks follow
+        optim_offload_step(&model->offl, &model->opt, model->params_memory, model->master_host, grads, h->lr,
+                           model->opt_step, true, scale, s);
+    } else {
         optim_engine_set_hyper_device(&model->opt, h->beta1, h->beta2, h->eps, h->weight_decay);
-        const floatX* grads = model->grads_memory;
-        if (model->zero_stage >= 1) { grads += (size_t)model->nccl->rank * model->shard; }
         optim_engine_step_gpu(&model->opt, model->params_memory, model->master_memory, grads, h->lr, model->opt_step,
                               true, scale, s);
     }
@@ -985,7 +920,7 @@ static LS_UNUSED void gpt2_checkpoint_write(GPT2* model, const char* model_path,
     RunState r = *rs;
     r.num_params = st->bytes / sizeof(float);
     r.optim_tag = optim_engine_tag(&model->opt.cfg);
-    r.num_master = model->offload ? n : st->n;
+    r.num_master = st->n;
     if (model->offload) {  // on the host already
         state_file_write(state_path, &r, st->memory, model->use_master ? model->master_host : NULL);
         return;
@@ -1030,9 +965,11 @@ static LS_UNUSED void gpt2_state_read(GPT2* model, const char* state_path, RunSt
     RunState head;
     state_file_read_header(state_path, &head);
     OptimEngine* e = &model->opt;
-    if (!model->offload) { optim_engine_set_view_device(e, optim_engine_view_of_step(e, head.step > 0 ? head.step - 1 : 0)); }
+    const int view = optim_engine_view_of_step(e, head.step > 0 ? head.step - 1 : 0);
+    if (model->offload) { optim_engine_set_view_cpu(e, view); }  // the chunks are cut again at the next step
+    else { optim_engine_set_view_device(e, view); }
     OptimState* st = &e->st;
-    size_t nm = model->offload ? model->num_parameters : st->n;
+    size_t nm = st->n;
     float* master = model->offload && model->use_master ? model->master_host : (float*)mallocCheck(nm * sizeof(float) + 4);
     void* block = model->offload ? st->memory : mallocCheck(st->bytes + 4);
     // version-1 fp32 AdamW files (m, v): into the block's carve (host), uploaded with it
@@ -1105,12 +1042,14 @@ static LS_UNUSED void trainer_init(const TrainOptions* o) {
 
 static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOptions* o) {
     gpu_check_flags(o);
-    size_t chunk = o->offload ? offload_chunk_elems(gpt2_num_parameters(c), (size_t)o->offload_chunk) : 0;
+    size_t chunk = o->offload ? optim_chunk_elems(gpt2_num_parameters(c), (size_t)o->offload_chunk) : 0;
     size_t badam_block = badam_block_for(c, o, 1);
-    size_t master_elems, state_bytes = train_options_state_bytes(o, c, 0, gpu_zero_stage(o) ? gpu_procs(o) : 1, &master_elems);
+    OptimSizes z = train_options_optim_sizes(o, c, 0, gpu_zero_stage(o) ? gpu_procs(o) : 1);
     GpuMemoryOptions g = gpu_memory_options(c, o->B, o->T, o->recompute, FLOATX_IS_BF16 && o->master_weights, chunk,
-                                            badam_block, gpu_zero_stage(o), gpu_procs(o), state_bytes, master_elems,
+                                            badam_block, gpu_zero_stage(o), gpu_procs(o), z.bytes, z.max_elems,
                                             attention_flash_mode(o));
+    g.stage_bytes = z.stage_bytes;
+    g.stage_elems = z.stage_elems;
     MemoryReport predicted = memory_model_gpu(c, o->B, o->T, &g);
     printf("GPU memory (%s, recompute %d, master weights %s, attention %s", PRECISION_NAME, o->recompute,
            g.master_weights ? "on" : "off", attention_choices[o->attention]);
@@ -1135,8 +1074,8 @@ static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o,
     printf("recompute %d, master weights %s, attention %s", model->recompute, model->use_master ? "on" : "off",
            model->flash ? attention_choices[model->flash == 1 ? ATTENTION_CUDNN : ATTENTION_CUDNN_FAST] : "matmul");
     if (model->offload) {
-        printf(", optimizer state offloaded to host: %d chunks of %zu elements, %.1f MiB host<->device per step",
-               model->num_chunks, model->chunk, mib(offload_bytes_per_step(model)));
+        printf(", optimizer state offloaded to host: chunks of %zu elements, %.1f MiB host<->device per step",
+               model->chunk, mib(offload_bytes_per_step(model)));
     }
     printf("\n");
     badam_block_for(&model->config, o, 1);  // its line

@@ -193,6 +193,153 @@ static inline void optim_engine_free_cpu(OptimEngine* e) {
     e->view = OPTIM_VIEW_NONE;
 }
 
+// ----------------------------------------------------------------------------
+// offload: a view in chunks (llmc/optim/offload.cuh streams them through device staging)
+//
+// The view's state stays in its block (pinned host memory); chunk k is the view's elements
+// [bounds[k], bounds[k + 1]) with the table cut there (optim_segments_cut: offsets rebased, params
+// global), carved as a state of its own in device staging. The cuts follow optim_cut_of, so every
+// int8 absmax block and LAMB tensor lies in one chunk, and a chunk's per-element, per-block,
+// per-small-element and per-segment state is one contiguous range of each of the view's buffers:
+// optim_chunk_copies lists them, and the chunked steps give the view's step bit for bit.
+
+// One copy between the view's block and a chunk's block (byte offsets from each block's start).
+typedef struct {
+    size_t src, dst, bytes;
+    int upload_only;  // constant state (the 8-bit maps): never copied back
+} OptimCopy;
+
+#define OPTIM_MAX_COPIES 32
+
+// --offload: the elements asked per chunk for want (--offload-chunk) of n: at most n, a multiple of
+// 32 (every chunk starts 128-bit aligned).
+static inline size_t optim_chunk_elems(size_t n, size_t want) {
+    size_t c = want < n ? want : n;
+    return (c + 31) / 32 * 32;
+}
+
+// Chunk boundaries of a table over n elements: chunks of `chunk` elements (a multiple of 32),
+// each end moved up to the next place the table may be cut (int8: an OPT_BLOCK boundary of its
+// segment; LAMB: the segment's end). Returns the count; *bounds (count + 1 entries) malloc'd.
+static inline int optim_chunk_bounds(const OptimConfig* cfg, const OptimSegment* segs, int nseg, size_t n, size_t chunk,
+                                     size_t** bounds) {
+    if (chunk == 0) ls_fatal("optimizer: offload chunks of 0 elements");
+    const OptimCut cut = optim_cut_of(cfg);
+    size_t cap = n / chunk + (size_t)nseg + 2, k = 0;
+    size_t* b = (size_t*)mallocCheck(cap * sizeof(size_t));
+    b[k++] = 0;
+    for (size_t a = 0; a < n;) {
+        size_t x = a + chunk < n ? optim_cut_snap(segs, nseg, a + chunk, cut) : n;
+        if (x > n) x = n;
+        if (k >= cap) ls_fatal("optimizer: offload chunk table overflow");
+        b[k++] = x;
+        a = x;
+    }
+    *bounds = b;
+    return (int)k - 1;
+}
+
+// The largest chunk's state bytes and elements (the device staging) of a table cut into chunks.
+static inline void optim_chunks_size(const OptimConfig* cfg, const OptimSegment* segs, int nseg, size_t n, size_t chunk,
+                                     size_t* max_bytes, size_t* max_elems) {
+    size_t* bounds;
+    int nc = optim_chunk_bounds(cfg, segs, nseg, n, chunk, &bounds);
+    OptimSegment* part = (OptimSegment*)mallocCheck((size_t)nseg * sizeof(OptimSegment));
+    for (int k = 0; k < nc; k++) {
+        int np = optim_segments_cut(segs, nseg, bounds[k], bounds[k + 1], part);
+        size_t bytes = optim_state_bytes(cfg, part, np, bounds[k + 1] - bounds[k]);
+        if (bytes > *max_bytes) *max_bytes = bytes;
+        if (bounds[k + 1] - bounds[k] > *max_elems) *max_elems = bounds[k + 1] - bounds[k];
+    }
+    free(part);
+    free(bounds);
+}
+
+// The staging an offloaded engine needs: the largest chunk of any of its views.
+static inline void optim_engine_offload_size(const OptimEngine* e, size_t chunk, size_t* max_bytes, size_t* max_elems) {
+    *max_bytes = *max_elems = 0;
+    const int first = e->badam != NULL ? 0 : OPTIM_VIEW_MODEL, last = e->badam != NULL ? e->badam->num_blocks - 1 : OPTIM_VIEW_MODEL;
+    for (int v = first; v <= last; v++) {
+        OptimSegment* segs;
+        size_t n;
+        int nseg = optim_engine_view_table(e, v, &segs, &n);
+        if (nseg > 0) optim_chunks_size(&e->cfg, segs, nseg, n, chunk, max_bytes, max_elems);
+        free(segs);
+    }
+}
+
+// Elements before x of the view's small (fp32-kept) int8 segments, and its blocks before x (x at a
+// block boundary of its segment, or a segment's start).
+static inline size_t optim_smalls_before(const OptimState* st, size_t x) {
+    size_t k = 0;
+    for (int s = 0; s < st->nseg; s++) {
+        if (st->small_off[s] == OPT_NOT_SMALL || x <= st->segs[s].offset) continue;
+        size_t in = x - st->segs[s].offset;
+        k += in < st->segs[s].count ? in : st->segs[s].count;
+    }
+    return k;
+}
+static inline size_t optim_blocks_before(const OptimState* st, size_t x) {
+    for (int s = 0; s < st->nseg; s++) {
+        if (x < st->segs[s].offset + st->segs[s].count) {
+            return st->block0[s] + (x > st->segs[s].offset ? (x - st->segs[s].offset + OPT_BLOCK - 1) / OPT_BLOCK : 0);
+        }
+    }
+    return st->nblocks;
+}
+static inline int optim_segment_at(const OptimState* st, size_t x) {
+    for (int s = 0; s < st->nseg; s++) {
+        if (st->segs[s].offset == x) return s;
+    }
+    return st->nseg;
+}
+
+// The copies that move chunk `part` (elements [a, a + part->n) of the view `whole`, both carved)
+// between the two blocks. Returns their count (<= OPTIM_MAX_COPIES).
+static inline int optim_chunk_copies(const OptimState* whole, const OptimState* part, size_t a, OptimCopy* out) {
+    const uintptr_t wb = (uintptr_t)whole->memory, pb = (uintptr_t)part->memory;
+    const size_t e0 = a, b0 = optim_blocks_before(whole, a), s0 = optim_smalls_before(whole, a);
+    const size_t g0 = (size_t)optim_segment_at(whole, a);
+    int k = 0;
+#define OPT_COPY(field, first, count, upload)                                                                    \
+    do {                                                                                                         \
+        if (part->field != NULL && (count) > 0) {                                                                \
+            if (whole->field == NULL || k >= OPTIM_MAX_COPIES) ls_fatal("optimizer: chunk copy table (" #field ")"); \
+            const size_t es = sizeof(*part->field);                                                              \
+            out[k].src = (uintptr_t)whole->field - wb + (first) * es;                                            \
+            out[k].dst = (uintptr_t)part->field - pb;                                                            \
+            out[k].bytes = (size_t)(count) * es;                                                                 \
+            out[k].upload_only = (upload);                                                                       \
+            k++;                                                                                                 \
+        }                                                                                                        \
+    } while (0)
+    OPT_COPY(m, e0, part->n, 0);
+    OPT_COPY(v, e0, part->n, 0);
+    OPT_COPY(vmax, e0, part->n, 0);
+    OPT_COPY(m16, e0, part->n, 0);
+    OPT_COPY(v16, e0, part->n, 0);
+    OPT_COPY(vmax16, e0, part->n, 0);
+    OPT_COPY(qm, e0, part->n, 0);
+    OPT_COPY(qv, e0, part->n, 0);
+    OPT_COPY(absmax_m, b0, part->nblocks, 0);
+    OPT_COPY(absmax_v, b0, part->nblocks, 0);
+    OPT_COPY(m32, s0, part->nsmall, 0);
+    OPT_COPY(v32, s0, part->nsmall, 0);
+    OPT_COPY(maps, 0, QUANT8_MAP_FLOATS, 1);
+    OPT_COPY(partials, b0, part->nblocks, 0);                          // the sums of p^2
+    if (part->partials != NULL) {                                     // and of u^2, after all blocks
+        if (k >= OPTIM_MAX_COPIES) ls_fatal("optimizer: chunk copy table (partials)");
+        out[k].src = (uintptr_t)(whole->partials + whole->nblocks + b0) - wb;
+        out[k].dst = (uintptr_t)(part->partials + part->nblocks) - pb;
+        out[k].bytes = part->nblocks * sizeof(float);
+        out[k].upload_only = 0;
+        k++;
+    }
+    OPT_COPY(trust, g0, (size_t)part->nseg, 0);
+#undef OPT_COPY
+    return k;
+}
+
 // The tag a state file records for the configuration (what must match to continue its state).
 static inline uint32_t optim_engine_tag(const OptimConfig* c) {
     const int has_momentum = c->kind == OPT_SGD && c->momentum != 0.0f;

@@ -215,20 +215,16 @@ typedef struct {
     size_t workspace;       // cuBLASLt workspace, bytes
     int zero_stage;         // 1: m, v and master weights sharded over the processes (parameters and
     int num_processes;      // gradients padded to a multiple of the shard)
-    size_t offload_chunk;   // > 0: fp32 AdamW's state (m, v) and the master weights live in host
-                            // memory; the device holds 2 chunks of each
+    size_t offload_chunk;   // > 0: the optimizer's state and the master weights live in pinned host
+                            // memory; the device holds 2 chunks of staging
     size_t badam_block;     // > 0: BAdam, gradients (floatX) hold the largest block's elements only
                             // (Badam.max_block)
     size_t opt_state_bytes; // the optimizer engine's block: its largest view's (train_options_state_bytes)
     size_t master_elems;    // elements of its largest view: the fp32 master weights beside it
+    size_t stage_bytes;     // --offload: the largest chunk's state bytes and elements (each of the two
+    size_t stage_elems;     // staging buffers; llmc/optim/offload.cuh)
     int flash_attention;    // 0: --attention matmul; 1 cudnn, 2 cudnn-fast (no T x T activations, LSE stats)
 } GpuMemoryOptions;
-
-// --offload: elements per streamed chunk, a multiple of 32 (every chunk stays 128-bit aligned).
-static inline size_t offload_chunk_elems(size_t n, size_t want) {
-    size_t c = want < n ? want : n;
-    return (c + 31) / 32 * 32;
-}
 
 static inline MemoryReport memory_model_gpu(const GPT2Config* c, int B, int T, const GpuMemoryOptions* g) {
     MemoryReport r;
@@ -244,11 +240,9 @@ static inline MemoryReport memory_model_gpu(const GPT2Config* c, int B, int T, c
     r.bytes[MEM_GRADS] = gpu_tensor_bytes(ng, g->floatx_bytes);
     r.bytes[MEM_OPT_STATE] = g->opt_state_bytes > 0 ? gpu_tensor_bytes(g->opt_state_bytes, 1) : 0;
     r.bytes[MEM_MASTER] = g->master_weights ? gpu_tensor_bytes(g->master_elems, 4) : 0;
-    if (g->offload_chunk > 0) {  // in pinned host memory; the device holds two chunks of staging each
-        size_t chunk = g->offload_chunk < g->master_elems ? g->offload_chunk : g->master_elems;
-        size_t stage = 2 * gpu_tensor_bytes(chunk, 4);
-        r.bytes[MEM_OPT_STATE] = 2 * stage;  // m and v
-        r.bytes[MEM_MASTER] = g->master_weights ? stage : 0;
+    if (g->offload_chunk > 0) {  // in pinned host memory; the device holds two chunks of staging
+        r.bytes[MEM_OPT_STATE] = 2 * gpu_tensor_bytes(g->stage_bytes, 1);
+        r.bytes[MEM_MASTER] = g->master_weights ? 2 * gpu_tensor_bytes(g->stage_elems, 4) : 0;
         r.host_pinned = g->opt_state_bytes + (g->master_weights ? g->master_elems * 4 : 0);
     }
     size_t acts[GPU_NUM_ACTIVATIONS], scratch[GPU_NUM_SCRATCH];
@@ -290,7 +284,7 @@ static inline void memory_report_print(FILE* out, const MemoryReport* r, size_t 
     fprintf(out, "+-----------------------+------------+-------------+\n");
     fprintf(out, "| total                 | %10.1f |             |\n", mib(total));
     fprintf(out, "+-----------------------+------------+-------------+\n");
-    if (r->host_pinned) { fprintf(out, "offloaded to pinned host memory: %.1f MiB (m, v, master)\n", mib(r->host_pinned)); }
+    if (r->host_pinned) { fprintf(out, "offloaded to pinned host memory: %.1f MiB (optimizer state, master weights)\n", mib(r->host_pinned)); }
     fprintf(out, "parameters: %zu; optimizer side (master weights, gradients, optimizer state): %.1f MiB = %.0f%% of parameter-related memory\n",
             num_params, mib(optimizer_side), 100.0 * (double)optimizer_side / (double)param_related);
 }

@@ -289,40 +289,17 @@ static inline OptimConfig train_options_optimizer(const TrainOptions* o) {
     return c;
 }
 
-// fp32 AdamW without AMSGrad is the trainers' own fused path; anything else the optimizer family.
-static inline int train_options_uses_family(const TrainOptions* o) {
-    return o->optimizer != OPT_ADAMW || o->opt_state != OPT_STATE_FP32 || o->amsgrad;
-}
+// The optimizer engine's sizes (llmc/optim/engine.h) for these flags and model, as the trainers
+// allocate them and their memory models print them.
+typedef struct {
+    size_t bytes;        // the state block: the largest BAdam block's, process `rank`'s ZeRO-1 shard's
+                         // (-z 1 over procs > 1), else the whole model's
+    size_t max_elems;    // elements of the largest view (the master weights the GPU trainer keeps)
+    size_t stage_bytes;  // --offload: the largest chunk's state, and its elements (device staging)
+    size_t stage_elems;
+} OptimSizes;
 
-// The optimizer family's segment table for model config c: one segment per tensor per layer (LAMB's
-// trust ratio is per tensor), decay on 2-D weights. Returns the count; free(*segs) after.
-static inline int train_options_family_segments(const TrainOptions* o, const GPT2Config* c, OptimSegment** segs) {
-    ParamTable pt;
-    param_table_build(&pt, c);
-    int nseg = optim_segments_count_layers(&pt);
-    *segs = (OptimSegment*)mallocCheck((size_t)nseg * sizeof(OptimSegment));
-    optim_segments_build_layers(&pt, o->weight_decay, *segs);
-    return nseg;
-}
-
-// Bytes of the family's state block (llmc/optim/state.h) for these flags; 0 for the trainers' own
-// fp32 AdamW.
-static inline size_t train_options_family_state_bytes(const TrainOptions* o, const GPT2Config* c) {
-    if (!train_options_uses_family(o)) { return 0; }
-    OptimConfig cfg = train_options_optimizer(o);
-    OptimSegment* segs;
-    int nseg = train_options_family_segments(o, c, &segs);
-    size_t bytes = optim_state_bytes(&cfg, segs, nseg, gpt2_num_parameters(c));
-    free(segs);
-    return bytes;
-}
-
-// Bytes of the optimizer engine's state block (llmc/optim/engine.h) for these flags and model: the
-// largest BAdam block's, process `rank`'s ZeRO-1 shard's (-z 1 over procs > 1), else the whole
-// model's. What the trainers allocate, and what their memory models print. max_elems (may be
-// NULL): the elements of the largest view (the master weights the GPU trainer keeps beside it).
-static inline size_t train_options_state_bytes(const TrainOptions* o, const GPT2Config* c, int rank, int procs,
-                                               size_t* max_elems) {
+static inline OptimSizes train_options_optim_sizes(const TrainOptions* o, const GPT2Config* c, int rank, int procs) {
     OptimConfig cfg = train_options_optimizer(o);
     ParamTable pt;
     param_table_build(&pt, c);
@@ -332,8 +309,11 @@ static inline size_t train_options_state_bytes(const TrainOptions* o, const GPT2
     OptimEngine e;
     optim_engine_init(&e, &cfg, &pt, o->badam > 0 ? &bd : NULL, 0.0f, rank, zero ? procs : 1,
                       zero ? zero_shard_elems(pt.total, procs) : 0);
-    if (max_elems) { *max_elems = e.max_elems; }
-    return e.bytes;
+    OptimSizes z = {e.bytes, e.max_elems, 0, 0};
+    if (o->offload) {
+        optim_engine_offload_size(&e, optim_chunk_elems(pt.total, (size_t)o->offload_chunk), &z.stage_bytes, &z.stage_elems);
+    }
+    return z;
 }
 
 // The model lines of the start-up banner (the trainer adds its device line and memory table).
@@ -369,18 +349,12 @@ typedef struct {
     const char* message;
 } FlagConflict;
 
-static inline int conflict_badam_offload(const TrainOptions* o, int procs) { (void)procs; return o->badam > 0 && o->offload; }
-static inline int conflict_family_offload(const TrainOptions* o, int procs) { (void)procs; return train_options_uses_family(o) && o->offload; }
 static inline int conflict_lamb_zero(const TrainOptions* o, int procs) { return o->optimizer == OPT_LAMB && procs > 1 && o->zero_stage >= 1; }
 static inline int conflict_zero_badam(const TrainOptions* o, int procs) { return procs > 1 && o->zero_stage >= 1 && o->badam > 0; }
-static inline int conflict_zero_offload(const TrainOptions* o, int procs) { return procs > 1 && o->zero_stage >= 1 && o->offload; }
 
 static const FlagConflict flag_conflicts[] = {
-    {conflict_badam_offload, CLI_BOTH, "flags --badam and --offload cannot be combined yet (BAdam keeps optimizer state for one block only: drop --offload)"},
-    {conflict_family_offload, CLI_BOTH, "flags --optimizer/--opt-state/--amsgrad with --offload: only fp32 AdamW is implemented with --offload yet"},
     {conflict_lamb_zero, CLI_BOTH, "flags --optimizer lamb and -z 1 cannot be combined yet (LAMB's trust ratio needs each tensor's norms summed over the shards)"},
     {conflict_zero_badam, CLI_BOTH, "flags -z 1 and --badam cannot be combined yet (use -z 0)"},
-    {conflict_zero_offload, CLI_BOTH, "flags -z 1 and --offload cannot be combined yet (ZeRO-1 already divides the optimizer state by the process count)"},
 };
 
 // Exits with the table's message when a refused combination is set (trainer: CLI_CPU or CLI_GPU).
