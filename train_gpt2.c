@@ -427,7 +427,8 @@ struct GPT2 {
     const Comm* comm;      // NULL: one process
     int zero_stage;
     size_t shard;          // ZeRO-1: elements per process (the buffers are padded to shard * processes)
-    float* grad_shard;     // ZeRO-1: (shard) this process's shard of the summed gradients
+    size_t step_shard;     // ZeRO-1: the shard of this step's view (BAdam: of the block's compact gradients)
+    float* grad_shard;     // ZeRO-1: (largest shard) this process's shard of the summed gradients
     int B, T;              // the largest batch the activations hold
     float* acts_memory;
     ActivationTensors acts;
@@ -467,21 +468,21 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     model->comm = opts ? opts->comm : NULL;
     int procs = model->comm ? model->comm->size : 1;
     model->zero_stage = (opts && procs > 1) ? opts->zero_stage : 0;
-    size_t n_alloc = n;
-    if (model->zero_stage >= 1) {  // padded to equal shards
-        model->shard = zero_shard_elems(n, procs);
-        n_alloc = model->shard * (size_t)procs;
-        ng = n_alloc;
-    }
-    MemCounter* mc = &model->mem;
-    model->params_memory = (float*)memAlloc(mc, MEM_PARAMS, n_alloc * sizeof(float));
-    model->grads_memory = (float*)memAlloc(mc, MEM_GRADS, ng * sizeof(float));
-    if (model->zero_stage >= 1) { model->grad_shard = (float*)memAlloc(mc, MEM_GRADS, model->shard * sizeof(float)); }
-    // the optimizer's state block: its largest view (zeroed when a view is set up over it)
+    if (model->zero_stage >= 1) { model->shard = zero_shard_elems(n, procs); }
+    // the optimizer: its views and its state block (the largest view's, zeroed when a view is set up)
     OptimConfig cfg = opts ? train_options_optimizer(opts) : optim_config_default(OPT_ADAMW);
     optim_engine_init(&model->opt, &cfg, &model->table, model->use_badam ? &model->badam : NULL,
                       opts ? opts->weight_decay : 0.0f, model->comm ? model->comm->rank : 0, procs,
                       model->zero_stage >= 1 ? model->shard : 0);
+    size_t n_alloc = n, max_shard = optim_engine_max_shard(&model->opt);
+    if (model->zero_stage >= 1) {  // gradients padded to equal shards (BAdam: of the largest block);
+        ng = max_shard * (size_t)procs;  // without BAdam the parameters too (the all-gather is in place)
+        if (!model->use_badam) { n_alloc = ng; }
+    }
+    MemCounter* mc = &model->mem;
+    model->params_memory = (float*)memAlloc(mc, MEM_PARAMS, n_alloc * sizeof(float));
+    model->grads_memory = (float*)memAlloc(mc, MEM_GRADS, ng * sizeof(float));
+    if (model->zero_stage >= 1) { model->grad_shard = (float*)memAlloc(mc, MEM_GRADS, max_shard * sizeof(float)); }
     model->opt.memory = model->opt.bytes > 0 ? memAlloc(mc, MEM_OPT_STATE, model->opt.bytes) : NULL;
     memset(model->params_memory, 0, n_alloc * sizeof(float));
     memset(model->grads_memory, 0, ng * sizeof(float));
@@ -575,7 +576,7 @@ static LS_UNUSED void gpt2_forward_train(GPT2* model, const int* inputs, const i
 static LS_UNUSED double gpt2_loss_sum(GPT2* model) { return model->loss_sum; }
 
 static size_t grad_elems(const GPT2* model) {
-    if (model->zero_stage >= 1) { return model->shard * (size_t)model->comm->size; }
+    if (model->zero_stage >= 1) { return optim_engine_max_shard(&model->opt) * (size_t)model->comm->size; }
     return model->use_badam ? model->badam.max_block : model->num_parameters;
 }
 
@@ -606,6 +607,7 @@ static void gpt2_begin_step(GPT2* model, int step) {
     model->num_slices = plan.num_slices;
     memcpy(model->slices, plan.slices, (size_t)plan.num_slices * sizeof(BadamSlice));
     optim_engine_begin_step_cpu(&model->opt, &plan);
+    model->step_shard = optim_engine_view_shard(&model->opt, model->opt.view);
     model->loss_sum = 0.0;
     gpt2_zero_grad(model);
 }
@@ -660,18 +662,17 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
 static float gpt2_grad_norm(GPT2* model, const AdamWHyper* h) {
     const Comm* comm = model->comm;
     float norm;
-    if (model->use_badam) {  // the active block's slices
-        size_t n = model->slices[model->num_slices - 1].compact + model->slices[model->num_slices - 1].count;
-        norm = global_norm_cpu(model->grads_memory, n);
-    } else if (model->zero_stage >= 1) {
-        size_t shard = model->shard;
+    if (model->zero_stage >= 1) {  // (BAdam: the active block's compact gradients in the block's shards)
+        size_t shard = model->step_shard;
         comm_reduce_scatter_sum_f32(comm, model->grads_memory, model->grad_shard, shard);
         double sumsq = 0.0;
         for (size_t i = 0; i < shard; i++) { sumsq += (double)model->grad_shard[i] * model->grad_shard[i]; }
         norm = (float)sqrt(comm_allreduce_sum_f64(comm, sumsq));
-    } else {
-        if (comm && comm->size > 1) { comm_allreduce_sum_f32(comm, model->grads_memory, model->num_parameters); }
-        norm = global_norm_cpu(model->grads_memory, model->num_parameters);
+    } else {  // all parameters, or BAdam's active block (its slices' compact gradients)
+        const BadamSlice* last = &model->slices[model->num_slices - 1];
+        size_t n = model->use_badam ? last->compact + last->count : model->num_parameters;
+        if (comm && comm->size > 1) { comm_allreduce_sum_f32(comm, model->grads_memory, n); }
+        norm = global_norm_cpu(model->grads_memory, n);
     }
     model->grad_norm = norm;
     model->clip_scale = clip_scale_of(norm, h->grad_clip);
@@ -680,6 +681,24 @@ static float gpt2_grad_norm(GPT2* model, const AdamWHyper* h) {
 
 // Testing (--inject-nan): one NaN in the gradients, as an overflow in the backward pass would leave.
 static LS_UNUSED void gpt2_poison_grads(GPT2* model) { model->grads_memory[0] = NAN; }
+
+// ZeRO-1, after each process updated its shard of the view: every process gets all of them. The
+// whole model: the parameters all-gathered in place. A BAdam block: its slices' parameters through
+// the compact gradient buffer (free after the update), all-gathered there and copied back.
+static void zero_gather_params(GPT2* model) {
+    if (model->zero_stage < 1) { return; }
+    const OptimEngine* e = &model->opt;
+    const size_t shard = optim_engine_view_shard(e, e->view);
+    if (e->view < 0) {
+        comm_allgather_inplace_f32(model->comm, model->params_memory, shard);
+        return;
+    }
+    BadamSlice sl[BADAM_MAX_SLICES];
+    int k = badam_block_slices(&model->badam, &model->table, e->view, sl);
+    for (int i = 0; i < k; i++) { memcpy(model->grads_memory + sl[i].compact, model->params_memory + sl[i].offset, sl[i].count * sizeof(float)); }
+    comm_allgather_inplace_f32(model->comm, model->grads_memory, shard);
+    for (int i = 0; i < k; i++) { memcpy(model->params_memory + sl[i].offset, model->grads_memory + sl[i].compact, sl[i].count * sizeof(float)); }
+}
 
 // Clip (with the scale of gpt2_grad_norm) and update with the optimizer engine: all parameters,
 // the BAdam block, or the ZeRO-1 shard (then all-gather). The step counter is the plan's (BAdam:
@@ -690,7 +709,7 @@ static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
     optim_engine_set_hyper(&model->opt, h->beta1, h->beta2, h->eps, h->weight_decay);
     const float* grads = model->zero_stage >= 1 ? model->grad_shard : model->grads_memory;
     optim_engine_step_cpu(&model->opt, model->params_memory, grads, h->lr, model->opt_step, model->clip_scale);
-    if (model->zero_stage >= 1) { comm_allgather_inplace_f32(model->comm, model->params_memory, model->shard); }
+    zero_gather_params(model);
 }
 
 // ----------------------------------------------------------------------------
@@ -711,22 +730,15 @@ static LS_UNUSED void gpt2_checkpoint_write(GPT2* model, const char* model_path,
 
 // A checkpoint of a run with master weights (the bf16 GPU trainer): they are the exact trained
 // parameters of the state's elements (the model file holds their bf16 rounding), so they replace
-// the parameters read from the model file. BAdam: the compact master of the block of the last
-// update (step - 1); ZeRO-1: this process's shard, then every process gathers the others'.
-static void gpt2_params_from_master(GPT2* model, const float* master, int step) {
-    if (model->use_badam) {
-        if (step < 1) { return; }
-        BadamSlice slices[BADAM_MAX_SLICES];
-        int k = badam_block_slices(&model->badam, &model->table, badam_block_at(&model->badam, step - 1), slices);
-        for (int i = 0; i < k; i++) { memcpy(model->params_memory + slices[i].offset, master + slices[i].compact, slices[i].count * sizeof(float)); }
-    } else if (model->zero_stage >= 1) {
-        size_t lo = (size_t)model->comm->rank * model->shard;
-        size_t len = lo >= model->num_parameters ? 0 : model->num_parameters - lo < model->shard ? model->num_parameters - lo : model->shard;
-        memcpy(model->params_memory + lo, master, len * sizeof(float));
-        comm_allgather_inplace_f32(model->comm, model->params_memory, model->shard);
-    } else {
-        memcpy(model->params_memory, master, model->num_parameters * sizeof(float));
+// the parameters read from the model file: those of the engine's view of the last update (its
+// segments say where each goes: the BAdam block's slices, this process's ZeRO-1 shard), then
+// every process gathers the others' (ZeRO-1).
+static void gpt2_params_from_master(GPT2* model, const float* master) {
+    const OptimState* st = &model->opt.st;
+    for (int s = 0; s < st->nseg; s++) {
+        memcpy(model->params_memory + st->segs[s].param, master + st->segs[s].offset, st->segs[s].count * sizeof(float));
     }
+    zero_gather_params(model);
 }
 
 // The state continues the view of the last update (step - 1), set up before the file is read.
@@ -739,7 +751,7 @@ static LS_UNUSED void gpt2_state_read(GPT2* model, const char* state_path, RunSt
     StateExpect want = {e->st.bytes / sizeof(float), optim_engine_tag(&e->cfg), e->st.n,
                         v1_adamw ? e->st.m : NULL, v1_adamw ? e->st.v : NULL, e->st.n};
     float* master = (float*)mallocCheck((e->st.n > 0 ? e->st.n : 1) * sizeof(float));
-    if (state_file_read(state_path, &want, rs, e->st.memory, master)) { gpt2_params_from_master(model, master, rs->step); }
+    if (state_file_read(state_path, &want, rs, e->st.memory, master)) { gpt2_params_from_master(model, master); }
     free(master);
 }
 
@@ -761,7 +773,8 @@ static LS_UNUSED void trainer_init(const TrainOptions* o) {
 
 static LS_UNUSED MemoryReport trainer_memory_predicted(const GPT2Config* c, const TrainOptions* o) {
     int procs = o->comm ? o->comm->size : 1;
-    CpuMemoryOptions mo = {0, o->zero_stage, procs, train_options_optim_sizes(o, c, o->comm ? o->comm->rank : 0, procs).bytes};
+    OptimSizes z = train_options_optim_sizes(o, c, o->comm ? o->comm->rank : 0, procs);
+    CpuMemoryOptions mo = {0, o->zero_stage, procs, z.bytes, z.max_shard};
     if (o->badam > 0) {
         ParamTable pt;
         param_table_build(&pt, c);

@@ -154,6 +154,7 @@ struct GPT2 {
     NcclComm* nccl;           // the communicator (trainer_init's), when there are several processes
     int zero_stage;           // -z
     size_t shard;             // ZeRO-1: elements per process; parameters and gradients hold shard * processes
+    size_t step_shard;        // ZeRO-1: the shard of this step's view (BAdam: of its block's compact gradients)
     int accum;                // micro-steps per step: the last one's backward pass reduces the gradients
     int grads_reduced;        // -z 0: the reduction of this step was issued during the backward pass
     unsigned long long seed;  // stochastic rounding
@@ -227,7 +228,7 @@ static GpuMemoryOptions gpu_memory_options(const GPT2Config* c, int B, int T, in
     g.badam_block = badam_block;
     g.opt_state_bytes = opt_state_bytes;
     g.master_elems = master_elems;
-    g.stage_bytes = g.stage_elems = 0;
+    g.stage_bytes = g.stage_elems = g.max_shard = 0;
     g.flash_attention = flash;
     return g;
 }
@@ -359,6 +360,7 @@ static GpuMemoryOptions gpt2_memory_options(const GPT2* model, int B, int T, int
                                             model->flash);
     g.stage_bytes = model->stage_bytes;
     g.stage_elems = model->stage_elems;
+    g.max_shard = optim_engine_max_shard(&model->opt);
     return g;
 }
 
@@ -391,10 +393,13 @@ static void gpt2_check_fits(const GPT2* model, int B, int T, const TrainOptions*
 static void gpt2_alloc_state(GPT2* model, const TrainOptions* opts) {
     int master = model->use_master, procs = gpu_procs(opts);
     size_t n = model->num_parameters = model->table.total;
-    size_t n_pad = model->zero_stage >= 1 ? model->shard * (size_t)procs : n;  // ZeRO-1: equal shards
-    size_t ng = model->zero_stage >= 1 ? n_pad : model->state_elems;
-    MemCounter* mc = &model->mem;
+    // ZeRO-1: gradients padded to equal shards of the largest view (and the parameters too without
+    // BAdam: their all-gather is in place)
     OptimEngine* e = &model->opt;
+    size_t g_pad = optim_engine_max_shard(e) * (size_t)procs;
+    size_t n_pad = model->zero_stage >= 1 && !model->use_badam ? g_pad : n;
+    size_t ng = model->zero_stage >= 1 ? g_pad : model->state_elems;
+    MemCounter* mc = &model->mem;
     model->params_memory = (floatX*)cuda_malloc_counted(mc, MEM_PARAMS, gpu_tensor_bytes(n_pad, sizeof(floatX)));
     model->grads_memory = (floatX*)cuda_malloc_counted(mc, MEM_GRADS, gpu_tensor_bytes(ng, sizeof(floatX)));
     cudaCheck(cudaMemset(model->grads_memory, 0, ng * sizeof(floatX)));
@@ -434,7 +439,7 @@ static void gpt2_load_params(GPT2* model, const char* model_or_descriptor, int f
     upload_floatx(model->params_memory, host, n);
     size_t lo, hi;  // ZeRO-1: this process's shard
     zero_range(model, &lo, &hi);
-    if (master && model->use_badam) {  // filled at a switch
+    if (master && model->use_badam) {  // (ZeRO-1: this process's shard of the block)  // filled at a switch
         if (model->offload) { memset(model->master_host, 0, nm * sizeof(float)); }
         else { cudaCheck(cudaMemset(model->master_memory, 0, nm * sizeof(float))); }
     } else if (master && model->offload) {
@@ -643,7 +648,7 @@ static LS_UNUSED double gpt2_loss_sum(GPT2* model) {
 }
 
 static void gpt2_zero_grad(GPT2* model) {
-    size_t ng = model->zero_stage >= 1 ? model->shard * (size_t)model->nccl->size : model->state_elems;
+    size_t ng = model->zero_stage >= 1 ? optim_engine_max_shard(&model->opt) * (size_t)model->nccl->size : model->state_elems;
     cudaCheck(cudaMemsetAsync(model->grads_memory, 0, ng * sizeof(floatX), model->stream));
 }
 
@@ -669,19 +674,47 @@ static __global__ void badam_master_from_params_kernel(float* master, const floa
     }
 }
 
-// BAdam at a switch (master weights): the block's compact master = its current floatX parameters,
-// exactly (the engine zeroes the block's optimizer state). --offload: the host's master weights.
+// BAdam at a switch (master weights): the master weights of the engine's new view (the block's
+// slices; ZeRO-1: this process's shard of them) = their current floatX parameters, exactly (the
+// engine zeroes the view's optimizer state). --offload: the host's master weights.
 static void badam_master_from_params(GPT2* model) {
     cudaStream_t s = model->stream;
-    for (int k = 0; k < model->num_slices; k++) {
-        const BadamSlice* sl = &model->slices[k];
+    const OptimState* st = &model->opt.st;
+    for (int k = 0; k < st->nseg; k++) {
+        const OptimSegment* g = &st->segs[k];
         if (model->offload) {
-            download_floatx(model->master_host + sl->compact, model->params_memory + sl->offset, sl->count);
+            download_floatx(model->master_host + g->offset, model->params_memory + g->param, g->count);
             continue;
         }
-        unsigned grid = (unsigned)(CEIL_DIV(sl->count, (size_t)256) < 4096 ? CEIL_DIV(sl->count, (size_t)256) : 4096);
-        launch(badam_master_from_params_kernel, grid, 256, 0, s, model->master_memory + sl->compact,
-               (const floatX*)model->params_memory + sl->offset, sl->count);
+        unsigned grid = (unsigned)(CEIL_DIV(g->count, (size_t)256) < 4096 ? CEIL_DIV(g->count, (size_t)256) : 4096);
+        launch(badam_master_from_params_kernel, grid, 256, 0, s, model->master_memory + g->offset,
+               (const floatX*)model->params_memory + g->param, g->count);
+    }
+}
+
+// ZeRO-1, after each process updated its shard of the view: every process gets all of them. The
+// whole model: the parameters all-gathered in place. A BAdam block: its slices' parameters through
+// the compact gradient buffer (free after the update), all-gathered there and copied back.
+static void zero_gather_params(GPT2* model) {
+    if (model->zero_stage < 1) { return; }
+    cudaStream_t s = model->stream;
+    const OptimEngine* e = &model->opt;
+    const size_t shard = optim_engine_view_shard(e, e->view);
+    watchdog_arm("the parameter all-gather");
+    if (e->view < 0) {
+        nccl_allgather(model->nccl, model->params_memory, shard, s);
+        return;
+    }
+    BadamSlice sl[BADAM_MAX_SLICES];
+    int k = badam_block_slices(&model->badam, &model->table, e->view, sl);
+    for (int i = 0; i < k; i++) {
+        cudaCheck(cudaMemcpyAsync(model->grads_memory + sl[i].compact, model->params_memory + sl[i].offset,
+                                  sl[i].count * sizeof(floatX), cudaMemcpyDeviceToDevice, s));
+    }
+    nccl_allgather(model->nccl, model->grads_memory, shard, s);
+    for (int i = 0; i < k; i++) {
+        cudaCheck(cudaMemcpyAsync(model->params_memory + sl[i].offset, model->grads_memory + sl[i].compact,
+                                  sl[i].count * sizeof(floatX), cudaMemcpyDeviceToDevice, s));
     }
 }
 
@@ -700,6 +733,7 @@ static void gpt2_begin_step(GPT2* model, int step) {
     memcpy(model->slices, plan.slices, (size_t)plan.num_slices * sizeof(BadamSlice));
     if (model->offload) { optim_engine_begin_step_cpu(&model->opt, &plan); }  // the state is on the host
     else { optim_engine_begin_step_device(&model->opt, &plan, model->stream); }
+    model->step_shard = optim_engine_view_shard(&model->opt, model->opt.view);
     // at a switch; or on a fresh start in the middle of a block phase (no state to continue)
     if (model->use_badam && (plan.reset || model->badam_master_stale)) {  // stale: resumed without master weights
         if (model->master_memory || model->master_host) { badam_master_from_params(model); }
@@ -845,9 +879,9 @@ static float gpt2_grad_norm(GPT2* model, const AdamWHyper* h) {
     if (nc && model->zero_stage >= 1) {  // this process's shard of the summed gradients, in place
         nccl_comm_maybe_hang(nc, model->step + 1);
         watchdog_arm("the gradient reduce-scatter");
-        nccl_reduce_scatter_sum(nc, model->grads_memory, model->shard, s);
-        grads = model->grads_memory + (size_t)nc->rank * model->shard;
-        n_grads = model->shard;  // the padding is 0
+        nccl_reduce_scatter_sum(nc, model->grads_memory, model->step_shard, s);  // (BAdam: of the block)
+        grads = model->grads_memory + (size_t)nc->rank * model->step_shard;
+        n_grads = model->step_shard;  // the padding is 0
     } else if (nc && model->grads_reduced) {
         cudaCheck(cudaStreamWaitEvent(s, nc->reduced, 0));  // issued layer by layer in the backward pass
     } else if (nc) {  // a backward pass that did not know it was the last micro-step: all at once
@@ -878,7 +912,7 @@ static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
     cudaStream_t s = model->stream;
     const float* scale = model->d_norm_scratch + GLOBAL_NORM_MAX_BLOCKS + 2;
     const floatX* grads = model->grads_memory;  // ZeRO-1: the shard's; the segments keep the parameters' place
-    if (model->zero_stage >= 1) { grads += (size_t)model->nccl->rank * model->shard; }
+    if (model->zero_stage >= 1) { grads += (size_t)model->nccl->rank * model->step_shard; }
     if (model->offload) {
         optim_engine_set_hyper(&model->opt, h->beta1, h->beta2, h->eps, h->weight_decay);  // the chunks follow
         optim_offload_step(&model->offl, &model->opt, model->params_memory, model->master_host, grads, h->lr,
@@ -888,10 +922,7 @@ static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
         optim_engine_step_gpu(&model->opt, model->params_memory, model->master_memory, grads, h->lr, model->opt_step,
                               true, scale, s);
     }
-    if (model->zero_stage >= 1) {  // every process's updated shard to every process
-        watchdog_arm("the parameter all-gather");
-        nccl_allgather(model->nccl, model->params_memory, model->shard, s);
-    }
+    zero_gather_params(model);  // every process's updated shard to every process
     if (model->nccl) { nccl_comm_sync(model->nccl, s, "the parameter all-gather"); } else { cudaCheck(cudaStreamSynchronize(s)); }
 }
 
@@ -938,21 +969,16 @@ static LS_UNUSED void gpt2_checkpoint_write(GPT2* model, const char* model_path,
 
 // A checkpoint with master weights resumed by a run without them (the fp32 build, -w 0): they are
 // the exact trained parameters (the model file holds their bf16 rounding), so the parameters are
-// taken from them: BAdam, the slices of the block of the last update (step - 1); ZeRO-1, this
-// process's shard, then every process gathers the others'.
-static void gpt2_params_from_master(GPT2* model, const float* master, int step) {
-    if (model->use_badam) {
-        if (step < 1) { return; }
-        BadamSlice sl[BADAM_MAX_SLICES];
-        int k = badam_block_slices(&model->badam, &model->table, badam_block_at(&model->badam, step - 1), sl);
-        for (int i = 0; i < k; i++) { upload_floatx(model->params_memory + sl[i].offset, master + sl[i].compact, sl[i].count); }
-        return;
+// taken from them: those of the engine's view of the last update (its segments say where each
+// goes: the BAdam block's slices, this process's ZeRO-1 shard), then every process gathers the
+// others' (ZeRO-1).
+static void gpt2_params_from_master(GPT2* model, const float* master) {
+    const OptimState* st = &model->opt.st;
+    for (int k = 0; k < st->nseg; k++) {
+        upload_floatx(model->params_memory + st->segs[k].param, master + st->segs[k].offset, st->segs[k].count);
     }
-    size_t lo, hi;
-    zero_range(model, &lo, &hi);
-    upload_floatx(model->params_memory + lo, master, hi - lo);
     if (model->zero_stage >= 1) {
-        nccl_allgather(model->nccl, model->params_memory, model->shard, model->stream);
+        zero_gather_params(model);
         nccl_comm_sync(model->nccl, model->stream, "the parameter all-gather");
     }
 }
@@ -986,7 +1012,7 @@ static LS_UNUSED void gpt2_state_read(GPT2* model, const char* state_path, RunSt
     if (had_master && model->use_master && !model->offload && nm > 0) {
         cudaCheck(cudaMemcpy(model->master_memory, master, nm * sizeof(float), cudaMemcpyHostToDevice));
     } else if (had_master && !model->use_master) {
-        gpt2_params_from_master(model, master, rs->step);
+        gpt2_params_from_master(model, master);
     } else if (!had_master && model->use_master && model->use_badam) {
         model->badam_master_stale = 1;
     }
@@ -1050,6 +1076,7 @@ static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOpti
                                             attention_flash_mode(o));
     g.stage_bytes = z.stage_bytes;
     g.stage_elems = z.stage_elems;
+    g.max_shard = z.max_shard;
     MemoryReport predicted = memory_model_gpu(c, o->B, o->T, &g);
     printf("GPU memory (%s, recompute %d, master weights %s, attention %s", PRECISION_NAME, o->recompute,
            g.master_weights ? "on" : "off", attention_choices[o->attention]);

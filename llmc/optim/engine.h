@@ -51,24 +51,37 @@ typedef struct {
     OptimState st;            // the current view's state, carved from memory (n 0: nothing to update)
 } OptimEngine;
 
-// The segment table of a view: BAdam block `block`, or (OPTIM_VIEW_MODEL) the whole model cut to
-// the ZeRO-1 shard. Returns the count (0: the view is empty, a process whose shard is all padding);
-// *segs is malloc'd (free it), *n the elements the state covers.
+// ZeRO-1's shard of a view (elements per process; 0: ZeRO-1 off): the whole model's, or that of
+// BAdam block `view`'s compact elements (its gradients are reduce-scattered in those shards).
+static inline size_t optim_engine_view_shard(const OptimEngine* e, int view) {
+    if (e->procs <= 1 || e->shard == 0) return 0;
+    if (view < 0) return e->shard;
+    return zero_shard_elems(badam_block_elems(e->badam, e->table, view), e->procs);
+}
+
+// The segment table of a view: BAdam block `block` (its slices back to back), or (OPTIM_VIEW_MODEL)
+// the whole model; with ZeRO-1 cut to this process's shard of it. Returns the count (0: the view is
+// empty, a process whose shard is all padding); *segs is malloc'd (free it), *n the elements the
+// state covers.
 static inline int optim_engine_view_table(const OptimEngine* e, int block, OptimSegment** segs, size_t* n) {
     const ParamTable* pt = e->table;
     *n = 0;
+    int nseg;
+    OptimSegment* whole;
     if (block >= 0) {
         BadamSlice slices[BADAM_MAX_SLICES];
         int k = badam_block_slices(e->badam, pt, block, slices);
-        *segs = (OptimSegment*)mallocCheck((size_t)(k > 0 ? k : 1) * sizeof(OptimSegment));
-        return optim_view_badam(pt, slices, k, e->weight_decay, *segs, n);
+        whole = (OptimSegment*)mallocCheck((size_t)(k > 0 ? k : 1) * sizeof(OptimSegment));
+        nseg = optim_view_badam(pt, slices, k, e->weight_decay, whole, n);
+    } else {
+        nseg = optim_segments_count_layers(pt);
+        whole = (OptimSegment*)mallocCheck((size_t)nseg * sizeof(OptimSegment));
+        optim_segments_build_layers(pt, e->weight_decay, whole);
+        *n = pt->total;
     }
-    int nseg = optim_segments_count_layers(pt);
-    OptimSegment* whole = (OptimSegment*)mallocCheck((size_t)nseg * sizeof(OptimSegment));
-    optim_segments_build_layers(pt, e->weight_decay, whole);
-    *n = pt->total;
-    if (e->procs > 1 && e->shard > 0) {  // this process's shard, rebased to its first element
-        const size_t lo = (size_t)e->rank * e->shard, hi = lo + e->shard;
+    const size_t shard = optim_engine_view_shard(e, block);
+    if (shard > 0) {  // this process's shard, rebased to its first element
+        const size_t lo = (size_t)e->rank * shard, hi = lo + shard;
         OptimSegment* cut = (OptimSegment*)mallocCheck((size_t)nseg * sizeof(OptimSegment));
         nseg = optim_segments_cut(whole, nseg, lo, hi, cut);
         free(whole);
@@ -93,7 +106,6 @@ static inline void optim_engine_init(OptimEngine* e, const OptimConfig* cfg, con
                                      const Badam* badam, float weight_decay, int rank, int procs, size_t shard) {
     char why[256];
     if (!optim_config_check(cfg, why, sizeof why)) ls_fatal("%s", why);
-    if (badam != NULL && procs > 1 && shard > 0) ls_fatal("optimizer: BAdam with ZeRO-1 is not supported yet");
     memset(e, 0, sizeof *e);
     e->cfg = *cfg;
     e->table = table;
@@ -112,6 +124,18 @@ static inline void optim_engine_init(OptimEngine* e, const OptimConfig* cfg, con
     } else {
         e->bytes = optim_engine_view_bytes(e, OPTIM_VIEW_MODEL, &e->max_elems);
     }
+}
+
+// ZeRO-1's largest shard over the views (BAdam: its blocks'; else the whole model's shard); the
+// gradients hold it times the process count (the reduce-scatter's padding).
+static inline size_t optim_engine_max_shard(const OptimEngine* e) {
+    if (e->badam == NULL) return optim_engine_view_shard(e, OPTIM_VIEW_MODEL);
+    size_t m = 0;
+    for (int b = 0; b < e->badam->num_blocks; b++) {
+        size_t sh = optim_engine_view_shard(e, b);
+        if (sh > m) m = sh;
+    }
+    return m;
 }
 
 // The bytes of the state block for these settings, without keeping an engine (the memory model).

@@ -94,13 +94,15 @@ typedef struct {
     size_t badam_block;      // BAdam: elements of the largest block (0: BAdam off)
     int zero_stage;          // 1: ZeRO-1 over num_processes
     int num_processes;
-    size_t opt_state_bytes;  // the optimizer engine's state block (train_options_state_bytes)
+    size_t opt_state_bytes;  // the optimizer engine's state block (train_options_optim_sizes)
+    size_t max_shard;        // ZeRO-1: the largest view's shard (OptimSizes.max_shard)
 } CpuMemoryOptions;
 
 // The CPU trainer (fp32 everything), per process: B, T per process. Gradients hold all parameters,
-// or BAdam's largest block; with ZeRO-1 over P processes the parameters and gradients are padded to
-// P equal shards and the reduced gradient shard gets its own buffer. The optimizer's state is the
-// engine's block (llmc/optim/engine.h), sized by its largest view.
+// or BAdam's largest block; with ZeRO-1 over P processes they are padded to P equal shards of the
+// largest view (and the parameters too without BAdam: the all-gather is in place), and the reduced
+// gradient shard gets its own buffer. The optimizer's state is the engine's block
+// (llmc/optim/engine.h), sized by its largest view.
 static inline MemoryReport memory_model_cpu(const GPT2Config* c, int B, int T, const CpuMemoryOptions* o) {
     MemoryReport r;
     memset(&r, 0, sizeof(r));
@@ -113,9 +115,9 @@ static inline MemoryReport memory_model_cpu(const GPT2Config* c, int B, int T, c
     r.bytes[MEM_GRADS] = n * sizeof(float);
     r.bytes[MEM_OPT_STATE] = o ? o->opt_state_bytes : 0;
     if (o && o->zero_stage >= 1 && o->num_processes > 1) {
-        size_t shard = zero_shard_elems(np, o->num_processes), padded = shard * (size_t)o->num_processes;
-        r.bytes[MEM_PARAMS] = padded * sizeof(float);
-        r.bytes[MEM_GRADS] = (padded + shard) * sizeof(float);
+        size_t padded = o->max_shard * (size_t)o->num_processes;
+        if (!o->badam_block) { r.bytes[MEM_PARAMS] = padded * sizeof(float); }
+        r.bytes[MEM_GRADS] = (padded + o->max_shard) * sizeof(float);
     }
     r.bytes[MEM_ACTS] = sum_sizes(acts, CPU_NUM_ACTIVATIONS) * sizeof(float);
     r.bytes[MEM_SCRATCH] = sum_sizes(scratch, CPU_NUM_SCRATCH) * sizeof(float);
@@ -223,6 +225,7 @@ typedef struct {
     size_t master_elems;    // elements of its largest view: the fp32 master weights beside it
     size_t stage_bytes;     // --offload: the largest chunk's state bytes and elements (each of the two
     size_t stage_elems;     // staging buffers; llmc/optim/offload.cuh)
+    size_t max_shard;       // ZeRO-1: the largest view's shard (OptimSizes.max_shard)
     int flash_attention;    // 0: --attention matmul; 1 cudnn, 2 cudnn-fast (no T x T activations, LSE stats)
 } GpuMemoryOptions;
 
@@ -231,10 +234,12 @@ static inline MemoryReport memory_model_gpu(const GPT2Config* c, int B, int T, c
     memset(&r, 0, sizeof(r));
     size_t n = gpt2_num_parameters(c);
     size_t ng = g->badam_block > 0 ? g->badam_block : n;  // gradient elements
-    if (g->badam_block == 0 && g->zero_stage >= 1 && g->num_processes > 1) {
-        // ZeRO-1: parameters and gradients padded to equal shards (the reduce-scatter and the
-        // all-gather work in place on them); the optimizer's view is this process's shard
-        n = ng = zero_shard_elems(n, g->num_processes) * (size_t)g->num_processes;
+    if (g->zero_stage >= 1 && g->num_processes > 1) {
+        // ZeRO-1: gradients padded to equal shards of the largest view (the reduce-scatter works in
+        // place on them), and without BAdam the parameters too (so does the all-gather); the
+        // optimizer's view is this process's shard
+        ng = g->max_shard * (size_t)g->num_processes;
+        if (g->badam_block == 0) { n = ng; }
     }
     r.bytes[MEM_PARAMS] = gpu_tensor_bytes(n, g->floatx_bytes);
     r.bytes[MEM_GRADS] = gpu_tensor_bytes(ng, g->floatx_bytes);

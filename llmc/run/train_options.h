@@ -297,6 +297,7 @@ typedef struct {
     size_t max_elems;    // elements of the largest view (the master weights the GPU trainer keeps)
     size_t stage_bytes;  // --offload: the largest chunk's state, and its elements (device staging)
     size_t stage_elems;
+    size_t max_shard;    // ZeRO-1: the largest view's shard (the gradients hold it times procs), or 0
 } OptimSizes;
 
 static inline OptimSizes train_options_optim_sizes(const TrainOptions* o, const GPT2Config* c, int rank, int procs) {
@@ -309,7 +310,7 @@ static inline OptimSizes train_options_optim_sizes(const TrainOptions* o, const 
     OptimEngine e;
     optim_engine_init(&e, &cfg, &pt, o->badam > 0 ? &bd : NULL, 0.0f, rank, zero ? procs : 1,
                       zero ? zero_shard_elems(pt.total, procs) : 0);
-    OptimSizes z = {e.bytes, e.max_elems, 0, 0};
+    OptimSizes z = {e.bytes, e.max_elems, 0, 0, optim_engine_max_shard(&e)};
     if (o->offload) {
         optim_engine_offload_size(&e, optim_chunk_elems(pt.total, (size_t)o->offload_chunk), &z.stage_bytes, &z.stage_elems);
     }
@@ -350,11 +351,9 @@ typedef struct {
 } FlagConflict;
 
 static inline int conflict_lamb_zero(const TrainOptions* o, int procs) { return o->optimizer == OPT_LAMB && procs > 1 && o->zero_stage >= 1; }
-static inline int conflict_zero_badam(const TrainOptions* o, int procs) { return procs > 1 && o->zero_stage >= 1 && o->badam > 0; }
 
 static const FlagConflict flag_conflicts[] = {
     {conflict_lamb_zero, CLI_BOTH, "flags --optimizer lamb and -z 1 cannot be combined yet (LAMB's trust ratio needs each tensor's norms summed over the shards)"},
-    {conflict_zero_badam, CLI_BOTH, "flags -z 1 and --badam cannot be combined yet (use -z 0)"},
 };
 
 // Exits with the table's message when a refused combination is set (trainer: CLI_CPU or CLI_GPU).
