@@ -62,7 +62,7 @@ LEANSTEP_DATA_MIRROR ?=
 # (CI=true), where dev/install_deps.sh must have installed it. $(call missing_dep,TARGET,WHAT,PACKAGE)
 missing_dep = echo "$(1): $(2) not found$(if $(filter true,$(CI)),: FAILED (CI=true; install $(3)),: skipped (install $(3)))"$(if $(filter true,$(CI)), && exit 1)
 
-.PHONY: all test test-san test-main test-units test-cli help clean train deps bench bench-build memory-table
+.PHONY: all test test-san test-main test-units test-cli help clean train deps bench bench-build memory-table optim-cost-table
 all: train_gpt2 test_gpt2
 
 TEST_TARGETS :=
@@ -535,6 +535,7 @@ help:
 	@echo "make bench           CPU benchmarks: trainer tokens/s and MFU, AdamW vs bandwidth"
 	@echo "make bench-corpus    corpus tokenizer throughput against tiktoken at equal threads"
 	@echo "make memory-table    published memory figures vs their formulas vs our memory model"
+	@echo "make optim-cost-table  bytes per parameter of every optimizer x state x placement (README)"
 	@echo "make train_gpt2cu    the GPU trainer (PRECISION=BF16|FP32, GPU_ARCH=native|sm_90...)"
 	@echo "make cudnn-frontend  the cuDNN frontend headers (pip) for the BF16 GPU trainer's flash attention"
 	@echo "make test-gpu-emu    the GPU trainer's tests under the CPU harness"
@@ -562,6 +563,15 @@ $(BUILD)/memory_table: dev/memory_table.c $(LLMC_HEADERS)
 
 memory-table: $(BUILD)/memory_table
 	$(Q)$(BUILD)/memory_table
+
+# what each optimizer x state precision x placement costs per parameter (the README's table)
+$(BUILD)/optim_cost_table: dev/optim_cost_table.c $(LLMC_HEADERS)
+	@mkdir -p $(BUILD)
+	@echo "  CC    $@"
+	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
+
+optim-cost-table: $(BUILD)/optim_cost_table
+	$(Q)$(BUILD)/optim_cost_table
 
 # ----------------------------------------------------------------------------
 # benchmarks (programs that print tables; not tests)

@@ -1,0 +1,93 @@
+/*
+ optim_cost_table.c: what each cell of the optimizer engine's matrix costs, in bytes of optimizer
+ state per parameter of GPT-2 124M (d12), GPU and host, computed by the engine itself
+ (train_options_optim_sizes: the sizes the trainers allocate and their memory models check).
+
+   make optim-cost-table      (prints the Markdown table that README.md shows)
+
+ Columns: the state on the device for one process; per process with ZeRO-1 over 2 and 8
+ processes; with --badam 4 (the largest block's state; d12's largest block is the embeddings);
+ with --offload (host: the whole state in pinned memory; GPU: two chunks of staging at the
+ default --offload-chunk). Not in the table, the same for every optimizer: gradients (4 B/param
+ fp32, 2 B bf16; BAdam: the block's), fp32 master weights of the bf16 build (4 B/param, indexed as
+ the state: sharded by ZeRO-1, one block with BAdam, in host memory with --offload).
+ A refused cell prints the refusal's reason.
+*/
+#include <stdio.h>
+#include <string.h>
+#include "llmc/run/train_options.h"
+
+typedef struct {
+    const char* name;
+    int kind, state, amsgrad, nesterov;
+    float momentum;
+} Row;
+
+static double per_param(size_t bytes, size_t n) { return (double)bytes / (double)n; }
+
+// "-" where the trainers refuse the flags (llmc/run/train_options.h: flag_conflicts), else the value.
+static void cell(const TrainOptions* o, int procs, double v) {
+    for (size_t i = 0; i < sizeof(flag_conflicts) / sizeof(flag_conflicts[0]); i++) {
+        if (flag_conflicts[i].applies(o, procs)) {
+            printf(" refused |");
+            return;
+        }
+    }
+    printf(" %.3f |", v);
+}
+
+int main(void) {
+    GPT2Config c;
+    gpt2_config_from_descriptor("d12", &c);
+    const size_t n = gpt2_num_parameters(&c);
+    static const Row rows[] = {
+        {"adamw", OPT_ADAMW, OPT_STATE_FP32, 0, 0, -1.0f},      {"adamw", OPT_ADAMW, OPT_STATE_BF16, 0, 0, -1.0f},
+        {"adamw", OPT_ADAMW, OPT_STATE_INT8, 0, 0, -1.0f},      {"adamw + amsgrad", OPT_ADAMW, OPT_STATE_FP32, 1, 0, -1.0f},
+        {"adamw + amsgrad", OPT_ADAMW, OPT_STATE_BF16, 1, 0, -1.0f}, {"adamw + amsgrad", OPT_ADAMW, OPT_STATE_INT8, 1, 0, -1.0f},
+        {"sgd (momentum 0.9)", OPT_SGD, OPT_STATE_FP32, 0, 0, -1.0f}, {"sgd (momentum 0.9)", OPT_SGD, OPT_STATE_BF16, 0, 0, -1.0f},
+        {"sgd (momentum 0.9)", OPT_SGD, OPT_STATE_INT8, 0, 0, -1.0f}, {"sgd + nesterov", OPT_SGD, OPT_STATE_FP32, 0, 1, -1.0f},
+        {"sgd (momentum 0)", OPT_SGD, OPT_STATE_FP32, 0, 0, 0.0f},   {"lamb", OPT_LAMB, OPT_STATE_FP32, 0, 0, -1.0f},
+        {"lamb", OPT_LAMB, OPT_STATE_BF16, 0, 0, -1.0f},        {"lamb", OPT_LAMB, OPT_STATE_INT8, 0, 0, -1.0f},
+        {"lion", OPT_LION, OPT_STATE_FP32, 0, 0, -1.0f},        {"lion", OPT_LION, OPT_STATE_BF16, 0, 0, -1.0f},
+        {"lion", OPT_LION, OPT_STATE_INT8, 0, 0, -1.0f},
+    };
+    printf("| optimizer | state | GPU, 1 process | -z 1, per process of 2 | -z 1, per process of 8 | --badam 4 | --offload: host | --offload: GPU staging |\n");
+    printf("|---|---|---|---|---|---|---|---|\n");
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        const Row* r = &rows[i];
+        TrainOptions o;
+        train_options_defaults(&o);
+        o.optimizer = r->kind;
+        o.opt_state = r->state;
+        o.amsgrad = r->amsgrad;
+        o.nesterov = r->nesterov;
+        o.momentum = r->momentum;
+        if (r->kind == OPT_LION) { o.beta2 = 0.99f; }
+        printf("| %s | %s |", r->name, optim_precision_choices[r->state]);
+        OptimConfig cfg = optim_config_default((OptimKind)r->kind);
+        cfg.state = (OptimStatePrecision)r->state;
+        cfg.amsgrad = r->amsgrad;
+        cfg.nesterov = r->nesterov;
+        if (r->momentum >= 0.0f) { cfg.momentum = r->momentum; }
+        char why[256];
+        if (!optim_config_check(&cfg, why, sizeof(why))) {
+            printf(" refused: %s | | | | | |\n", why);
+            continue;
+        }
+        OptimSizes one = train_options_optim_sizes(&o, &c, 0, 1);
+        cell(&o, 1, per_param(one.bytes, n));
+        o.zero_stage = 1;
+        cell(&o, 2, per_param(train_options_optim_sizes(&o, &c, 0, 2).bytes, n));
+        cell(&o, 8, per_param(train_options_optim_sizes(&o, &c, 0, 8).bytes, n));
+        o.zero_stage = 0;
+        o.badam = 4;
+        cell(&o, 1, per_param(train_options_optim_sizes(&o, &c, 0, 1).bytes, n));
+        o.badam = 0;
+        o.offload = 1;
+        OptimSizes off = train_options_optim_sizes(&o, &c, 0, 1);
+        cell(&o, 1, per_param(off.bytes, n));
+        printf(" %.1f MiB |\n", 2.0 * (double)off.stage_bytes / (1024.0 * 1024.0));
+    }
+    printf("\nGPT-2 124M (d12), %zu parameters; bytes of optimizer state per parameter of the model.\n", n);
+    return 0;
+}
