@@ -442,7 +442,8 @@ endif
 EMU_REF := --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin
 EMU_RUN := OMP_NUM_THREADS=1
 GPU_EMU_TESTS := $(addprefix test-gpu-emu-,model-fp32 model-bf16 model-bf16-matmul mutants-fp32 mutants-bf16 \
-	compare-1 compare-2 cli-fp32 cli-bf16 sweep-fp32 sweep-bf16 modes cross-resume first-run guards-fp32 guards-bf16 train-loop) gpu-compile-check-all
+	compare-1 compare-2 cli-fp32 cli-bf16 sweep-fp32 sweep-bf16 modes cross-resume first-run guards-fp32 guards-bf16 train-loop \
+	optim-matrix) gpu-compile-check-all
 .PHONY: test-gpu-emu $(GPU_EMU_TESTS)
 test-gpu-emu: $(GPU_EMU_TESTS)
 $(filter test-gpu-emu-%,$(GPU_EMU_TESTS)): $(EMU_TRAIN)
@@ -468,6 +469,14 @@ test-gpu-emu-modes: $(BUILD)/train_gpt2 data
 test-gpu-emu-cross-resume: $(BUILD)/train_gpt2 data
 	$(EMU_RUN) $(PYTHON) dev/test/test_cross_resume.py --cpu $(BUILD)/train_gpt2 --fp32 $(BUILD)/train_gpt2cu_emu_fp32 \
 		--bf16 $(BUILD)/train_gpt2cu_emu_bf16
+# every optimizer x state precision x placement cell of the optimizer engine (dev/test/test_optim_matrix.py):
+# the CPU trainer (its MPI build for -z 1) and the fp32 harness GPU build (its MPI build for -z 1): run
+# or refused as listed, CPU = GPU losses, -z 1 = one process, bit-exact resume of a sample of cells
+test-gpu-emu-optim-matrix: $(BUILD)/train_gpt2 data $(if $(HAVE_MPI),$(BUILD)/train_gpt2_mpi) \
+		$(if $(HAVE_MPI),$(if $(NCCL_INC),$(BUILD)/train_gpt2cu_emu_mpi_fp32))
+	$(EMU_RUN) $(PYTHON) dev/test/test_optim_matrix.py --bin $(BUILD)/train_gpt2 --gpu-bin $(BUILD)/train_gpt2cu_emu_fp32 \
+		$(if $(HAVE_MPI),--mpi-bin $(BUILD)/train_gpt2_mpi) \
+		$(if $(HAVE_MPI),$(if $(NCCL_INC),--gpu-mpi-bin $(BUILD)/train_gpt2cu_emu_mpi_fp32))
 test-gpu-emu-first-run: $(BUILD)/prepare_data data
 	$(EMU_RUN) $(PYTHON) dev/test/test_first_run.py --gpu-bin $(BUILD)/train_gpt2cu_emu_fp32
 test-gpu-emu-guards-fp32 test-gpu-emu-guards-bf16: test-gpu-emu-guards-%: data

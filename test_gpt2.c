@@ -450,7 +450,7 @@ static void test_adamw_and_memory(void) {
     CpuMemoryOptions mo12 = {0, 0, 1, train_options_optim_sizes(&o12, &d12, 0, 1).bytes, 0};
     r12 = memory_model_cpu(&d12, 4, 64, &mo12);
     size_t opt = r12.bytes[MEM_GRADS] + r12.bytes[MEM_OPT_STATE], np12 = gpt2_num_parameters(&d12);
-    CHECK(opt >= 12 * np12 && opt < 12 * np12 + 64 * 2 * 148, "d12 optimizer side = 12 bytes/param (+ 64-byte alignment; got %zu)", opt);
+    CHECK(opt >= 12 * np12 && opt < 12 * np12 + (size_t)64 * 2 * 148, "d12 optimizer side = 12 bytes/param (+ 64-byte alignment; got %zu)", opt);
 }
 
 // Gradient check of the whole model against central finite differences, in float64-free
@@ -558,6 +558,9 @@ static void test_engine_chunks(void) {
         float* q = (float*)mallocCheck(n * sizeof(float));
         memcpy(q, p0, n * sizeof(float));
         const OptimState* w = &chunked.st;
+        if (w->nseg < 1 || w->segs == NULL || w->memory == NULL || whole.st.memory == NULL) {
+            ls_fatal("engine chunks: the view of the whole model has no segments");
+        }
         size_t* bounds;
         int nc = optim_chunk_bounds(&cfg, w->segs, w->nseg, w->n, chunk, &bounds);
         OptimSegment* segs = (OptimSegment*)mallocCheck((size_t)w->nseg * sizeof(OptimSegment));

@@ -15,6 +15,7 @@
 #include <string.h>
 #include "llmc/config.h"
 #include "llmc/run/memory.h"
+#include "llmc/optim/engine.h"
 #include "llmc/optim/optim.h"
 
 static int mismatches = 0;
@@ -64,6 +65,19 @@ static double llmc_activation_bytes(const GPT2Config* c, size_t B, size_t T, int
     return 2.0 * (double)bf16 + 4.0 * (double)fp32;
 }
 
+// fp32 AdamW's state as the optimizer engine sizes it (what the trainers allocate): the block's
+// bytes (m then v, each 64-byte aligned) and the elements of its view, for one of `procs`
+// processes with ZeRO-1 (procs 1: the whole model).
+static size_t adamw_state_bytes(const GPT2Config* c, int procs, size_t* elems) {
+    OptimConfig cfg = optim_config_default(OPT_ADAMW);
+    ParamTable pt;
+    param_table_build(&pt, c);
+    OptimEngine e;
+    optim_engine_init(&e, &cfg, &pt, NULL, 0.0f, 0, procs, procs > 1 ? zero_shard_elems(pt.total, procs) : 0);
+    if (elems != NULL) { *elems = e.max_elems; }
+    return e.bytes;
+}
+
 int main(void) {
     GPT2Config d12, d48;
     gpt2_config_from_descriptor("d12", &d12);
@@ -75,8 +89,9 @@ int main(void) {
     printf("|---|---|---|---|---|---|\n");
 
     // 1. the seed documents: GPT-2 124M fp32 AdamW (they round N to 124M)
-    MemoryReport cpu = memory_model_cpu(&d12, 4, 64, NULL);
-    double opt_side = (double)(cpu.bytes[MEM_GRADS] + cpu.bytes[MEM_ADAM_M] + cpu.bytes[MEM_ADAM_V]);
+    CpuMemoryOptions co = {.num_processes = 1, .opt_state_bytes = adamw_state_bytes(&d12, 1, NULL)};
+    MemoryReport cpu = memory_model_cpu(&d12, 4, 64, &co);
+    double opt_side = (double)(cpu.bytes[MEM_GRADS] + cpu.bytes[MEM_OPT_STATE]);  // the state row: m and v
     row("124M fp32: parameters", "4 B x 124M", MB(cpu.bytes[MEM_PARAMS]), MB(4 * 124e6), 496, "MB");
     row("124M fp32: optimizer side (grad + m + v)", "12 B x 124M", MB(opt_side), MB(12 * 124e6), 1488, "MB");
     row("124M fp32: parameter-related total", "16 B x 124M", GB(cpu.bytes[MEM_PARAMS] + opt_side), GB(16 * 124e6), 2.0, "GB");
@@ -87,16 +102,21 @@ int main(void) {
     row("1e8 fp32: Adam state (m, v)", "8 B x 1e8", MB(8 * 1e8), MB(8 * 1e8), 800, "MB");
 
     // 3. llm.c bf16 GPT-2 124M, one GPU: our GPU model with bf16 parameters and master weights
-    GpuMemoryOptions g = {1, 1, 2, 0, 0, 0, 1, 0, 0, 0, 0, 1};  // cuDNN attention, as llm.c
+    // (ours: the optimizer state row holds m and v, half of it each)
+    size_t e124, s124 = adamw_state_bytes(&d12, 1, &e124);
+    GpuMemoryOptions g = {.recompute = 1, .master_weights = 1, .floatx_bytes = 2, .num_processes = 1,
+                          .opt_state_bytes = s124, .master_elems = e124, .flash_attention = 1};  // cuDNN attention, as llm.c
     MemoryReport gpu = memory_model_gpu(&d12, 4, 1024, &g);
     row("llm.c 124M bf16: parameters", "2 B x N", mib(gpu.bytes[MEM_PARAMS]), 2 * N124 / 1048576.0, 237, "MiB");
-    row("llm.c 124M bf16: m (and v, master each)", "4 B x N", mib(gpu.bytes[MEM_ADAM_M]), 4 * N124 / 1048576.0, 474, "MiB");
+    row("llm.c 124M bf16: m (and v, master each)", "4 B x N", mib(gpu.bytes[MEM_OPT_STATE]) / 2, 4 * N124 / 1048576.0, 474, "MiB");
 
     // 4. llm.c GPT-2 1558M, 8 GPUs, ZeRO-1
-    GpuMemoryOptions z = {1, 1, 2, 0, 0, 1, 8, 0, 0, 0, 0, 1};  // cuDNN attention, as llm.c
+    size_t e1558, s1558 = adamw_state_bytes(&d48, 8, &e1558);
+    GpuMemoryOptions z = {.recompute = 1, .master_weights = 1, .floatx_bytes = 2, .zero_stage = 1, .num_processes = 8,
+                          .opt_state_bytes = s1558, .master_elems = e1558, .flash_attention = 1};  // cuDNN attention, as llm.c
     MemoryReport gz = memory_model_gpu(&d48, 16, 1024, &z);
     row("llm.c 1558M bf16: parameters", "2 B x N", mib(gz.bytes[MEM_PARAMS]), 2 * N1558 / 1048576.0, 2971, "MiB");
-    row("llm.c 1558M ZeRO-1 x8: m (v, master) per GPU", "4 B x N / 8", mib(gz.bytes[MEM_ADAM_M]), 4 * N1558 / 8 / 1048576.0, 742, "MiB");
+    row("llm.c 1558M ZeRO-1 x8: m (v, master) per GPU", "4 B x N / 8", mib(gz.bytes[MEM_OPT_STATE]) / 2, 4 * N1558 / 8 / 1048576.0, 742, "MiB");
     double llmc_acts_r0 = llmc_activation_bytes(&d48, 16, 1024, 0);
     double llmc_acts_r1 = llmc_activation_bytes(&d48, 16, 1024, 1);
     row("llm.c 1558M activations B16 T1024 (cuDNN)", "llm.c layout, GELU kept per layer", mib(gz.bytes[MEM_ACTS]),
@@ -106,10 +126,12 @@ int main(void) {
     double psi = 7.5e9;
     row("ZeRO: mixed-precision Adam, 7.5B", "(2 + 2 + 12) B x psi", GB(16 * psi), GB(16 * psi), 120, "GB");
     row("ZeRO-1 (P_os), 7.5B, Nd = 64, per GPU", "4 psi + 12 psi / Nd", GB(4 * psi + 12 * psi / 64), GB(4 * psi + 12 * psi / 64), 31.4, "GB");
-    GpuMemoryOptions z124 = {1, 1, 2, 0, 0, 1, 8, 0, 0, 0, 0, 1};
+    size_t ez124, sz124 = adamw_state_bytes(&d12, 8, &ez124);
+    GpuMemoryOptions z124 = {.recompute = 1, .master_weights = 1, .floatx_bytes = 2, .zero_stage = 1, .num_processes = 8,
+                             .opt_state_bytes = sz124, .master_elems = ez124, .flash_attention = 1};
     MemoryReport g124 = memory_model_gpu(&d12, 4, 1024, &z124);
     double ours124 = (double)(g124.bytes[MEM_PARAMS] + g124.bytes[MEM_GRADS] + g124.bytes[MEM_MASTER] +
-                              g124.bytes[MEM_ADAM_M] + g124.bytes[MEM_ADAM_V]);
+                              g124.bytes[MEM_OPT_STATE]);
     row("ours: 124M bf16 ZeRO-1 x8, per GPU", "4 N + 12 N / 8", MB(ours124), MB(4 * N124 + 12 * N124 / 8), NAN, "MB");
 
     // 6. BAdam (Luo et al. 2024): M billion parameters, D blocks; Llama 2-7B, D = 32

@@ -46,12 +46,26 @@ def model_files():
 def state_files():
     n = 8
     out = {}
-    for master, has_m_v, arrays in ((0, 1, 2), (1, 1, 3), (0, 2, 1)):  # has_m_v 2: one optimizer state block
+    # version 1 (before the optimizer engine): AdamW m, v (and master), or one block (has_m_v 2)
+    for master, has_m_v, arrays in ((0, 1, 2), (1, 1, 3), (0, 2, 1)):
         h = struct.pack("<6iQQQQi", STATE_MAGIC, 1, 1, 0, 5, has_m_v, n, 0, 3, 42, master)
         h += b"\0" * (1024 - len(h))
         payload = struct.pack(f"<{arrays * n}f", *range(arrays * n))
         name = f"seed-master{master}.bin" if has_m_v == 1 else "seed-state-block.bin"
         out[name] = with_checksum(h, payload, 15) if master or has_m_v == 2 else h + payload
+    # version 2: one optimizer state block of `words` words, the optimizer tag in [19]
+    # (optim_engine_tag: kind | state << 4 | amsgrad << 8 | momentum << 9 | nesterov << 10),
+    # master weights (their own count in [17..18]) or none; always checksummed
+    ADAMW, SGD, LION, FP32, INT8 = 0, 1, 3, 0, 2
+    for name, words, tag, nm in (("seed-v2-adamw.bin", 2 * n, ADAMW | FP32 << 4, 0),
+                                 ("seed-v2-int8-master.bin", 12, ADAMW | INT8 << 4, n),
+                                 ("seed-v2-sgd-nesterov.bin", n, SGD | 1 << 9 | 1 << 10, 0),
+                                 ("seed-v2-lion-empty.bin", 0, LION, 0)):
+        h = struct.pack("<6iQQQQi", STATE_MAGIC, 2, 1, 0, 5, 1, words, 0, 3, 42, 1 if nm else 0)
+        h += b"\0" * (4 * 17 - len(h)) + struct.pack("<Qi", nm, tag)
+        h += b"\0" * (1024 - len(h))
+        payload = struct.pack(f"<{words + nm}f", *range(words + nm))
+        out[name] = with_checksum(h, payload, 15)
     return out
 
 

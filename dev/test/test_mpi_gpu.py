@@ -7,8 +7,8 @@ and -z 1 (ZeRO-1: reduce-scatter, sharded AdamW, all-gather) must give the losse
 (the plain harness build) for 10 steps within 1e-5 relative per step (fp32; the losses are read
 from log.jsonl with 9 digits, and the test says whether they are bitwise equal). The model
 L2C32H2T63V512 has 43,872 parameters, not a multiple of 2 x 32, so ZeRO-1's padding is exercised.
-Also: ZeRO-1's AdamW m and v per process are the memory model's per-process figure (the trainer
-checks its allocation against the model at start-up), 2-rank checkpoints resume bit-exactly for
+Also: ZeRO-1's optimizer state per process (fp32 AdamW: m and v of one shard) is the memory
+model's per-process figure (the trainer checks its allocation against the model at start-up), 2-rank checkpoints resume bit-exactly for
 -z 0 and -z 1, a 2-rank ZeRO-1 checkpoint is refused by 1 process, the fs and tcp rendezvous
 (without mpirun's help: -pi fs|tcp -pn 2 -pr R) train, mismatched flags (over MPI and over the
 NCCL backend) fail with a message, a -d that the process count does not divide exits 2 naming
@@ -104,17 +104,18 @@ def main():
                   (z, worst, "bitwise equal" if got == ref else "not bitwise"))
             with open(os.path.join(d1, "model_00000010.bin"), "rb") as fa, open(os.path.join(d, "model_00000010.bin"), "rb") as fb:
                 print("-np 2 -z %d: final model %s the one-process model" % (z, "bit-identical to" if fa.read() == fb.read() else "differs from"))
-        # memory per process: ZeRO-1 holds one shard of m and v (the start-up check compared the
-        # allocation with the model); one process holds all
+        # memory per process: ZeRO-1 holds the optimizer state (fp32 AdamW: m and v, 8 bytes each
+        # element) of one shard (the start-up check compared the allocation with the model); one
+        # process holds all. m and v of the shard are multiples of 64 bytes, the block of 256.
         rz = runs[1][0].stdout
         shard = ((NUM_PARAMS + 1) // 2 + 31) // 32 * 32
-        want = round(4.0 * shard / NUM_PARAMS, 2)
-        for row in ("AdamW m", "AdamW v"):
-            one, per = bytes_per_param(r1.stdout, row), bytes_per_param(rz, row)
-            check(one == 4.0 and per == want, "%s: 4.00 bytes/param with one process, %.2f per process with -np 2 -z 1 (got %.2f, %.2f)"
-                  % (row, want, one, per))
-        print("memory per process: AdamW m, v %.2f bytes/param with one process, %.2f with -np 2 -z 1 (shard %d of %d parameters)"
-              % (bytes_per_param(r1.stdout, "AdamW m"), bytes_per_param(rz, "AdamW m"), shard, NUM_PARAMS))
+        want = round(8.0 * shard / NUM_PARAMS, 2)
+        one, per = bytes_per_param(r1.stdout, "optimizer state"), bytes_per_param(rz, "optimizer state")
+        check(one == 8.0 and per == want and "AdamW m" not in r1.stdout,
+              "optimizer state: 8.00 bytes/param with one process, %.2f per process with -np 2 -z 1 (got %.2f, %.2f)"
+              % (want, one, per))
+        print("memory per process: optimizer state %.2f bytes/param with one process, %.2f with -np 2 -z 1 (shard %d of %d parameters)"
+              % (one, per, shard, NUM_PARAMS))
         check("memory per process (2 processes, -z 1)" in rz, "the memory table says it is per process")
         # 2-rank checkpoints resume bit-exactly
         for z in (0, 1):
@@ -131,7 +132,8 @@ def main():
                   "-z %d: the 2-rank resume reproduces steps 6-10: %s vs %s (%s)" % (z, step_losses(rb.stdout), step_losses(r.stdout)[5:], tail(rb)))
             with open(os.path.join(da, "model_00000010.bin"), "rb") as fa, open(os.path.join(db, "model_00000010.bin"), "rb") as fb:
                 check(fa.read() == fb.read(), "-z %d: the resumed final model is bit-identical" % z)
-        # the optimizer family with -z 0: the same losses as one process (ZeRO-1 is AdamW only: refused)
+        # another optimizer of the engine with -z 0 and -z 1: the losses of one process (-z 0 bitwise;
+        # -z 1 within 1e-5 as AdamW's above: the shard's gradients are summed in another order)
         fam = [x if x != "10" else "4" for x in base] + ["--optimizer", "lion"]
         rf1 = subprocess.run([one_bin] + fam, capture_output=True, text=True, timeout=300, env=ENV)
         rf2 = mpirun(2, [mpi_bin] + fam + ["-z", "0"])
@@ -139,7 +141,10 @@ def main():
               step_losses(rf2.stdout) == step_losses(rf1.stdout),
               "lion -np 2 -z 0: the losses of one process: %s vs %s (%s)" % (step_losses(rf2.stdout), step_losses(rf1.stdout), tail(rf2)))
         rf3 = mpirun(2, [mpi_bin] + fam + ["-z", "1"])
-        check(rf3.returncode != 0 and "-z 1" in rf3.stderr, "lion with -z 1 is refused naming the flags: %s" % tail(rf3))
+        l1, l3 = step_losses(rf1.stdout), step_losses(rf3.stdout)
+        worst = max((abs(x - y) / abs(x) for x, y in zip(l1, l3)), default=1.0)
+        check(rf3.returncode == 0 and len(l3) == 4 and worst <= 1e-5,
+              "lion -np 2 -z 1: the losses of one process within 1e-5 (worst %.2e): %s vs %s (%s)" % (worst, l3, l1, tail(rf3)))
         rw = mpirun(1, [mpi_bin] + base + ["-z", "1", "-o", os.path.join(tmp, "resume1"), "-y", "1"])
         check(rw.returncode != 0 and "resume with the same count" in rw.stderr, "a 2-rank ZeRO-1 checkpoint is refused by 1 process: %s" % tail(rw))
         # without mpirun's help: the fs and tcp rendezvous (the shim checks every rank got rank 0's id)

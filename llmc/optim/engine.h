@@ -160,8 +160,7 @@ static inline void optim_engine_set_view_cpu(OptimEngine* e, int view) {
     int nseg = optim_engine_view_table(e, view, &segs, &n);
     if (nseg > 0) {
         optim_state_init(&e->st, &e->cfg, segs, nseg, n, e->memory);
-    } else {
-        memset(&e->st, 0, sizeof e->st);
+    } else {  // no elements: nothing to carve, nothing to update (optim_state_free zeroed st)
         e->st.cfg = e->cfg;
     }
     free(segs);

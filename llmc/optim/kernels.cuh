@@ -444,8 +444,9 @@ static inline void optim_engine_set_view_device(OptimEngine* e, int view) {
     int nseg = optim_engine_view_table(e, view, &segs, &n);
     if (nseg > 0) {
         optim_state_attach_device(&e->st, &e->cfg, segs, nseg, n, e->memory);
-    } else {
-        memset(&e->st, 0, sizeof e->st);
+    } else {  // no elements: nothing to carve, nothing to update
+        static const OptimState none = {};
+        e->st = none;
         e->st.cfg = e->cfg;
         e->st.on_device = 1;
     }

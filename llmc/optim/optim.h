@@ -447,6 +447,7 @@ static inline void adamw_int8_update_cpu(float* params, const float* grads, cons
                 const float am = q->absmax_m[b], av = q->absmax_v[b];
                 const unsigned char *cm = q->qm + start, *cv = q->qv + start;
                 for (size_t j = 0; j < len; j++) {
+                    // NOLINTNEXTLINE(clang-analyzer-core.NullDereference): optim_state_carve gives every int8 state its codes
                     mb[j] = map_m[cm[j]] * am;
                     vb[j] = map_v[cv[j]] * av;
                 }

@@ -255,7 +255,6 @@ static inline void optim_state_setup(OptimState* st, const OptimConfig* cfg, con
     char why[256];
     if (!optim_config_check(cfg, why, sizeof why)) ls_fatal("%s", why);
     optim_segments_check(segs, nseg, n);
-    if (device && memory == NULL) ls_fatal("optimizer: a device state needs its device memory");
     memset(st, 0, sizeof *st);
     st->cfg = *cfg;
     st->n = n;
@@ -270,6 +269,7 @@ static inline void optim_state_setup(OptimState* st, const OptimConfig* cfg, con
         for (int s = 0; s < nseg; s++) st->small_off[s] = OPT_NOT_SMALL;
     }
     optim_state_carve(st, 0);
+    if (device && memory == NULL && st->bytes > 0) ls_fatal("optimizer: a device state needs its device memory");
     if (cfg->kind == OPT_ADAMW && cfg->state == OPT_STATE_INT8 && !device) {
         float maps[QUANT8_MAP_FLOATS];
         quant8_maps(maps, maps + 256);
@@ -305,6 +305,10 @@ static inline void optim_state_free(OptimState* st) {
     free(st->small_off);
     free(st->block0);
     free(st->segs);
+    st->segs = NULL;  // (the memset below says it too; the static analyzer follows this better)
+    st->block0 = st->small_off = NULL;
+    st->q8_index = NULL;
+    st->memory = NULL;
     memset(st, 0, sizeof *st);
 }
 
