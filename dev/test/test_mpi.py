@@ -14,7 +14,6 @@ with SIGKILL ends the job (mpirun exits non-zero naming the rank) instead of han
 """
 import argparse
 import os
-import random
 import re
 import shutil
 import struct
@@ -23,7 +22,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from testlib import check, failures, kill_one_rank, write_shard, step_losses  # noqa: E402
+from testlib import check, failures, kill_one_rank, step_losses, write_cyclic_data  # noqa: E402
 
 MODEL = "L2C32H2T64V2048"
 
@@ -55,10 +54,7 @@ def main():
     mpi_bin, one_bin = os.path.abspath(a.mpi_bin), os.path.abspath(a.bin)
     tmp = tempfile.mkdtemp(prefix="leanstep_mpi_")
     try:
-        rng = random.Random(3)
-        cycle = [rng.randrange(2048) for _ in range(53)]
-        write_shard(os.path.join(tmp, "train.bin"), [cycle[i % 53] if i % 7 else rng.randrange(2048) for i in range(30000)])
-        write_shard(os.path.join(tmp, "val.bin"), [rng.randrange(2048) for _ in range(5000)])
+        write_cyclic_data(tmp, 3, 2048, 53, 7, 30000, 5000)
         # total batch 2 x 4 x 32 = 256 tokens: one process accumulates two micro-batches, two
         # processes take one each; the dataloader gives micro-batch k of step s to rank k
         base = ["-e", MODEL, "-i", os.path.join(tmp, "train.bin"), "-j", os.path.join(tmp, "val.bin"), "-b", "4", "-t", "32",

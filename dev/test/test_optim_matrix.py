@@ -35,7 +35,6 @@ import argparse
 import concurrent.futures
 import math
 import os
-import random
 import re
 import shutil
 import struct
@@ -46,7 +45,7 @@ import time
 import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from testlib import check, failures, step_losses, write_shard  # noqa: E402
+from testlib import check, failures, step_losses, write_cyclic_data  # noqa: E402
 
 MODEL = "L2C16H2T16V512"  # head size 8: the smallest the GPU kernels take
 STEPS = 4
@@ -381,10 +380,7 @@ def main():
     t_start = time.time()
     tmp = tempfile.mkdtemp(prefix="leanstep_optim_matrix_")
     try:
-        rng = random.Random(5)
-        cycle = [rng.randrange(512) for _ in range(41)]
-        write_shard(os.path.join(tmp, "train.bin"), [cycle[i % 41] if i % 9 else rng.randrange(512) for i in range(8000)])
-        write_shard(os.path.join(tmp, "val.bin"), [rng.randrange(512) for _ in range(2000)])
+        write_cyclic_data(tmp, 5, 512, 41, 9, 8000, 2000)
         runner = Runner(a, tmp)
         cells = [(o, s, p) for o, _ in OPTIMIZERS for s in STATES for p in PLACEMENTS]
         if a.quick:  # each optimizer x state once, the placements in turn

@@ -1,5 +1,5 @@
 """testlib.py: what the end-to-end tests in dev/test share: a failure list with check(), the
-writer of llm.c token shards for small synthetic data sets, the parser of the trainers' step
+writer of llm.c token shards and of small learnable synthetic data sets, the parser of the trainers' step
 lines, and killing one rank of an mpirun job."""
 import os
 import re
@@ -23,6 +23,18 @@ def write_shard(path, tokens):
     with open(path, "wb") as fh:
         fh.write(struct.pack("<256i", *([20240520, 1, len(tokens)] + [0] * 253)))
         fh.write(struct.pack("<%dH" % len(tokens), *tokens))
+
+
+def write_cyclic_data(d, seed, vocab, period, noise_every, n_train, n_val):
+    """d/train.bin: a random cycle of `period` tokens (learnable), every noise_every-th token random;
+    d/val.bin: random tokens. Returns their paths."""
+    import random
+    rng = random.Random(seed)
+    cycle = [rng.randrange(vocab) for _ in range(period)]
+    train, val = os.path.join(d, "train.bin"), os.path.join(d, "val.bin")
+    write_shard(train, [cycle[i % period] if i % noise_every else rng.randrange(vocab) for i in range(n_train)])
+    write_shard(val, [rng.randrange(vocab) for _ in range(n_val)])
+    return train, val
 
 
 def step_losses(out):

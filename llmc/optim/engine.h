@@ -317,49 +317,46 @@ static inline int optim_segment_at(const OptimState* st, size_t x) {
     return st->nseg;
 }
 
+// Appends the copy of `count` elements of esize bytes: from element `first` of the view's buffer
+// wf (block wb) to the start of the chunk's buffer pf (block pb). Returns the new count.
+static inline int optim_copy_add(OptimCopy* out, int k, uintptr_t wb, const void* wf, size_t first, uintptr_t pb,
+                                 const void* pf, size_t count, size_t esize, int upload_only) {
+    if (pf == NULL || count == 0) return k;
+    if (wf == NULL || k >= OPTIM_MAX_COPIES) ls_fatal("optimizer: a chunk's state does not match its view's");
+    out[k].src = (uintptr_t)wf - wb + first * esize;
+    out[k].dst = (uintptr_t)pf - pb;
+    out[k].bytes = count * esize;
+    out[k].upload_only = upload_only;
+    return k + 1;
+}
+
 // The copies that move chunk `part` (elements [a, a + part->n) of the view `whole`, both carved)
 // between the two blocks. Returns their count (<= OPTIM_MAX_COPIES).
 static inline int optim_chunk_copies(const OptimState* whole, const OptimState* part, size_t a, OptimCopy* out) {
     const uintptr_t wb = (uintptr_t)whole->memory, pb = (uintptr_t)part->memory;
-    const size_t e0 = a, b0 = optim_blocks_before(whole, a), s0 = optim_smalls_before(whole, a);
-    const size_t g0 = (size_t)optim_segment_at(whole, a);
+    const size_t e = a, bl = optim_blocks_before(whole, a), sm = optim_smalls_before(whole, a);
+    const size_t sg = (size_t)optim_segment_at(whole, a), n = part->n, nb = part->nblocks, ns = part->nsmall;
     int k = 0;
-#define OPT_COPY(field, first, count, upload)                                                                    \
-    do {                                                                                                         \
-        if (part->field != NULL && (count) > 0) {                                                                \
-            if (whole->field == NULL || k >= OPTIM_MAX_COPIES) ls_fatal("optimizer: chunk copy table (" #field ")"); \
-            const size_t es = sizeof(*part->field);                                                              \
-            out[k].src = (uintptr_t)whole->field - wb + (first) * es;                                            \
-            out[k].dst = (uintptr_t)part->field - pb;                                                            \
-            out[k].bytes = (size_t)(count) * es;                                                                 \
-            out[k].upload_only = (upload);                                                                       \
-            k++;                                                                                                 \
-        }                                                                                                        \
-    } while (0)
-    OPT_COPY(m, e0, part->n, 0);
-    OPT_COPY(v, e0, part->n, 0);
-    OPT_COPY(vmax, e0, part->n, 0);
-    OPT_COPY(m16, e0, part->n, 0);
-    OPT_COPY(v16, e0, part->n, 0);
-    OPT_COPY(vmax16, e0, part->n, 0);
-    OPT_COPY(qm, e0, part->n, 0);
-    OPT_COPY(qv, e0, part->n, 0);
-    OPT_COPY(absmax_m, b0, part->nblocks, 0);
-    OPT_COPY(absmax_v, b0, part->nblocks, 0);
-    OPT_COPY(m32, s0, part->nsmall, 0);
-    OPT_COPY(v32, s0, part->nsmall, 0);
-    OPT_COPY(maps, 0, QUANT8_MAP_FLOATS, 1);
-    OPT_COPY(partials, b0, part->nblocks, 0);                          // the sums of p^2
-    if (part->partials != NULL) {                                     // and of u^2, after all blocks
-        if (k >= OPTIM_MAX_COPIES) ls_fatal("optimizer: chunk copy table (partials)");
-        out[k].src = (uintptr_t)(whole->partials + whole->nblocks + b0) - wb;
-        out[k].dst = (uintptr_t)(part->partials + part->nblocks) - pb;
-        out[k].bytes = part->nblocks * sizeof(float);
-        out[k].upload_only = 0;
-        k++;
+    // per element
+    k = optim_copy_add(out, k, wb, whole->m, e, pb, part->m, n, sizeof(float), 0);
+    k = optim_copy_add(out, k, wb, whole->v, e, pb, part->v, n, sizeof(float), 0);
+    k = optim_copy_add(out, k, wb, whole->vmax, e, pb, part->vmax, n, sizeof(float), 0);
+    k = optim_copy_add(out, k, wb, whole->m16, e, pb, part->m16, n, sizeof(uint16_t), 0);
+    k = optim_copy_add(out, k, wb, whole->v16, e, pb, part->v16, n, sizeof(uint16_t), 0);
+    k = optim_copy_add(out, k, wb, whole->vmax16, e, pb, part->vmax16, n, sizeof(uint16_t), 0);
+    k = optim_copy_add(out, k, wb, whole->qm, e, pb, part->qm, n, 1, 0);
+    k = optim_copy_add(out, k, wb, whole->qv, e, pb, part->qv, n, 1, 0);
+    // per block, per small element, constant, per segment
+    k = optim_copy_add(out, k, wb, whole->absmax_m, bl, pb, part->absmax_m, nb, sizeof(float), 0);
+    k = optim_copy_add(out, k, wb, whole->absmax_v, bl, pb, part->absmax_v, nb, sizeof(float), 0);
+    k = optim_copy_add(out, k, wb, whole->m32, sm, pb, part->m32, ns, sizeof(float), 0);
+    k = optim_copy_add(out, k, wb, whole->v32, sm, pb, part->v32, ns, sizeof(float), 0);
+    k = optim_copy_add(out, k, wb, whole->maps, 0, pb, part->maps, QUANT8_MAP_FLOATS, sizeof(float), 1);
+    k = optim_copy_add(out, k, wb, whole->partials, bl, pb, part->partials, nb, sizeof(float), 0);  // sums of p^2
+    if (part->partials != NULL) {                                                                      // of u^2
+        k = optim_copy_add(out, k, wb, whole->partials + whole->nblocks, bl, pb, part->partials + nb, nb, sizeof(float), 0);
     }
-    OPT_COPY(trust, g0, (size_t)part->nseg, 0);
-#undef OPT_COPY
+    k = optim_copy_add(out, k, wb, whole->trust, sg, pb, part->trust, (size_t)part->nseg, sizeof(float), 0);
     return k;
 }
 
