@@ -106,6 +106,7 @@ REFUSED = [
     (["--amsgrad", "1", "-pn", "2", "-z", "1"], "with -z 1", False),
     (["-pn", "2", "-z", "1", "--badam", "2"], "-z 1 and --badam", False),
     (["-pn", "2", "-z", "1", "--offload", "1"], "-z 1 and --offload", True),
+    (["--optimizer", "sgd", "--momentum", "0", "--opt-state", "int8"], "plain SGD keeps no state", False),
 ]
 
 

@@ -866,6 +866,10 @@ static void test_plan(void) {
     cok &= optim_cut_snap(pb.segs, pb.nseg, 100, optim_cut_of(&lamb)) == 8 + 4096;
     cok &= optim_cut_snap(pb.segs, pb.nseg, 100, optim_cut_of(&sgd)) == 100;
     cok &= optim_cut_snap(pb.segs, pb.nseg, 8, optim_cut_of(&lamb)) == 8;
+    OptimConfig lion8 = optim_config_default(OPT_LION), lamb8 = lamb; // int8 state of any optimizer: blocks, LAMB's: tensors
+    lion8.state = lamb8.state = OPT_STATE_INT8;
+    cok &= optim_cut_snap(pb.segs, pb.nseg, 100, optim_cut_of(&lion8)) == 8 + OPT_BLOCK;
+    cok &= optim_cut_snap(pb.segs, pb.nseg, 100, optim_cut_of(&lamb8)) == 8 + 4096;
     report("cut rules: int8 at blocks, LAMB at tensors, elementwise anywhere", cok, "");
 }
 
