@@ -50,13 +50,6 @@ OPTIM_HD float lion_element(float p, float g, float* m, float beta1, float omb1,
     return fmaf(-lr, fmaf(wd, p, optim_sign(c)), p);
 }
 
-// One element of SGD (kind OPT_SGD) or Lion with its m in place.
-static inline float optim_m_element(OptimKind kind, int nesterov, float p, float g, float* m, const OptimStepArgs* a,
-                                    float lr, float wd) {
-    if (kind == OPT_LION) return lion_element(p, g, m, a->beta1, a->one_minus_beta1, a->beta2, a->one_minus_beta2, lr, wd);
-    return sgd_element(p, g, m, a->momentum, a->one_minus_dampening, a->first_step, nesterov, lr, wd);
-}
-
 // ----------------------------------------------------------------------------
 // SGD with momentum, Lion: bf16 and int8 m
 
@@ -68,12 +61,25 @@ static inline void sgd_lion_bf16_update_cpu(OptimKind kind, int nesterov, float*
     for (int s = 0; s < nseg; s++) {
         const float lr = a->lr * segs[s].lr_mult, wd = segs[s].weight_decay;
         const size_t off = segs[s].offset, par = segs[s].param, n = segs[s].count;
-        #pragma omp for schedule(static) nowait
-        for (size_t k = 0; k < n; k++) {
-            const size_t i = off + k, pi = par + k;
-            float mi = bf16_bits_to_float(m[i]);
-            params[pi] = optim_m_element(kind, nesterov, params[pi], grads[i] * grad_scale, &mi, a, lr, wd);
-            m[i] = bf16_bits_round_stochastic(mi, srng_bits(key, pi, 1));
+        if (kind == OPT_LION) { // one loop per optimizer, the branches outside: they vectorize
+            const float b1 = a->beta1, omb1 = a->one_minus_beta1, b2 = a->beta2, omb2 = a->one_minus_beta2;
+            #pragma omp for simd schedule(static) nowait
+            for (size_t k = 0; k < n; k++) {
+                const size_t i = off + k, pi = par + k;
+                float mi = bf16_bits_to_float(m[i]);
+                params[pi] = lion_element(params[pi], grads[i] * grad_scale, &mi, b1, omb1, b2, omb2, lr, wd);
+                m[i] = bf16_bits_round_stochastic(mi, srng_bits(key, pi, 1));
+            }
+        } else {
+            const float mu = a->momentum, omd = a->one_minus_dampening;
+            const int first = a->first_step;
+            #pragma omp for simd schedule(static) nowait
+            for (size_t k = 0; k < n; k++) {
+                const size_t i = off + k, pi = par + k;
+                float mi = bf16_bits_to_float(m[i]);
+                params[pi] = sgd_element(params[pi], grads[i] * grad_scale, &mi, mu, omd, first, nesterov, lr, wd);
+                m[i] = bf16_bits_round_stochastic(mi, srng_bits(key, pi, 1));
+            }
         }
     }
 }
@@ -106,7 +112,17 @@ static inline void sgd_lion_int8_update_cpu(OptimKind kind, int nesterov, float*
             float* p = params + segs[s].param + rel;
             const float* g = grads + start;
             float* ms = optim_q8_block_load(q->qm, q->absmax_m, q->m32, q->maps, small_off, s, b, start, rel, len, mb);
-            for (size_t j = 0; j < len; j++) p[j] = optim_m_element(kind, nesterov, p[j], g[j] * grad_scale, &ms[j], a, lr, wd);
+            if (kind == OPT_LION) {
+                #pragma omp simd
+                for (size_t j = 0; j < len; j++)
+                    p[j] = lion_element(p[j], g[j] * grad_scale, &ms[j], a->beta1, a->one_minus_beta1, a->beta2,
+                                        a->one_minus_beta2, lr, wd);
+            } else {
+                #pragma omp simd
+                for (size_t j = 0; j < len; j++)
+                    p[j] = sgd_element(p[j], g[j] * grad_scale, &ms[j], a->momentum, a->one_minus_dampening,
+                                       a->first_step, nesterov, lr, wd);
+            }
             if (small_off[s] == OPT_NOT_SMALL) q->absmax_m[b] = quant8_block_quantize_fast(mb, len, &ix[0], 1, q->qm + start);
         }
     }
@@ -127,6 +143,7 @@ typedef struct {
 static inline void lamb_lowp_load(const LambLowp* L, int s, size_t b, size_t start, size_t rel, size_t len, float* mb,
                                   float* vb) {
     if (L->q == NULL) {
+        #pragma omp simd
         for (size_t j = 0; j < len; j++) {
             mb[j] = bf16_bits_to_float(L->m16[start + j]);
             vb[j] = bf16_bits_to_float(L->v16[start + j]);
@@ -145,6 +162,7 @@ static inline void lamb_lowp_load(const LambLowp* L, int s, size_t b, size_t sta
 static inline void lamb_lowp_store(const LambLowp* L, int s, size_t b, size_t start, size_t pstart, size_t rel,
                                    size_t len, unsigned long long key, float* mb, float* vb) {
     if (L->q == NULL) {
+        #pragma omp simd
         for (size_t j = 0; j < len; j++) {
             L->m16[start + j] = bf16_bits_round_stochastic(mb[j], srng_bits(key, pstart + j, 1));
             L->v16[start + j] = bf16_bits_round_stochastic(vb[j], srng_bits(key, pstart + j, 2));
@@ -189,6 +207,7 @@ static inline void lamb_lowp_update_cpu(float* params, const float* grads, const
             const size_t rest = segs[s].count - rel, len = rest < OPT_BLOCK ? rest : OPT_BLOCK;
             const float wd = segs[s].weight_decay;
             lamb_lowp_load(L, s, b, start, rel, len, mb, vb);
+            #pragma omp simd
             for (size_t j = 0; j < len; j++) {
                 const float gj = grads[start + j] * grad_scale;
                 mb[j] = adamw_m(mb[j], gj, beta1, omb1);
@@ -196,12 +215,16 @@ static inline void lamb_lowp_update_cpu(float* params, const float* grads, const
             }
             lamb_lowp_store(L, s, b, start, pstart, rel, len, a->rng_key, mb, vb);
             for (size_t j = 0; j < OPT_BLOCK / 2; j++) ap[j] = au[j] = 0.0f;
-            for (size_t j = 0; j < len; j++) { // lane j % 1024 accumulates elements l, then l + 1024
-                const size_t l = j % (OPT_BLOCK / 2);
-                const float p = params[pstart + j];
-                const float u = lamb_direction(p, mb[j], vb[j], wd, bc1, bc2, eps);
-                ap[l] = fmaf(p, p, ap[l]);
-                au[l] = fmaf(u, u, au[l]);
+            for (size_t h = 0; h < 2; h++) { // lane l accumulates elements l, then l + OPT_BLOCK / 2
+                const size_t j0 = h * (OPT_BLOCK / 2);
+                const size_t cnt = len > j0 ? (len - j0 < OPT_BLOCK / 2 ? len - j0 : OPT_BLOCK / 2) : 0;
+                const float *pp = params + pstart + j0, *mm = mb + j0, *vv = vb + j0;
+                #pragma omp simd
+                for (size_t l = 0; l < cnt; l++) {
+                    const float u = lamb_direction(pp[l], mm[l], vv[l], wd, bc1, bc2, eps);
+                    ap[l] = fmaf(pp[l], pp[l], ap[l]);
+                    au[l] = fmaf(u, u, au[l]);
+                }
             }
             for (size_t t = 0; t < 256; t++) {
                 tp[t] = ((ap[4 * t] + ap[4 * t + 1]) + ap[4 * t + 2]) + ap[4 * t + 3];
@@ -232,6 +255,7 @@ static inline void lamb_lowp_update_cpu(float* params, const float* grads, const
             const float step = (a->lr * segs[s].lr_mult) * trust[s], wd = segs[s].weight_decay;
             float* p = params + segs[s].param + rel;
             lamb_lowp_load(L, s, b, start, rel, len, mb, vb);
+            #pragma omp simd
             for (size_t j = 0; j < len; j++) p[j] = fmaf(-step, lamb_direction(p[j], mb[j], vb[j], wd, bc1, bc2, eps), p[j]);
         }
     }

@@ -464,6 +464,7 @@ static inline void adamw_int8_update_cpu(float* params, const float* grads, cons
                 vs = vb;
             }
             if (q->qx != NULL) { // AMSGrad: vmax = max(vmax, v) as adamw_amsgrad_update_cpu
+                #pragma omp simd
                 for (size_t j = 0; j < len; j++) {
                     const float gj = g[j] * grad_scale;
                     const float mj = adamw_m(ms[j], gj, k.beta1, k.one_minus_beta1), vj = adamw_v(vs[j], gj, k.beta2, k.one_minus_beta2);
