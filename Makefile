@@ -442,7 +442,7 @@ endif
 EMU_REF := --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin
 EMU_RUN := OMP_NUM_THREADS=1
 GPU_EMU_TESTS := $(addprefix test-gpu-emu-,model-fp32 model-bf16 model-bf16-matmul mutants-fp32 mutants-bf16 \
-	compare-1 compare-2 cli-fp32 cli-bf16 sweep-fp32 sweep-bf16 modes cross-resume first-run guards-fp32 guards-bf16 train-loop \
+	compare-1 compare-2 compare-3 cli-fp32 cli-bf16 sweep-fp32 sweep-bf16 modes cross-resume first-run guards-fp32 guards-bf16 train-loop \
 	optim-matrix) gpu-compile-check-all
 .PHONY: test-gpu-emu $(GPU_EMU_TESTS)
 test-gpu-emu: $(GPU_EMU_TESTS)
@@ -453,10 +453,12 @@ test-gpu-emu-model-bf16-matmul: $(BUILD)/test_gpt2cu_emu_bf16 $(REF_DIR)/$(REF_D
 	$(EMU_RUN) $(BUILD)/test_gpt2cu_emu_bf16 $(EMU_REF) --attention matmul --resume-check 0
 test-gpu-emu-mutants-fp32 test-gpu-emu-mutants-bf16: test-gpu-emu-mutants-%: $(BUILD)/test_gpt2cu_emu_% $(REF_MUTANTS_MADE)
 	$(EMU_RUN) $(REF_MUTANTS) --bin $(BUILD)/test_gpt2cu_emu_$*
-# (the optimizer modes in two halves, a minute and a half of CPU together)
+# (the optimizer modes in three parts, about 45 s of CPU each; 3: bf16/int8 state of the others)
 EMU_COMPARE_MODES_1 := --mode "" --mode "--badam 2" --mode "--optimizer sgd --nesterov 1" --mode "--optimizer lamb"
 EMU_COMPARE_MODES_2 := --mode "--optimizer lion" --mode "--opt-state bf16" --mode "--opt-state int8" --mode "--amsgrad 1"
-test-gpu-emu-compare-1 test-gpu-emu-compare-2: test-gpu-emu-compare-%: $(BUILD)/train_gpt2 $(REF_DIR)/$(REF_DESC)_model.bin data
+EMU_COMPARE_MODES_3 := --mode "--optimizer lion --opt-state int8 --badam 2" --mode "--optimizer lamb --opt-state int8" \
+	--mode "--optimizer sgd --nesterov 1 --opt-state bf16" --mode "--opt-state int8 --amsgrad 1"
+test-gpu-emu-compare-1 test-gpu-emu-compare-2 test-gpu-emu-compare-3: test-gpu-emu-compare-%: $(BUILD)/train_gpt2 $(REF_DIR)/$(REF_DESC)_model.bin data
 	$(EMU_RUN) $(PYTHON) dev/test/compare_trainers.py --cpu $(BUILD)/train_gpt2 --gpu $(BUILD)/train_gpt2cu_emu_fp32 \
 		--model $(REF_DIR)/$(REF_DESC)_model.bin $(EMU_COMPARE_MODES_$*)
 test-gpu-emu-cli-fp32 test-gpu-emu-cli-bf16: test-gpu-emu-cli-%: data

@@ -532,6 +532,8 @@ static void test_engine_chunks(void) {
     static const struct { OptimKind kind; OptimStatePrecision state; int amsgrad, nesterov; } cases[] = {
         {OPT_ADAMW, OPT_STATE_FP32, 0, 0}, {OPT_ADAMW, OPT_STATE_BF16, 1, 0}, {OPT_ADAMW, OPT_STATE_INT8, 0, 0},
         {OPT_SGD, OPT_STATE_FP32, 0, 1},   {OPT_LAMB, OPT_STATE_FP32, 0, 0},  {OPT_LION, OPT_STATE_FP32, 0, 0},
+        {OPT_ADAMW, OPT_STATE_INT8, 1, 0}, {OPT_SGD, OPT_STATE_INT8, 0, 1},   {OPT_LAMB, OPT_STATE_BF16, 0, 0},
+        {OPT_LAMB, OPT_STATE_INT8, 0, 0},  {OPT_LION, OPT_STATE_BF16, 0, 0},  {OPT_LION, OPT_STATE_INT8, 0, 0},
     };
     GPT2Config c;
     gpt2_config_from_descriptor("L2C64H2T16V300", &c);
@@ -595,7 +597,8 @@ static void test_engine_chunks(void) {
         free(chunked.memory);
     }
     free(p0); free(p1); free(g);
-    printf("engine chunks: 6 optimizers x precisions, stepped in chunks = stepped whole, bit for bit\n");
+    printf("engine chunks: %zu optimizers x precisions, stepped in chunks = stepped whole, bit for bit\n",
+           sizeof(cases) / sizeof(cases[0]));
 }
 
 // BAdam: the block schedule, the slices, and that the early-stopping backward pass gives the

@@ -269,7 +269,7 @@ static void run_v6a(const Case&, Bufs& b, const Problem&, const AdamWParams& hp,
                             b.segs, b.nseg, hp, step, b.scale, st);
 }
 static void run_v6b(const Case&, Bufs& b, const Problem&, const AdamWParams& hp, int step, cudaStream_t st) {
-    Adamw8Buffers q = {(unsigned char*)b.m, (unsigned char*)b.v, b.absm, b.absv, b.m32, b.v32, b.maps};
+    Adamw8Buffers q = {(unsigned char*)b.m, (unsigned char*)b.v, b.absm, b.absv, b.m32, b.v32, b.maps, nullptr, nullptr, nullptr};
     adamw_update_8bit((float*)b.p, (float*)nullptr, (const float*)b.g, q, b.n, b.segs, b.q8t, b.nseg, hp, step, b.scale, st);
 }
 

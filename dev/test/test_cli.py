@@ -102,6 +102,7 @@ def check_profile(binary, train, val):
 # (dev/test/test_optim_matrix.py runs every optimizer x state x placement cell.)
 REFUSED = [
     (["--optimizer", "lamb", "-pn", "2", "-z", "1"], "--optimizer lamb and -z 1", False),
+    (["--optimizer", "sgd", "--momentum", "0", "--opt-state", "int8"], "plain SGD keeps no state", False),
 ]
 # Combinations the optimizer engine made possible (refused before it); gpu: a GPU trainer's flag is in it.
 ACCEPTED = [

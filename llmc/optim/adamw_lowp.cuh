@@ -14,7 +14,8 @@
      stores one code per element and its absmax. m and v are dequantized, updated in fp32 (the
      parameter update uses the fp32 values), then requantized to the nearest code with the new
      absmax. Tensors under QUANT8_MIN_ELEMS elements keep fp32 m, v (packed, llmc/optim/optim.h
-     optim_small_build). Traffic: 16 B/param. One CUDA block (256 threads x 8 elements) per
+     optim_small_build). Traffic: 16 B/param. AMSGrad: vmax as codes of the unsigned map with
+     its own absmax (fp32 for the small tensors), 18 B/param. One CUDA block (256 threads x 8 elements) per
      quantization block, grid-stride; block -> tensor from the block table (optim_blocks_build).
  Host: optim_block_tables_upload() copies the block tables to the device; the maps come from
  quant8_maps() (upload once); codes start at ADAMW8_ZERO_M / ADAMW8_ZERO_V (the value 0) and absmax
@@ -192,8 +193,8 @@ __device__ __forceinline__ float adamw8_warp_max(float x) {
     return x;
 }
 
-template <typename Tp, typename Tg, bool kMaster, bool kStochastic>
-__global__ void __launch_bounds__(ADAMW8_THREADS)
+template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochastic>
+__global__ void __launch_bounds__(ADAMW8_THREADS, kAmsgrad ? 3 : 0) // AMSGrad: <= 80 registers (ptxas spills otherwise)
 adamw_8bit_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg* __restrict__ grads, Adamw8Buffers q,
                   const OptimSegment* __restrict__ segments, const size_t* __restrict__ block0,
                   const size_t* __restrict__ small_off, int nseg, AdamWStepArgs a,
@@ -201,7 +202,7 @@ adamw_8bit_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
     constexpr int V = 8;
     static_assert(ADAMW8_THREADS * V == ADAMW8_QBLOCK, "one CUDA block per quantization block");
     __shared__ float map_m[256], map_v[256];
-    __shared__ float red[2][ADAMW8_THREADS / 32];
+    __shared__ float red[kAmsgrad ? 3 : 2][ADAMW8_THREADS / 32];
     for (int i = threadIdx.x; i < 256; i += blockDim.x) {
         map_m[i] = q.maps[i];
         map_v[i] = q.maps[256 + i];
@@ -219,17 +220,23 @@ adamw_8bit_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
         if (so != OPT_NOT_SMALL) { // a small tensor: fp32 state, packed (uniform per block)
             for (int j = 0; j < nv; j++) {
                 const size_t i = i0 + j, k = so + rel + j0 + j;
-                float m = q.m32[k], v = q.v32[k], unused = 0.0f;
-                float p = adamw_element<false>(optim_load_param<Tp, kMaster>(params, master, i, pi0 + j),
-                                               (float)grads[i] * scale, m, v, unused, wd, lr_eff, a);
+                float m = q.m32[k], v = q.v32[k], vm = kAmsgrad ? q.x32[k] : 0.0f;
+                float p = adamw_element<kAmsgrad>(optim_load_param<Tp, kMaster>(params, master, i, pi0 + j),
+                                                  (float)grads[i] * scale, m, v, vm, wd, lr_eff, a);
                 q.m32[k] = m;
                 q.v32[k] = v;
+                if (kAmsgrad) q.x32[k] = vm;
                 optim_store_param<Tp, kMaster, kStochastic>(params, master, i, pi0 + j, p, a.rng_key);
             }
             return;
         }
-        const float am_old = q.absmax_m[b], av_old = q.absmax_v[b];
-        float p[V], g[V], m[V], v[V], unused[V] = {};
+        const float am_old = q.absmax_m[b], av_old = q.absmax_v[b], ax_old = kAmsgrad ? q.absmax_x[b] : 0.0f;
+        float p[V], g[V], m[V], v[V], vmx[V] = {}; // vmx: AMSGrad's vmax
+        if constexpr (kAmsgrad) {
+#pragma unroll
+            for (int j = 0; j < V; j++)
+                if (j < nv) vmx[j] = map_v[q.qx[i0 + j]] * ax_old;
+        }
         const bool vec = nv == V && i0 % V == 0 && pi0 % V == 0; // 128-bit params/grads, 64-bit codes
         if (vec) {
             optim_load_params<V, Tp, kMaster>(params, master, i0, pi0, p);
@@ -253,27 +260,38 @@ adamw_8bit_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
                 }
             }
         }
-        float mx_m = 0.0f, mx_v = 0.0f;
+        float mx_m = 0.0f, mx_v = 0.0f, mx_x = 0.0f;
 #pragma unroll
         for (int j = 0; j < V; j++) {
             if (j < nv) {
-                p[j] = adamw_element<false>(p[j], g[j] * scale, m[j], v[j], unused[j], wd, lr_eff, a);
+                p[j] = adamw_element<kAmsgrad>(p[j], g[j] * scale, m[j], v[j], vmx[j], wd, lr_eff, a);
                 mx_m = fmaxf(mx_m, fabsf(m[j]));
                 mx_v = fmaxf(mx_v, v[j]);
+                if (kAmsgrad) mx_x = fmaxf(mx_x, vmx[j]);
             }
         }
         // block absmax (a max: exact in any order)
         mx_m = adamw8_warp_max(mx_m);
         mx_v = adamw8_warp_max(mx_v);
+        if (kAmsgrad) mx_x = adamw8_warp_max(mx_x);
         if (lane == 0) {
             red[0][warp] = mx_m;
             red[1][warp] = mx_v;
+            if (kAmsgrad) red[kAmsgrad ? 2 : 0][warp] = mx_x;
         }
         __syncthreads();
-        float am = 0.0f, av = 0.0f;
+        float am = 0.0f, av = 0.0f, ax = 0.0f;
         for (int w = 0; w < ADAMW8_THREADS / 32; w++) {
             am = fmaxf(am, red[0][w]);
             av = fmaxf(av, red[1][w]);
+            if (kAmsgrad) ax = fmaxf(ax, red[kAmsgrad ? 2 : 0][w]);
+        }
+        if constexpr (kAmsgrad) { // vmax's codes (the unsigned map) and absmax
+            const float inv_x = quant8_inv_absmax(ax);
+#pragma unroll
+            for (int j = 0; j < V; j++)
+                if (j < nv) q.qx[i0 + j] = quant8_quantize(map_v, vmx[j] * inv_x);
+            if (threadIdx.x == 0) q.absmax_x[b] = ax;
         }
         const float inv_m = quant8_inv_absmax(am), inv_v = quant8_inv_absmax(av);
         unsigned char cm[V], cv[V];
@@ -309,20 +327,21 @@ adamw_8bit_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
     });
 }
 
-template <typename Tp, typename Tg, bool kMaster, bool kStochastic>
+template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochastic>
 static void adamw_8bit_launch(Tp* params, float* master, const Tg* grads, const Adamw8Buffers& q,
                               const OptimSegment* d_segments, const OptimBlockTables& t, int nseg, const AdamWStepArgs& a,
                               const float* d_clip_scale, cudaStream_t stream) {
     size_t full = (size_t)cuda_sm_count() * 8;
     unsigned grid = (unsigned)(t.nblocks < full ? t.nblocks : full);
-    launch(adamw_8bit_kernel<Tp, Tg, kMaster, kStochastic>, grid, ADAMW8_THREADS, 0, stream, params, master, grads, q,
+    launch(adamw_8bit_kernel<Tp, Tg, kMaster, kAmsgrad, kStochastic>, grid, ADAMW8_THREADS, 0, stream, params, master, grads, q,
            d_segments, (const size_t*)t.block0, (const size_t*)t.small_off, nseg, a, d_clip_scale);
 }
 
 // One step with 8-bit m, v. params fp32, or bf16 with or without master weights; params, master,
 // grads 16-byte aligned; q.qm, q.qv (n codes) 8-byte aligned; q.absmax_m/v: t.nblocks floats;
 // q.m32/v32: t.nsmall floats; q.maps: the device copy of quant8_maps (signed then unsigned).
-// t from optim_block_tables_upload(segs, nseg, true). AMSGrad is not supported here.
+// t from optim_block_tables_upload(segs, nseg, true). hp.amsgrad: vmax too (q.qx codes on the
+// unsigned map, 8-byte aligned; q.absmax_x; q.x32 of the small tensors).
 template <typename Tp, typename Tg>
 void adamw_update_8bit(Tp* params, float* master, const Tg* grads, const Adamw8Buffers& q, size_t n,
                        const OptimSegment* d_segments, const OptimBlockTables& t, int nseg, const AdamWParams& hp,
@@ -330,20 +349,25 @@ void adamw_update_8bit(Tp* params, float* master, const Tg* grads, const Adamw8B
     constexpr bool kBf16 = sizeof(Tp) == 2;
     if (n == 0 || t.nblocks == 0) return;
     if (step < 1 || nseg < 1 || nseg > ADAMW_MAX_SEGMENTS) ls_fatal("adamw_8bit: step %d, %d segments", step, nseg);
-    if (hp.amsgrad) ls_fatal("adamw_8bit: AMSGrad is not supported with 8-bit state");
+    if (hp.amsgrad && (q.qx == nullptr || ((uintptr_t)q.qx & 7u))) ls_fatal("adamw_8bit: AMSGrad needs vmax codes, 8-byte aligned");
     optim_check_params(params, master, "adamw_8bit");
     adamw_check_aligned(grads, "grads");
     if (((uintptr_t)q.qm & 7u) || ((uintptr_t)q.qv & 7u)) ls_fatal("adamw_8bit: code buffers must be 8-byte aligned");
     AdamWStepArgs a = adamw_step_args(hp, step);
-    const bool ms = master != nullptr, sr = kBf16 && hp.stochastic_rounding;
+    const bool ms = master != nullptr, sr = kBf16 && hp.stochastic_rounding, am = hp.amsgrad != 0;
 #define Q8_ARGS params, master, grads, q, d_segments, t, nseg, a, d_clip_scale, stream
     if constexpr (kBf16) {
-        if (ms && sr) adamw_8bit_launch<Tp, Tg, true, true>(Q8_ARGS);
-        else if (ms) adamw_8bit_launch<Tp, Tg, true, false>(Q8_ARGS);
-        else if (sr) adamw_8bit_launch<Tp, Tg, false, true>(Q8_ARGS);
-        else adamw_8bit_launch<Tp, Tg, false, false>(Q8_ARGS);
+        if (ms && am && sr) adamw_8bit_launch<Tp, Tg, true, true, true>(Q8_ARGS);
+        else if (ms && am) adamw_8bit_launch<Tp, Tg, true, true, false>(Q8_ARGS);
+        else if (ms && sr) adamw_8bit_launch<Tp, Tg, true, false, true>(Q8_ARGS);
+        else if (ms) adamw_8bit_launch<Tp, Tg, true, false, false>(Q8_ARGS);
+        else if (am && sr) adamw_8bit_launch<Tp, Tg, false, true, true>(Q8_ARGS);
+        else if (am) adamw_8bit_launch<Tp, Tg, false, true, false>(Q8_ARGS);
+        else if (sr) adamw_8bit_launch<Tp, Tg, false, false, true>(Q8_ARGS);
+        else adamw_8bit_launch<Tp, Tg, false, false, false>(Q8_ARGS);
     } else {
-        adamw_8bit_launch<Tp, Tg, false, false>(Q8_ARGS);
+        if (am) adamw_8bit_launch<Tp, Tg, false, true, false>(Q8_ARGS);
+        else adamw_8bit_launch<Tp, Tg, false, false, false>(Q8_ARGS);
     }
 #undef Q8_ARGS
 }

@@ -346,11 +346,14 @@ static inline int optim_chunk_copies(const OptimState* whole, const OptimState* 
     k = optim_copy_add(out, k, wb, whole->vmax16, e, pb, part->vmax16, n, sizeof(uint16_t), 0);
     k = optim_copy_add(out, k, wb, whole->qm, e, pb, part->qm, n, 1, 0);
     k = optim_copy_add(out, k, wb, whole->qv, e, pb, part->qv, n, 1, 0);
+    k = optim_copy_add(out, k, wb, whole->qvmax, e, pb, part->qvmax, n, 1, 0);
     // per block, per small element, constant, per segment
     k = optim_copy_add(out, k, wb, whole->absmax_m, bl, pb, part->absmax_m, nb, sizeof(float), 0);
     k = optim_copy_add(out, k, wb, whole->absmax_v, bl, pb, part->absmax_v, nb, sizeof(float), 0);
+    k = optim_copy_add(out, k, wb, whole->absmax_vmax, bl, pb, part->absmax_vmax, nb, sizeof(float), 0);
     k = optim_copy_add(out, k, wb, whole->m32, sm, pb, part->m32, ns, sizeof(float), 0);
     k = optim_copy_add(out, k, wb, whole->v32, sm, pb, part->v32, ns, sizeof(float), 0);
+    k = optim_copy_add(out, k, wb, whole->vmax32, sm, pb, part->vmax32, ns, sizeof(float), 0);
     k = optim_copy_add(out, k, wb, whole->maps, 0, pb, part->maps, QUANT8_MAP_FLOATS, sizeof(float), 1);
     k = optim_copy_add(out, k, wb, whole->partials, bl, pb, part->partials, nb, sizeof(float), 0);  // sums of p^2
     if (part->partials != NULL) {                                                                      // of u^2

@@ -26,6 +26,8 @@
    AdamW int8 state m, v as 8-bit blockwise codes (llmc/optim/quant8.h): per tensor, blocks of
                     QUANT8_BLOCK with an fp32 absmax; tensors under QUANT8_MIN_ELEMS keep fp32 m, v.
                     Dequantize, update in fp32, requantize with the new absmax. 16 B/param.
+                    AMSGrad: vmax too (unsigned map, its own absmax). 18 B/param.
+   The bf16 and int8 state of SGD, Lion and LAMB: llmc/optim/lowp.h.
    SGD              torch.optim.SGD(momentum, dampening, nesterov) with decoupled weight decay:
                       buf = g at step 1, else momentum * buf + (1 - dampening) * g
                       d = nesterov ? g + momentum * buf : buf     (momentum 0: d = g, no state)
@@ -411,7 +413,10 @@ typedef struct {
     float* absmax_v;    // (nblocks)
     float* m32;         // (nsmall) fp32 m of the small tensors, packed
     float* v32;         // (nsmall)
-    const float* maps;  // (512) signed map (m) then unsigned map (v), quant8_maps
+    const float* maps;  // (512) signed map (m) then unsigned map (v, vmax), quant8_maps
+    unsigned char* qx;  // (n) AMSGrad: codes of vmax (unsigned map), or NULL
+    float* absmax_x;    // (nblocks)
+    float* x32;         // (nsmall)
 } Adamw8Buffers;
 
 // AdamW with 8-bit m, v: per block, dequantize, the fp32 update, block absmax, requantize (the
@@ -429,7 +434,7 @@ static inline void adamw_int8_update_cpu(float* params, const float* grads, cons
     const size_t nblocks = block0[nseg];
     #pragma omp parallel
     {
-        float mb[OPT_BLOCK], vb[OPT_BLOCK];
+        float mb[OPT_BLOCK], vb[OPT_BLOCK], xb[OPT_BLOCK];
         #pragma omp for schedule(static)
         for (size_t b = 0; b < nblocks; b++) {
             const int s = optim_block_segment(block0, nseg, b);
@@ -439,10 +444,11 @@ static inline void adamw_int8_update_cpu(float* params, const float* grads, cons
             const float lr = a->lr * segs[s].lr_mult, wd = segs[s].weight_decay;
             float* p = params + segs[s].param + rel;
             const float* g = grads + start;
-            float *ms, *vs;
+            float *ms, *vs, *xs = xb;
             if (small_off[s] != OPT_NOT_SMALL) { // fp32 state, updated in place
                 ms = q->m32 + small_off[s] + rel;
                 vs = q->v32 + small_off[s] + rel;
+                if (q->qx != NULL) xs = q->x32 + small_off[s] + rel;
             } else {
                 const float am = q->absmax_m[b], av = q->absmax_v[b];
                 const unsigned char *cm = q->qm + start, *cv = q->qv + start;
@@ -451,14 +457,32 @@ static inline void adamw_int8_update_cpu(float* params, const float* grads, cons
                     mb[j] = map_m[cm[j]] * am;
                     vb[j] = map_v[cv[j]] * av;
                 }
+                if (q->qx != NULL) {
+                    const float ax = q->absmax_x[b];
+                    for (size_t j = 0; j < len; j++) xb[j] = map_v[q->qx[start + j]] * ax;
+                }
                 ms = mb;
                 vs = vb;
             }
-            #pragma omp simd
-            for (size_t j = 0; j < len; j++) { adamw_element(&p[j], &ms[j], &vs[j], g[j] * grad_scale, &k, lr, wd); }
+            if (q->qx != NULL) { // AMSGrad: vmax = max(vmax, v) as adamw_amsgrad_update_cpu
+                #pragma omp simd
+                for (size_t j = 0; j < len; j++) {
+                    const float gj = g[j] * grad_scale;
+                    const float mj = adamw_m(ms[j], gj, k.beta1, k.one_minus_beta1), vj = adamw_v(vs[j], gj, k.beta2, k.one_minus_beta2);
+                    const float xj = vj > xs[j] ? vj : xs[j];
+                    ms[j] = mj;
+                    vs[j] = vj;
+                    xs[j] = xj;
+                    p[j] = adamw_param(p[j], mj, xj, lr, wd, k.bc1, k.bc2, k.eps);
+                }
+            } else {
+                #pragma omp simd
+                for (size_t j = 0; j < len; j++) { adamw_element(&p[j], &ms[j], &vs[j], g[j] * grad_scale, &k, lr, wd); }
+            }
             if (small_off[s] == OPT_NOT_SMALL) {
                 q->absmax_m[b] = quant8_block_quantize_fast(mb, len, &ix[0], 1, q->qm + start);
                 q->absmax_v[b] = quant8_block_quantize_fast(vb, len, &ix[1], 0, q->qv + start);
+                if (q->qx != NULL) q->absmax_x[b] = quant8_block_quantize_fast(xb, len, &ix[1], 0, q->qx + start);
             }
         }
     }

@@ -13,19 +13,30 @@
    optim_state_free(&st);
 
  State per parameter (the memory table's numbers; per block of OPT_BLOCK elements, per element of
- the tensors under QUANT8_MIN_ELEMS, per segment; each buffer starts 64-byte aligned):
-   adamw fp32 8 B (+4 B AMSGrad) | bf16 4 B (+2 B AMSGrad) | int8 2 B + 8 B/block + 8 B/small
-   element + 2 KB maps | sgd 4 B (0 without momentum) | lion 4 B | lamb 8 B + 8 B/block + 4 B/segment.
- GPT-2 124M with per-layer segments (optim_segments_build_layers): int8 2.012 B, lamb 8.004 B.
+ the tensors under QUANT8_MIN_ELEMS, per segment; each buffer starts 64-byte aligned). k state
+ values per element: AdamW 2 (m, v; AMSGrad 3: vmax), LAMB 2, SGD with momentum 1, Lion 1, plain
+ SGD 0 (no state, so fp32 only):
+   fp32  4k B                  adamw 8 (+4 AMSGrad), lamb 8, sgd 4, lion 4
+   bf16  2k B                  adamw 4 (+2 AMSGrad), lamb 4, sgd 2, lion 2
+   int8  k B + 4k B/block + 4k B/small element + 2 KB maps
+ LAMB adds 8 B/block + 4 B/segment (its block sums and trust ratios) at every precision.
+ GPT-2 124M with per-layer segments (optim_segments_build_layers), B/param:
+            fp32    bf16    int8
+   adamw    8       4       2.012   (AMSGrad: 12, 6, 3.018)
+   lamb     8.004   4.004   2.016
+   sgd      4       2       1.006   (momentum 0: none)
+   lion     4       2       1.006
  Not counted: the host copies of the segment and block tables (a few KB) and, for int8 state on
  the CPU, the quantize indexes (2 x 257 KB, quant8_index_build).
  The GPU uses the same layout in device memory (llmc/optim/kernels.cuh: optim_state_init_device,
  optim_step_gpu). BAdam's reset: optim_state_zero (host) / optim_state_zero_device,
  then steps count from 1 again.
 
- Combinations: bf16 and int8 state are implemented for AdamW (the kernels of dev/cuda/adamw.cu
- versions 6a, 6b); AMSGrad with int8 state is not; Nesterov needs momentum > 0 and no dampening
- (as torch.optim.SGD). optim_config_check says which flags conflict.
+ Combinations: every optimizer with state at every precision (AdamW's bf16 and int8 kernels:
+ dev/cuda/adamw.cu versions 6a, 6b; SGD's, Lion's and LAMB's: llmc/optim/lowp.h and
+ llmc/optim/kernels.cuh); plain SGD (momentum 0) keeps no state, so bf16 or int8 state has no
+ meaning for it; Nesterov needs momentum > 0 and no dampening (as torch.optim.SGD).
+ optim_config_check says which flags conflict.
 */
 #ifndef LLMC_OPTIM_STATE_H
 #define LLMC_OPTIM_STATE_H
@@ -35,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "llmc/optim/lowp.h"
 #include "llmc/optim/optim.h"
 #include "llmc/optim/quant8.h"
 #include "llmc/utils.h"
@@ -86,13 +98,11 @@ static inline int optim_config_check(const OptimConfig* c, char* msg, size_t siz
         snprintf(msg, size, "--optimizer: unknown optimizer %d (adamw, sgd, lamb or lion)", (int)c->kind);
     } else if ((int)c->state < (int)OPT_STATE_FP32 || (int)c->state > (int)OPT_STATE_INT8) {
         snprintf(msg, size, "--opt-state: unknown state precision %d (fp32, bf16 or int8)", (int)c->state);
-    } else if (c->state != OPT_STATE_FP32 && c->kind != OPT_ADAMW) {
-        snprintf(msg, size, "--opt-state %s is implemented for --optimizer adamw only (got --optimizer %s)",
-                 optim_precision_name(c->state), kn);
+    } else if (c->state != OPT_STATE_FP32 && c->kind == OPT_SGD && c->momentum == 0.0f) {
+        snprintf(msg, size, "--opt-state %s with --optimizer sgd --momentum 0: plain SGD keeps no state to store in %s",
+                 optim_precision_name(c->state), optim_precision_name(c->state));
     } else if (c->amsgrad && c->kind != OPT_ADAMW) {
         snprintf(msg, size, "--amsgrad is an AdamW option (got --optimizer %s)", kn);
-    } else if (c->amsgrad && c->state == OPT_STATE_INT8) {
-        snprintf(msg, size, "--amsgrad with --opt-state int8 is not supported (use fp32 or bf16 state)");
     } else if (c->nesterov && c->kind != OPT_SGD) {
         snprintf(msg, size, "--nesterov is an SGD option (got --optimizer %s)", kn);
     } else if (c->kind != OPT_SGD && (c->momentum != 0.0f || c->dampening != 0.0f)) {
@@ -152,15 +162,18 @@ typedef struct {
     float* m;              // (n) fp32 first moment: AdamW, LAMB, Lion; SGD's momentum buffer
     float* v;              // (n) fp32 second moment: AdamW, LAMB
     float* vmax;           // (n) fp32 AMSGrad max of v
-    uint16_t* m16;         // (n) bf16 m (AdamW, --opt-state bf16)
-    uint16_t* v16;         // (n) bf16 v
+    uint16_t* m16;         // (n) bf16 m (--opt-state bf16; every optimizer with state)
+    uint16_t* v16;         // (n) bf16 v (AdamW, LAMB)
     uint16_t* vmax16;      // (n) bf16 vmax (AMSGrad)
-    unsigned char* qm;     // (n) int8 codes of m (AdamW, --opt-state int8)
-    unsigned char* qv;     // (n) int8 codes of v
+    unsigned char* qm;     // (n) int8 codes of m, signed map (--opt-state int8; every optimizer with state)
+    unsigned char* qv;     // (n) int8 codes of v, unsigned map (AdamW, LAMB)
+    unsigned char* qvmax;  // (n) int8 codes of vmax, unsigned map (AMSGrad)
     float* absmax_m;       // (nblocks)
     float* absmax_v;       // (nblocks)
-    float* m32;            // (nsmall) fp32 m, v of the tensors under QUANT8_MIN_ELEMS
+    float* absmax_vmax;    // (nblocks)
+    float* m32;            // (nsmall) fp32 m, v, vmax of the tensors under QUANT8_MIN_ELEMS
     float* v32;            // (nsmall)
+    float* vmax32;         // (nsmall)
     float* maps;           // (QUANT8_MAP_FLOATS) the quantization maps
     float* partials;       // (2 * nblocks) LAMB: per-block sums of p^2 and u^2
     float* trust;          // (nseg) LAMB: the trust ratios of the last step
@@ -196,21 +209,25 @@ static inline void optim_state_carve(OptimState* st, uintptr_t base) {
         }                                                                                    \
     } while (0)
     const int f32 = c->state == OPT_STATE_FP32, b16 = c->state == OPT_STATE_BF16, i8 = c->state == OPT_STATE_INT8;
-    const int has_m = (adam && f32) || c->kind == OPT_LAMB || c->kind == OPT_LION ||
-                      (c->kind == OPT_SGD && c->momentum != 0.0f);
-    OPT_CARVE(m, float, n, has_m);
-    OPT_CARVE(v, float, n, (adam && f32) || c->kind == OPT_LAMB);
+    // a first moment (AdamW, LAMB, Lion; SGD's momentum buffer), a second moment (AdamW, LAMB)
+    const int has_m = adam || c->kind == OPT_LAMB || c->kind == OPT_LION || (c->kind == OPT_SGD && c->momentum != 0.0f);
+    const int has_v = adam || c->kind == OPT_LAMB;
+    OPT_CARVE(m, float, n, has_m && f32);
+    OPT_CARVE(v, float, n, has_v && f32);
     OPT_CARVE(vmax, float, n, ams && f32);
-    OPT_CARVE(m16, uint16_t, n, adam && b16);
-    OPT_CARVE(v16, uint16_t, n, adam && b16);
+    OPT_CARVE(m16, uint16_t, n, has_m && b16);
+    OPT_CARVE(v16, uint16_t, n, has_v && b16);
     OPT_CARVE(vmax16, uint16_t, n, ams && b16);
-    OPT_CARVE(qm, unsigned char, n, adam && i8);
-    OPT_CARVE(qv, unsigned char, n, adam && i8);
-    OPT_CARVE(absmax_m, float, st->nblocks, adam && i8);
-    OPT_CARVE(absmax_v, float, st->nblocks, adam && i8);
-    OPT_CARVE(m32, float, st->nsmall, adam && i8);
-    OPT_CARVE(v32, float, st->nsmall, adam && i8);
-    OPT_CARVE(maps, float, QUANT8_MAP_FLOATS, adam && i8);
+    OPT_CARVE(qm, unsigned char, n, has_m && i8);
+    OPT_CARVE(qv, unsigned char, n, has_v && i8);
+    OPT_CARVE(qvmax, unsigned char, n, ams && i8);
+    OPT_CARVE(absmax_m, float, st->nblocks, has_m && i8);
+    OPT_CARVE(absmax_v, float, st->nblocks, has_v && i8);
+    OPT_CARVE(absmax_vmax, float, st->nblocks, ams && i8);
+    OPT_CARVE(m32, float, st->nsmall, has_m && i8);
+    OPT_CARVE(v32, float, st->nsmall, has_v && i8);
+    OPT_CARVE(vmax32, float, st->nsmall, ams && i8);
+    OPT_CARVE(maps, float, QUANT8_MAP_FLOATS, has_m && i8);
     OPT_CARVE(partials, float, 2 * st->nblocks, c->kind == OPT_LAMB);
     OPT_CARVE(trust, float, (size_t)st->nseg, c->kind == OPT_LAMB);
 #undef OPT_CARVE
@@ -240,6 +257,7 @@ static inline void optim_state_zero(OptimState* st) {
     memset(st->memory, 0, st->bytes);
     if (st->qm != NULL) memset(st->qm, QUANT8_ZERO_SIGNED, st->n);
     if (st->qv != NULL) memset(st->qv, QUANT8_ZERO_UNSIGNED, st->n);
+    if (st->qvmax != NULL) memset(st->qvmax, QUANT8_ZERO_UNSIGNED, st->n);
     if (st->maps != NULL) quant8_maps(st->maps, st->maps + 256);
     if (st->trust != NULL) {
         for (int s = 0; s < st->nseg; s++) st->trust[s] = 1.0f;
@@ -264,13 +282,13 @@ static inline void optim_state_setup(OptimState* st, const OptimConfig* cfg, con
     st->block0 = (size_t*)mallocCheck(((size_t)nseg + 1) * sizeof(size_t));
     st->small_off = (size_t*)mallocCheck((size_t)nseg * sizeof(size_t));
     st->nblocks = optim_blocks_build(segs, nseg, st->block0);
-    st->nsmall = cfg->kind == OPT_ADAMW && cfg->state == OPT_STATE_INT8 ? optim_small_build(segs, nseg, st->small_off) : 0;
+    st->nsmall = cfg->state == OPT_STATE_INT8 ? optim_small_build(segs, nseg, st->small_off) : 0;
     if (st->nsmall == 0) {
         for (int s = 0; s < nseg; s++) st->small_off[s] = OPT_NOT_SMALL;
     }
     optim_state_carve(st, 0);
     if (device && memory == NULL && st->bytes > 0) ls_fatal("optimizer: a device state needs its device memory");
-    if (cfg->kind == OPT_ADAMW && cfg->state == OPT_STATE_INT8 && !device) {
+    if (cfg->state == OPT_STATE_INT8 && !device) {
         float maps[QUANT8_MAP_FLOATS];
         quant8_maps(maps, maps + 256);
         st->q8_index = (Quant8Index*)mallocCheck(2 * sizeof(Quant8Index));
@@ -321,12 +339,13 @@ static inline void optim_step_cpu(OptimState* st, float* params, const float* gr
     if (st->on_device) ls_fatal("optimizer: optim_step_cpu on a device state (use optim_step_gpu)");
     const OptimConfig* c = &st->cfg;
     const OptimStepArgs a = optim_step_args(c, lr, step);
+    const Adamw8Buffers q = {st->qm, st->qv, st->absmax_m, st->absmax_v, st->m32, st->v32, st->maps,
+                             st->qvmax, st->absmax_vmax, st->vmax32};
     switch (c->kind) {
         case OPT_ADAMW:
             if (c->state == OPT_STATE_BF16) {
                 adamw_bf16_update_cpu(params, grads, st->m16, st->v16, st->vmax16, st->segs, st->nseg, &a, grad_scale);
             } else if (c->state == OPT_STATE_INT8) {
-                Adamw8Buffers q = {st->qm, st->qv, st->absmax_m, st->absmax_v, st->m32, st->v32, st->maps};
                 adamw_int8_update_cpu(params, grads, &q, st->q8_index, st->segs, st->nseg, st->block0, st->small_off, &a,
                                       grad_scale);
             } else if (c->amsgrad) {
@@ -337,14 +356,27 @@ static inline void optim_step_cpu(OptimState* st, float* params, const float* gr
             }
             break;
         case OPT_SGD:
-            sgd_update_cpu(params, grads, st->m, st->segs, st->nseg, &a, c->nesterov, grad_scale);
+        case OPT_LION:
+            if (c->state == OPT_STATE_BF16) {
+                sgd_lion_bf16_update_cpu(c->kind, c->nesterov, params, grads, st->m16, st->segs, st->nseg, &a, grad_scale);
+            } else if (c->state == OPT_STATE_INT8) {
+                sgd_lion_int8_update_cpu(c->kind, c->nesterov, params, grads, &q, st->q8_index, st->segs, st->nseg,
+                                         st->block0, st->small_off, &a, grad_scale);
+            } else if (c->kind == OPT_SGD) {
+                sgd_update_cpu(params, grads, st->m, st->segs, st->nseg, &a, c->nesterov, grad_scale);
+            } else {
+                lion_update_cpu(params, grads, st->m, st->segs, st->nseg, &a, grad_scale);
+            }
             break;
         case OPT_LAMB:
-            lamb_update_cpu(params, grads, st->m, st->v, st->partials, st->trust, st->segs, st->nseg, st->block0, &a,
-                            grad_scale);
-            break;
-        case OPT_LION:
-            lion_update_cpu(params, grads, st->m, st->segs, st->nseg, &a, grad_scale);
+            if (c->state == OPT_STATE_FP32) {
+                lamb_update_cpu(params, grads, st->m, st->v, st->partials, st->trust, st->segs, st->nseg, st->block0, &a,
+                                grad_scale);
+            } else {
+                const LambLowp L = {st->m16, st->v16, c->state == OPT_STATE_INT8 ? &q : NULL, st->q8_index, st->small_off};
+                lamb_lowp_update_cpu(params, grads, &L, st->partials, st->trust, st->segs, st->nseg, st->block0, &a,
+                                     grad_scale);
+            }
             break;
     }
 }

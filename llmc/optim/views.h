@@ -10,8 +10,8 @@
                   param = its place in the model), state sized for the largest block
    both           the BAdam block's table cut to the process's shard of the block
  Where a table may be cut without changing any bit (optim_cut_of): anywhere for the elementwise
- optimizers, at the tensors' OPT_BLOCK boundaries for int8 state (absmax blocks), at tensor
- boundaries for LAMB (its trust ratio needs the whole tensor's sums in one table).
+ optimizers, at the tensors' OPT_BLOCK boundaries for int8 state of any optimizer (absmax
+ blocks), at tensor boundaries for LAMB (whatever its state) (its trust ratio needs the whole tensor's sums in one table).
 
  The step plan (optim_plan_step) is the mode logic the trainers share: the active BAdam block and
  its slices, the lowest layer the backward pass must reach, whether the state is zeroed before
@@ -33,7 +33,7 @@ typedef enum { OPTIM_CUT_ELEMENT = 0, OPTIM_CUT_BLOCK, OPTIM_CUT_TENSOR } OptimC
 
 static inline OptimCut optim_cut_of(const OptimConfig* c) {
     if (c->kind == OPT_LAMB) return OPTIM_CUT_TENSOR;
-    if (c->kind == OPT_ADAMW && c->state == OPT_STATE_INT8) return OPTIM_CUT_BLOCK;
+    if (c->state == OPT_STATE_INT8) return OPTIM_CUT_BLOCK;
     return OPTIM_CUT_ELEMENT;
 }
 
