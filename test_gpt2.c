@@ -523,6 +523,64 @@ static void test_vector_math(void) {
     printf("vector math: vexpf max rel err %.2g, vtanhf max abs err %.2g\n", worst_exp, worst_tanh);
 }
 
+// LAMB under ZeRO-1 (llmc/optim/engine.h: the reduce hook): the two shards of a 2-process run, each
+// stepped by its own engine, give the one-process step's parameters, because the trust ratio of a
+// tensor split by the shard boundary sums both pieces. Two passes stand in for the processes: the
+// first records each shard's sums, the second adds the other shard's (what the all-reduce does).
+static double lamb_sums[2][2 * 512];
+static int lamb_rank, lamb_pass;
+static void lamb_test_hook(void* ctx, double* x, int n) {
+    (void)ctx;
+    if (n > 2 * 512) { ls_fatal("lamb test: %d sums", n); }
+    if (lamb_pass == 0) { memcpy(lamb_sums[lamb_rank], x, (size_t)n * sizeof(double)); return; }
+    for (int i = 0; i < n; i++) { x[i] = lamb_sums[0][i] + lamb_sums[1][i]; }
+}
+static void test_lamb_zero(void) {
+    GPT2Config c;
+    gpt2_config_from_descriptor("L2C64H2T16V300", &c);
+    ParamTable pt;
+    param_table_build(&pt, &c);
+    const size_t n = pt.total, shard = zero_shard_elems(n, 2);
+    float* p0 = (float*)mallocCheck(n * sizeof(float));
+    float* whole = (float*)mallocCheck(n * sizeof(float));
+    float* sharded = (float*)mallocCheck(n * sizeof(float));
+    float* g = (float*)mallocCheck(2 * shard * sizeof(float));
+    params_init_random(&pt, p0, 6);
+    for (size_t i = 0; i < 2 * shard; i++) { g[i] = i < n ? 0.02f * cosf(0.11f * (float)i) : 0.0f; }
+    OptimConfig cfg = optim_config_default(OPT_LAMB);
+    OptimEngine e;  // one process
+    optim_engine_init(&e, &cfg, &pt, NULL, 0.1f, 0, 1, 0);
+    e.memory = mallocCheck(e.bytes);
+    optim_engine_set_view_cpu(&e, OPTIM_VIEW_MODEL);
+    memcpy(whole, p0, n * sizeof(float));
+    optim_engine_step_cpu(&e, whole, g, 1e-2f, 1, 1.0f);
+    optim_engine_free_cpu(&e);
+    free(e.memory);
+    double worst = 0.0;
+    for (lamb_pass = 0; lamb_pass < 2; lamb_pass++) {
+        memcpy(sharded, p0, n * sizeof(float));
+        for (lamb_rank = 0; lamb_rank < 2; lamb_rank++) {
+            optim_engine_init(&e, &cfg, &pt, NULL, 0.1f, lamb_rank, 2, shard);
+            optim_engine_set_reduce(&e, lamb_test_hook, NULL);
+            e.memory = mallocCheck(e.bytes);
+            optim_engine_set_view_cpu(&e, OPTIM_VIEW_MODEL);
+            CHECK(e.st.reduce.hook != NULL, "lamb -z 1: the view sums over the processes");
+            optim_engine_step_cpu(&e, sharded, g + (size_t)lamb_rank * shard, 1e-2f, 1, 1.0f);
+            optim_engine_free_cpu(&e);
+            free(e.memory);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)sharded[i] - (double)whole[i]) / (fabs((double)whole[i]) + 1e-6);
+        if (d > worst) { worst = d; }
+    }
+    // the sums add in another order (per piece, then over the pieces), so the float trust ratio may
+    // differ in its last bit: 1e-6 relative; a ratio from one piece alone is off by far more
+    CHECK(worst < 1e-6, "lamb -z 1: 2 shards differ from one process by %.3g relative", worst);
+    printf("lamb -z 1: 2 shards (a tensor split between them) = one process within %.2g relative\n", worst);
+    free(p0); free(whole); free(sharded); free(g);
+}
+
 // The optimizer engine's chunks (--offload's cut, llmc/optim/engine.h): a view stepped chunk by
 // chunk, each chunk's state copied from the view's block into a state of its own and back
 // (optim_chunk_copies), gives the whole view's step bit for bit: parameters and the whole state
@@ -706,6 +764,7 @@ static void run_unit_tests(void) {
     test_vector_math();
     test_badam();
     test_engine_chunks();
+    test_lamb_zero();
     char cmd[400];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) { printf("warning: could not remove %s\n", tmpdir); }

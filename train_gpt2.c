@@ -474,6 +474,7 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     optim_engine_init(&model->opt, &cfg, &model->table, model->use_badam ? &model->badam : NULL,
                       opts ? opts->weight_decay : 0.0f, model->comm ? model->comm->rank : 0, procs,
                       model->zero_stage >= 1 ? model->shard : 0);
+    if (model->zero_stage >= 1) { optim_engine_set_reduce(&model->opt, comm_sum_hook, (void*)model->comm); }  // LAMB
     size_t n_alloc = n, max_shard = optim_engine_max_shard(&model->opt);
     if (model->zero_stage >= 1) {  // gradients padded to equal shards (BAdam: of the largest block);
         ng = max_shard * (size_t)procs;  // without BAdam the parameters too (the all-gather is in place)

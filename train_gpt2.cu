@@ -349,6 +349,7 @@ static void gpt2_setup_modes(GPT2* model, uint64_t seed, int B, int T, const Tra
     optim_engine_init(&model->opt, &cfg, &model->table, model->use_badam ? &model->badam : NULL,
                       opts ? opts->weight_decay : 0.0f, model->nccl ? model->nccl->rank : 0, procs,
                       model->zero_stage >= 1 ? model->shard : 0);
+    if (model->zero_stage >= 1) { optim_engine_set_reduce(&model->opt, comm_sum_hook, (void*)opts->comm); }  // LAMB
     if (model->offload) { optim_engine_offload_size(&model->opt, model->chunk, &model->stage_bytes, &model->stage_elems); }
 }
 

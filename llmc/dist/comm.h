@@ -110,6 +110,22 @@ static inline void comm_allreduce_sum_f32(const Comm* c, float* buf, size_t n) {
 #endif
 }
 
+// x (n) = its sum over the processes, in place (double: the same order on every process).
+static inline void comm_allreduce_sum_f64_n(const Comm* c, double* x, int n) {
+    if (c->ops) {
+        c->ops->allreduce_sum_f64(c->ctx, x, n);
+        return;
+    }
+#ifdef USE_MPI
+    if (c->size > 1) { mpiCheck(MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD)); }
+#else
+    (void)c; (void)x; (void)n;
+#endif
+}
+
+// The same, with the signature of a hook (llmc/optim/engine.h: LAMB's tensor sums under ZeRO-1).
+static inline void comm_sum_hook(void* comm, double* x, int n) { comm_allreduce_sum_f64_n((const Comm*)comm, x, n); }
+
 static inline double comm_allreduce_sum_f64(const Comm* c, double x) {
     if (c->ops) {
         c->ops->allreduce_sum_f64(c->ctx, &x, 1);

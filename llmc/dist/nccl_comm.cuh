@@ -41,7 +41,7 @@
 #define LS_NCCL 0
 #endif
 
-#define NCCL_COMM_SCALARS 16  // doubles the host sums carry at once (the flag check needs 16)
+#define NCCL_COMM_SCALARS 16  // doubles the host sums carry at once (more go in pieces)
 
 typedef struct {
     int rank, size;
@@ -95,11 +95,13 @@ static const ncclDataType_t nccl_floatx = FLOATX_IS_BF16 ? ncclBfloat16 : ncclFl
 
 static void nccl_comm_allreduce_host(void* ctx, double* x, int n) {
     NcclComm* nc = (NcclComm*)ctx;
-    if (n > NCCL_COMM_SCALARS) { ls_fatal("nccl_comm: %d host values in one sum (at most %d)", n, NCCL_COMM_SCALARS); }
-    watchdog_arm("a sum over the processes (loss, barrier or flag check)");
-    cudaCheck(cudaMemcpyAsync(nc->d_scalars, x, (size_t)n * sizeof(double), cudaMemcpyHostToDevice, nc->stream));
-    ncclCheck(ncclAllReduce(nc->d_scalars, nc->d_scalars, (size_t)n, ncclDouble, ncclSum, nc->comm, nc->stream));
-    cudaCheck(cudaMemcpyAsync(x, nc->d_scalars, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost, nc->stream));
+    watchdog_arm("a sum over the processes (loss, barrier, flag check or LAMB's tensor norms)");
+    for (int i = 0; i < n; i += NCCL_COMM_SCALARS) {
+        const size_t k = (size_t)(n - i < NCCL_COMM_SCALARS ? n - i : NCCL_COMM_SCALARS);
+        cudaCheck(cudaMemcpyAsync(nc->d_scalars, x + i, k * sizeof(double), cudaMemcpyHostToDevice, nc->stream));
+        ncclCheck(ncclAllReduce(nc->d_scalars, nc->d_scalars, k, ncclDouble, ncclSum, nc->comm, nc->stream));
+        cudaCheck(cudaMemcpyAsync(x + i, nc->d_scalars, k * sizeof(double), cudaMemcpyDeviceToHost, nc->stream));
+    }
     cudaCheck(cudaStreamSynchronize(nc->stream));
     watchdog_disarm();
 }

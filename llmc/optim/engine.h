@@ -49,6 +49,7 @@ typedef struct {
     void* memory;             // the block (host, or device memory for the GPU trainer); the caller's
     int view;                 // the current view: a BAdam block, OPTIM_VIEW_MODEL or OPTIM_VIEW_NONE
     OptimState st;            // the current view's state, carved from memory (n 0: nothing to update)
+    OptimReduce reduce;       // ZeRO-1 with LAMB: sums over the processes (optim_engine_set_reduce)
 } OptimEngine;
 
 // ZeRO-1's shard of a view (elements per process; 0: ZeRO-1 off): the whole model's, or that of
@@ -138,6 +139,31 @@ static inline size_t optim_engine_max_shard(const OptimEngine* e) {
     return m;
 }
 
+// The sums over the processes that LAMB's trust ratios need under ZeRO-1 (a tensor's pieces lie in
+// several shards): hook(ctx, x, n) adds x over the processes in place (llmc/dist/comm.h:
+// comm_sum_hook). Set before the first view; other optimizers and one process never call it.
+static inline void optim_engine_set_reduce(OptimEngine* e, void (*hook)(void* ctx, double* x, int n), void* ctx) {
+    e->reduce.hook = hook;
+    e->reduce.ctx = ctx;
+    int nt = optim_segments_count_layers(e->table);  // the whole model's tensor ids, or BAdam's slices'
+    e->reduce.ntensors = nt > BADAM_MAX_SLICES ? nt : BADAM_MAX_SLICES;
+}
+
+// Whether the current view's steps sum over the processes (then every process steps, even one whose
+// shard of the view is empty, so that the sums pair up).
+static inline int optim_engine_reduces(const OptimEngine* e) {
+    return e->cfg.kind == OPT_LAMB && e->reduce.hook != NULL && optim_engine_view_shard(e, e->view) > 0;
+}
+
+// A process with nothing to update takes part in the sums of the others' step with zeros.
+static inline void optim_engine_reduce_idle(const OptimEngine* e) {
+    if (!optim_engine_reduces(e)) return;
+    double* t = (double*)calloc(2 * (size_t)e->reduce.ntensors, sizeof(double));
+    if (t == NULL) ls_fatal("optimizer: out of memory for the tensor sums");
+    e->reduce.hook(e->reduce.ctx, t, 2 * e->reduce.ntensors);
+    free(t);
+}
+
 // The bytes of the state block for these settings, without keeping an engine (the memory model).
 static inline size_t optim_engine_bytes(const OptimConfig* cfg, const ParamTable* table, const Badam* badam,
                                         int rank, int procs, size_t shard) {
@@ -160,6 +186,8 @@ static inline void optim_engine_set_view_cpu(OptimEngine* e, int view) {
     int nseg = optim_engine_view_table(e, view, &segs, &n);
     if (nseg > 0) {
         optim_state_init(&e->st, &e->cfg, segs, nseg, n, e->memory);
+        e->view = view;
+        if (optim_engine_reduces(e)) e->st.reduce = e->reduce;
     } else {  // no elements: nothing to carve, nothing to update (optim_state_free zeroed st)
         e->st.cfg = e->cfg;
     }
@@ -207,7 +235,10 @@ static inline int optim_engine_set_hyper(OptimEngine* e, float beta1, float beta
 // One update of the current view (step counts from 1 since the view was zeroed).
 static inline void optim_engine_step_cpu(OptimEngine* e, float* params, const float* grads, float lr, int step,
                                          float grad_scale) {
-    if (e->st.n == 0) return;  // a ZeRO-1 shard of padding only
+    if (e->st.n == 0) {  // a ZeRO-1 shard of padding only
+        optim_engine_reduce_idle(e);
+        return;
+    }
     optim_step_cpu(&e->st, params, grads, lr, step, grad_scale);
 }
 

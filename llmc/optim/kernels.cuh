@@ -669,8 +669,19 @@ static void lamb_update(OptimState* st, Tp* params, float* master, const Tg* gra
     if (prec == OPT_STATE_BF16) lamb_moments_launch<Tp, Tg, OPT_STATE_BF16>(st, params, master, grads, a, d_clip_scale, stream);
     else if (prec == OPT_STATE_INT8) lamb_moments_launch<Tp, Tg, OPT_STATE_INT8>(st, params, master, grads, a, d_clip_scale, stream);
     else lamb_moments_launch<Tp, Tg, OPT_STATE_FP32>(st, params, master, grads, a, d_clip_scale, stream);
-    launch(lamb_trust_kernel, (unsigned)st->nseg, LAMB_THREADS, 0, stream, st->trust, (const float*)st->partials,
-           (const OptimSegment*)st->d_segs, (const size_t*)st->d_block0, st->nseg);
+    if (st->reduce.hook != NULL) {  // ZeRO-1: the block sums to the host, the ratios over the processes
+        const size_t nb = st->nblocks;
+        float* h = (float*)mallocCheck((2 * nb + (size_t)st->nseg) * sizeof(float));
+        cudaCheck(cudaMemcpyAsync(h, st->partials, 2 * nb * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        cudaCheck(cudaStreamSynchronize(stream));
+        lamb_trust_reduced(st->segs, st->nseg, st->block0, h, &st->reduce, h + 2 * nb);
+        cudaCheck(cudaMemcpyAsync(st->trust, h + 2 * nb, (size_t)st->nseg * sizeof(float), cudaMemcpyHostToDevice, stream));
+        cudaCheck(cudaStreamSynchronize(stream));
+        free(h);
+    } else {
+        launch(lamb_trust_kernel, (unsigned)st->nseg, LAMB_THREADS, 0, stream, st->trust, (const float*)st->partials,
+               (const OptimSegment*)st->d_segs, (const size_t*)st->d_block0, st->nseg);
+    }
     if (prec == OPT_STATE_BF16) {
         optim_elementwise<OP_LAMB_APPLY, Tp, Tg, __nv_bfloat16>(params, master, grads, (__nv_bfloat16*)st->m16,
                                                                 (const __nv_bfloat16*)st->v16, st->n, st->d_segs, st->nseg,
@@ -825,6 +836,8 @@ static inline void optim_engine_set_view_device(OptimEngine* e, int view) {
     int nseg = optim_engine_view_table(e, view, &segs, &n);
     if (nseg > 0) {
         optim_state_attach_device(&e->st, &e->cfg, segs, nseg, n, e->memory);
+        e->view = view;
+        if (optim_engine_reduces(e)) e->st.reduce = e->reduce;
     } else {  // no elements: nothing to carve, nothing to update
         static const OptimState none = {};
         e->st = none;
@@ -857,7 +870,10 @@ static inline void optim_engine_set_hyper_device(OptimEngine* e, float beta1, fl
 template <typename Tp, typename Tg>
 void optim_engine_step_gpu(OptimEngine* e, Tp* params, float* master, const Tg* grads, float lr, int step,
                            bool stochastic, const float* d_clip_scale, cudaStream_t stream) {
-    if (e->st.n == 0) return;
+    if (e->st.n == 0) {  // a ZeRO-1 shard of padding only
+        optim_engine_reduce_idle(e);
+        return;
+    }
     optim_step_gpu(&e->st, params, master, grads, lr, step, stochastic, d_clip_scale, stream);
 }
 

@@ -191,7 +191,7 @@ static inline void lamb_lowp_store(const LambLowp* L, int s, size_t b, size_t st
 
 static inline void lamb_lowp_update_cpu(float* params, const float* grads, const LambLowp* L, float* partials,
                                         float* trust, const OptimSegment* segs, int nseg, const size_t* block0,
-                                        const OptimStepArgs* a, float grad_scale) {
+                                        const OptimStepArgs* a, float grad_scale, const OptimReduce* red) {
     const float beta1 = a->beta1, beta2 = a->beta2, omb1 = a->one_minus_beta1, omb2 = a->one_minus_beta2;
     const float eps = a->eps, bc1 = a->inv_bias_corr1, bc2 = a->inv_bias_corr2;
     const size_t nblocks = block0[nseg];
@@ -233,19 +233,7 @@ static inline void lamb_lowp_update_cpu(float* params, const float* grads, const
             partials[b] = optim_tree256_f32(tp);
             partials[nblocks + b] = optim_tree256_f32(tu);
         }
-        // the trust ratios, as lamb_update_cpu
-        #pragma omp for schedule(static)
-        for (int s = 0; s < nseg; s++) {
-            double lp[256], lu[256];
-            for (int t = 0; t < 256; t++) lp[t] = lu[t] = 0.0;
-            size_t b0, b1;
-            optim_tensor_blocks(segs, nseg, block0, s, &b0, &b1);
-            for (size_t c = 0; c < b1 - b0; c++) {
-                lp[c % 256] += (double)partials[b0 + c];
-                lu[c % 256] += (double)partials[nblocks + b0 + c];
-            }
-            trust[s] = lamb_trust_ratio(optim_tree256_f64(lp), optim_tree256_f64(lu));
-        }
+        lamb_trust_cpu(segs, nseg, block0, partials, red, trust);  // as lamb_update_cpu
         // pass 2: u from the stored moments, the update
         #pragma omp for schedule(static)
         for (size_t b = 0; b < nblocks; b++) {

@@ -91,6 +91,7 @@ static inline void optim_offload_build(OptimOffload* o, const OptimEngine* e) {
     o->view = e->view;
     o->weight_decay = e->weight_decay;
     if (w->n == 0) return;
+    if (w->reduce.hook != NULL) ls_fatal("--offload: LAMB with -z 1 is not supported (its chunks would sum over the processes)");
     o->num_chunks = optim_chunk_bounds(&w->cfg, w->segs, w->nseg, w->n, o->chunk, &o->bounds);
     o->part = (OptimState*)callocCheck((size_t)o->num_chunks, sizeof(OptimState));
     o->copies = (OptimCopy*)mallocCheck((size_t)o->num_chunks * OPTIM_MAX_COPIES * sizeof(OptimCopy));

@@ -568,11 +568,68 @@ OPTIM_HD float lamb_trust_ratio(double sum_p2, double sum_u2) {
     return (pn > 0.0 && un > 0.0) ? (float)(pn / un) : 1.0f;
 }
 
+// LAMB under ZeRO-1 (llmc/optim/engine.h): a tensor's pieces lie in several processes' tables, so
+// its trust ratio needs their sums of squares added over the processes. hook(ctx, x, n) adds x over
+// the processes in place, in the same order on every process; the segments' tensor ids are below
+// ntensors (the same id for a tensor's pieces everywhere).
+typedef struct {
+    void (*hook)(void* ctx, double* x, int n);
+    void* ctx;
+    int ntensors;
+} OptimReduce;
+
+// The trust ratios when the tensors' pieces lie in several processes: per tensor id the sums of its
+// segments' block sums (double, in block order), added over the processes, then each segment's ratio.
+// The CPU and the GPU step (llmc/optim/kernels.cuh) both use it, so they agree bit for bit.
+static inline void lamb_trust_reduced(const OptimSegment* segs, int nseg, const size_t* block0, const float* partials,
+                                      const OptimReduce* red, float* trust) {
+    const size_t nblocks = block0[nseg];
+    double* t = (double*)calloc(2 * (size_t)red->ntensors, sizeof(double));
+    if (t == NULL) ls_fatal("lamb: out of memory for %d tensor sums", red->ntensors);
+    for (int s = 0; s < nseg; s++) {
+        const int id = segs[s].tensor;
+        if (id < 0 || id >= red->ntensors) ls_fatal("lamb: tensor id %d of segment %d (ids below %d)", id, s, red->ntensors);
+        for (size_t b = block0[s]; b < block0[s + 1]; b++) {
+            t[2 * id] += (double)partials[b];
+            t[2 * id + 1] += (double)partials[nblocks + b];
+        }
+    }
+    red->hook(red->ctx, t, 2 * red->ntensors);
+    for (int s = 0; s < nseg; s++) trust[s] = lamb_trust_ratio(t[2 * segs[s].tensor], t[2 * segs[s].tensor + 1]);
+    free(t);
+}
+
+// LAMB's trust ratios after pass 1, inside the update's parallel region (the loop is an orphaned
+// omp for): per segment, from the block sums of its tensor's pieces in this table (in double,
+// fixed order; one piece: the segment's own blocks), or over the processes (red: ZeRO-1).
+static inline void lamb_trust_cpu(const OptimSegment* segs, int nseg, const size_t* block0, const float* partials,
+                                  const OptimReduce* red, float* trust) {
+    if (red != NULL) {
+        #pragma omp single
+        lamb_trust_reduced(segs, nseg, block0, partials, red, trust);
+        return;
+    }
+    const size_t nblocks = block0[nseg];
+    #pragma omp for schedule(static)
+    for (int s = 0; s < nseg; s++) {
+        double lp[256], lu[256];
+        for (int t = 0; t < 256; t++) lp[t] = lu[t] = 0.0;
+        size_t b0, b1;
+        optim_tensor_blocks(segs, nseg, block0, s, &b0, &b1);
+        for (size_t c = 0; c < b1 - b0; c++) {
+            lp[c % 256] += (double)partials[b0 + c];
+            lu[c % 256] += (double)partials[nblocks + b0 + c];
+        }
+        trust[s] = lamb_trust_ratio(optim_tree256_f64(lp), optim_tree256_f64(lu));
+    }
+}
+
 // LAMB. partials: (2 * nblocks) scratch, the sums of p^2 (first half) and u^2 per block; trust:
-// (nseg) the trust ratio of each segment, written (the caller may read it after the step).
+// (nseg) the trust ratio of each segment, written (the caller may read it after the step); red:
+// NULL, or the sums over the processes (ZeRO-1).
 static inline void lamb_update_cpu(float* params, const float* grads, float* m, float* v, float* partials,
                                    float* trust, const OptimSegment* segs, int nseg, const size_t* block0,
-                                   const OptimStepArgs* a, float grad_scale) {
+                                   const OptimStepArgs* a, float grad_scale, const OptimReduce* red) {
     const float beta1 = a->beta1, beta2 = a->beta2, omb1 = a->one_minus_beta1, omb2 = a->one_minus_beta2;
     const float eps = a->eps, bc1 = a->inv_bias_corr1, bc2 = a->inv_bias_corr2;
     const size_t nblocks = block0[nseg];
@@ -612,20 +669,7 @@ static inline void lamb_update_cpu(float* params, const float* grads, float* m, 
             partials[b] = optim_tree256_f32(tp);
             partials[nblocks + b] = optim_tree256_f32(tu);
         }
-        // per segment, the trust ratio of its tensor from the block sums of the tensor's pieces
-        // in this table (in double, fixed order; one piece: the segment's own blocks)
-        #pragma omp for schedule(static)
-        for (int s = 0; s < nseg; s++) {
-            double lp[256], lu[256];
-            for (int t = 0; t < 256; t++) lp[t] = lu[t] = 0.0;
-            size_t b0, b1;
-            optim_tensor_blocks(segs, nseg, block0, s, &b0, &b1);
-            for (size_t c = 0; c < b1 - b0; c++) {
-                lp[c % 256] += (double)partials[b0 + c];
-                lu[c % 256] += (double)partials[nblocks + b0 + c];
-            }
-            trust[s] = lamb_trust_ratio(optim_tree256_f64(lp), optim_tree256_f64(lu));
-        }
+        lamb_trust_cpu(segs, nseg, block0, partials, red, trust);
         // pass 2: the update (the implicit barrier above: every trust ratio is known)
         for (int s = 0; s < nseg; s++) {
             const float step = (a->lr * segs[s].lr_mult) * trust[s], wd = segs[s].weight_decay;

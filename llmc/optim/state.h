@@ -177,6 +177,7 @@ typedef struct {
     float* maps;           // (QUANT8_MAP_FLOATS) the quantization maps
     float* partials;       // (2 * nblocks) LAMB: per-block sums of p^2 and u^2
     float* trust;          // (nseg) LAMB: the trust ratios of the last step
+    OptimReduce reduce;    // LAMB under ZeRO-1: its tensors' sums over the processes (hook NULL: off)
     Quant8Index* q8_index; // (2) host int8 state: the CPU's quantize indexes (m, v); 130 KB, not state
     void* memory;          // the block holding all of the above
     size_t bytes;          // its size (optim_state_bytes)
@@ -371,11 +372,11 @@ static inline void optim_step_cpu(OptimState* st, float* params, const float* gr
         case OPT_LAMB:
             if (c->state == OPT_STATE_FP32) {
                 lamb_update_cpu(params, grads, st->m, st->v, st->partials, st->trust, st->segs, st->nseg, st->block0, &a,
-                                grad_scale);
+                                grad_scale, st->reduce.hook ? &st->reduce : NULL);
             } else {
                 const LambLowp L = {st->m16, st->v16, c->state == OPT_STATE_INT8 ? &q : NULL, st->q8_index, st->small_off};
                 lamb_lowp_update_cpu(params, grads, &L, st->partials, st->trust, st->segs, st->nseg, st->block0, &a,
-                                     grad_scale);
+                                     grad_scale, st->reduce.hook ? &st->reduce : NULL);
             }
             break;
     }

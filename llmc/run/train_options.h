@@ -350,10 +350,12 @@ typedef struct {
     const char* message;
 } FlagConflict;
 
-static inline int conflict_lamb_zero(const TrainOptions* o, int procs) { return o->optimizer == OPT_LAMB && procs > 1 && o->zero_stage >= 1; }
+static inline int conflict_lamb_zero_offload(const TrainOptions* o, int procs) {
+    return o->optimizer == OPT_LAMB && procs > 1 && o->zero_stage >= 1 && o->offload;
+}
 
 static const FlagConflict flag_conflicts[] = {
-    {conflict_lamb_zero, CLI_BOTH, "flags --optimizer lamb and -z 1 cannot be combined yet (LAMB's trust ratio needs each tensor's norms summed over the shards)"},
+    {conflict_lamb_zero_offload, CLI_GPU, "flags --optimizer lamb, -z 1 and --offload cannot be combined yet (the offload chunks would each sum LAMB's tensor norms over the processes; drop one of -z 1 and --offload)"},
 };
 
 // Exits with the table's message when a refused combination is set (trainer: CLI_CPU or CLI_GPU).
