@@ -670,8 +670,11 @@ static float gpt2_grad_norm(GPT2* model, const AdamWHyper* h) {
         for (size_t i = 0; i < shard; i++) { sumsq += (double)model->grad_shard[i] * model->grad_shard[i]; }
         norm = (float)sqrt(comm_allreduce_sum_f64(comm, sumsq));
     } else {  // all parameters, or BAdam's active block (its slices' compact gradients)
-        const BadamSlice* last = &model->slices[model->num_slices - 1];
-        size_t n = model->use_badam ? last->compact + last->count : model->num_parameters;
+        size_t n = model->num_parameters;
+        if (model->use_badam) {
+            const BadamSlice* last = &model->slices[model->num_slices - 1];
+            n = last->compact + last->count;
+        }
         if (comm && comm->size > 1) { comm_allreduce_sum_f32(comm, model->grads_memory, n); }
         norm = global_norm_cpu(model->grads_memory, n);
     }

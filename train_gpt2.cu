@@ -273,7 +273,6 @@ static void* carve_tensors(MemCounter* mc, MemCategory cat, const size_t* counts
 // it too; here for callers of gpt2_build such as the tests), and what this build cannot do.
 static void gpu_check_flags(const TrainOptions* o) {
     if (o == NULL) { return; }
-    train_options_check_combinations(o, o->comm ? o->comm->size : 1, CLI_GPU);
     if (o->attention != ATTENTION_MATMUL && !FLOATX_IS_BF16) {
         ls_fatal("flag --attention %s: cuDNN's flash attention needs the BF16 build (make train_gpt2cu PRECISION=BF16); "
                  "this FP32 build has --attention matmul", attention_choices[o->attention]);

@@ -313,7 +313,7 @@ fi
 train_modes() {
     local mode
     for mode in "--attention matmul" "--attention cudnn-fast" "" "--offload 1" "--opt-state bf16" "--opt-state int8" "--optimizer lion" \
-        "--optimizer lamb" "--badam 5" "-r 2"; do
+        "--optimizer lamb" "--badam 5" "-r 2" "--optimizer lion --opt-state int8" "--offload 1 --badam 5 --opt-state int8"; do
         echo "=== mode: ${mode:-adamw}"
         # shellcheck disable=SC2086  # the mode is several words
         "$GB/train_gpt2cu_bf16" -e d12 -b 16 -t 1024 -x 20 -v 0 -s 0 -l 6e-4 -u 10 -c 0.1 $mode || echo "error: mode '${mode:-adamw}' failed"

@@ -25,7 +25,7 @@ MODES = {
     "lion": ("Lion", ["--optimizer", "lion", "-l", "1e-4"]),
 }
 
-MIB_RE = re.compile(r"^\| (gradients|AdamW m|AdamW v|optimizer state[^|]*|master weights)\s*\|\s*([\d.]+)", re.M)
+MIB_RE = re.compile(r"^\| (gradients|optimizer state[^|]*|master weights)\s*\|\s*([\d.]+)", re.M)
 
 
 def run(binary, args):

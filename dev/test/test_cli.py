@@ -97,17 +97,17 @@ def check_profile(binary, train, val):
           "--profile: the families and other add up to the step (%.3f vs %.3f ms)" % (total, rows["step"][0]))
 
 
-# The refused combinations of flags (llmc/run/train_options.h's table): each exits 1 before
-# anything is allocated (--memory-report too), naming the flags; gpu: a GPU trainer's flag is in it.
+# The refused combinations of flags (those without meaning): each exits 1 before anything is
+# allocated (--memory-report too), naming the flags; gpu: a GPU trainer's flag is in it.
 # (dev/test/test_optim_matrix.py runs every optimizer x state x placement cell.)
 REFUSED = [
-    (["--optimizer", "lamb", "-pn", "2", "-z", "1", "--offload", "1"], "--optimizer lamb, -z 1 and --offload", True),
     (["--optimizer", "sgd", "--momentum", "0", "--opt-state", "int8"], "plain SGD keeps no state", False),
 ]
 # Combinations the optimizer engine made possible (refused before it); gpu: a GPU trainer's flag is in it.
 ACCEPTED = [
     (["-pn", "2", "-z", "1"], False),
     (["--optimizer", "lamb", "-pn", "2", "-z", "1"], False),
+    (["--optimizer", "lamb", "-pn", "2", "-z", "1", "--offload", "1"], True),
     (["--optimizer", "lion", "--badam", "2"], False),
     (["--opt-state", "int8", "--badam", "2"], False),
     (["--amsgrad", "1", "-pn", "2", "-z", "1"], False),

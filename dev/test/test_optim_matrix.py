@@ -80,8 +80,6 @@ EXPECTED_REFUSED = [
      "the CPU trainer's state is in host memory already (--offload is a GPU trainer flag)", ["--offload"]),
     (("sgd-plain",), ("bf16", "int8"), "*", "*", "no meaning", "SGD without momentum has no state to store in bf16 or int8",
      ["--opt-state", "--momentum"]),
-    (("lamb",), "*", "z1+offload", "gpu", "not yet",
-     "LAMB's tensor norms summed over the processes once per offload chunk would not pair up", ["lamb", "-z 1", "--offload"]),
 ]
 
 # Resume is bit-exact for these cells (BAdam with --badam 3 there: the resumed step 3 continues
@@ -89,7 +87,7 @@ EXPECTED_REFUSED = [
 RESUME_CELLS = [("adamw", "int8", "device"), ("lion", "fp32", "badam"), ("adamw", "bf16", "z1"),
                 ("sgd+nesterov", "fp32", "z1"), ("sgd-plain", "fp32", "z1"), ("adamw", "int8", "z1+offload"),
                 ("adamw", "fp32", "device"), ("lion", "int8", "z1+badam"), ("lamb", "bf16", "offload"),
-                ("adamw+amsgrad", "int8", "badam+offload"), ("lamb", "int8", "z1")]
+                ("adamw+amsgrad", "int8", "badam+offload"), ("lamb", "int8", "z1"), ("lamb", "bf16", "z1+offload")]
 
 # Optimizer state bytes per parameter of the whole-model view (llmc/optim/state.h's banner): exact
 # up to each buffer's 64-byte alignment, or (None) at least the number (int8's per-block scales and

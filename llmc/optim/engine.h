@@ -22,6 +22,11 @@
 
  A state file holds the current view's block (e.st.memory, e.st.bytes): a resumed run sets up the
  view of the step it continues (optim_engine_view_of_step) before reading it.
+ ZeRO-1 with BAdam: the block's compact elements are sharded (optim_engine_view_shard). LAMB under
+ ZeRO-1 needs each tensor's sums of squares over all shards: the trainer gives the engine a sum over
+ the processes (optim_engine_set_reduce), which the views' states call once per step.
+ --offload (GPU): the view's block in pinned host memory, stepped in chunks (below, and
+ llmc/optim/offload.cuh); the chunks' copies are plain C here so that the CPU tests check them.
 */
 #ifndef LLMC_OPTIM_ENGINE_H
 #define LLMC_OPTIM_ENGINE_H

@@ -662,26 +662,39 @@ static void lamb_moments_launch(OptimState* st, const Tp* params, const float* m
     }
 }
 
+// LAMB's pass 1: the moments and the block sums of p^2 and u^2 (st->partials).
 template <typename Tp, typename Tg>
-static void lamb_update(OptimState* st, Tp* params, float* master, const Tg* grads, const OptimStepArgs& a,
-                        bool stochastic, const float* d_clip_scale, cudaStream_t stream) {
+static void lamb_moments(OptimState* st, const Tp* params, const float* master, const Tg* grads, const OptimStepArgs& a,
+                         const float* d_clip_scale, cudaStream_t stream) {
     const OptimStatePrecision prec = st->cfg.state;
     if (prec == OPT_STATE_BF16) lamb_moments_launch<Tp, Tg, OPT_STATE_BF16>(st, params, master, grads, a, d_clip_scale, stream);
     else if (prec == OPT_STATE_INT8) lamb_moments_launch<Tp, Tg, OPT_STATE_INT8>(st, params, master, grads, a, d_clip_scale, stream);
     else lamb_moments_launch<Tp, Tg, OPT_STATE_FP32>(st, params, master, grads, a, d_clip_scale, stream);
-    if (st->reduce.hook != NULL) {  // ZeRO-1: the block sums to the host, the ratios over the processes
-        const size_t nb = st->nblocks;
-        float* h = (float*)mallocCheck((2 * nb + (size_t)st->nseg) * sizeof(float));
-        cudaCheck(cudaMemcpyAsync(h, st->partials, 2 * nb * sizeof(float), cudaMemcpyDeviceToHost, stream));
-        cudaCheck(cudaStreamSynchronize(stream));
-        lamb_trust_reduced(st->segs, st->nseg, st->block0, h, &st->reduce, h + 2 * nb);
-        cudaCheck(cudaMemcpyAsync(st->trust, h + 2 * nb, (size_t)st->nseg * sizeof(float), cudaMemcpyHostToDevice, stream));
-        cudaCheck(cudaStreamSynchronize(stream));
-        free(h);
-    } else {
+}
+
+// LAMB's trust ratios (st->trust) from the block sums: on the device, or (ZeRO-1: st->reduce) on
+// the host with the sums over the processes.
+static inline void lamb_trust(OptimState* st, cudaStream_t stream) {
+    if (st->reduce.hook == NULL) {
         launch(lamb_trust_kernel, (unsigned)st->nseg, LAMB_THREADS, 0, stream, st->trust, (const float*)st->partials,
                (const OptimSegment*)st->d_segs, (const size_t*)st->d_block0, st->nseg);
+        return;
     }
+    const size_t nb = st->nblocks;
+    float* h = (float*)mallocCheck((2 * nb + (size_t)st->nseg) * sizeof(float));
+    cudaCheck(cudaMemcpyAsync(h, st->partials, 2 * nb * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    cudaCheck(cudaStreamSynchronize(stream));
+    lamb_trust_reduced(st->segs, st->nseg, st->block0, h, &st->reduce, h + 2 * nb);
+    cudaCheck(cudaMemcpyAsync(st->trust, h + 2 * nb, (size_t)st->nseg * sizeof(float), cudaMemcpyHostToDevice, stream));
+    cudaCheck(cudaStreamSynchronize(stream));
+    free(h);
+}
+
+// LAMB's pass 2: the update with the trust ratios.
+template <typename Tp, typename Tg>
+static void lamb_apply(OptimState* st, Tp* params, float* master, const Tg* grads, const OptimStepArgs& a, bool stochastic,
+                       const float* d_clip_scale, cudaStream_t stream) {
+    const OptimStatePrecision prec = st->cfg.state;
     if (prec == OPT_STATE_BF16) {
         optim_elementwise<OP_LAMB_APPLY, Tp, Tg, __nv_bfloat16>(params, master, grads, (__nv_bfloat16*)st->m16,
                                                                 (const __nv_bfloat16*)st->v16, st->n, st->d_segs, st->nseg,
@@ -692,6 +705,14 @@ static void lamb_update(OptimState* st, Tp* params, float* master, const Tg* gra
         optim_elementwise<OP_LAMB_APPLY, Tp, Tg, float>(params, master, grads, st->m, (const float*)st->v, st->n, st->d_segs,
                                                         st->nseg, st->trust, a, stochastic, d_clip_scale, stream);
     }
+}
+
+template <typename Tp, typename Tg>
+static void lamb_update(OptimState* st, Tp* params, float* master, const Tg* grads, const OptimStepArgs& a,
+                        bool stochastic, const float* d_clip_scale, cudaStream_t stream) {
+    lamb_moments(st, params, master, grads, a, d_clip_scale, stream);
+    lamb_trust(st, stream);
+    lamb_apply(st, params, master, grads, a, stochastic, d_clip_scale, stream);
 }
 
 // ----------------------------------------------------------------------------

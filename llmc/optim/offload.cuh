@@ -91,7 +91,6 @@ static inline void optim_offload_build(OptimOffload* o, const OptimEngine* e) {
     o->view = e->view;
     o->weight_decay = e->weight_decay;
     if (w->n == 0) return;
-    if (w->reduce.hook != NULL) ls_fatal("--offload: LAMB with -z 1 is not supported (its chunks would sum over the processes)");
     o->num_chunks = optim_chunk_bounds(&w->cfg, w->segs, w->nseg, w->n, o->chunk, &o->bounds);
     o->part = (OptimState*)callocCheck((size_t)o->num_chunks, sizeof(OptimState));
     o->copies = (OptimCopy*)mallocCheck((size_t)o->num_chunks * OPTIM_MAX_COPIES * sizeof(OptimCopy));
@@ -140,24 +139,54 @@ static inline void optim_offload_download(OptimOffload* o, OptimEngine* e, float
 // One update of the engine's current view with its state on the host: params (the whole model,
 // at the segments' param), grads (the view's, from offset 0), master_host (the view's master
 // weights, or NULL), as optim_engine_step_gpu. Returns when the state is back on the host.
+// One pass over the chunks: each goes up, `pass` steps it on the compute stream, it comes down.
+enum { OFFLOAD_STEP, OFFLOAD_LAMB_MOMENTS, OFFLOAD_LAMB_APPLY };
 template <typename Tp, typename Tg>
-void optim_offload_step(OptimOffload* o, OptimEngine* e, Tp* params, float* master_host, const Tg* grads, float lr,
-                        int step, bool stochastic, const float* d_clip_scale, cudaStream_t stream) {
-    if (o->view != e->view || o->weight_decay != e->weight_decay) optim_offload_build(o, e);
+void optim_offload_pass(OptimOffload* o, OptimEngine* e, Tp* params, float* master_host, const Tg* grads, float lr,
+                        int step, bool stochastic, const float* d_clip_scale, cudaStream_t stream, int pass) {
     for (int k = 0; k < o->num_chunks && k < 2; k++) optim_offload_upload(o, e, master_host, k);
     for (int k = 0; k < o->num_chunks; k++) {
         const int buf = k % 2;
         OptimState* part = &o->part[k];
         part->cfg = e->st.cfg;  // this step's betas, eps and stochastic-rounding key
+        float* master = master_host ? o->master_stage[buf] : NULL;
+        const Tg* g = grads + o->bounds[k];
         cudaCheck(cudaStreamWaitEvent(stream, o->loaded[buf], 0));
-        optim_step_gpu(part, params, master_host ? o->master_stage[buf] : NULL, grads + o->bounds[k], lr, step,
-                       stochastic, d_clip_scale, stream);
+        if (pass == OFFLOAD_STEP) {
+            optim_step_gpu(part, params, master, g, lr, step, stochastic, d_clip_scale, stream);
+        } else {
+            const OptimStepArgs a = optim_step_args(&part->cfg, lr, step);
+            if (pass == OFFLOAD_LAMB_MOMENTS) lamb_moments(part, (const Tp*)params, (const float*)master, g, a, d_clip_scale, stream);
+            else lamb_apply(part, params, master, g, a, stochastic && sizeof(Tp) == 2, d_clip_scale, stream);
+        }
         cudaCheck(cudaEventRecord(o->updated[buf], stream));
         cudaCheck(cudaStreamWaitEvent(o->copy_stream, o->updated[buf], 0));
         optim_offload_download(o, e, master_host, k);
         if (k + 2 < o->num_chunks) optim_offload_upload(o, e, master_host, k + 2);  // after this buffer's download
     }
     cudaCheck(cudaStreamSynchronize(o->copy_stream));
+}
+
+// One update of the engine's current view with its state on the host (see the banner). LAMB under
+// ZeRO-1 streams the chunks twice: the moments and block sums of every chunk first, then the trust
+// ratios of the whole view on the host, summed over the processes once (every process makes the
+// same one call, whatever its chunks), then the update.
+template <typename Tp, typename Tg>
+void optim_offload_step(OptimOffload* o, OptimEngine* e, Tp* params, float* master_host, const Tg* grads, float lr,
+                        int step, bool stochastic, const float* d_clip_scale, cudaStream_t stream) {
+    if (o->view != e->view || o->weight_decay != e->weight_decay) optim_offload_build(o, e);
+    if (e->st.n == 0) {  // a ZeRO-1 shard of padding only
+        optim_engine_reduce_idle(e);
+        return;
+    }
+    if (e->st.reduce.hook == NULL) {
+        optim_offload_pass(o, e, params, master_host, grads, lr, step, stochastic, d_clip_scale, stream, OFFLOAD_STEP);
+        return;
+    }
+    OptimState* w = &e->st;
+    optim_offload_pass(o, e, params, master_host, grads, lr, step, stochastic, d_clip_scale, stream, OFFLOAD_LAMB_MOMENTS);
+    lamb_trust_reduced(w->segs, w->nseg, w->block0, w->partials, &w->reduce, w->trust);
+    optim_offload_pass(o, e, params, master_host, grads, lr, step, stochastic, d_clip_scale, stream, OFFLOAD_LAMB_APPLY);
 }
 
 #endif // LLMC_OPTIM_OFFLOAD_CUH

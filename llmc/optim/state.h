@@ -1,5 +1,6 @@
 /*
- state.h: the optimizer family's state and its one CPU entry point. An OptimState owns
+ state.h: the optimizer's state and its one CPU entry point (the engine's views of it:
+ llmc/optim/engine.h). An OptimState owns
  (or borrows) one block of memory holding everything the optimizer keeps between steps, carved
  with 64-byte aligned offsets; optim_state_bytes() is its exact size for the memory model, and
  optim_step_cpu() runs the fused update of llmc/optim/optim.h that the configuration names.
@@ -30,7 +31,8 @@
  the CPU, the quantize indexes (2 x 257 KB, quant8_index_build).
  The GPU uses the same layout in device memory (llmc/optim/kernels.cuh: optim_state_init_device,
  optim_step_gpu). BAdam's reset: optim_state_zero (host) / optim_state_zero_device,
- then steps count from 1 again.
+ then steps count from 1 again. LAMB under ZeRO-1: `reduce` sums the trust ratios' norms over
+ the processes (lamb_trust_reduced in llmc/optim/optim.h).
 
  Combinations: every optimizer with state at every precision (AdamW's bf16 and int8 kernels:
  dev/cuda/adamw.cu versions 6a, 6b; SGD's, Lion's and LAMB's: llmc/optim/lowp.h and

@@ -295,7 +295,6 @@ static LS_UNUSED int run_setup(Run* r, int argc, char** argv) {
     if (!step_list_parse(o->inject_nan, r->nan_steps, 64, &r->num_nan_steps)) {
         usage_error(argv[0], "flag --inject-nan: expected a comma list of at most 64 steps >= 1, e.g. 3,5");
     }
-    train_options_check_combinations(o, o->num_processes > r->comm.size ? o->num_processes : r->comm.size, TRAINER_FLAGS);
     if (o->memory_report) {
         run_memory_report(r);
         comm_finalize(&r->comm);

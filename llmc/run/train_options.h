@@ -338,31 +338,4 @@ static inline void gpt2_describe(const GPT2Config* c, size_t num_parameters, con
            optim_precision_name(oc.state), oc.amsgrad ? ", AMSGrad" : "");
 }
 
-// ----------------------------------------------------------------------------
-// combinations of flags the trainers refuse: one table for both (checked by run_setup, before
-// anything is allocated, also for --memory-report). These are the placements the optimizer engine
-// (llmc/optim/) does not compose yet; each entry goes when it does. procs: the processes of the run
-// (-pn for a memory report of one of them).
-
-typedef struct {
-    int (*applies)(const TrainOptions* o, int procs);
-    int trainers;  // CLI_CPU, CLI_GPU or CLI_BOTH: where the combination is refused
-    const char* message;
-} FlagConflict;
-
-static inline int conflict_lamb_zero_offload(const TrainOptions* o, int procs) {
-    return o->optimizer == OPT_LAMB && procs > 1 && o->zero_stage >= 1 && o->offload;
-}
-
-static const FlagConflict flag_conflicts[] = {
-    {conflict_lamb_zero_offload, CLI_GPU, "flags --optimizer lamb, -z 1 and --offload cannot be combined yet (the offload chunks would each sum LAMB's tensor norms over the processes; drop one of -z 1 and --offload)"},
-};
-
-// Exits with the table's message when a refused combination is set (trainer: CLI_CPU or CLI_GPU).
-static inline void train_options_check_combinations(const TrainOptions* o, int procs, int trainer) {
-    for (size_t i = 0; i < sizeof(flag_conflicts) / sizeof(flag_conflicts[0]); i++) {
-        if ((flag_conflicts[i].trainers & trainer) && flag_conflicts[i].applies(o, procs)) { ls_fatal("%s", flag_conflicts[i].message); }
-    }
-}
-
 #endif // LLMC_TRAIN_OPTIONS_H
