@@ -590,12 +590,12 @@ static inline void lamb_trust_reduced(const OptimSegment* segs, int nseg, const 
         const int id = segs[s].tensor;
         if (id < 0 || id >= red->ntensors) ls_fatal("lamb: tensor id %d of segment %d (ids below %d)", id, s, red->ntensors);
         for (size_t b = block0[s]; b < block0[s + 1]; b++) {
-            t[2 * id] += (double)partials[b];
-            t[2 * id + 1] += (double)partials[nblocks + b];
+            t[2 * (size_t)id] += (double)partials[b];
+            t[2 * (size_t)id + 1] += (double)partials[nblocks + b];
         }
     }
     red->hook(red->ctx, t, 2 * red->ntensors);
-    for (int s = 0; s < nseg; s++) trust[s] = lamb_trust_ratio(t[2 * segs[s].tensor], t[2 * segs[s].tensor + 1]);
+    for (int s = 0; s < nseg; s++) trust[s] = lamb_trust_ratio(t[2 * (size_t)segs[s].tensor], t[2 * (size_t)segs[s].tensor + 1]);
     free(t);
 }
 
