@@ -112,7 +112,7 @@ static inline void optim_engine_init(OptimEngine* e, const OptimConfig* cfg, con
                                      const Badam* badam, float weight_decay, int rank, int procs, size_t shard) {
     char why[256];
     if (!optim_config_check(cfg, why, sizeof why)) ls_fatal("%s", why);
-    *e = (OptimEngine){0};  // (an assignment: the static analyzer follows it, not a memset)
+    memset(e, 0, sizeof *e);
     e->cfg = *cfg;
     e->table = table;
     e->badam = badam;
@@ -182,22 +182,32 @@ static inline int optim_engine_view_of_step(const OptimEngine* e, int step) {
     return e->badam != NULL ? badam_block_at(e->badam, step) : OPTIM_VIEW_MODEL;
 }
 
-// Makes `view` current over host memory, zeroed (a view with no elements leaves st.n 0).
-static inline void optim_engine_set_view_cpu(OptimEngine* e, int view) {
+// How a view's state is set up over the engine's block: optim_state_init (host memory) or
+// optim_state_attach_device (llmc/optim/kernels.cuh).
+typedef void (*OptimStateSetup)(OptimState* st, const OptimConfig* cfg, const OptimSegment* segs, int nseg, size_t n,
+                                void* memory);
+
+// Makes `view` current over the engine's block with `setup` (zeroed; a view with no elements
+// leaves st.n 0: nothing to carve, nothing to update). st's old tables are freed by the caller.
+static inline void optim_engine_set_view_with(OptimEngine* e, int view, OptimStateSetup setup) {
     if (e->memory == NULL && e->bytes > 0) ls_fatal("optimizer: the engine's state block is not allocated");
-    optim_state_free(&e->st);  // the tables only: the memory is the engine's caller's
     OptimSegment* segs;
     size_t n;
     int nseg = optim_engine_view_table(e, view, &segs, &n);
+    memset(&e->st, 0, sizeof e->st);
+    e->st.cfg = e->cfg;
+    e->view = view;
     if (nseg > 0) {
-        optim_state_init(&e->st, &e->cfg, segs, nseg, n, e->memory);
-        e->view = view;
+        setup(&e->st, &e->cfg, segs, nseg, n, e->memory);
         if (optim_engine_reduces(e)) e->st.reduce = e->reduce;
-    } else {  // no elements: nothing to carve, nothing to update (optim_state_free zeroed st)
-        e->st.cfg = e->cfg;
     }
     free(segs);
-    e->view = view;
+}
+
+// Makes `view` current over host memory.
+static inline void optim_engine_set_view_cpu(OptimEngine* e, int view) {
+    optim_state_free(&e->st);  // the tables only: the memory is the engine's caller's
+    optim_engine_set_view_with(e, view, optim_state_init);
 }
 
 // The key of stochastic rounding (bf16 state, bf16 parameters): the step counter of a BAdam view
@@ -370,33 +380,26 @@ static inline int optim_copy_add(OptimCopy* out, int k, uintptr_t wb, const void
 // between the two blocks. Returns their count (<= OPTIM_MAX_COPIES).
 static inline int optim_chunk_copies(const OptimState* whole, const OptimState* part, size_t a, OptimCopy* out) {
     const uintptr_t wb = (uintptr_t)whole->memory, pb = (uintptr_t)part->memory;
-    const size_t e = a, bl = optim_blocks_before(whole, a), sm = optim_smalls_before(whole, a);
-    const size_t sg = (size_t)optim_segment_at(whole, a), n = part->n, nb = part->nblocks, ns = part->nsmall;
+    const size_t bl = optim_blocks_before(whole, a), sm = optim_smalls_before(whole, a);
     int k = 0;
-    // per element
-    k = optim_copy_add(out, k, wb, whole->m, e, pb, part->m, n, sizeof(float), 0);
-    k = optim_copy_add(out, k, wb, whole->v, e, pb, part->v, n, sizeof(float), 0);
-    k = optim_copy_add(out, k, wb, whole->vmax, e, pb, part->vmax, n, sizeof(float), 0);
-    k = optim_copy_add(out, k, wb, whole->m16, e, pb, part->m16, n, sizeof(uint16_t), 0);
-    k = optim_copy_add(out, k, wb, whole->v16, e, pb, part->v16, n, sizeof(uint16_t), 0);
-    k = optim_copy_add(out, k, wb, whole->vmax16, e, pb, part->vmax16, n, sizeof(uint16_t), 0);
-    k = optim_copy_add(out, k, wb, whole->qm, e, pb, part->qm, n, 1, 0);
-    k = optim_copy_add(out, k, wb, whole->qv, e, pb, part->qv, n, 1, 0);
-    k = optim_copy_add(out, k, wb, whole->qvmax, e, pb, part->qvmax, n, 1, 0);
-    // per block, per small element, constant, per segment
-    k = optim_copy_add(out, k, wb, whole->absmax_m, bl, pb, part->absmax_m, nb, sizeof(float), 0);
-    k = optim_copy_add(out, k, wb, whole->absmax_v, bl, pb, part->absmax_v, nb, sizeof(float), 0);
-    k = optim_copy_add(out, k, wb, whole->absmax_vmax, bl, pb, part->absmax_vmax, nb, sizeof(float), 0);
-    k = optim_copy_add(out, k, wb, whole->m32, sm, pb, part->m32, ns, sizeof(float), 0);
-    k = optim_copy_add(out, k, wb, whole->v32, sm, pb, part->v32, ns, sizeof(float), 0);
-    k = optim_copy_add(out, k, wb, whole->vmax32, sm, pb, part->vmax32, ns, sizeof(float), 0);
+    // per element: fp32, bf16 and int8 moments
+    const void* we[] = {whole->m, whole->v, whole->vmax, whole->m16, whole->v16, whole->vmax16, whole->qm, whole->qv, whole->qvmax};
+    const void* pe[] = {part->m, part->v, part->vmax, part->m16, part->v16, part->vmax16, part->qm, part->qv, part->qvmax};
+    const size_t es[] = {4, 4, 4, 2, 2, 2, 1, 1, 1};
+    for (int i = 0; i < 9; i++) k = optim_copy_add(out, k, wb, we[i], a, pb, pe[i], part->n, es[i], 0);
+    // per block: int8 absmax, LAMB's sums of p^2 and of u^2 (after all blocks); per small element
+    const float* wk[] = {whole->absmax_m, whole->absmax_v, whole->absmax_vmax, whole->partials,
+                         whole->partials ? whole->partials + whole->nblocks : NULL};
+    const float* pk[] = {part->absmax_m, part->absmax_v, part->absmax_vmax, part->partials,
+                         part->partials ? part->partials + part->nblocks : NULL};
+    for (int i = 0; i < 5; i++) k = optim_copy_add(out, k, wb, wk[i], bl, pb, pk[i], part->nblocks, sizeof(float), 0);
+    const float* ws[] = {whole->m32, whole->v32, whole->vmax32};
+    const float* ps[] = {part->m32, part->v32, part->vmax32};
+    for (int i = 0; i < 3; i++) k = optim_copy_add(out, k, wb, ws[i], sm, pb, ps[i], part->nsmall, sizeof(float), 0);
+    // constant (never copied back), per segment
     k = optim_copy_add(out, k, wb, whole->maps, 0, pb, part->maps, QUANT8_MAP_FLOATS, sizeof(float), 1);
-    k = optim_copy_add(out, k, wb, whole->partials, bl, pb, part->partials, nb, sizeof(float), 0);  // sums of p^2
-    if (part->partials != NULL) {                                                                      // of u^2
-        k = optim_copy_add(out, k, wb, whole->partials + whole->nblocks, bl, pb, part->partials + nb, nb, sizeof(float), 0);
-    }
-    k = optim_copy_add(out, k, wb, whole->trust, sg, pb, part->trust, (size_t)part->nseg, sizeof(float), 0);
-    return k;
+    return optim_copy_add(out, k, wb, whole->trust, (size_t)optim_segment_at(whole, a), pb, part->trust, (size_t)part->nseg,
+                          sizeof(float), 0);
 }
 
 // The tag a state file records for the configuration (what must match to continue its state).

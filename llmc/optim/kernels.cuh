@@ -844,29 +844,14 @@ void optim_step_gpu(OptimState* st, Tp* params, float* master, const Tg* grads, 
 // ----------------------------------------------------------------------------
 // the engine (llmc/optim/engine.h) with its state block in device memory (e->memory)
 
-// Makes `view` current over the device block, zeroed, its tables uploaded (a view with no
-// elements leaves st.n 0: the step does nothing).
+// Makes `view` current over the device block, zeroed, its tables uploaded.
 static inline void optim_engine_set_view_device(OptimEngine* e, int view) {
-    if (e->memory == NULL && e->bytes > 0) ls_fatal("optimizer: the engine's device block is not allocated");
     if (e->st.on_device) {
         e->st.owns_memory = 0;
         optim_state_free_device(&e->st);  // the tables; the block is the trainer's
     }
-    OptimSegment* segs;
-    size_t n;
-    int nseg = optim_engine_view_table(e, view, &segs, &n);
-    if (nseg > 0) {
-        optim_state_attach_device(&e->st, &e->cfg, segs, nseg, n, e->memory);
-        e->view = view;
-        if (optim_engine_reduces(e)) e->st.reduce = e->reduce;
-    } else {  // no elements: nothing to carve, nothing to update
-        static const OptimState none = {};
-        e->st = none;
-        e->st.cfg = e->cfg;
-        e->st.on_device = 1;
-    }
-    free(segs);
-    e->view = view;
+    optim_engine_set_view_with(e, view, optim_state_attach_device);
+    e->st.on_device = 1;  // (also an empty view: the step checks it)
 }
 
 // Before a step's update, as optim_engine_begin_step_cpu.

@@ -197,14 +197,13 @@ static inline void lamb_lowp_update_cpu(float* params, const float* grads, const
     const size_t nblocks = block0[nseg];
     #pragma omp parallel
     {
-        float mb[OPT_BLOCK], vb[OPT_BLOCK], ap[OPT_BLOCK / 2], au[OPT_BLOCK / 2], tp[256], tu[256];
+        float mb[OPT_BLOCK], vb[OPT_BLOCK], ap[OPT_BLOCK / 2], au[OPT_BLOCK / 2];
         // pass 1: moments, stored; the block sums of p^2 and u^2 (u from the stored moments)
         #pragma omp for schedule(static)
         for (size_t b = 0; b < nblocks; b++) {
-            const int s = optim_block_segment(block0, nseg, b);
-            const size_t rel = (b - block0[s]) * OPT_BLOCK, start = segs[s].offset + rel;
-            const size_t pstart = segs[s].param + rel;
-            const size_t rest = segs[s].count - rel, len = rest < OPT_BLOCK ? rest : OPT_BLOCK;
+            const OptimBlockAt at = optim_block_at(segs, block0, nseg, b);
+            const int s = at.s;
+            const size_t rel = at.rel, start = at.start, pstart = at.pstart, len = at.len;
             const float wd = segs[s].weight_decay;
             lamb_lowp_load(L, s, b, start, rel, len, mb, vb);
             #pragma omp simd
@@ -226,12 +225,7 @@ static inline void lamb_lowp_update_cpu(float* params, const float* grads, const
                     au[l] = fmaf(u, u, au[l]);
                 }
             }
-            for (size_t t = 0; t < 256; t++) {
-                tp[t] = ((ap[4 * t] + ap[4 * t + 1]) + ap[4 * t + 2]) + ap[4 * t + 3];
-                tu[t] = ((au[4 * t] + au[4 * t + 1]) + au[4 * t + 2]) + au[4 * t + 3];
-            }
-            partials[b] = optim_tree256_f32(tp);
-            partials[nblocks + b] = optim_tree256_f32(tu);
+            lamb_block_sums(ap, au, partials, nblocks, b);
         }
         lamb_trust_cpu(segs, nseg, block0, partials, red, trust);  // as lamb_update_cpu
         // pass 2: u from the stored moments, the update

@@ -306,6 +306,24 @@ OPTIM_HD int optim_block_segment(const size_t* block0, int nseg, size_t b) {
     return lo;
 }
 
+// Block b of a table: its segment s, its offset in the segment (rel), its first element in the
+// step's buffers (start) and in the parameters (pstart), and its length (OPT_BLOCK, or less at the
+// segment's end).
+typedef struct {
+    int s;
+    size_t rel, start, pstart, len;
+} OptimBlockAt;
+static inline OptimBlockAt optim_block_at(const OptimSegment* segs, const size_t* block0, int nseg, size_t b) {
+    OptimBlockAt k;
+    k.s = optim_block_segment(block0, nseg, b);
+    k.rel = (b - block0[k.s]) * OPT_BLOCK;
+    k.start = segs[k.s].offset + k.rel;
+    k.pstart = segs[k.s].param + k.rel;
+    const size_t rest = segs[k.s].count - k.rel;
+    k.len = rest < OPT_BLOCK ? rest : OPT_BLOCK;
+    return k;
+}
+
 // The blocks [*b0, *b1) of segment s's tensor in this table: the blocks of the run of adjacent
 // segments with s's tensor id (the pieces of one tensor: a table cut at block boundaries of the
 // tensor gives the whole tensor's blocks, so its sums are the whole tensor's, bit for bit).
@@ -568,6 +586,18 @@ OPTIM_HD float lamb_trust_ratio(double sum_p2, double sum_u2) {
     return (pn > 0.0 && un > 0.0) ? (float)(pn / un) : 1.0f;
 }
 
+// LAMB's block sums from the lanes' sums ap, au (OPT_BLOCK / 2 each: lane l holds elements l and
+// l + OPT_BLOCK / 2): four lanes, then a tree of 256, in the GPU kernel's order.
+static inline void lamb_block_sums(const float* ap, const float* au, float* partials, size_t nblocks, size_t b) {
+    float tp[256], tu[256];
+    for (size_t t = 0; t < 256; t++) {
+        tp[t] = ((ap[4 * t] + ap[4 * t + 1]) + ap[4 * t + 2]) + ap[4 * t + 3];
+        tu[t] = ((au[4 * t] + au[4 * t + 1]) + au[4 * t + 2]) + au[4 * t + 3];
+    }
+    partials[b] = optim_tree256_f32(tp);
+    partials[nblocks + b] = optim_tree256_f32(tu);
+}
+
 // LAMB under ZeRO-1 (llmc/optim/engine.h): a tensor's pieces lie in several processes' tables, so
 // its trust ratio needs their sums of squares added over the processes. hook(ctx, x, n) adds x over
 // the processes in place, in the same order on every process; the segments' tensor ids are below
@@ -635,15 +665,13 @@ static inline void lamb_update_cpu(float* params, const float* grads, float* m, 
     const size_t nblocks = block0[nseg];
     #pragma omp parallel
     {
-        float ap[OPT_BLOCK / 2], au[OPT_BLOCK / 2], tp[256], tu[256];
+        float ap[OPT_BLOCK / 2], au[OPT_BLOCK / 2];
         // pass 1: moments, and the block sums of p^2 and u^2 in the GPU's order
         #pragma omp for schedule(static)
         for (size_t b = 0; b < nblocks; b++) {
-            const int s = optim_block_segment(block0, nseg, b);
-            const size_t rel = (b - block0[s]) * OPT_BLOCK, start = segs[s].offset + rel;
-            const size_t pstart = segs[s].param + rel;
-            const size_t rest = segs[s].count - rel, len = rest < OPT_BLOCK ? rest : OPT_BLOCK;
-            const float wd = segs[s].weight_decay;
+            const OptimBlockAt at = optim_block_at(segs, block0, nseg, b);
+            const size_t start = at.start, pstart = at.pstart, len = at.len;
+            const float wd = segs[at.s].weight_decay;
             for (size_t j = 0; j < OPT_BLOCK / 2; j++) ap[j] = au[j] = 0.0f;
             for (size_t h = 0; h < 2; h++) { // lane l accumulates elements l, then l + OPT_BLOCK / 2
                 const size_t j0 = h * (OPT_BLOCK / 2);
@@ -662,12 +690,7 @@ static inline void lamb_update_cpu(float* params, const float* grads, float* m, 
                     au[l] = fmaf(u, u, au[l]);
                 }
             }
-            for (size_t t = 0; t < 256; t++) {
-                tp[t] = ((ap[4 * t] + ap[4 * t + 1]) + ap[4 * t + 2]) + ap[4 * t + 3];
-                tu[t] = ((au[4 * t] + au[4 * t + 1]) + au[4 * t + 2]) + au[4 * t + 3];
-            }
-            partials[b] = optim_tree256_f32(tp);
-            partials[nblocks + b] = optim_tree256_f32(tu);
+            lamb_block_sums(ap, au, partials, nblocks, b);
         }
         lamb_trust_cpu(segs, nseg, block0, partials, red, trust);
         // pass 2: the update (the implicit barrier above: every trust ratio is known)

@@ -276,7 +276,7 @@ static inline void optim_state_setup(OptimState* st, const OptimConfig* cfg, con
     char why[256];
     if (!optim_config_check(cfg, why, sizeof why)) ls_fatal("%s", why);
     optim_segments_check(segs, nseg, n);
-    *st = (OptimState){0};
+    memset(st, 0, sizeof *st);
     st->cfg = *cfg;
     st->n = n;
     st->nseg = nseg;
@@ -330,7 +330,7 @@ static inline void optim_state_free(OptimState* st) {
     st->block0 = st->small_off = NULL;
     st->q8_index = NULL;
     st->memory = NULL;
-    *st = (OptimState){0};
+    memset(st, 0, sizeof *st);
 }
 
 // One step (step = 1, 2, ... since the state was zeroed) of the configured optimizer over all
