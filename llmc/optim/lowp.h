@@ -192,9 +192,9 @@ static inline void lamb_lowp_store(const LambLowp* L, int s, size_t b, size_t st
 static inline void lamb_lowp_update_cpu(float* params, const float* grads, const LambLowp* L, float* partials,
                                         float* trust, const OptimSegment* segs, int nseg, const size_t* block0,
                                         const OptimStepArgs* a, float grad_scale, const OptimReduce* red) {
+    const size_t nblocks = block0[nseg];
     const float beta1 = a->beta1, beta2 = a->beta2, omb1 = a->one_minus_beta1, omb2 = a->one_minus_beta2;
     const float eps = a->eps, bc1 = a->inv_bias_corr1, bc2 = a->inv_bias_corr2;
-    const size_t nblocks = block0[nseg];
     #pragma omp parallel
     {
         float mb[OPT_BLOCK], vb[OPT_BLOCK], ap[OPT_BLOCK / 2], au[OPT_BLOCK / 2];
