@@ -40,8 +40,8 @@ HARNESS_HEADERS := $(wildcard dev/harness/*.h)
 # Sanitizer build of the C programs: `make SAN=1 ...` writes into build/san/.
 ifeq ($(SAN),1)
 OPT := -O1 -g -fno-omit-frame-pointer
-CFLAGS += -fsanitize=address,undefined -fno-sanitize-recover=undefined
-CXXFLAGS += -fsanitize=address,undefined -fno-sanitize-recover=undefined
+CFLAGS += -fsanitize=address,undefined -fno-sanitize-recover=undefined -DLS_SANITIZED=1
+CXXFLAGS += -fsanitize=address,undefined -fno-sanitize-recover=undefined -DLS_SANITIZED=1
 BUILD := build/san
 else
 BUILD := build

@@ -1,5 +1,7 @@
 /*
- adamw_bench.c: the CPU AdamW of llmc/optim/optim.h (the one train_gpt2.c uses) against
+ adamw_bench.c: the CPU AdamW of llmc/optim/optim.h, alone (adamw_update_cpu over GPT-2's 16
+   tensors) and as train_gpt2.c runs it (the optimizer engine's fp32 AdamW view of the whole model:
+   optim_engine_step_cpu over the per-layer segments), against
    (a) a bandwidth probe with exactly AdamW's access pattern: read p, g, m, v; write p, m, v in
        place, with one FMA per stream and no math (the memory ceiling for this update), and
    (b) PyTorch's CPU torch.optim.AdamW (Debian python3-torch) on the same 124M parameters, run by
@@ -19,6 +21,7 @@
 #include "llmc/config.h"
 #include "llmc/params.h"
 #include "llmc/optim/optim.h"
+#include "llmc/optim/engine.h"
 #include "llmc/run/logger.h"
 #include "dev/cpu/bench_util.h"
 
@@ -50,18 +53,30 @@ int main(int argc, char** argv) {
     OptimSegment segs[NUM_PARAMETER_TENSORS];
     int nseg = optim_segments_build(&pt, 0.1f, segs);
     AdamWHyper h = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    // the trainer's path: the engine's whole-model view, its state block first-touched as above
+    OptimConfig cfg = optim_config_default(OPT_ADAMW);
+    cfg.beta1 = h.beta1; cfg.beta2 = h.beta2; cfg.eps = h.eps;
+    OptimEngine e;
+    optim_engine_init(&e, &cfg, &pt, NULL, h.weight_decay, 0, 1, 0);
+    e.memory = mallocCheck(e.bytes);
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < e.bytes / sizeof(float); i++) { ((float*)e.memory)[i] = 0.0f; }
+    optim_engine_set_view_cpu(&e, OPTIM_VIEW_MODEL);
     double* t_adamw = (double*)mallocCheck((size_t)repeats * sizeof(double));
     double* t_probe = (double*)mallocCheck((size_t)repeats * sizeof(double));
+    double* t_engine = (double*)mallocCheck((size_t)repeats * sizeof(double));
     for (int r = -1; r < repeats; r++) {
         double t0 = wall_seconds();
         probe_adamw_pattern(p, g, m, v, n, 0.999f);
         double t1 = wall_seconds();
         adamw_update_cpu(p, g, m, v, segs, nseg, &h, r + 2, 1.0f);
         double t2 = wall_seconds();
-        if (r >= 0) { t_probe[r] = t1 - t0; t_adamw[r] = t2 - t1; }
+        optim_engine_step_cpu(&e, p, g, h.lr, r + 2, 1.0f);
+        double t3 = wall_seconds();
+        if (r >= 0) { t_probe[r] = t1 - t0; t_adamw[r] = t2 - t1; t_engine[r] = t3 - t2; }
     }
     double bytes = 28.0 * (double)n;  // read p g m v, write p m v
-    double tp = bench_median(t_probe, repeats), ta = bench_median(t_adamw, repeats);
+    double tp = bench_median(t_probe, repeats), ta = bench_median(t_adamw, repeats), te = bench_median(t_engine, repeats);
     int threads = 1;
 #ifdef _OPENMP
     threads = omp_get_max_threads();
@@ -83,12 +98,18 @@ int main(int argc, char** argv) {
     printf("| probe (AdamW access pattern) | %.1f | %.1f | 100%% | |\n", 1e3 * tp, bytes / tp / 1e9);
     char vs[64] = "-";
     if (t_torch > 0) { snprintf(vs, sizeof(vs), "%.2fx faster", t_torch / ta); }
-    printf("| leanstep adamw_update_cpu | %.1f | %.1f | %.0f%% | %s |\n", 1e3 * ta, bytes / ta / 1e9, 100.0 * tp / ta, vs);
+    printf("| leanstep adamw_update_cpu (%d tensors) | %.1f | %.1f | %.0f%% | %s |\n", nseg, 1e3 * ta, bytes / ta / 1e9,
+           100.0 * tp / ta, vs);
+    if (t_torch > 0) { snprintf(vs, sizeof(vs), "%.2fx faster", t_torch / te); }
+    printf("| leanstep optim_engine_step_cpu (the trainer's, %d segments) | %.1f | %.1f | %.0f%% | %s |\n", e.st.nseg,
+           1e3 * te, bytes / te / 1e9, 100.0 * tp / te, vs);
     if (t_torch > 0) {
         printf("| torch.optim.AdamW (CPU) | %.1f | %.1f | %.0f%% | 1.00x |\n", 1e3 * t_torch, bytes / t_torch / 1e9, 100.0 * tp / t_torch);
     } else {
         printf("| torch.optim.AdamW (CPU) | not measured: no torch interpreter at %s | | | |\n", torch_python);
     }
-    free(p); free(g); free(m); free(v); free(t_adamw); free(t_probe);
+    optim_engine_free_cpu(&e);
+    free(e.memory);
+    free(p); free(g); free(m); free(v); free(t_adamw); free(t_probe); free(t_engine);
     return 0;
 }

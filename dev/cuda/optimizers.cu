@@ -90,7 +90,7 @@ struct Case {
     const char* id;   // -c selects by id (several rows may share one)
     const char* name;
     OptimConfig cfg;
-    bool bf16_params, master, bf16_grads, stochastic;
+    bool bf16, master, stochastic;  // bf16: parameters and gradients in bf16 (the trainers step one type, floatX)
     float lr;
 };
 
@@ -107,49 +107,48 @@ static OptimConfig cfg_of(OptimKind k, OptimStatePrecision st = OPT_STATE_FP32, 
 }
 
 static const Case kCases[] = {
-    {"sgd", "sgd momentum", cfg_of(OPT_SGD), false, false, false, false, 0.05f},
-    {"sgd", "sgd momentum, dampening", cfg_of(OPT_SGD, OPT_STATE_FP32, 0, 0, 0.8f, 0.2f), false, false, false, false, 0.05f},
-    {"sgd", "sgd nesterov", cfg_of(OPT_SGD, OPT_STATE_FP32, 0, 1), false, false, false, false, 0.05f},
-    {"sgd", "sgd plain", cfg_of(OPT_SGD, OPT_STATE_FP32, 0, 0, 0.0f), false, false, false, false, 0.05f},
-    {"sgd", "sgd nesterov bf16+master+SR", cfg_of(OPT_SGD, OPT_STATE_FP32, 0, 1), true, true, true, true, 0.05f},
-    {"sgd", "sgd plain bf16 RN", cfg_of(OPT_SGD, OPT_STATE_FP32, 0, 0, 0.0f), true, false, true, false, 0.05f},
-    {"lion", "lion", cfg_of(OPT_LION), false, false, false, false, 1e-3f},
-    {"lion", "lion bf16 SR (no master)", cfg_of(OPT_LION), true, false, true, true, 1e-3f},
-    {"lion", "lion fp32 p, bf16 g", cfg_of(OPT_LION), false, false, true, false, 1e-3f},
-    {"lamb", "lamb", cfg_of(OPT_LAMB), false, false, false, false, 1e-2f},
-    {"lamb", "lamb bf16+master+SR", cfg_of(OPT_LAMB), true, true, true, true, 1e-2f},
-    {"lamb", "lamb bf16 SR (no master)", cfg_of(OPT_LAMB), true, false, true, true, 1e-2f},
-    {"adamw", "adamw", cfg_of(OPT_ADAMW), false, false, false, false, 1e-3f},
-    {"adamw", "adamw amsgrad", cfg_of(OPT_ADAMW, OPT_STATE_FP32, 1), false, false, false, false, 1e-3f},
-    {"adamw", "adamw bf16+master+SR (the trainer's)", cfg_of(OPT_ADAMW), true, true, true, true, 1e-3f},
-    {"adamw-bf16", "adamw bf16 state", cfg_of(OPT_ADAMW, OPT_STATE_BF16), false, false, false, false, 1e-3f},
-    {"adamw-bf16", "adamw bf16 state amsgrad", cfg_of(OPT_ADAMW, OPT_STATE_BF16, 1), false, false, false, false, 1e-3f},
-    {"adamw-bf16", "adamw bf16 state, bf16+master+SR", cfg_of(OPT_ADAMW, OPT_STATE_BF16), true, true, true, true, 1e-3f},
-    {"adamw-int8", "adamw int8 state", cfg_of(OPT_ADAMW, OPT_STATE_INT8), false, false, false, false, 1e-3f},
-    {"adamw-int8", "adamw int8 state, bf16+master+SR", cfg_of(OPT_ADAMW, OPT_STATE_INT8), true, true, true, true, 1e-3f},
-    {"adamw-int8", "adamw int8 state, bf16 RN", cfg_of(OPT_ADAMW, OPT_STATE_INT8), true, false, false, false, 1e-3f},
-    {"adamw-int8", "adamw int8 state amsgrad", cfg_of(OPT_ADAMW, OPT_STATE_INT8, 1), false, false, false, false, 1e-3f},
-    {"adamw-int8", "adamw int8 amsgrad, bf16+master+SR", cfg_of(OPT_ADAMW, OPT_STATE_INT8, 1), true, true, true, true, 1e-3f},
+    {"sgd", "sgd momentum", cfg_of(OPT_SGD), false, false, false, 0.05f},
+    {"sgd", "sgd momentum, dampening", cfg_of(OPT_SGD, OPT_STATE_FP32, 0, 0, 0.8f, 0.2f), false, false, false, 0.05f},
+    {"sgd", "sgd nesterov", cfg_of(OPT_SGD, OPT_STATE_FP32, 0, 1), false, false, false, 0.05f},
+    {"sgd", "sgd plain", cfg_of(OPT_SGD, OPT_STATE_FP32, 0, 0, 0.0f), false, false, false, 0.05f},
+    {"sgd", "sgd nesterov bf16+master+SR", cfg_of(OPT_SGD, OPT_STATE_FP32, 0, 1), true, true, true, 0.05f},
+    {"sgd", "sgd plain bf16 RN", cfg_of(OPT_SGD, OPT_STATE_FP32, 0, 0, 0.0f), true, false, false, 0.05f},
+    {"lion", "lion", cfg_of(OPT_LION), false, false, false, 1e-3f},
+    {"lion", "lion bf16 SR (no master)", cfg_of(OPT_LION), true, false, true, 1e-3f},
+    {"lamb", "lamb", cfg_of(OPT_LAMB), false, false, false, 1e-2f},
+    {"lamb", "lamb bf16+master+SR", cfg_of(OPT_LAMB), true, true, true, 1e-2f},
+    {"lamb", "lamb bf16 SR (no master)", cfg_of(OPT_LAMB), true, false, true, 1e-2f},
+    {"adamw", "adamw", cfg_of(OPT_ADAMW), false, false, false, 1e-3f},
+    {"adamw", "adamw amsgrad", cfg_of(OPT_ADAMW, OPT_STATE_FP32, 1), false, false, false, 1e-3f},
+    {"adamw", "adamw bf16+master+SR (the trainer's)", cfg_of(OPT_ADAMW), true, true, true, 1e-3f},
+    {"adamw-bf16", "adamw bf16 state", cfg_of(OPT_ADAMW, OPT_STATE_BF16), false, false, false, 1e-3f},
+    {"adamw-bf16", "adamw bf16 state amsgrad", cfg_of(OPT_ADAMW, OPT_STATE_BF16, 1), false, false, false, 1e-3f},
+    {"adamw-bf16", "adamw bf16 state, bf16+master+SR", cfg_of(OPT_ADAMW, OPT_STATE_BF16), true, true, true, 1e-3f},
+    {"adamw-int8", "adamw int8 state", cfg_of(OPT_ADAMW, OPT_STATE_INT8), false, false, false, 1e-3f},
+    {"adamw-int8", "adamw int8 state, bf16+master+SR", cfg_of(OPT_ADAMW, OPT_STATE_INT8), true, true, true, 1e-3f},
+    {"adamw-int8", "adamw int8 state, bf16 RN", cfg_of(OPT_ADAMW, OPT_STATE_INT8), true, false, false, 1e-3f},
+    {"adamw-int8", "adamw int8 state amsgrad", cfg_of(OPT_ADAMW, OPT_STATE_INT8, 1), false, false, false, 1e-3f},
+    {"adamw-int8", "adamw int8 amsgrad, bf16+master+SR", cfg_of(OPT_ADAMW, OPT_STATE_INT8, 1), true, true, true, 1e-3f},
     // bf16 and int8 state of SGD, Lion, LAMB (llmc/optim/lowp.h)
-    {"sgd-bf16", "sgd momentum bf16 state", cfg_of(OPT_SGD, OPT_STATE_BF16), false, false, false, false, 0.05f},
-    {"sgd-bf16", "sgd nesterov bf16 state, bf16+mst+SR", cfg_of(OPT_SGD, OPT_STATE_BF16, 0, 1), true, true, true, true, 0.05f},
-    {"sgd-int8", "sgd momentum int8 state", cfg_of(OPT_SGD, OPT_STATE_INT8), false, false, false, false, 0.05f},
-    {"sgd-int8", "sgd nesterov int8 state", cfg_of(OPT_SGD, OPT_STATE_INT8, 0, 1), false, false, false, false, 0.05f},
-    {"sgd-int8", "sgd nesterov int8 state, bf16 RN", cfg_of(OPT_SGD, OPT_STATE_INT8, 0, 1), true, false, true, false, 0.05f},
-    {"lion-bf16", "lion bf16 state", cfg_of(OPT_LION, OPT_STATE_BF16), false, false, false, false, 1e-3f},
-    {"lion-bf16", "lion bf16 state, bf16 SR (no master)", cfg_of(OPT_LION, OPT_STATE_BF16), true, false, true, true, 1e-3f},
-    {"lion-int8", "lion int8 state", cfg_of(OPT_LION, OPT_STATE_INT8), false, false, false, false, 1e-3f},
-    {"lion-int8", "lion int8 state, bf16+master+SR", cfg_of(OPT_LION, OPT_STATE_INT8), true, true, true, true, 1e-3f},
-    {"lamb-bf16", "lamb bf16 state", cfg_of(OPT_LAMB, OPT_STATE_BF16), false, false, false, false, 1e-2f},
-    {"lamb-bf16", "lamb bf16 state, bf16 SR (no master)", cfg_of(OPT_LAMB, OPT_STATE_BF16), true, false, true, true, 1e-2f},
-    {"lamb-int8", "lamb int8 state", cfg_of(OPT_LAMB, OPT_STATE_INT8), false, false, false, false, 1e-2f},
-    {"lamb-int8", "lamb int8 state, bf16+master+SR", cfg_of(OPT_LAMB, OPT_STATE_INT8), true, true, true, true, 1e-2f},
+    {"sgd-bf16", "sgd momentum bf16 state", cfg_of(OPT_SGD, OPT_STATE_BF16), false, false, false, 0.05f},
+    {"sgd-bf16", "sgd nesterov bf16 state, bf16+mst+SR", cfg_of(OPT_SGD, OPT_STATE_BF16, 0, 1), true, true, true, 0.05f},
+    {"sgd-int8", "sgd momentum int8 state", cfg_of(OPT_SGD, OPT_STATE_INT8), false, false, false, 0.05f},
+    {"sgd-int8", "sgd nesterov int8 state", cfg_of(OPT_SGD, OPT_STATE_INT8, 0, 1), false, false, false, 0.05f},
+    {"sgd-int8", "sgd nesterov int8 state, bf16 RN", cfg_of(OPT_SGD, OPT_STATE_INT8, 0, 1), true, false, false, 0.05f},
+    {"lion-bf16", "lion bf16 state", cfg_of(OPT_LION, OPT_STATE_BF16), false, false, false, 1e-3f},
+    {"lion-bf16", "lion bf16 state, bf16 SR (no master)", cfg_of(OPT_LION, OPT_STATE_BF16), true, false, true, 1e-3f},
+    {"lion-int8", "lion int8 state", cfg_of(OPT_LION, OPT_STATE_INT8), false, false, false, 1e-3f},
+    {"lion-int8", "lion int8 state, bf16+master+SR", cfg_of(OPT_LION, OPT_STATE_INT8), true, true, true, 1e-3f},
+    {"lamb-bf16", "lamb bf16 state", cfg_of(OPT_LAMB, OPT_STATE_BF16), false, false, false, 1e-2f},
+    {"lamb-bf16", "lamb bf16 state, bf16 SR (no master)", cfg_of(OPT_LAMB, OPT_STATE_BF16), true, false, true, 1e-2f},
+    {"lamb-int8", "lamb int8 state", cfg_of(OPT_LAMB, OPT_STATE_INT8), false, false, false, 1e-2f},
+    {"lamb-int8", "lamb int8 state, bf16+master+SR", cfg_of(OPT_LAMB, OPT_STATE_INT8), true, true, true, 1e-2f},
 };
 
 // Bytes one step moves per parameter (reads + writes).
 static int bytes_per_param(const Case& c) {
     const OptimConfig& k = c.cfg;
-    const int ps = c.bf16_params ? 2 : 4, g = c.bf16_grads ? 2 : 4;
+    const int ps = c.bf16 ? 2 : 4, g = ps;
     const int pr = c.master ? 4 : ps, pw = (c.master ? 4 : 0) + ps;
     const int sb = k.state == OPT_STATE_FP32 ? 4 : k.state == OPT_STATE_BF16 ? 2 : 1; // one state value (int8: + absmax)
     switch (k.kind) {
@@ -173,8 +172,8 @@ struct Dev {
 };
 
 static void dev_case_alloc(const Case& c, const Problem& pb, Dev& d) {
-    cudaCheck(cudaMalloc(&d.p, pb.n * (c.bf16_params ? 2 : 4)));
-    cudaCheck(cudaMalloc(&d.g, pb.n * (c.bf16_grads ? 2 : 4)));
+    cudaCheck(cudaMalloc(&d.p, pb.n * (c.bf16 ? 2 : 4)));
+    cudaCheck(cudaMalloc(&d.g, pb.n * (c.bf16 ? 2 : 4)));
     if (c.master) cudaCheck(cudaMalloc((void**)&d.master, pb.n * 4));
     cudaCheck(cudaMalloc((void**)&d.scale, sizeof(float)));
     optim_state_init_device(&d.st, &c.cfg, pb.segs.data(), (int)pb.segs.size(), pb.n);
@@ -193,7 +192,7 @@ static void dev_case_free(Dev& d) {
 // the values the device holds as fp32.
 static std::vector<float> dev_upload_params(const Case& c, Dev& d, const std::vector<float>& p0) {
     std::vector<float> held(p0);
-    if (c.bf16_params) {
+    if (c.bf16) {
         std::vector<uint16_t> h(p0.size());
         for (size_t i = 0; i < p0.size(); i++) {
             h[i] = bf16_bits_round_nearest(p0[i]);
@@ -209,7 +208,7 @@ static std::vector<float> dev_upload_params(const Case& c, Dev& d, const std::ve
 
 // Uploads step t's gradients; g becomes what the device sees (bf16: rounded to nearest).
 static void dev_upload_grads(const Case& c, Dev& d, std::vector<float>& g, float scale) {
-    if (c.bf16_grads) {
+    if (c.bf16) {
         std::vector<uint16_t> h(g.size());
         for (size_t i = 0; i < g.size(); i++) {
             h[i] = bf16_bits_round_nearest(g[i]);
@@ -224,12 +223,8 @@ static void dev_upload_grads(const Case& c, Dev& d, std::vector<float>& g, float
 
 static void dev_step(const Case& c, Dev& d, int t, cudaStream_t stream) {
     const bool sr = c.stochastic;
-    if (c.bf16_params && c.bf16_grads)
+    if (c.bf16)
         optim_step_gpu(&d.st, (__nv_bfloat16*)d.p, d.master, (const __nv_bfloat16*)d.g, c.lr, t, sr, d.scale, stream);
-    else if (c.bf16_params)
-        optim_step_gpu(&d.st, (__nv_bfloat16*)d.p, d.master, (const float*)d.g, c.lr, t, sr, d.scale, stream);
-    else if (c.bf16_grads)
-        optim_step_gpu(&d.st, (float*)d.p, d.master, (const __nv_bfloat16*)d.g, c.lr, t, sr, d.scale, stream);
     else
         optim_step_gpu(&d.st, (float*)d.p, d.master, (const float*)d.g, c.lr, t, sr, d.scale, stream);
 }
@@ -237,7 +232,7 @@ static void dev_step(const Case& c, Dev& d, int t, cudaStream_t stream) {
 // The device's parameters as fp32 (the bf16 ones widened), and its master weights.
 static std::vector<float> dev_params(const Case& c, const Dev& d, size_t n) {
     std::vector<float> out(n);
-    if (c.bf16_params) {
+    if (c.bf16) {
         std::vector<uint16_t> h(n);
         cudaCheck(cudaMemcpy(h.data(), d.p, n * 2, cudaMemcpyDeviceToHost));
         for (size_t i = 0; i < n; i++) out[i] = bf16_bits_to_float(h[i]);
@@ -417,7 +412,7 @@ static bool check_one(const Case& c, const Problem& pb, int steps) {
         dev_step(c, d, t, 0);
         cudaCheck(cudaDeviceSynchronize());
         optim_step_cpu(&cs, tw.data(), g.data(), c.lr, t, scale);
-        if (c.bf16_params && !c.master) { // the twin reads back what the device stored
+        if (c.bf16 && !c.master) { // the twin reads back what the device stored
             const unsigned long long key = srng_step_key(c.cfg.seed, t);
             for (size_t i = 0; i < n; i++)
                 tw[i] = bf16_bits_to_float(c.stochastic ? bf16_bits_round_stochastic(tw[i], srng_bits(key, i, 0))
@@ -450,7 +445,7 @@ static bool check_one(const Case& c, const Problem& pb, int steps) {
         // (2) against float64
         Worst w;
         const std::vector<float>& pf = c.master ? dm : dp; // the fp32 parameters (or the bf16 ones)
-        const bool bf16_p = c.bf16_params && !c.master;
+        const bool bf16_p = c.bf16 && !c.master;
         for (size_t s = 0; s < pb.segs.size(); s++) {
             const OptimSegment& sg = pb.segs[s];
             const double lr_eff = (double)c.lr * sg.lr_mult;
@@ -529,12 +524,8 @@ struct ViewState {
 
 static void view_step(const Case& c, void* params, ViewState& vp, int t, const float* scale) {
     const bool sr = c.stochastic;
-    if (c.bf16_params && c.bf16_grads)
+    if (c.bf16)
         optim_step_gpu(&vp.st, (__nv_bfloat16*)params, vp.master, (const __nv_bfloat16*)vp.g, c.lr, t, sr, scale, 0);
-    else if (c.bf16_params)
-        optim_step_gpu(&vp.st, (__nv_bfloat16*)params, vp.master, (const float*)vp.g, c.lr, t, sr, scale, 0);
-    else if (c.bf16_grads)
-        optim_step_gpu(&vp.st, (float*)params, vp.master, (const __nv_bfloat16*)vp.g, c.lr, t, sr, scale, 0);
     else
         optim_step_gpu(&vp.st, (float*)params, vp.master, (const float*)vp.g, c.lr, t, sr, scale, 0);
 }
@@ -543,7 +534,7 @@ static void view_step(const Case& c, void* params, ViewState& vp, int t, const f
 // parameters and gradients; true when every view ends with the whole model's bits.
 static bool check_views(const Case& c, const Problem& pb, int steps) {
     static const char* const kViews[] = {"zero", "badam", "chunks", "pieces"};
-    const size_t n = pb.n, pbytes = c.bf16_params ? 2 : 4;
+    const size_t n = pb.n, pbytes = c.bf16 ? 2 : 4;
     std::vector<float> p0, g;
     init_params(pb, p0);
     Dev d;
@@ -564,7 +555,7 @@ static bool check_views(const Case& c, const Problem& pb, int steps) {
         for (ViewState& vs : views.back()) {
             const ViewPart& part = vs.part;
             optim_state_init_device(&vs.st, &c.cfg, part.segs.data(), (int)part.segs.size(), part.n);
-            cudaCheck(cudaMalloc(&vs.g, part.n * (c.bf16_grads ? 2 : 4)));
+            cudaCheck(cudaMalloc(&vs.g, part.n * (c.bf16 ? 2 : 4)));
             if (c.master) {
                 cudaCheck(cudaMalloc((void**)&vs.master, part.n * 4));
                 upload_as(vs.master, view_gather(part, held), false);
@@ -577,7 +568,7 @@ static bool check_views(const Case& c, const Problem& pb, int steps) {
         dev_step(c, d, t, 0);
         for (size_t v = 0; v < views.size(); v++) {
             for (ViewState& vs : views[v]) {
-                upload_as(vs.g, view_gather(vs.part, g), c.bf16_grads);
+                upload_as(vs.g, view_gather(vs.part, g), c.bf16);
                 view_step(c, vparams[v], vs, t, d.scale);
             }
         }

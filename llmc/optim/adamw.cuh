@@ -257,6 +257,22 @@ __device__ __forceinline__ void optim_store_param(Tp* params, float* master, siz
     }
 }
 
+// The same two with the rounding chosen at run time (a uniform branch): the generic kernels of
+// llmc/optim/kernels.cuh, whose template variants multiply with every optimizer and state format.
+template <typename Tp, bool kMaster>
+__device__ __forceinline__ void optim_store_param_rt(bool stochastic, Tp* params, float* master, size_t i, size_t pi,
+                                                     float p, unsigned long long key) {
+    if (stochastic) optim_store_param<Tp, kMaster, true>(params, master, i, pi, p, key);
+    else optim_store_param<Tp, kMaster, false>(params, master, i, pi, p, key);
+}
+
+template <int V, typename Tp, bool kMaster>
+__device__ __forceinline__ void optim_store_params_rt(bool stochastic, Tp* params, float* master, size_t i0, size_t p0,
+                                                      const float (&p)[V], unsigned long long key) {
+    if (stochastic) optim_store_params<V, Tp, kMaster, true>(params, master, i0, p0, p, key);
+    else optim_store_params<V, Tp, kMaster, false>(params, master, i0, p0, p, key);
+}
+
 // ----------------------------------------------------------------------------
 // the update
 

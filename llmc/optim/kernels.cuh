@@ -99,17 +99,17 @@ struct OptimEwWidth {
     static constexpr int V = (int)(16 / ms);
 };
 
-template <int kOp, typename Tp, typename Tg, typename Ts, bool kMaster, bool kStochastic>
+template <int kOp, typename Tp, typename Tg, typename Ts, bool kMaster>
 __device__ __forceinline__ void optim_elementwise_one(Tp* params, float* master, const Tg* grads, Ts* s1,
                                                     const Ts* s2, size_t i, size_t pi, float wd, float step_lr,
-                                                    float scale, const OptimStepArgs& a) {
+                                                    float scale, const OptimStepArgs& a, bool stochastic) {
     using Tr = OptimOpTraits<kOp>;
     float p = optim_load_param<Tp, kMaster>(params, master, i, pi);
     float g = Tr::reads_grads ? (float)grads[i] * scale : 0.0f;
     float m = Tr::states >= 1 ? (float)s1[i] : 0.0f, v = Tr::states >= 2 ? (float)s2[i] : 0.0f;
     p = optim_element<kOp>(p, g, m, v, wd, step_lr, a);
     if (Tr::states >= 1 && Tr::writes_state) s1[i] = optim_state_store_value<Ts>(m, a.rng_key, pi);
-    optim_store_param<Tp, kMaster, kStochastic>(params, master, i, pi, p, a.rng_key);
+    optim_store_param_rt<Tp, kMaster>(stochastic, params, master, i, pi, p, a.rng_key);
 }
 
 // V state values from element i0 (parameters from p0: the random bits of bf16 state).
@@ -129,19 +129,20 @@ __device__ __forceinline__ void optim_state_store(Ts* s, size_t i0, size_t p0, c
     }
 }
 
-// seg_mul: per-segment factor of the learning rate (LAMB's trust ratios), or NULL.
-template <int kOp, typename Tp, typename Tg, typename Ts, bool kMaster, bool kStochastic>
+// seg_mul: per-segment factor of the learning rate (LAMB's trust ratios), or NULL. stochastic:
+// bf16 params rounded stochastically (else to nearest).
+template <int kOp, typename Tp, typename Tg, typename Ts, bool kMaster>
 __global__ void __launch_bounds__(OPT_ELEM_BLOCK, 2)
 optim_elementwise_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg* __restrict__ grads,
                        Ts* __restrict__ s1, const Ts* __restrict__ s2, size_t n,
                        const OptimSegment* __restrict__ segments, int nseg, const float* __restrict__ seg_mul,
-                       OptimStepArgs a, const float* __restrict__ clip_scale) {
+                       OptimStepArgs a, const float* __restrict__ clip_scale, bool stochastic) {
     using Tr = OptimOpTraits<kOp>;
     constexpr int V = OptimEwWidth<kOp, Tp, Tg, Ts>::V;
     const float scale = adamw_clip_scale(clip_scale);
     auto one = [&](size_t i, size_t pi, float wd, float step_lr) {
-        optim_elementwise_one<kOp, Tp, Tg, Ts, kMaster, kStochastic>(params, master, grads, s1, s2, i, pi, wd, step_lr,
-                                                                     scale, a);
+        optim_elementwise_one<kOp, Tp, Tg, Ts, kMaster>(params, master, grads, s1, s2, i, pi, wd, step_lr, scale, a,
+                                                        stochastic);
     };
     auto chunk = [&](size_t i0, size_t p0, float wd, float step_lr) {
         float p[V], g[V] = {}, m[V] = {}, v[V] = {};
@@ -152,39 +153,33 @@ optim_elementwise_kernel(Tp* __restrict__ params, float* __restrict__ master, co
 #pragma unroll
         for (int j = 0; j < V; j++) p[j] = optim_element<kOp>(p[j], g[j] * scale, m[j], v[j], wd, step_lr, a);
         if constexpr (Tr::states >= 1 && Tr::writes_state) optim_state_store<V, Ts>(s1, i0, p0, m, a.rng_key);
-        optim_store_params<V, Tp, kMaster, kStochastic>(params, master, i0, p0, p, a.rng_key);
+        optim_store_params_rt<V, Tp, kMaster>(stochastic, params, master, i0, p0, p, a.rng_key);
     };
     adamw_for_each_chunk<V>(segments, nseg, seg_mul, a.lr, n, chunk, one);
 }
 
-template <int kOp, typename Tp, typename Tg, typename Ts, bool kMaster, bool kStochastic>
+template <int kOp, typename Tp, typename Tg, typename Ts, bool kMaster>
 static void optim_elementwise_launch(Tp* params, float* master, const Tg* grads, Ts* s1, const Ts* s2, size_t n,
                                    const OptimSegment* d_segs, int nseg, const float* d_seg_mul, const OptimStepArgs& a,
-                                   const float* d_clip_scale, cudaStream_t stream) {
+                                   bool stochastic, const float* d_clip_scale, cudaStream_t stream) {
     constexpr size_t V = (size_t)OptimEwWidth<kOp, Tp, Tg, Ts>::V;
     const size_t want = CEIL_DIV(n / V, (size_t)OPT_ELEM_BLOCK), full = (size_t)cuda_sm_count() * 2;
     const unsigned grid = (unsigned)(want < full ? (want > 0 ? want : 1) : full);
-    launch(optim_elementwise_kernel<kOp, Tp, Tg, Ts, kMaster, kStochastic>, grid, OPT_ELEM_BLOCK,
-           adamw_segments_smem_bytes(nseg), stream, params, master, grads, s1, s2, n, d_segs, nseg, d_seg_mul, a,
-           d_clip_scale);
+    launch(optim_elementwise_kernel<kOp, Tp, Tg, Ts, kMaster>, grid, OPT_ELEM_BLOCK, adamw_segments_smem_bytes(nseg),
+           stream, params, master, grads, s1, s2, n, d_segs, nseg, d_seg_mul, a, d_clip_scale, stochastic);
 }
 
-// runtime options -> template variants (master weights and stochastic rounding: bf16 params only);
-// Ts: the state's storage, float or __nv_bfloat16
+// runtime options -> template variants (master weights: bf16 params only; the rounding is a kernel
+// argument); Ts: the state's storage, float or __nv_bfloat16
 template <int kOp, typename Tp, typename Tg, typename Ts>
 static void optim_elementwise(Tp* params, float* master, const Tg* grads, Ts* s1, const Ts* s2, size_t n,
                             const OptimSegment* d_segs, int nseg, const float* d_seg_mul, const OptimStepArgs& a,
                             bool stochastic, const float* d_clip_scale, cudaStream_t stream) {
-#define OPT_EW_ARGS params, master, grads, s1, s2, n, d_segs, nseg, d_seg_mul, a, d_clip_scale, stream
+#define OPT_EW_ARGS params, master, grads, s1, s2, n, d_segs, nseg, d_seg_mul, a, stochastic, d_clip_scale, stream
     if constexpr (sizeof(Tp) == 2) {
-        const bool ms = master != nullptr;
-        if (ms && stochastic) optim_elementwise_launch<kOp, Tp, Tg, Ts, true, true>(OPT_EW_ARGS);
-        else if (ms) optim_elementwise_launch<kOp, Tp, Tg, Ts, true, false>(OPT_EW_ARGS);
-        else if (stochastic) optim_elementwise_launch<kOp, Tp, Tg, Ts, false, true>(OPT_EW_ARGS);
-        else optim_elementwise_launch<kOp, Tp, Tg, Ts, false, false>(OPT_EW_ARGS);
-    } else {
-        optim_elementwise_launch<kOp, Tp, Tg, Ts, false, false>(OPT_EW_ARGS);
+        if (master != nullptr) return optim_elementwise_launch<kOp, Tp, Tg, Ts, true>(OPT_EW_ARGS);
     }
+    optim_elementwise_launch<kOp, Tp, Tg, Ts, false>(OPT_EW_ARGS);
 #undef OPT_EW_ARGS
 }
 
@@ -506,12 +501,12 @@ lamb_trust_kernel(float* __restrict__ trust, const float* __restrict__ partials,
 // per thread (128-bit params and grads, 64-bit codes); dequantize, the op in fp32, the block's new
 // absmax, requantize. Tensors under QUANT8_MIN_ELEMS: fp32 m32 (v32), packed.
 
-template <int kOp, typename Tp, typename Tg, bool kMaster, bool kStochastic>
+template <int kOp, typename Tp, typename Tg, bool kMaster>
 __global__ void __launch_bounds__(OPT_Q8_THREADS, 4)
 optim_int8_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg* __restrict__ grads, Adamw8Buffers q,
                   const OptimSegment* __restrict__ segments, const size_t* __restrict__ block0,
                   const size_t* __restrict__ small_off, int nseg, const float* __restrict__ seg_mul, OptimStepArgs a,
-                  const float* __restrict__ clip_scale) {
+                  const float* __restrict__ clip_scale, bool stochastic) {
     using Tr = OptimOpTraits<kOp>;
     constexpr int V = 8;
     static_assert(OPT_Q8_THREADS * V == OPT_BLOCK, "one CUDA block per quantization block");
@@ -535,7 +530,7 @@ optim_int8_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
                 const float p = optim_element<kOp>(optim_load_param<Tp, kMaster>(params, master, i, pi0 + j), g, m, v, wd,
                                                    step_lr, a);
                 if (Tr::writes_state) q.m32[k] = m;
-                optim_store_param<Tp, kMaster, kStochastic>(params, master, i, pi0 + j, p, a.rng_key);
+                optim_store_param_rt<Tp, kMaster>(stochastic, params, master, i, pi0 + j, p, a.rng_key);
             }
             return;
         }
@@ -591,24 +586,24 @@ optim_int8_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
             if (threadIdx.x == 0) q.absmax_m[b] = am;
         }
         if (vec) {
-            optim_store_params<V, Tp, kMaster, kStochastic>(params, master, i0, pi0, p, a.rng_key);
+            optim_store_params_rt<V, Tp, kMaster>(stochastic, params, master, i0, pi0, p, a.rng_key);
         } else {
 #pragma unroll
             for (int j = 0; j < V; j++)
-                if (j < nv) optim_store_param<Tp, kMaster, kStochastic>(params, master, i0 + j, pi0 + j, p[j], a.rng_key);
+                if (j < nv) optim_store_param_rt<Tp, kMaster>(stochastic, params, master, i0 + j, pi0 + j, p[j], a.rng_key);
         }
     });
 }
 
-template <int kOp, typename Tp, typename Tg, bool kMaster, bool kStochastic>
+template <int kOp, typename Tp, typename Tg, bool kMaster>
 static void optim_int8_launch(OptimState* st, Tp* params, float* master, const Tg* grads, const float* d_seg_mul,
-                              const OptimStepArgs& a, const float* d_clip_scale, cudaStream_t stream) {
+                              const OptimStepArgs& a, bool stochastic, const float* d_clip_scale, cudaStream_t stream) {
     const size_t full = (size_t)cuda_sm_count() * 8;
     const unsigned grid = (unsigned)(st->nblocks < full ? st->nblocks : full);
     const Adamw8Buffers q = {st->qm, st->qv, st->absmax_m, st->absmax_v, st->m32, st->v32, st->maps, nullptr, nullptr, nullptr};
-    launch(optim_int8_kernel<kOp, Tp, Tg, kMaster, kStochastic>, grid, OPT_Q8_THREADS, 0, stream, params, master, grads, q,
+    launch(optim_int8_kernel<kOp, Tp, Tg, kMaster>, grid, OPT_Q8_THREADS, 0, stream, params, master, grads, q,
            (const OptimSegment*)st->d_segs, (const size_t*)st->d_block0, (const size_t*)st->d_small_off, st->nseg,
-           d_seg_mul, a, d_clip_scale);
+           d_seg_mul, a, d_clip_scale, stochastic);
 }
 
 // runtime options -> template variants, as optim_elementwise
@@ -616,16 +611,11 @@ template <int kOp, typename Tp, typename Tg>
 static void optim_int8(OptimState* st, Tp* params, float* master, const Tg* grads, const float* d_seg_mul,
                        const OptimStepArgs& a, bool stochastic, const float* d_clip_scale, cudaStream_t stream) {
     if (st->nblocks == 0) return;
-#define OPT_Q8_ARGS st, params, master, grads, d_seg_mul, a, d_clip_scale, stream
+#define OPT_Q8_ARGS st, params, master, grads, d_seg_mul, a, stochastic, d_clip_scale, stream
     if constexpr (sizeof(Tp) == 2) {
-        const bool ms = master != nullptr;
-        if (ms && stochastic) optim_int8_launch<kOp, Tp, Tg, true, true>(OPT_Q8_ARGS);
-        else if (ms) optim_int8_launch<kOp, Tp, Tg, true, false>(OPT_Q8_ARGS);
-        else if (stochastic) optim_int8_launch<kOp, Tp, Tg, false, true>(OPT_Q8_ARGS);
-        else optim_int8_launch<kOp, Tp, Tg, false, false>(OPT_Q8_ARGS);
-    } else {
-        optim_int8_launch<kOp, Tp, Tg, false, false>(OPT_Q8_ARGS);
+        if (master != nullptr) return optim_int8_launch<kOp, Tp, Tg, true>(OPT_Q8_ARGS);
     }
+    optim_int8_launch<kOp, Tp, Tg, false>(OPT_Q8_ARGS);
 #undef OPT_Q8_ARGS
 }
 
