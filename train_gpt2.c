@@ -187,6 +187,13 @@ static void matmul_forward(float* out, const float* inp, const float* weight, co
                 bias != NULL ? 1.0f : 0.0f, out, OC);
 }
 
+// Muon's Newton-Schulz products (llmc/optim/muon.h's OptimGemm): C = alpha op(A) op(B) + beta C.
+static void cpu_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                     const float* B, int ldb, float beta, float* C, int ldc) {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha,
+                A, lda, B, ldb, beta, C, ldc);
+}
+
 // dinp (N,IC) = dout @ weight (overwritten); dweight (OC,IC) += dout^T @ inp; dbias (OC) += colsum.
 // dweight / dbias NULL: a frozen weight, its gradient is skipped.
 static void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
@@ -475,6 +482,7 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
                       opts ? opts->weight_decay : 0.0f, model->comm ? model->comm->rank : 0, procs,
                       model->zero_stage >= 1 ? model->shard : 0);
     if (model->zero_stage >= 1) { optim_engine_set_reduce(&model->opt, comm_sum_hook, (void*)model->comm); }  // LAMB
+    optim_engine_set_gemm(&model->opt, cpu_gemm);  // Muon
     size_t n_alloc = n, max_shard = optim_engine_max_shard(&model->opt);
     if (model->zero_stage >= 1) {  // gradients padded to equal shards (BAdam: of the largest block);
         ng = max_shard * (size_t)procs;  // without BAdam the parameters too (the all-gather is in place)

@@ -14,7 +14,7 @@
 $(BUILD)/test_optim: dev/test/test_optim.c dev/cpu/bench_util.h $(LLMC_HEADERS)
 	@mkdir -p $(@D)
 	@echo "  CC    $@"
-	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_BLAS) $(LDLIBS)
 
 test-optim: $(BUILD)/test_optim
 	$(BUILD)/test_optim -q

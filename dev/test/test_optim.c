@@ -54,6 +54,7 @@
 #include "llmc/optim/state.h"
 #include "llmc/optim/views.h"
 #include "dev/cpu/bench_util.h"
+#include <cblas.h>
 
 static int g_failed = 0;
 static int g_quiet = 0; // -q: failures and the summary only
@@ -974,18 +975,54 @@ static void test_segments_and_bytes(void) {
 
 static void run_usage(void) {
     fprintf(stderr,
-            "usage: test_optim --run --optimizer adamw|sgd|lamb|lion [--opt-state fp32|bf16|int8] [--amsgrad]\n"
+            "usage: test_optim --run --optimizer adamw|sgd|lamb|lion|muon [--opt-state fp32|bf16|int8] [--amsgrad]\n"
             "         [--nesterov] [--momentum M] [--dampening D] [--beta1 B] [--beta2 B] [--eps E] --lr LR\n"
-            "         --steps S --segments COUNT:WD:LRMULT,... --in FILE --out FILE\n"
+            "         [--muon-plain] [--muon-scale rms|orig] [--muon-joined] [--adamw-lr-mult X]\n"
+            "         --steps S --segments COUNT:WD:LRMULT[:ROWS[:PARTS]],... --in FILE --out FILE\n"
+            "  ROWS: a Muon matrix of ROWS x COUNT/ROWS (PARTS stacked matrices, as qkv's 3)\n"
             "  FILE in: n float32 parameters, then S x n float32 gradients (n = the sum of COUNTs)\n"
-            "  FILE out: S x n float32, the parameters after each step\n");
+            "  FILE out: S x n float32, the parameters after each step\n"
+            "       test_optim --ns ROWS COLS --in FILE --out FILE\n"
+            "  Muon's Newton-Schulz of one ROWS x COLS float32 matrix (normalized, 5 quintic steps)\n");
     exit(2);
+}
+
+// Muon's matrix multiply: OpenBLAS, as the CPU trainer's
+static void test_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                      const float* B, int ldb, float beta, float* C, int ldc) {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha,
+                A, lda, B, ldb, beta, C, ldc);
+}
+
+// --ns ROWS COLS --in F --out F: Newton-Schulz of one matrix (dev/reference/optim_ref.py's properties)
+static int ns_main(int argc, char** argv) {
+    if (argc != 8 || strcmp(argv[4], "--in") != 0 || strcmp(argv[6], "--out") != 0) run_usage();
+    const long rows = atol(argv[2]), cols = atol(argv[3]);
+    if (rows < 1 || cols < 1 || rows > 65536 || cols > 65536) ls_fatal("--ns %s %s: expected sizes in [1, 65536]", argv[2], argv[3]);
+    const size_t n = (size_t)rows * (size_t)cols;
+    OptimSegment seg = optim_segment(0, n, 0.0f, 1.0f, 0);
+    seg.mat_rows = (size_t)rows;
+    seg.mat_cols = (size_t)cols;
+    seg.mat_parts = 1;
+    float* u = (float*)mallocCheck(n * sizeof(float));
+    float* scratch = (float*)mallocCheck(muon_scratch_floats(&seg, 1, 0) * sizeof(float));
+    FILE* f = fopenCheck(argv[5], "rb");
+    freadCheck(u, sizeof(float), n, f, argv[5]);
+    fcloseCheck(f);
+    muon_orthogonalize(test_gemm, u, (size_t)rows, (size_t)cols, scratch);
+    f = fopenCheck(argv[7], "wb");
+    fwriteCheck(u, sizeof(float), n, f, argv[7]);
+    fcloseCheck(f);
+    free(u);
+    free(scratch);
+    return 0;
 }
 
 static int run_main(int argc, char** argv) {
     OptimKind kind = OPT_ADAMW;
     OptimStatePrecision state = OPT_STATE_FP32;
-    int have_kind = 0, steps = 0, amsgrad = 0, nesterov = 0;
+    int have_kind = 0, steps = 0, amsgrad = 0, nesterov = -1, muon_scale = MUON_SCALE_RMS, muon_joined = 0;
+    float adamw_lr_mult = 1.0f;
     float lr = 0.0f;
     const char *in = NULL, *out = NULL, *segspec = NULL;
     float beta1 = NAN, beta2 = NAN, eps = NAN, momentum = NAN, dampening = 0.0f;
@@ -993,15 +1030,22 @@ static int run_main(int argc, char** argv) {
         const char* a = argv[i];
         if (strcmp(a, "--amsgrad") == 0) { amsgrad = 1; continue; }
         if (strcmp(a, "--nesterov") == 0) { nesterov = 1; continue; }
+        if (strcmp(a, "--muon-plain") == 0) { nesterov = 0; continue; }
+        if (strcmp(a, "--muon-joined") == 0) { muon_joined = 1; continue; }
         if (i + 1 >= argc) run_usage();
         const char* val = argv[++i];
         if (strcmp(a, "--optimizer") == 0) {
-            if (!optim_kind_parse(val, &kind)) ls_fatal("--optimizer '%s': expected adamw, sgd, lamb or lion", val);
+            if (!optim_kind_parse(val, &kind)) ls_fatal("--optimizer '%s': expected adamw, sgd, lamb, lion or muon", val);
             have_kind = 1;
         } else if (strcmp(a, "--opt-state") == 0) {
             if (!optim_precision_parse(val, &state)) ls_fatal("--opt-state '%s': expected fp32, bf16 or int8", val);
         } else if (strcmp(a, "--momentum") == 0) momentum = strtof(val, NULL);
         else if (strcmp(a, "--dampening") == 0) dampening = strtof(val, NULL);
+        else if (strcmp(a, "--adamw-lr-mult") == 0) adamw_lr_mult = strtof(val, NULL);
+        else if (strcmp(a, "--muon-scale") == 0) {
+            if (strcmp(val, "rms") != 0 && strcmp(val, "orig") != 0) ls_fatal("--muon-scale '%s': expected rms or orig", val);
+            muon_scale = strcmp(val, "orig") == 0 ? MUON_SCALE_ORIG : MUON_SCALE_RMS;
+        }
         else if (strcmp(a, "--beta1") == 0) beta1 = strtof(val, NULL);
         else if (strcmp(a, "--beta2") == 0) beta2 = strtof(val, NULL);
         else if (strcmp(a, "--eps") == 0) eps = strtof(val, NULL);
@@ -1016,7 +1060,10 @@ static int run_main(int argc, char** argv) {
     OptimConfig c = optim_config_default(kind);
     c.state = state;
     c.amsgrad = amsgrad;
-    c.nesterov = nesterov;
+    if (nesterov >= 0) c.nesterov = nesterov;
+    c.muon_scale = muon_scale;
+    c.muon_qkv_joined = muon_joined;
+    c.adamw_lr_mult = adamw_lr_mult;
     if (!isnan(beta1)) c.beta1 = beta1;
     if (!isnan(beta2)) c.beta2 = beta2;
     if (!isnan(eps)) c.eps = eps;
@@ -1032,11 +1079,21 @@ static int run_main(int argc, char** argv) {
         char* end;
         unsigned long long cnt = strtoull(s, &end, 10);
         float wd = 0.0f, lm = 1.0f;
+        unsigned long long rows = 0, parts = 1;
         if (*end == ':') wd = strtof(end + 1, &end);
         if (*end == ':') lm = strtof(end + 1, &end);
-        if (cnt == 0 || (*end != ',' && *end != '\0')) ls_fatal("--segments '%s': expected COUNT:WD:LRMULT,...", segspec);
+        if (*end == ':') rows = strtoull(end + 1, &end, 10);
+        if (*end == ':') parts = strtoull(end + 1, &end, 10);
+        if (cnt == 0 || (*end != ',' && *end != '\0') || (rows > 0 && (cnt % rows != 0 || parts < 1 || rows % parts != 0))) {
+            ls_fatal("--segments '%s': expected COUNT:WD:LRMULT[:ROWS[:PARTS]],... (ROWS dividing COUNT, PARTS ROWS)", segspec);
+        }
         if (nseg == cap) { cap *= 2; segs = (OptimSegment*)realloc(segs, (size_t)cap * sizeof(OptimSegment)); if (!segs) ls_fatal("oom"); }
         segs[nseg] = optim_segment(n, (size_t)cnt, wd, lm, nseg);
+        if (rows > 0) {
+            segs[nseg].mat_rows = (size_t)rows;
+            segs[nseg].mat_cols = (size_t)(cnt / rows);
+            segs[nseg].mat_parts = (int)parts;
+        }
         nseg++;
         n += (size_t)cnt;
         s = *end == ',' ? end + 1 : end;
@@ -1049,6 +1106,7 @@ static int run_main(int argc, char** argv) {
     fcloseCheck(f);
     OptimState st;
     optim_state_init(&st, &c, segs, nseg, n, NULL);
+    st.gemm = test_gemm;
     f = fopenCheck(out, "wb");
     for (int t = 1; t <= steps; t++) {
         optim_step_cpu(&st, p, g + (size_t)(t - 1) * n, lr, t, 1.0f);
@@ -1132,6 +1190,7 @@ static int bench_main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
     if (argc > 1 && strcmp(argv[1], "--run") == 0) return run_main(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "--ns") == 0) return ns_main(argc, argv);
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) return bench_main(argc, argv);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-q") == 0) g_quiet = 1;

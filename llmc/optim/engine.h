@@ -55,6 +55,7 @@ typedef struct {
     int view;                 // the current view: a BAdam block, OPTIM_VIEW_MODEL or OPTIM_VIEW_NONE
     OptimState st;            // the current view's state, carved from memory (n 0: nothing to update)
     OptimReduce reduce;       // ZeRO-1 with LAMB: sums over the processes (optim_engine_set_reduce)
+    OptimGemm gemm;           // Muon's matrix multiply on the host (optim_engine_set_gemm)
 } OptimEngine;
 
 // ZeRO-1's shard of a view (elements per process; 0: ZeRO-1 off): the whole model's, or that of
@@ -112,6 +113,9 @@ static inline void optim_engine_init(OptimEngine* e, const OptimConfig* cfg, con
                                      const Badam* badam, float weight_decay, int rank, int procs, size_t shard) {
     char why[256];
     if (!optim_config_check(cfg, why, sizeof why)) ls_fatal("%s", why);
+    if (cfg->kind == OPT_MUON && procs > 1 && shard > 0) {  // (the shards would cut matrices)
+        ls_fatal("--optimizer muon with -z 1: not yet (ZeRO-1 for Muon gives each process whole matrices; issue 14)");
+    }
     memset(e, 0, sizeof *e);
     e->cfg = *cfg;
     e->table = table;
@@ -152,6 +156,13 @@ static inline void optim_engine_set_reduce(OptimEngine* e, void (*hook)(void* ct
     e->reduce.ctx = ctx;
     int nt = optim_segments_count_layers(e->table);  // the whole model's tensor ids, or BAdam's slices'
     e->reduce.ntensors = nt > BADAM_MAX_SLICES ? nt : BADAM_MAX_SLICES;
+}
+
+// Muon's Newton-Schulz products on the host (the CPU trainer: OpenBLAS's sgemm); the current view
+// and every later one use it.
+static inline void optim_engine_set_gemm(OptimEngine* e, OptimGemm gemm) {
+    e->gemm = gemm;
+    e->st.gemm = gemm;
 }
 
 // Whether the current view's steps sum over the processes (then every process steps, even one whose
@@ -200,6 +211,7 @@ static inline void optim_engine_set_view_with(OptimEngine* e, int view, OptimSta
     if (nseg > 0) {
         setup(&e->st, &e->cfg, segs, nseg, n, e->memory);
         if (optim_engine_reduces(e)) e->st.reduce = e->reduce;
+        e->st.gemm = e->gemm;
     }
     free(segs);
 }

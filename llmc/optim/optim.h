@@ -57,6 +57,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include "llmc/params.h"
 #include "llmc/optim/quant8.h"
 #include "llmc/optim/srng.h"
@@ -109,11 +110,13 @@ typedef struct {
     float weight_decay;    // decoupled weight decay of this segment
     float lr_mult;         // learning-rate multiplier
     int tensor;            // the tensor's id (distinct for adjacent tensors)
+    int mat_parts;         // Muon: matrices stacked in the tensor (qkv: 3), each (mat_rows / mat_parts, mat_cols)
+    size_t mat_rows, mat_cols;  // Muon: a transformer block's 2-D weight (rows, cols); 0: not a Muon matrix
 } OptimSegment;
 
 // A whole tensor as one segment of a whole-model table (param == offset).
 static inline OptimSegment optim_segment(size_t offset, size_t count, float weight_decay, float lr_mult, int tensor) {
-    OptimSegment s = {offset, offset, count, count, weight_decay, lr_mult, tensor};
+    OptimSegment s = {offset, offset, count, count, weight_decay, lr_mult, tensor, 0, 0, 0};
     return s;
 }
 
@@ -196,7 +199,9 @@ static inline void adamw_update_cpu(float* params, const float* grads, float* m,
 // ----------------------------------------------------------------------------
 // the optimizer family: configuration and per-step scalars
 
-typedef enum { OPT_ADAMW = 0, OPT_SGD = 1, OPT_LAMB = 2, OPT_LION = 3 } OptimKind;
+typedef enum { OPT_ADAMW = 0, OPT_SGD = 1, OPT_LAMB = 2, OPT_LION = 3, OPT_MUON = 4 } OptimKind;
+#define MUON_SCALE_RMS 0   // Muon's shape scale 0.2 sqrt(max(rows, cols)) (llmc/optim/muon.h)
+#define MUON_SCALE_ORIG 1  // sqrt(max(1, rows / cols))
 typedef enum { OPT_STATE_FP32 = 0, OPT_STATE_BF16 = 1, OPT_STATE_INT8 = 2 } OptimStatePrecision;
 
 // What does not change during a run (lr, the schedule's, is given per step; weight decay and lr
@@ -206,8 +211,11 @@ typedef struct {
     OptimStatePrecision state;   // storage of AdamW's m, v (vmax); the other optimizers keep fp32 state
     float beta1, beta2, eps;   // AdamW, LAMB: moment decay rates, eps; Lion: beta1 interpolates the
                                // update, beta2 the momentum (eps unused)
-    float momentum, dampening; // SGD (momentum 0: plain SGD, no state)
-    int nesterov;              // SGD: Nesterov momentum (needs momentum > 0, dampening 0)
+    float momentum, dampening; // SGD (momentum 0: plain SGD, no state); Muon's momentum (no dampening)
+    int nesterov;              // SGD, Muon: Nesterov momentum (needs momentum > 0, dampening 0)
+    int muon_scale;            // Muon: MUON_SCALE_RMS or MUON_SCALE_ORIG
+    int muon_qkv_joined;       // Muon: qkv orthogonalized as one (3C x C) matrix (0: q, k, v apart)
+    float adamw_lr_mult;       // Muon: the AdamW tensors' learning rate over the matrices'
     int amsgrad;               // AdamW: divide by the running max of v
     unsigned long long seed;   // stochastic rounding (bf16 state; bf16 params on the GPU)
 } OptimConfig;
@@ -244,6 +252,15 @@ static inline OptimStepArgs optim_step_args(const OptimConfig* c, float lr, int 
 // ----------------------------------------------------------------------------
 // segment tables: per-layer tensors, blocks inside segments
 
+// Marks a segment of tensor t as Muon's when t is a transformer block's weight matrix (per layer,
+// 2-D): its layer shape, and qkv's three stacked matrices. (A segment may hold several layers'.)
+static inline void optim_segment_set_matrix(OptimSegment* s, const ParamTensor* t) {
+    if (!(t->per_layer && t->ndim == 2)) return;
+    s->mat_rows = t->rows;
+    s->mat_cols = t->cols;
+    s->mat_parts = strcmp(t->name, "qkvw") == 0 ? 3 : 1;
+}
+
 // One segment per tensor as PyTorch sees it: stacked per-layer tensors are split into their L
 // layer slices (LAMB's trust ratio and the int8 size threshold are per tensor). Returns the number
 // of segments; segs needs optim_segments_count_layers(pt) entries.
@@ -260,6 +277,7 @@ static inline int optim_segments_build_layers(const ParamTable* pt, float weight
         size_t count = t->count / (size_t)slices;
         for (int l = 0; l < slices; l++) {
             segs[k] = optim_segment(t->offset + (size_t)l * count, count, t->decay ? weight_decay : 0.0f, t->lr_mult, k);
+            optim_segment_set_matrix(&segs[k], t);
             k++;
         }
     }

@@ -49,23 +49,24 @@
 #include <stdlib.h>
 #include <string.h>
 #include "llmc/optim/lowp.h"
+#include "llmc/optim/muon.h"
 #include "llmc/optim/optim.h"
 #include "llmc/optim/quant8.h"
 #include "llmc/utils.h"
 
 // The flags' words, in enum order (CLI_CHOICE tables can use them: the index is the enum value).
-static const char* const optim_kind_choices[] = {"adamw", "sgd", "lamb", "lion", NULL};
+static const char* const optim_kind_choices[] = {"adamw", "sgd", "lamb", "lion", "muon", NULL};
 static const char* const optim_precision_choices[] = {"fp32", "bf16", "int8", NULL};
 
 static inline const char* optim_kind_name(OptimKind k) {
-    return (int)k >= (int)OPT_ADAMW && (int)k <= (int)OPT_LION ? optim_kind_choices[k] : "?";
+    return (int)k >= (int)OPT_ADAMW && (int)k <= (int)OPT_MUON ? optim_kind_choices[k] : "?";
 }
 static inline const char* optim_precision_name(OptimStatePrecision p) {
     return (int)p >= (int)OPT_STATE_FP32 && (int)p <= (int)OPT_STATE_INT8 ? optim_precision_choices[p] : "?";
 }
-// 1 and *out set when s names a kind (--optimizer adamw|sgd|lamb|lion), else 0.
+// 1 and *out set when s names a kind (--optimizer adamw|sgd|lamb|lion|muon), else 0.
 static inline int optim_kind_parse(const char* s, OptimKind* out) {
-    for (int k = OPT_ADAMW; k <= OPT_LION; k++) {
+    for (int k = OPT_ADAMW; k <= OPT_MUON; k++) {
         if (strcmp(s, optim_kind_choices[k]) == 0) { *out = (OptimKind)k; return 1; }
     }
     return 0;
@@ -88,7 +89,9 @@ static inline OptimConfig optim_config_default(OptimKind kind) {
     c.beta1 = 0.9f;
     c.beta2 = kind == OPT_LION ? 0.99f : kind == OPT_LAMB ? 0.999f : 0.95f;
     c.eps = kind == OPT_LAMB ? 1e-6f : 1e-8f;
-    c.momentum = kind == OPT_SGD ? 0.9f : 0.0f;
+    c.momentum = kind == OPT_SGD ? 0.9f : kind == OPT_MUON ? 0.95f : 0.0f;
+    c.nesterov = kind == OPT_MUON;  // Muon: Nesterov unless asked otherwise
+    c.adamw_lr_mult = 1.0f;
     return c;
 }
 
@@ -96,8 +99,8 @@ static inline OptimConfig optim_config_default(OptimKind kind) {
 static inline int optim_config_check(const OptimConfig* c, char* msg, size_t size) {
     const char* kn = optim_kind_name(c->kind);
     msg[0] = '\0';
-    if ((int)c->kind < (int)OPT_ADAMW || (int)c->kind > (int)OPT_LION) {
-        snprintf(msg, size, "--optimizer: unknown optimizer %d (adamw, sgd, lamb or lion)", (int)c->kind);
+    if ((int)c->kind < (int)OPT_ADAMW || (int)c->kind > (int)OPT_MUON) {
+        snprintf(msg, size, "--optimizer: unknown optimizer %d (adamw, sgd, lamb, lion or muon)", (int)c->kind);
     } else if ((int)c->state < (int)OPT_STATE_FP32 || (int)c->state > (int)OPT_STATE_INT8) {
         snprintf(msg, size, "--opt-state: unknown state precision %d (fp32, bf16 or int8)", (int)c->state);
     } else if (c->state != OPT_STATE_FP32 && c->kind == OPT_SGD && c->momentum == 0.0f) {
@@ -105,10 +108,22 @@ static inline int optim_config_check(const OptimConfig* c, char* msg, size_t siz
                  optim_precision_name(c->state), optim_precision_name(c->state));
     } else if (c->amsgrad && c->kind != OPT_ADAMW) {
         snprintf(msg, size, "--amsgrad is an AdamW option (got --optimizer %s)", kn);
-    } else if (c->nesterov && c->kind != OPT_SGD) {
+    } else if (c->nesterov && c->kind != OPT_SGD && c->kind != OPT_MUON) {
         snprintf(msg, size, "--nesterov is an SGD option (got --optimizer %s)", kn);
-    } else if (c->kind != OPT_SGD && (c->momentum != 0.0f || c->dampening != 0.0f)) {
-        snprintf(msg, size, "--momentum is an SGD option (got --optimizer %s; Lion's momentum is beta2)", kn);
+    } else if (c->kind != OPT_SGD && c->kind != OPT_MUON && (c->momentum != 0.0f || c->dampening != 0.0f)) {
+        snprintf(msg, size, "--momentum is an SGD and Muon option (got --optimizer %s; Lion's momentum is beta2)", kn);
+    } else if (c->kind == OPT_MUON && !(c->momentum >= 0.0f && c->momentum < 1.0f)) {
+        snprintf(msg, size, "--momentum %g: Muon's momentum must be in [0, 1)", c->momentum);
+    } else if (c->kind == OPT_MUON && c->dampening != 0.0f) {
+        snprintf(msg, size, "--optimizer muon: dampening %g (Muon has none)", c->dampening);
+    } else if (c->kind == OPT_MUON && c->muon_scale != MUON_SCALE_RMS && c->muon_scale != MUON_SCALE_ORIG) {
+        snprintf(msg, size, "--muon-scale: unknown shape scale %d (rms or orig)", c->muon_scale);
+    } else if (c->kind == OPT_MUON && !(c->adamw_lr_mult >= 0.0f && isfinite(c->adamw_lr_mult))) {
+        snprintf(msg, size, "--muon-adamw-lr: the AdamW tensors' learning rate ratio %g (finite, >= 0 expected)",
+                 c->adamw_lr_mult);
+    } else if (c->kind == OPT_MUON && c->state != OPT_STATE_FP32) {
+        snprintf(msg, size, "--optimizer muon --opt-state %s: not yet (fp32 Muon state only, issue 14)",
+                 optim_precision_name(c->state));
     } else if (c->kind == OPT_SGD && !(c->momentum >= 0.0f && c->momentum < 1.0f)) {
         snprintf(msg, size, "--momentum %g: expected a value in [0, 1)", c->momentum);
     } else if (c->kind == OPT_SGD && !(c->dampening >= 0.0f && c->dampening <= 1.0f)) {
@@ -118,7 +133,7 @@ static inline int optim_config_check(const OptimConfig* c, char* msg, size_t siz
                  c->momentum, c->dampening);
     } else if (c->kind != OPT_SGD && !(c->beta1 >= 0.0f && c->beta1 < 1.0f && c->beta2 >= 0.0f && c->beta2 < 1.0f)) {
         snprintf(msg, size, "--optimizer %s: beta1 %g, beta2 %g (each in [0, 1) expected)", kn, c->beta1, c->beta2);
-    } else if ((c->kind == OPT_ADAMW || c->kind == OPT_LAMB) && !(c->eps > 0.0f && isfinite(c->eps))) {
+    } else if ((c->kind == OPT_ADAMW || c->kind == OPT_LAMB || c->kind == OPT_MUON) && !(c->eps > 0.0f && isfinite(c->eps))) {
         snprintf(msg, size, "--optimizer %s: eps %g (a positive number expected)", kn, c->eps);
     }
     return msg[0] == '\0';
@@ -160,9 +175,14 @@ typedef struct {
     size_t* block0;        // (nseg + 1) first OPT_BLOCK block of each segment; [nseg] = nblocks
     size_t* small_off;     // (nseg) int8: offset of a small tensor's fp32 state, or OPT_NOT_SMALL
     size_t nblocks, nsmall;
+    size_t* adam_off;      // (nseg) Muon: a segment's first element in the packed v of the AdamW tensors, or
+                           // OPT_NOT_SMALL for a matrix
+    size_t nadam;          // Muon: elements of the AdamW tensors (v's length)
+    size_t nwork;          // Muon: scratch floats (muon_work_floats)
+    OptimGemm gemm;        // Muon: the matrix multiply of Newton-Schulz (optim_engine_set_gemm)
     // state, carved from `memory`; NULL where the configuration has none
     float* m;              // (n) fp32 first moment: AdamW, LAMB, Lion; SGD's momentum buffer
-    float* v;              // (n) fp32 second moment: AdamW, LAMB
+    float* v;              // (n) fp32 second moment: AdamW, LAMB; (nadam) Muon's AdamW tensors
     float* vmax;           // (n) fp32 AMSGrad max of v
     uint16_t* m16;         // (n) bf16 m (--opt-state bf16; every optimizer with state)
     uint16_t* v16;         // (n) bf16 v (AdamW, LAMB)
@@ -179,6 +199,7 @@ typedef struct {
     float* maps;           // (QUANT8_MAP_FLOATS) the quantization maps
     float* partials;       // (2 * nblocks) LAMB: per-block sums of p^2 and u^2
     float* trust;          // (nseg) LAMB: the trust ratios of the last step
+    float* work;           // (nwork) Muon: Newton-Schulz's scratch (not state: overwritten every step)
     OptimReduce reduce;    // LAMB under ZeRO-1: its tensors' sums over the processes (hook NULL: off)
     Quant8Index* q8_index; // (2) host int8 state: the CPU's quantize indexes (m, v); 130 KB, not state
     void* memory;          // the block holding all of the above
@@ -213,10 +234,12 @@ static inline void optim_state_carve(OptimState* st, uintptr_t base) {
     } while (0)
     const int f32 = c->state == OPT_STATE_FP32, b16 = c->state == OPT_STATE_BF16, i8 = c->state == OPT_STATE_INT8;
     // a first moment (AdamW, LAMB, Lion; SGD's momentum buffer), a second moment (AdamW, LAMB)
-    const int has_m = adam || c->kind == OPT_LAMB || c->kind == OPT_LION || (c->kind == OPT_SGD && c->momentum != 0.0f);
+    const int muon = c->kind == OPT_MUON;
+    const int has_m = adam || muon || c->kind == OPT_LAMB || c->kind == OPT_LION || (c->kind == OPT_SGD && c->momentum != 0.0f);
     const int has_v = adam || c->kind == OPT_LAMB;
     OPT_CARVE(m, float, n, has_m && f32);
     OPT_CARVE(v, float, n, has_v && f32);
+    if (muon) OPT_CARVE(v, float, st->nadam, f32);
     OPT_CARVE(vmax, float, n, ams && f32);
     OPT_CARVE(m16, uint16_t, n, has_m && b16);
     OPT_CARVE(v16, uint16_t, n, has_v && b16);
@@ -233,6 +256,7 @@ static inline void optim_state_carve(OptimState* st, uintptr_t base) {
     OPT_CARVE(maps, float, QUANT8_MAP_FLOATS, has_m && i8);
     OPT_CARVE(partials, float, 2 * st->nblocks, c->kind == OPT_LAMB);
     OPT_CARVE(trust, float, (size_t)st->nseg, c->kind == OPT_LAMB);
+    OPT_CARVE(work, float, st->nwork, muon);
 #undef OPT_CARVE
     st->bytes = off;
 }
@@ -249,6 +273,8 @@ static inline size_t optim_state_bytes(const OptimConfig* cfg, const OptimSegmen
     size_t* tmp = (size_t*)mallocCheck(((size_t)nseg + 1) * sizeof(size_t));
     st.nblocks = optim_blocks_build(segs, nseg, tmp);
     st.nsmall = optim_small_build(segs, nseg, tmp);
+    st.nadam = muon_adam_build(segs, nseg, tmp);
+    st.nwork = cfg->kind == OPT_MUON ? muon_work_floats(segs, nseg, cfg->muon_qkv_joined) : 0;
     free(tmp);
     optim_state_carve(&st, 0);
     return st.bytes;
@@ -289,6 +315,11 @@ static inline void optim_state_setup(OptimState* st, const OptimConfig* cfg, con
     if (st->nsmall == 0) {
         for (int s = 0; s < nseg; s++) st->small_off[s] = OPT_NOT_SMALL;
     }
+    if (cfg->kind == OPT_MUON) {
+        st->adam_off = (size_t*)mallocCheck((size_t)nseg * sizeof(size_t));
+        st->nadam = muon_adam_build(segs, nseg, st->adam_off);
+        st->nwork = muon_work_floats(segs, nseg, cfg->muon_qkv_joined);
+    }
     optim_state_carve(st, 0);
     if (device && memory == NULL && st->bytes > 0) ls_fatal("optimizer: a device state needs its device memory");
     if (cfg->state == OPT_STATE_INT8 && !device) {
@@ -324,10 +355,11 @@ static inline void optim_state_free(OptimState* st) {
     if (st->owns_memory) free(st->memory);
     free(st->q8_index);
     free(st->small_off);
+    free(st->adam_off);
     free(st->block0);
     free(st->segs);
     st->segs = NULL;  // (the memset below says it too; the static analyzer follows this better)
-    st->block0 = st->small_off = NULL;
+    st->block0 = st->small_off = st->adam_off = NULL;
     st->q8_index = NULL;
     st->memory = NULL;
     memset(st, 0, sizeof *st);
@@ -380,6 +412,11 @@ static inline void optim_step_cpu(OptimState* st, float* params, const float* gr
                 lamb_lowp_update_cpu(params, grads, &L, st->partials, st->trust, st->segs, st->nseg, st->block0, &a,
                                      grad_scale, st->reduce.hook ? &st->reduce : NULL);
             }
+            break;
+        case OPT_MUON:
+            if (st->gemm == NULL) ls_fatal("optimizer: Muon needs a matrix multiply (optim_engine_set_gemm)");
+            muon_update_cpu(st->gemm, params, grads, st->m, st->v, st->adam_off, st->work, st->segs, st->nseg, c, &a,
+                            grad_scale);
             break;
     }
 }

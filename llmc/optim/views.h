@@ -62,6 +62,7 @@ static inline int optim_view_badam(const ParamTable* pt, const BadamSlice* slice
         const ParamTensor* t = &pt->t[slices[k].tensor];
         out[k] = optim_segment(slices[k].compact, slices[k].count, t->decay ? weight_decay : 0.0f, t->lr_mult, k);
         out[k].param = slices[k].offset;
+        optim_segment_set_matrix(&out[k], t);
         n = slices[k].compact + slices[k].count;
     }
     *n_state = n;

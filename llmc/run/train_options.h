@@ -55,7 +55,11 @@ typedef struct {
     int opt_state;            // OptimStatePrecision of the optimizer state
     int amsgrad;              // AdamW with AMSGrad
     int nesterov;             // SGD with Nesterov momentum
-    float momentum;           // SGD momentum (-1: the optimizer's default, 0.9)
+    float momentum;           // SGD and Muon momentum (-1: the optimizer's default, 0.9 and 0.95)
+    int muon_plain;           // Muon with plain momentum (default: Nesterov)
+    int muon_scale;           // Muon's shape scale: MUON_SCALE_RMS or MUON_SCALE_ORIG
+    int muon_qkv;             // Muon: 0 q, k, v orthogonalized apart, 1 as one matrix
+    float muon_adamw_lr;      // Muon: the AdamW tensors' peak learning rate (0: -l's)
     int zero_stage;           // -z 0: gradient all-reduce, 1: ZeRO-1 (sharded optimizer state)
     float skip_loss_z;        // -sl skip the update when the loss's z-score is above this (0: off)
     float skip_norm_z;        // -sg the same for the gradient norm
@@ -80,6 +84,8 @@ typedef struct {
 
 static const char* const lr_schedule_choices[] = {"cosine", "linear", "constant", "wsd", NULL};
 static const char* const badam_order_choices[] = {"ascending", "descending", "random", NULL};
+static const char* const muon_scale_choices[] = {"rms", "orig", NULL};  // MUON_SCALE_RMS, MUON_SCALE_ORIG
+static const char* const muon_qkv_choices[] = {"split", "joined", NULL};
 typedef enum { ATTENTION_CUDNN, ATTENTION_CUDNN_FAST, ATTENTION_MATMUL } AttentionKind;
 static const char* const attention_choices[] = {"cudnn", "cudnn-fast", "matmul", NULL};
 // flags whose values differ between the processes of one run (left out of the same-flags check)
@@ -124,7 +130,11 @@ static const CliFlag train_flags[] = {
     {NULL, "opt-state", CLI_CHOICE, OPT(opt_state), 0, 0, optim_precision_choices, CLI_BOTH, "precision of the optimizer state (m, v; none for plain SGD)"},
     {NULL, "amsgrad", CLI_SWITCH, OPT(amsgrad), 0, 1, NULL, CLI_BOTH, "AdamW with AMSGrad (the running max of v)"},
     {NULL, "nesterov", CLI_SWITCH, OPT(nesterov), 0, 1, NULL, CLI_BOTH, "SGD with Nesterov momentum"},
-    {NULL, "momentum", CLI_FLOAT, OPT(momentum), -1, 0.9999, NULL, CLI_BOTH, "SGD momentum (-1: 0.9)"},
+    {NULL, "momentum", CLI_FLOAT, OPT(momentum), -1, 0.9999, NULL, CLI_BOTH, "SGD and Muon momentum (-1: SGD 0.9, Muon 0.95)"},
+    {NULL, "muon-plain", CLI_SWITCH, OPT(muon_plain), 0, 1, NULL, CLI_BOTH, "Muon with plain momentum (default: Nesterov)"},
+    {NULL, "muon-scale", CLI_CHOICE, OPT(muon_scale), 0, 0, muon_scale_choices, CLI_BOTH, "Muon's update scale per matrix: rms 0.2*sqrt(max(rows, cols)) (AdamW's lr and weight decay carry over) or orig sqrt(max(1, rows/cols))"},
+    {NULL, "muon-qkv", CLI_CHOICE, OPT(muon_qkv), 0, 0, muon_qkv_choices, CLI_BOTH, "Muon: orthogonalize q, k, v apart (split) or as one 3C x C matrix (joined)"},
+    {NULL, "muon-adamw-lr", CLI_FLOAT, OPT(muon_adamw_lr), 0, 10, NULL, CLI_BOTH, "Muon: peak learning rate of the tensors AdamW updates (embeddings, layernorms, biases; 0: -l's)"},
     {NULL, "badam", CLI_INT, OPT(badam), 0, 1e6, NULL, CLI_BOTH, "BAdam: train one block of layers at a time, switching every K steps (0: off)"},
     {NULL, "badam-order", CLI_CHOICE, OPT(badam_order), 0, 0, badam_order_choices, CLI_BOTH, "BAdam block order"},
     {NULL, "badam-embed", CLI_SWITCH, OPT(badam_embed), 0, 1, NULL, CLI_BOTH, "BAdam: the embeddings and final layernorm form a block (else frozen)"},
@@ -181,6 +191,10 @@ static inline void train_options_defaults(TrainOptions* o) {
     o->opt_state = OPT_STATE_FP32;
     o->amsgrad = 0;
     o->nesterov = 0;
+    o->muon_plain = 0;
+    o->muon_scale = MUON_SCALE_RMS;
+    o->muon_qkv = 0;
+    o->muon_adamw_lr = 0.0f;
     o->momentum = -1.0f;
     o->badam = 0;
     o->badam_order = 0;
@@ -281,8 +295,19 @@ static inline OptimConfig train_options_optimizer(const TrainOptions* o) {
     c.beta2 = o->beta2;
     c.eps = o->eps;
     c.amsgrad = o->amsgrad;
-    c.nesterov = o->nesterov;
     if (o->momentum >= 0.0f) { c.momentum = o->momentum; }
+    if (c.kind == OPT_MUON) {
+        c.nesterov = !o->muon_plain;
+        c.muon_scale = o->muon_scale;
+        c.muon_qkv_joined = o->muon_qkv;
+        if (o->muon_adamw_lr > 0.0f && o->lr > 0.0f) { c.adamw_lr_mult = o->muon_adamw_lr / o->lr; }  // the schedule scales both
+    } else {
+        c.nesterov = o->nesterov;
+        if (o->muon_plain || o->muon_scale != MUON_SCALE_RMS || o->muon_qkv != 0 || o->muon_adamw_lr > 0.0f) {
+            ls_fatal("--muon-plain, --muon-scale, --muon-qkv and --muon-adamw-lr are Muon options (got --optimizer %s)",
+                     optim_kind_name(c.kind));
+        }
+    }
     c.seed = (unsigned long long)o->seed;
     char why[256];
     if (!optim_config_check(&c, why, sizeof(why))) { ls_fatal("%s", why); }
@@ -331,6 +356,10 @@ static inline void gpt2_describe(const GPT2Config* c, size_t num_parameters, con
         printf(" (momentum %g%s)", oc.momentum, oc.nesterov ? ", Nesterov" : "");
     } else if (oc.kind == OPT_LION) {
         printf(" (betas %g %g)", oc.beta1, oc.beta2);
+    } else if (oc.kind == OPT_MUON) {
+        printf(" (momentum %g%s, scale %s, qkv %s; AdamW for the rest: betas %g %g, eps %g, lr x%g)", oc.momentum,
+               oc.nesterov ? " Nesterov" : "", muon_scale_choices[oc.muon_scale], muon_qkv_choices[oc.muon_qkv_joined],
+               oc.beta1, oc.beta2, oc.eps, oc.adamw_lr_mult);
     } else {
         printf(" (betas %g %g, eps %g)", oc.beta1, oc.beta2, oc.eps);
     }

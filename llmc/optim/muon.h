@@ -1,0 +1,164 @@
+/*
+ muon.h: Muon, momentum orthogonalized by Newton-Schulz, for the 2-D weight matrices of the
+ transformer blocks (qkv, attention projection, MLP fc and projection); AdamW for every other
+ tensor (embeddings, which GPT-2 ties to the output head, layernorms, biases) in the same step.
+
+ Per matrix W (rows x cols) with gradient G (times the clip scale), momentum B, step lr:
+   B <- mu B + G;  U = G + mu B (Nesterov, the default) or U = B
+   X = U / (|U|_F + 1e-7), transposed when rows > cols (so X X^T is the small product)
+   5 times:  A = X X^T;  B' = b A + c A A;  X <- a X + B' X      (a, b, c) = (3.4445, -4.7750, 2.0315)
+   W <- W (1 - lr wd) - lr s X
+ with the shape scale s = 0.2 sqrt(max(rows, cols)) (MUON_SCALE_RMS, the default: the update's RMS
+ is about AdamW's, so AdamW's learning rate and weight decay carry over) or sqrt(max(1, rows/cols))
+ (MUON_SCALE_ORIG, the original). The quintic's coefficients push every singular value of X that
+ is not vanishingly small into about [0.7, 1.2] in five steps: an approximate U V^T of U's SVD.
+ qkv (3C x C) is orthogonalized as three C x C matrices (q, k and v apart: OptimSegment.mat_parts
+ = 3) unless the configuration joins them (one 3C x C matrix).
+ The other tensors: AdamW with the configuration's betas and eps, at lr * adamw_lr_mult.
+
+ State: m (n elements, the step's buffer indexes): the matrices' momentum B and the AdamW tensors'
+ first moment; v (the AdamW tensors' elements only, packed: adam_off[s] is segment s's first
+ element there, OPT_NOT_SMALL for a matrix). fp32 GPT-2 124M: 4 B/param + 4 B per AdamW element
+ (the embeddings: 32% of the model) = 5.27 B/param, where AdamW keeps 8.
+ The Newton-Schulz products run through a matrix-multiply hook (OptimGemm: OpenBLAS's sgemm on
+ the CPU), so the optimizer library needs no BLAS of its own; the scratch (X, its next value,
+ A and B') is the largest matrix's, carved after the state.
+*/
+#ifndef LLMC_OPTIM_MUON_H
+#define LLMC_OPTIM_MUON_H
+
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+#include "llmc/optim/optim.h"
+
+#define MUON_NS_STEPS 5
+#define MUON_NS_A 3.4445f
+#define MUON_NS_B (-4.7750f)
+#define MUON_NS_C 2.0315f
+#define MUON_NS_EPS 1e-7f
+
+// C (M, N) = alpha op(A) op(B) + beta C, row-major, op(X) = X or X^T; lda, ldb, ldc: row strides.
+typedef void (*OptimGemm)(int trans_a, int trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                          const float* B, int ldb, float beta, float* C, int ldc);
+
+// The shape scale of a (rows x cols) matrix's orthogonalized update.
+static inline float muon_shape_scale(int scale_kind, size_t rows, size_t cols) {
+    if (scale_kind == MUON_SCALE_ORIG) return rows > cols ? sqrtf((float)rows / (float)cols) : 1.0f;
+    return 0.2f * sqrtf((float)(rows > cols ? rows : cols));
+}
+
+// Rows of one orthogonalized matrix of segment s (its parts joined or apart).
+static inline size_t muon_rows(const OptimSegment* s, int qkv_joined) {
+    return qkv_joined || s->mat_parts <= 1 ? s->mat_rows : s->mat_rows / (size_t)s->mat_parts;
+}
+
+// Scratch floats for the largest matrix of the table: X and its next value (k x K each), A and
+// B' (k x k each), k = min(rows, cols), K = max.
+static inline size_t muon_scratch_floats(const OptimSegment* segs, int nseg, int qkv_joined) {
+    size_t most = 0;
+    for (int s = 0; s < nseg; s++) {
+        if (segs[s].mat_rows == 0) continue;
+        const size_t r = muon_rows(&segs[s], qkv_joined), c = segs[s].mat_cols, k = r < c ? r : c;
+        const size_t need = 2 * r * c + 2 * k * k;
+        if (need > most) most = need;
+    }
+    return most;
+}
+
+// Muon's whole scratch: Newton-Schulz's and the momentum update U of the largest matrix segment.
+static inline size_t muon_work_floats(const OptimSegment* segs, int nseg, int qkv_joined) {
+    size_t most = 0;
+    for (int s = 0; s < nseg; s++) {
+        if (segs[s].mat_rows != 0 && segs[s].count > most) most = segs[s].count;
+    }
+    return muon_scratch_floats(segs, nseg, qkv_joined) + most;
+}
+
+// The AdamW tensors' packed v: adam_off[s] is segment s's first element there, or OPT_NOT_SMALL
+// for a Muon matrix. Returns the packed length.
+static inline size_t muon_adam_build(const OptimSegment* segs, int nseg, size_t* adam_off) {
+    size_t k = 0;
+    for (int s = 0; s < nseg; s++) {
+        adam_off[s] = segs[s].mat_rows != 0 ? OPT_NOT_SMALL : k;
+        if (segs[s].mat_rows == 0) k += segs[s].count;
+    }
+    return k;
+}
+
+// Newton-Schulz on x (k x K, k <= K, row-major), in place; y (k x K), a and b (k x k) scratch.
+static inline void muon_newton_schulz(OptimGemm gemm, float* x, float* y, float* a, float* b, int k, int K) {
+    for (int it = 0; it < MUON_NS_STEPS; it++) {
+        gemm(0, 1, k, k, K, 1.0f, x, K, x, K, 0.0f, a, k);                   // A = X X^T
+        memcpy(b, a, (size_t)k * k * sizeof(float));
+        gemm(0, 0, k, k, k, MUON_NS_C, a, k, a, k, MUON_NS_B, b, k);         // B' = b A + c A A
+        for (size_t i = 0; i < (size_t)k * K; i++) y[i] = MUON_NS_A * x[i];
+        gemm(0, 0, k, K, k, 1.0f, b, k, x, K, 1.0f, y, K);                   // X' = a X + B' X
+        memcpy(x, y, (size_t)k * K * sizeof(float));
+    }
+}
+
+// One orthogonalized matrix: u (rows x cols, row-major) in, its Newton-Schulz output in the same
+// orientation out (in u). scratch: muon_scratch_floats of the table.
+static inline void muon_orthogonalize(OptimGemm gemm, float* u, size_t rows, size_t cols, float* scratch) {
+    const int tall = rows > cols;
+    const size_t k = tall ? cols : rows, K = tall ? rows : cols, n = rows * cols;
+    double ss = 0.0;
+    for (size_t i = 0; i < n; i++) ss += (double)u[i] * (double)u[i];
+    const float inv = 1.0f / ((float)sqrt(ss) + MUON_NS_EPS);
+    float *x = scratch, *y = scratch + n, *a = scratch + 2 * n, *b = a + k * k;
+    if (tall) {  // X = U^T / norm
+        for (size_t r = 0; r < rows; r++)
+            for (size_t c = 0; c < cols; c++) x[c * rows + r] = u[r * cols + c] * inv;
+    } else {
+        for (size_t i = 0; i < n; i++) x[i] = u[i] * inv;
+    }
+    muon_newton_schulz(gemm, x, y, a, b, (int)k, (int)K);
+    if (tall) {
+        for (size_t r = 0; r < rows; r++)
+            for (size_t c = 0; c < cols; c++) u[r * cols + c] = x[c * rows + r];
+    } else {
+        memcpy(u, x, n * sizeof(float));
+    }
+}
+
+// One Muon step over the segments (see the top). m: (n) by the step's offsets; v: the packed
+// AdamW second moments (adam_off); scratch: muon_scratch_floats + the largest matrix (the
+// momentum update U). AdamW's scalars are a's (betas, eps, bias corrections).
+static inline void muon_update_cpu(OptimGemm gemm, float* params, const float* grads, float* m, float* v,
+                                   const size_t* adam_off, float* scratch, const OptimSegment* segs, int nseg,
+                                   const OptimConfig* c, const OptimStepArgs* a, float grad_scale) {
+    const AdamWConsts k = {a->beta1, a->one_minus_beta1, a->beta2, a->one_minus_beta2, a->inv_bias_corr1,
+                           a->inv_bias_corr2, a->eps};
+    const float mu = c->momentum;
+    const size_t work = muon_scratch_floats(segs, nseg, c->muon_qkv_joined);
+    for (int s = 0; s < nseg; s++) {
+        const OptimSegment* sg = &segs[s];
+        float* p = params + sg->param;
+        const float* g = grads + sg->offset;
+        float* ms = m + sg->offset;
+        const size_t n = sg->count;
+        if (sg->mat_rows == 0) {  // AdamW
+            const float lr = a->lr * c->adamw_lr_mult * sg->lr_mult, wd = sg->weight_decay;
+            float* vs = v + adam_off[s];
+            #pragma omp parallel for simd schedule(static)
+            for (size_t i = 0; i < n; i++) adamw_element(&p[i], &ms[i], &vs[i], g[i] * grad_scale, &k, lr, wd);
+            continue;
+        }
+        float* u = scratch + work;
+        #pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) {
+            const float gi = g[i] * grad_scale, b = fmaf(mu, ms[i], gi);
+            ms[i] = b;
+            u[i] = c->nesterov ? fmaf(mu, b, gi) : b;
+        }
+        const size_t rows = muon_rows(sg, c->muon_qkv_joined), cols = sg->mat_cols;
+        for (size_t part = 0; part < n / (rows * cols); part++) muon_orthogonalize(gemm, u + part * rows * cols, rows, cols, scratch);
+        const float lr = a->lr * sg->lr_mult, step = lr * muon_shape_scale(c->muon_scale, rows, cols);
+        const float keep = 1.0f - lr * sg->weight_decay;
+        #pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) p[i] = fmaf(-step, u[i], p[i] * keep);
+    }
+}
+
+#endif // LLMC_OPTIM_MUON_H
