@@ -1,37 +1,64 @@
 #!/usr/bin/env python3
-"""quality_table.py: `make quality-table`. Trains the same small GPT-2 on TinyShakespeare with the
-CPU trainer in each optimizer-memory mode, the same steps and data order, and prints a Markdown
-table: final train loss (mean of the last 20 steps), val loss, and the optimizer-side memory the
-trainer's memory model reports (gradients + optimizer state), with the saving against full AdamW.
+"""quality_table.py: `make quality-table`, the quality-per-byte table. Trains the same small GPT-2 on
+TinyShakespeare with the CPU trainer for each optimizer and state, at each learning rate of a sweep
+(the same steps, data order and seed), and prints a Markdown table per optimizer at its best
+learning rate: best final val loss, the first step whose val loss reaches full AdamW's best final
+val loss (val every --val-every steps, so the step is a multiple of it), optimizer-state bytes per
+parameter (the trainer's memory model, `--memory-report`), and wall time. The runs are independent:
+--jobs of them side by side, each with --threads threads.
 
-  quality_table.py --bin build/train_gpt2 [--steps 300] [--model L4C128H4] [--modes adamw,badam...]
+  quality_table.py --bin build/train_gpt2 [--steps 300] [--model L4C128H4] [--modes adamw,muon,...]
+                   [--jobs 2 --threads 1] [--val-every 25]
 
-A mode the binary rejects (a flag it does not have yet) is reported as such, not skipped silently.
+A mode the binary refuses (a flag or combination it does not have yet) is reported with its
+one-line reason, not skipped silently.
 """
 import argparse
+import concurrent.futures
 import re
 import subprocess
 import sys
 import time
 
-MODES = {
-    "adamw": ("full AdamW", []),
-    "badam": ("BAdam, K = 25", ["--badam", "25"]),
-    "badam-frozen-emb": ("BAdam, K = 25, embeddings frozen", ["--badam", "25", "--badam-embed", "0"]),
-    "state-bf16": ("AdamW, bf16 state", ["--opt-state", "bf16"]),
-    "state-int8": ("AdamW, int8 state", ["--opt-state", "int8"]),
-    "sgd-nesterov": ("SGD, Nesterov momentum 0.9", ["--optimizer", "sgd", "--nesterov", "1", "-l", "3e-2"]),
-    "lamb": ("LAMB", ["--optimizer", "lamb", "-l", "3e-3"]),
-    "lion": ("Lion", ["--optimizer", "lion", "-l", "1e-4"]),
+ADAMW_LRS = ["1e-3", "3e-3", "1e-2"]
+MODES = {  # key: (name, flags, learning rates)
+    "adamw": ("AdamW fp32", [], ADAMW_LRS),
+    "adamw-int8": ("AdamW int8", ["--opt-state", "int8"], ADAMW_LRS),
+    "lion": ("Lion", ["--optimizer", "lion"], ["1e-4", "3e-4", "1e-3"]),
+    "muon": ("Muon fp32", ["--optimizer", "muon"], ADAMW_LRS),
+    "muon-joined": ("Muon fp32, qkv joined", ["--optimizer", "muon", "--muon-qkv", "joined"], ADAMW_LRS),
+    "muon-bf16": ("Muon bf16", ["--optimizer", "muon", "--opt-state", "bf16"], ADAMW_LRS),
+    "muon-int8": ("Muon int8", ["--optimizer", "muon", "--opt-state", "int8"], ADAMW_LRS),
+    "muon-badam": ("Muon + BAdam (K = 25)", ["--optimizer", "muon", "--badam", "25"], ADAMW_LRS),
+    "badam": ("AdamW + BAdam (K = 25)", ["--badam", "25"], ADAMW_LRS),
+    "sgd-nesterov": ("SGD, Nesterov momentum 0.9", ["--optimizer", "sgd", "--nesterov", "1"], ["1e-2", "3e-2", "1e-1"]),
+    "lamb": ("LAMB", ["--optimizer", "lamb"], ["1e-3", "3e-3", "1e-2"]),
 }
+DEFAULT_MODES = "adamw,adamw-int8,lion,muon,muon-joined,muon-bf16,muon-int8,muon-badam"
 
-MIB_RE = re.compile(r"^\| (gradients|optimizer state[^|]*|master weights)\s*\|\s*([\d.]+)", re.M)
+STATE_RE = re.compile(r"^\| optimizer state\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)", re.M)
+VAL_RE = re.compile(r"^val loss ([\d.]+)", re.M)
+STEP_RE = re.compile(r"^step\s+(\d+)/\d+ \|", re.M)
 
 
 def run(binary, args):
     t0 = time.time()
-    r = subprocess.run([binary] + args, capture_output=True, text=True, timeout=3600)
+    r = subprocess.run([binary] + args, capture_output=True, text=True, timeout=7200)
     return r, time.time() - t0
+
+
+def val_curve(stdout, val_every):
+    """(step, val loss) pairs: the trainer prints val loss before step 1 and after every val_every-th."""
+    vals = [float(x) for x in VAL_RE.findall(stdout)]
+    return [(k * val_every, v) for k, v in enumerate(vals)]
+
+
+def one_run(binary, base, extra, lr, val_every):
+    r, secs = run(binary, base + extra + ["-l", lr])
+    if r.returncode != 0:
+        return {"lr": lr, "error": (r.stderr.strip().splitlines() or ["failed"])[-1]}
+    curve = val_curve(r.stdout, val_every)
+    return {"lr": lr, "final": curve[-1][1] if curve else None, "curve": curve, "secs": secs}
 
 
 def main():
@@ -39,43 +66,70 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--model", default="L4C128H4")
-    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--modes", default=DEFAULT_MODES)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--val-every", type=int, default=25)
     a = ap.parse_args()
-    base = ["-e", a.model, "-b", "8", "-t", "64", "-x", str(a.steps), "-l", "1e-3", "-u", "20", "-k", "cosine",
-            "-q", "0.1", "-c", "0.1", "-v", str(a.steps), "-m", "20", "-s", "0", "--seed", "42"]
-    rows = []
-    ref_mem = None
-    for key in a.modes.split(","):
-        name, extra = MODES[key]
-        args = base + extra
-        # later flags win: a mode's own -l replaces the base learning rate
-        rep, _ = run(a.bin, args + ["--memory-report", "1"])
-        if rep.returncode != 0:
-            rows.append((name, None, None, None, None, rep.stderr.strip().splitlines()[-1] if rep.stderr else "failed"))
-            continue
-        mem = sum(float(m.group(2)) for m in MIB_RE.finditer(rep.stdout))
-        if ref_mem is None:
-            ref_mem = mem
-        r, secs = run(a.bin, args)
-        if r.returncode != 0:
-            rows.append((name, None, None, mem, secs, r.stderr.strip().splitlines()[-1]))
-            continue
-        losses = [float(x) for x in re.findall(r"^step\s+\d+/\d+ \| loss ([\d.]+)", r.stdout, re.M)]
-        vals = [float(x) for x in re.findall(r"^val loss ([\d.]+)", r.stdout, re.M)]
-        tail = losses[-20:]
-        rows.append((name, sum(tail) / len(tail), vals[-1] if vals else None, mem, secs, ""))
-        print("%-40s done in %.0f s" % (name, secs), file=sys.stderr)
-    print("Model %s, B=8, T=64, %d steps on TinyShakespeare (%d tokens), cosine schedule with warmup 20, weight decay 0.1, seed 42."
-          % (a.model, a.steps, 8 * 64 * a.steps))
+    if a.steps % a.val_every != 0:
+        sys.exit("quality_table.py: --steps must be a multiple of --val-every")
+    base = ["-e", a.model, "-b", "8", "-t", "64", "-x", str(a.steps), "-u", "20", "-k", "cosine", "-q", "0.1",
+            "-c", "0.1", "-v", str(a.val_every), "-m", "10", "-s", "0", "--seed", "42", "--threads", str(a.threads)]
+    keys = a.modes.split(",")
+    for k in keys:
+        if k not in MODES:
+            sys.exit("quality_table.py: unknown mode %s (one of %s)" % (k, ", ".join(MODES)))
+    # the state's bytes per parameter (and whether the binary takes the flags at all)
+    state, refused = {}, {}
+    for k in keys:
+        rep, _ = run(a.bin, base + MODES[k][1] + ["-l", MODES[k][2][0], "--memory-report", "1"])
+        m = STATE_RE.search(rep.stdout)
+        if rep.returncode != 0 or m is None:
+            refused[k] = (rep.stderr.strip().splitlines() or ["failed"])[-1]
+        else:
+            state[k] = float(m.group(2))
+    results = {k: [] for k in keys}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
+        futs = {pool.submit(one_run, a.bin, base, MODES[k][1], lr, a.val_every): k
+                for k in keys if k not in refused for lr in MODES[k][2]}
+        for f in concurrent.futures.as_completed(futs):
+            k = futs[f]
+            res = f.result()
+            results[k].append(res)
+            print("%-28s lr %-6s %s" % (MODES[k][0], res["lr"], "val %.4f in %.0f s" % (res["final"], res["secs"])
+                                         if "error" not in res else res["error"]), file=sys.stderr)
+    best = {}
+    for k in keys:
+        ok = [r for r in results[k] if "error" not in r and r["final"] is not None]
+        if ok:
+            best[k] = min(ok, key=lambda r: r["final"])
+    target = best["adamw"]["final"] if "adamw" in best else None
+    adamw_steps = None
+    print("Model %s, B=8, T=64, %d steps on TinyShakespeare (%d tokens), cosine schedule (warmup 20, to 10%%), "
+          "weight decay 0.1, seed 42; val loss (10 batches) every %d steps; %d run(s) side by side, %d thread(s) each."
+          % (a.model, a.steps, 8 * 64 * a.steps, a.val_every, a.jobs, a.threads))
     print()
-    print("| mode | train loss (last 20 steps) | val loss | gradients + optimizer state (MiB) | vs full AdamW | time (s) |")
+    print("| optimizer | learning rates (val loss) | best val loss | steps to AdamW's best | state B/param | time (s) |")
     print("|---|---|---|---|---|---|")
-    for name, tl, vl, mem, secs, err in rows:
-        if tl is None:
-            print("| %s | not run: %s | | %s | | |" % (name, err, "%.1f" % mem if mem is not None else ""))
+    for k in keys:
+        name = MODES[k][0]
+        if k in refused:
+            print("| %s | not run: %s | | | | |" % (name, refused[k]))
             continue
-        saving = "" if ref_mem is None else "%+.0f%%" % (100.0 * (mem - ref_mem) / ref_mem)
-        print("| %s | %.4f | %s | %.1f | %s | %.0f |" % (name, tl, "%.4f" % vl if vl is not None else "-", mem, saving, secs))
+        sweep = ", ".join("%s (%s)" % (r["lr"], "%.4f" % r["final"] if "error" not in r else "failed")
+                          for r in sorted(results[k], key=lambda r: float(r["lr"])))
+        if k not in best:
+            print("| %s | %s | | | %.2f | |" % (name, sweep, state[k]))
+            continue
+        b = best[k]
+        reach = next((s for s, v in b["curve"] if target is not None and v <= target), None)
+        if k == "adamw":
+            adamw_steps = reach
+        reach_s = "not reached" if reach is None else "%d" % reach
+        if reach is not None and adamw_steps:
+            reach_s += " (%.0f%%)" % (100.0 * reach / adamw_steps)
+        print("| %s | %s | %.4f (lr %s) | %s | %.2f | %.0f |" % (name, sweep, b["final"], b["lr"], reach_s, state[k],
+                                                                b["secs"]))
     return 0
 
 

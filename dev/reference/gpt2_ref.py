@@ -323,6 +323,65 @@ class AdamW:
         return norm
 
 
+# Muon, written out from its published description (llmc/optim/muon.h is the C side)
+
+MUON_MATRICES = ("qkvw", "attprojw", "fcw", "fcprojw")  # per layer (L, rows, cols); qkv: 3 stacked
+NS_COEFFS = (3.4445, -4.7750, 2.0315)
+
+
+def newton_schulz64(u, steps=5, eps=1e-7):
+    """The quintic Newton-Schulz iteration in float64 on the wide orientation of u (2-D)."""
+    a, b, c = (float(np.float32(k)) for k in NS_COEFFS)  # the C side's float32 constants
+    x = u.double() / (float(torch.linalg.matrix_norm(u.double())) + float(np.float32(eps)))
+    tall = x.shape[0] > x.shape[1]
+    if tall:
+        x = x.T
+    for _ in range(steps):
+        A = x @ x.T
+        x = a * x + (b * A + c * (A @ A)) @ x
+    return x.T if tall else x
+
+
+class Muon(AdamW):
+    """Muon for the transformer blocks' weight matrices, AdamW (the class above) for the rest, the
+    same clip. Per layer matrix W with gradient g: B = momentum B + g; U = g + momentum B (Nesterov);
+    X = Newton-Schulz(U) in float64 (qkv: q, k, v apart); W = W (1 - lr wd) - lr s X, with
+    s = 0.2 sqrt(max(rows, cols)). Momentum and parameters in float32."""
+
+    def __init__(self, params, lr, momentum, beta1, beta2, eps, weight_decay, grad_clip):
+        super().__init__(params, lr, beta1, beta2, eps, weight_decay, grad_clip)
+        self.momentum = momentum
+
+    @torch.no_grad()
+    def step(self, step):
+        t = step + 1
+        norm = self.grad_norm(self.params)
+        scale = self.grad_clip / norm if self.grad_clip > 0 and norm > self.grad_clip else None
+        bc1, bc2 = 1.0 - self.beta1 ** t, 1.0 - self.beta2 ** t
+        for name, p in self.params.items():
+            g = p.grad if scale is None else p.grad * scale
+            m = self.m[name]
+            if name not in MUON_MATRICES:
+                v = self.v[name]
+                m.mul_(self.beta1).add_(g, alpha=1.0 - self.beta1)
+                v.mul_(self.beta2).addcmul_(g, g, value=1.0 - self.beta2)
+                upd = (m / bc1).div_((v / bc2).sqrt_().add_(self.eps))
+                if name in DECAYED:
+                    upd.add_(p, alpha=self.weight_decay)
+                p.add_(upd, alpha=-self.lr)
+                continue
+            m.mul_(self.momentum).add_(g)
+            u = g + self.momentum * m
+            parts = 3 if name == "qkvw" else 1
+            L, rows, cols = u.shape
+            r = rows // parts
+            x = torch.stack([newton_schulz64(mat) for mat in u.reshape(L * parts, r, cols)]).reshape(u.shape)
+            s = float(np.float32(0.2 * math.sqrt(max(r, cols))))
+            wd = self.weight_decay if name in DECAYED else 0.0
+            p.mul_(1.0 - self.lr * wd).add_(x.float(), alpha=-self.lr * s)
+        return norm
+
+
 # ----------------------------------------------------------------------------------------------
 # subcommands
 
@@ -393,7 +452,10 @@ def cmd_state(a):
     inputs, targets = make_batch(cfg, B, T, a.seed)
     for p in params.values():
         p.requires_grad_(True)
-    opt = AdamW(params, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.grad_clip)
+    if a.optimizer == "muon":
+        opt = Muon(params, a.lr, a.momentum, a.beta1, a.beta2, a.eps, a.weight_decay, a.grad_clip)
+    else:
+        opt = AdamW(params, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.grad_clip)
     losses, norms = [], []
     tmp = a.out + ".tmp"
     with open(tmp, "wb") as f:
@@ -831,6 +893,9 @@ def parse_args(argv):
     p.add_argument("--eps", type=float, default=1e-8)
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--optimizer", choices=["adamw", "muon"], default="adamw",
+                   help="the steps' optimizer (muon: Muon for the blocks' matrices, AdamW for the rest)")
+    p.add_argument("--momentum", type=float, default=0.95, help="Muon's momentum (Nesterov)")
     p.add_argument("--inject-bug", choices=sorted(INJECTABLE_BUGS), default=None,
                    help="testing: write the state of a reference with this bug (make test-ref-mutants)")
     p = sub.add_parser("train", help="train on one batch with a schedule; per-step loss, norm, lr and val loss (JSON)")

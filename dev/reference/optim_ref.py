@@ -42,6 +42,14 @@ import torch
 
 STEPS = 5
 RTOL, ATOL_LR = 1e-6, 1e-5
+# Muon with bf16 / int8 state: the stored momentum is off by up to 2^-8 (bf16, stochastic) or half
+# a code gap of the block's absmax (int8, 0.0072) relative, the AdamW tensors' m and v likewise, and
+# the Newton-Schulz output moves about as much: per step an element moves by lr * s * |X| with s
+# up to 0.2 sqrt(130) = 2.3 and |X| ~ 1 / sqrt(min dim) <= 0.5, so a few 1e-3 of lr per step
+MUON_LOWP_ATOL = {"bf16": 6e-3, "int8": 2e-2}
+# and its AdamW tensors: AdamW's low-precision bounds (dev/cuda/optimizers.cu, dev/test/test_optim.c):
+# p + 0.1 lr t (bf16), p + 0.5 lr t (int8: an element whose v quantizes toward 0 has |u| > 1)
+ADAMW_LOWP_ATOL = {"bf16": 0.1, "int8": 0.5}
 
 # (shapes, seed): odd sizes, single elements, a tensor over the int8 threshold and LAMB's blocks
 SHAPE_SETS = [
@@ -104,6 +112,7 @@ def run_c(binary, cfg, shapes, params, grads, tmp):
     if "muon_scale" in cfg:
         cmd += ["--muon-scale", cfg["muon_scale"]]
     cmd += ["--muon-plain"] if cfg.get("muon_plain") else []
+    cmd += ["--opt-state", cfg["state"]] if "state" in cfg else []
     cmd += ["--amsgrad"] if cfg.get("amsgrad") else []
     cmd += ["--nesterov"] if cfg.get("nesterov") else []
     subprocess.run(cmd, check=True)
@@ -244,6 +253,7 @@ def ref_muon(cfg, shapes, params, grads):
 MUON_SHAPE_SETS = [
     ([(96, 32), (32,), (24, 80), (7,), (48, 48), (3, 16, 16), (1,)], 11),
     ([(130, 40), (40,), (3, 24, 24), (33, 65), (5,)], 12),
+    ([(128, 64), (5000,), (3, 48, 48), (64,)], 13),  # over the int8 size threshold (4096): quantized
 ]
 
 
@@ -289,6 +299,9 @@ CONFIGS = [
     ("muon", {"kind": "muon", "lr": 2e-2, "wd": 0.1, "momentum": 0.95, "adamw_lr_mult": 0.1}, ref_muon),
     ("muon plain, orig scale", {"kind": "muon", "lr": 2e-2, "wd": 0.1, "momentum": 0.9, "muon_plain": True,
                                 "muon_scale": "orig"}, ref_muon),
+    # low-precision state against the same float64 Muon (see MUON_LOWP_ATOL)
+    ("muon bf16 state", {"kind": "muon", "lr": 2e-2, "wd": 0.1, "momentum": 0.95, "state": "bf16"}, ref_muon),
+    ("muon int8 state", {"kind": "muon", "lr": 2e-2, "wd": 0.1, "momentum": 0.95, "state": "int8"}, ref_muon),
 ]
 
 
@@ -307,8 +320,13 @@ def main():
                 got = run_c(a.bin, cfg, shapes, params, grads, tmp).astype(np.float64)
                 want, excluded = ref(cfg, shapes, params, grads)
                 lr = f32(cfg["lr"])
+                atol_lr = ATOL_LR
+                if cfg.get("state") in MUON_LOWP_ATOL:  # per element: a Muon matrix's, or an AdamW tensor's
+                    atol_lr = np.concatenate([np.full(int(np.prod(sh)), MUON_LOWP_ATOL[cfg["state"]]
+                                                      if muon_rows(sh) is not None else ADAMW_LOWP_ATOL[cfg["state"]])
+                                              for sh in shapes])
                 for t in range(STEPS):
-                    tol = RTOL * (t + 1) * np.abs(want[t]) + ATOL_LR * (t + 1) * lr
+                    tol = RTOL * (t + 1) * np.abs(want[t]) + atol_lr * (t + 1) * lr
                     ratio = np.abs(got[t] - want[t]) / tol
                     if excluded is not None:
                         ratio = np.where(excluded[t], 0.0, ratio)

@@ -138,10 +138,12 @@ static LS_UNUSED void ref_check_grads(const float* grads, const ParamTable* pt, 
 #ifndef REF_BUILD_OPTS
 #define REF_BUILD_OPTS NULL
 #endif
-static LS_UNUSED void ref_check_steps(const char* model_path, const RefState* s, const RefTolerances* tol) {
-    AdamWHyper h = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+// The steps of a reference written with another optimizer (gpt2_ref.py state --optimizer): the
+// trainer built with opts, the hyperparameters h (lr and the rest as the reference's flags).
+static LS_UNUSED void ref_check_steps_with(const char* model_path, const RefState* s, const RefTolerances* tol,
+                                           const TrainOptions* opts, AdamWHyper h) {
     GPT2 model;
-    gpt2_build(&model, model_path, 0, s->B, s->T, REF_BUILD_OPTS);
+    gpt2_build(&model, model_path, 0, s->B, s->T, opts);
     for (int step = 0; step < s->n_steps; step++) {
         gpt2_begin_step(&model, step);
         gpt2_forward_train(&model, s->inputs, s->targets, s->B, s->T, 1.0f);
@@ -154,6 +156,11 @@ static LS_UNUSED void ref_check_steps(const char* model_path, const RefState* s,
         printf("step %d: loss %.6f ref %.6f\n", step, l, s->losses[step]);
     }
     gpt2_free(&model);
+}
+
+static LS_UNUSED void ref_check_steps(const char* model_path, const RefState* s, const RefTolerances* tol) {
+    AdamWHyper h = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    ref_check_steps_with(model_path, s, tol, REF_BUILD_OPTS, h);
 }
 
 #endif // DEV_TEST_TEST_COMMON_H

@@ -83,6 +83,7 @@ static inline int badam_block_at(const Badam* bd, int step) {
     if (bd->order == BADAM_DESCENDING) { return D - 1 - j; }
     int perm[1024];
     int n = D < 1024 ? D : 1024;
+    if (n < 1) { return 0; }  // (badam_init makes at least one block)
     for (int i = 0; i < n; i++) { perm[i] = i; }
     Mt19937 rng;
     mt19937_seed(&rng, (uint32_t)(bd->seed * 2654435761u + (uint64_t)r));

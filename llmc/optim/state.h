@@ -121,9 +121,6 @@ static inline int optim_config_check(const OptimConfig* c, char* msg, size_t siz
     } else if (c->kind == OPT_MUON && !(c->adamw_lr_mult >= 0.0f && isfinite(c->adamw_lr_mult))) {
         snprintf(msg, size, "--muon-adamw-lr: the AdamW tensors' learning rate ratio %g (finite, >= 0 expected)",
                  c->adamw_lr_mult);
-    } else if (c->kind == OPT_MUON && c->state != OPT_STATE_FP32) {
-        snprintf(msg, size, "--optimizer muon --opt-state %s: not yet (fp32 Muon state only, issue 14)",
-                 optim_precision_name(c->state));
     } else if (c->kind == OPT_SGD && !(c->momentum >= 0.0f && c->momentum < 1.0f)) {
         snprintf(msg, size, "--momentum %g: expected a value in [0, 1)", c->momentum);
     } else if (c->kind == OPT_SGD && !(c->dampening >= 0.0f && c->dampening <= 1.0f)) {
@@ -237,21 +234,22 @@ static inline void optim_state_carve(OptimState* st, uintptr_t base) {
     const int muon = c->kind == OPT_MUON;
     const int has_m = adam || muon || c->kind == OPT_LAMB || c->kind == OPT_LION || (c->kind == OPT_SGD && c->momentum != 0.0f);
     const int has_v = adam || c->kind == OPT_LAMB;
+    // (Muon: v for its AdamW tensors only, packed; absmax_v and v32 indexed as m's blocks and smalls)
+    const size_t nv = muon ? st->nadam : n;
     OPT_CARVE(m, float, n, has_m && f32);
-    OPT_CARVE(v, float, n, has_v && f32);
-    if (muon) OPT_CARVE(v, float, st->nadam, f32);
+    OPT_CARVE(v, float, nv, (has_v || muon) && f32);
     OPT_CARVE(vmax, float, n, ams && f32);
     OPT_CARVE(m16, uint16_t, n, has_m && b16);
-    OPT_CARVE(v16, uint16_t, n, has_v && b16);
+    OPT_CARVE(v16, uint16_t, nv, (has_v || muon) && b16);
     OPT_CARVE(vmax16, uint16_t, n, ams && b16);
     OPT_CARVE(qm, unsigned char, n, has_m && i8);
-    OPT_CARVE(qv, unsigned char, n, has_v && i8);
+    OPT_CARVE(qv, unsigned char, nv, (has_v || muon) && i8);
     OPT_CARVE(qvmax, unsigned char, n, ams && i8);
     OPT_CARVE(absmax_m, float, st->nblocks, has_m && i8);
-    OPT_CARVE(absmax_v, float, st->nblocks, has_v && i8);
+    OPT_CARVE(absmax_v, float, st->nblocks, (has_v || muon) && i8);
     OPT_CARVE(absmax_vmax, float, st->nblocks, ams && i8);
     OPT_CARVE(m32, float, st->nsmall, has_m && i8);
-    OPT_CARVE(v32, float, st->nsmall, has_v && i8);
+    OPT_CARVE(v32, float, st->nsmall, (has_v || muon) && i8);
     OPT_CARVE(vmax32, float, st->nsmall, ams && i8);
     OPT_CARVE(maps, float, QUANT8_MAP_FLOATS, has_m && i8);
     OPT_CARVE(partials, float, 2 * st->nblocks, c->kind == OPT_LAMB);
@@ -285,7 +283,7 @@ static inline size_t optim_state_bytes(const OptimConfig* cfg, const OptimSegmen
 static inline void optim_state_zero(OptimState* st) {
     memset(st->memory, 0, st->bytes);
     if (st->qm != NULL) memset(st->qm, QUANT8_ZERO_SIGNED, st->n);
-    if (st->qv != NULL) memset(st->qv, QUANT8_ZERO_UNSIGNED, st->n);
+    if (st->qv != NULL) memset(st->qv, QUANT8_ZERO_UNSIGNED, st->cfg.kind == OPT_MUON ? st->nadam : st->n);
     if (st->qvmax != NULL) memset(st->qvmax, QUANT8_ZERO_UNSIGNED, st->n);
     if (st->maps != NULL) quant8_maps(st->maps, st->maps + 256);
     if (st->trust != NULL) {
@@ -415,8 +413,11 @@ static inline void optim_step_cpu(OptimState* st, float* params, const float* gr
             break;
         case OPT_MUON:
             if (st->gemm == NULL) ls_fatal("optimizer: Muon needs a matrix multiply (optim_engine_set_gemm)");
-            muon_update_cpu(st->gemm, params, grads, st->m, st->v, st->adam_off, st->work, st->segs, st->nseg, c, &a,
-                            grad_scale);
+            {
+                const MuonBuffers M = {c->state, st->m, st->v, st->m16, st->v16, q, st->q8_index, st->block0,
+                                       st->small_off, st->adam_off, st->work};
+                muon_update_cpu(st->gemm, &M, params, grads, st->segs, st->nseg, c, &a, grad_scale);
+            }
             break;
     }
 }
