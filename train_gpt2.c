@@ -493,6 +493,7 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     model->grads_memory = (float*)memAlloc(mc, MEM_GRADS, ng * sizeof(float));
     if (model->zero_stage >= 1) { model->grad_shard = (float*)memAlloc(mc, MEM_GRADS, max_shard * sizeof(float)); }
     model->opt.memory = model->opt.bytes > 0 ? memAlloc(mc, MEM_OPT_STATE, model->opt.bytes) : NULL;
+    model->opt.work = model->opt.work_bytes > 0 ? memAlloc(mc, MEM_OPT_STATE, model->opt.work_bytes) : NULL;  // Muon
     memset(model->params_memory, 0, n_alloc * sizeof(float));
     memset(model->grads_memory, 0, ng * sizeof(float));
     param_pointers(&model->table, model->params_memory, &model->params);
@@ -518,6 +519,7 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
 static void gpt2_free(GPT2* model) {
     optim_engine_free_cpu(&model->opt);
     free(model->opt.memory);  // ours (memAlloc), lent to the engine
+    free(model->opt.work);
     free(model->grad_shard);
     free(model->scratch_memory);
     free(model->acts_memory);
@@ -786,7 +788,7 @@ static LS_UNUSED void trainer_init(const TrainOptions* o) {
 static LS_UNUSED MemoryReport trainer_memory_predicted(const GPT2Config* c, const TrainOptions* o) {
     int procs = o->comm ? o->comm->size : 1;
     OptimSizes z = train_options_optim_sizes(o, c, o->comm ? o->comm->rank : 0, procs);
-    CpuMemoryOptions mo = {0, o->zero_stage, procs, z.bytes, z.max_shard};
+    CpuMemoryOptions mo = {0, o->zero_stage, procs, z.bytes + z.work_bytes, z.max_shard};  // (+ Muon's scratch)
     if (o->badam > 0) {
         ParamTable pt;
         param_table_build(&pt, c);

@@ -50,6 +50,8 @@ typedef struct {
     int rank, procs;          // ZeRO-1: this process and the process count (procs 1: off)
     size_t shard;             // ZeRO-1: elements per process (0: off)
     size_t bytes;             // the state block: the largest view's optim_state_bytes
+    size_t work_bytes;        // the step's scratch (Muon): the largest view's optim_state_work_bytes
+    void* work;               // (work_bytes) host memory; the caller's, as memory (never saved)
     size_t max_elems;         // elements of the largest view
     void* memory;             // the block (host, or device memory for the GPU trainer); the caller's
     int view;                 // the current view: a BAdam block, OPTIM_VIEW_MODEL or OPTIM_VIEW_NONE
@@ -99,10 +101,11 @@ static inline int optim_engine_view_table(const OptimEngine* e, int block, Optim
     return nseg;
 }
 
-static inline size_t optim_engine_view_bytes(const OptimEngine* e, int block, size_t* n) {
+static inline size_t optim_engine_view_bytes(const OptimEngine* e, int block, size_t* n, size_t* work) {
     OptimSegment* segs;
     int nseg = optim_engine_view_table(e, block, &segs, n);
     size_t bytes = nseg > 0 ? optim_state_bytes(&e->cfg, segs, nseg, *n) : 0;
+    *work = nseg > 0 ? optim_state_work_bytes(&e->cfg, segs, nseg) : 0;
     free(segs);
     return bytes;
 }
@@ -127,12 +130,13 @@ static inline void optim_engine_init(OptimEngine* e, const OptimConfig* cfg, con
     e->view = OPTIM_VIEW_NONE;
     if (badam != NULL) {  // the largest block's state (int8 and LAMB tables differ per block)
         for (int b = 0; b < badam->num_blocks; b++) {
-            size_t n, bytes = optim_engine_view_bytes(e, b, &n);
+            size_t n, work, bytes = optim_engine_view_bytes(e, b, &n, &work);
             if (bytes > e->bytes) e->bytes = bytes;
             if (n > e->max_elems) e->max_elems = n;
+            if (work > e->work_bytes) e->work_bytes = work;
         }
     } else {
-        e->bytes = optim_engine_view_bytes(e, OPTIM_VIEW_MODEL, &e->max_elems);
+        e->bytes = optim_engine_view_bytes(e, OPTIM_VIEW_MODEL, &e->max_elems, &e->work_bytes);
     }
 }
 
@@ -212,6 +216,7 @@ static inline void optim_engine_set_view_with(OptimEngine* e, int view, OptimSta
         setup(&e->st, &e->cfg, segs, nseg, n, e->memory);
         if (optim_engine_reduces(e)) e->st.reduce = e->reduce;
         e->st.gemm = e->gemm;
+        e->st.work = (float*)e->work;
     }
     free(segs);
 }

@@ -196,7 +196,9 @@ typedef struct {
     float* maps;           // (QUANT8_MAP_FLOATS) the quantization maps
     float* partials;       // (2 * nblocks) LAMB: per-block sums of p^2 and u^2
     float* trust;          // (nseg) LAMB: the trust ratios of the last step
-    float* work;           // (nwork) Muon: Newton-Schulz's scratch (not state: overwritten every step)
+    float* work;           // (nwork) Muon: Newton-Schulz's scratch, outside the block (not state, never
+                           // saved: overwritten every step); the engine's, or owned (owns_work)
+    int owns_work;
     OptimReduce reduce;    // LAMB under ZeRO-1: its tensors' sums over the processes (hook NULL: off)
     Quant8Index* q8_index; // (2) host int8 state: the CPU's quantize indexes (m, v); 130 KB, not state
     void* memory;          // the block holding all of the above
@@ -254,7 +256,6 @@ static inline void optim_state_carve(OptimState* st, uintptr_t base) {
     OPT_CARVE(maps, float, QUANT8_MAP_FLOATS, has_m && i8);
     OPT_CARVE(partials, float, 2 * st->nblocks, c->kind == OPT_LAMB);
     OPT_CARVE(trust, float, (size_t)st->nseg, c->kind == OPT_LAMB);
-    OPT_CARVE(work, float, st->nwork, muon);
 #undef OPT_CARVE
     st->bytes = off;
 }
@@ -272,10 +273,15 @@ static inline size_t optim_state_bytes(const OptimConfig* cfg, const OptimSegmen
     st.nblocks = optim_blocks_build(segs, nseg, tmp);
     st.nsmall = optim_small_build(segs, nseg, tmp);
     st.nadam = muon_adam_build(segs, nseg, tmp);
-    st.nwork = cfg->kind == OPT_MUON ? muon_work_floats(segs, nseg, cfg->muon_qkv_joined) : 0;
     free(tmp);
     optim_state_carve(&st, 0);
     return st.bytes;
+}
+
+// Bytes of scratch the step needs beside the state (Muon's Newton-Schulz on the host; 0 for the
+// others): not part of the block, not saved.
+static inline size_t optim_state_work_bytes(const OptimConfig* cfg, const OptimSegment* segs, int nseg) {
+    return cfg->kind == OPT_MUON ? muon_work_floats(segs, nseg, cfg->muon_qkv_joined) * sizeof(float) : 0;
 }
 
 // The state as a fresh run starts it: moments 0 (int8: the codes of 0, absmax 0), and the maps.
@@ -333,6 +339,10 @@ static inline void optim_state_setup(OptimState* st, const OptimConfig* cfg, con
             ls_fatal("optimizer: out of host memory allocating %zu bytes of state", st->bytes);
         }
         st->owns_memory = 1;
+        if (st->nwork > 0) {  // a state of its own: its scratch too (the engine's views: the engine's)
+            st->work = (float*)mallocCheck(st->nwork * sizeof(float));
+            st->owns_work = 1;
+        }
     }
     if (((uintptr_t)memory & 15u) != 0) ls_fatal("optimizer: state memory %p is not 16-byte aligned", memory);
     st->memory = memory;
@@ -351,6 +361,7 @@ static inline void optim_state_free(OptimState* st) {
     if (st == NULL) return;
     if (st->on_device) ls_fatal("optimizer: optim_state_free on a device state (use optim_state_free_device)");
     if (st->owns_memory) free(st->memory);
+    if (st->owns_work) free(st->work);
     free(st->q8_index);
     free(st->small_off);
     free(st->adam_off);
@@ -413,6 +424,7 @@ static inline void optim_step_cpu(OptimState* st, float* params, const float* gr
             break;
         case OPT_MUON:
             if (st->gemm == NULL) ls_fatal("optimizer: Muon needs a matrix multiply (optim_engine_set_gemm)");
+            if (st->work == NULL) ls_fatal("optimizer: Muon's scratch is not allocated (OptimEngine.work)");
             {
                 const MuonBuffers M = {c->state, st->m, st->v, st->m16, st->v16, q, st->q8_index, st->block0,
                                        st->small_off, st->adam_off, st->work};

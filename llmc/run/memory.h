@@ -94,7 +94,7 @@ typedef struct {
     size_t badam_block;      // BAdam: elements of the largest block (0: BAdam off)
     int zero_stage;          // 1: ZeRO-1 over num_processes
     int num_processes;
-    size_t opt_state_bytes;  // the optimizer engine's state block (train_options_optim_sizes)
+    size_t opt_state_bytes;  // the optimizer engine's state block and the step's scratch (train_options_optim_sizes)
     size_t max_shard;        // ZeRO-1: the largest view's shard (OptimSizes.max_shard)
 } CpuMemoryOptions;
 

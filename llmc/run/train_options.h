@@ -323,6 +323,7 @@ typedef struct {
     size_t stage_bytes;  // --offload: the largest chunk's state, and its elements (device staging)
     size_t stage_elems;
     size_t max_shard;    // ZeRO-1: the largest view's shard (the gradients hold it times procs), or 0
+    size_t work_bytes;   // the step's scratch beside the block (Muon's Newton-Schulz on the host)
 } OptimSizes;
 
 static inline OptimSizes train_options_optim_sizes(const TrainOptions* o, const GPT2Config* c, int rank, int procs) {
@@ -335,7 +336,7 @@ static inline OptimSizes train_options_optim_sizes(const TrainOptions* o, const 
     OptimEngine e;
     optim_engine_init(&e, &cfg, &pt, o->badam > 0 ? &bd : NULL, 0.0f, rank, zero ? procs : 1,
                       zero ? zero_shard_elems(pt.total, procs) : 0);
-    OptimSizes z = {e.bytes, e.max_elems, 0, 0, optim_engine_max_shard(&e)};
+    OptimSizes z = {e.bytes, e.max_elems, 0, 0, optim_engine_max_shard(&e), e.work_bytes};
     if (o->offload) {
         optim_engine_offload_size(&e, optim_chunk_elems(pt.total, (size_t)o->offload_chunk), &z.stage_bytes, &z.stage_elems);
     }
