@@ -406,7 +406,7 @@ $(GPU_BUILD)/test_gpt2cu_%: test_gpt2.cu dev/test/test_common.h dev/test/shape_s
 gpu-lab-build: $(CUDNN_ATT_LIB)  # first: the attention lab opens it too (no two builds of it at once)
 	$(Q)$(MAKE) --no-print-directory -C dev/cuda gpu NVCC=$(NVCC) GPU_ARCH=$(GPU_ARCH) Q=$(Q)
 gpu-build: $(GPU_BINS) gpu-lab-build
-ref: $(REF_DIR)/$(REF_DESC)_state.bin
+ref: $(REF_DIR)/$(REF_DESC)_state.bin $(REF_DIR)/$(REF_DESC)_muon_state.bin
 gpu-carry: data ref cudnn-frontend
 	@mkdir -p build/deps/include
 	$(Q)cp -f $(wildcard /usr/include/zlib.h /usr/include/zconf.h /usr/include/$(MULTIARCH)/zconf.h) build/deps/include/
@@ -455,8 +455,9 @@ GPU_EMU_TESTS := $(addprefix test-gpu-emu-,model-fp32 model-bf16 model-bf16-matm
 .PHONY: test-gpu-emu $(GPU_EMU_TESTS)
 test-gpu-emu: $(GPU_EMU_TESTS)
 $(filter test-gpu-emu-%,$(GPU_EMU_TESTS)): $(EMU_TRAIN)
-test-gpu-emu-model-fp32 test-gpu-emu-model-bf16: test-gpu-emu-model-%: $(BUILD)/test_gpt2cu_emu_% $(REF_DIR)/$(REF_DESC)_state.bin
-	$(EMU_RUN) $(BUILD)/test_gpt2cu_emu_$* $(EMU_REF)
+test-gpu-emu-model-fp32 test-gpu-emu-model-bf16: test-gpu-emu-model-%: $(BUILD)/test_gpt2cu_emu_% $(REF_DIR)/$(REF_DESC)_state.bin \
+		$(REF_DIR)/$(REF_DESC)_muon_state.bin
+	$(EMU_RUN) $(BUILD)/test_gpt2cu_emu_$* $(EMU_REF) --muon-state $(REF_DIR)/$(REF_DESC)_muon_state.bin
 test-gpu-emu-model-bf16-matmul: $(BUILD)/test_gpt2cu_emu_bf16 $(REF_DIR)/$(REF_DESC)_state.bin
 	$(EMU_RUN) $(BUILD)/test_gpt2cu_emu_bf16 $(EMU_REF) --attention matmul --resume-check 0
 test-gpu-emu-mutants-fp32 test-gpu-emu-mutants-bf16: test-gpu-emu-mutants-%: $(BUILD)/test_gpt2cu_emu_% $(REF_MUTANTS_MADE)

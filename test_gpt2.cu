@@ -23,8 +23,12 @@
  --offload: bit-identical to the on-device update. --badam (check_badam, on a small random model
  in both precisions): compact gradients bit-identical to the full backward pass's, updates touch
  the active block only, memory predicted = allocated, mid-block resume bit-exact.
+ Muon (--muon-state): 10 steps against gpt2_ref.py's float64 Muon with the same tolerances, each run
+ orthogonalized in pieces of one matrix (MUON_PIECE_ELEMS here: the trainer's default takes these
+ small runs whole, and the matrix test compares it with the CPU trainer), and a bit-exact resume.
 */
 #define TESTING
+#define MUON_PIECE_ELEMS ((size_t)1024)
 #include "train_gpt2.cu"
 static const TrainOptions* model_check_opts(void);
 #define REF_BUILD_OPTS model_check_opts()  // the step losses on the --attention path too
@@ -167,8 +171,30 @@ static void run_steps(GPT2* model, const RefState* s, int first_step, int steps,
     }
 }
 
+static void check_resume(const char* model_path, const char* state_path, const TrainOptions* opts, const char* what);
+
+// Muon's 10 steps against gpt2_ref.py state --optimizer muon (the CPU test's check_muon): Newton-
+// Schulz in floatX through the batched GEMM (bf16 build: bf16 with fp32 accumulation) against the
+// reference's float64, with the build's step tolerance. Then a resume after 3 steps: bit-identical.
+static void check_muon(const char* model_path, const char* state_path) {
+    GPT2Config c;
+    ParamTable pt;
+    RefState s;
+    ref_load(model_path, state_path, &c, &pt, &s);
+    TrainOptions o;
+    train_options_defaults(&o);
+    trainer_defaults(&o);
+    o.optimizer = OPT_MUON;
+    const AdamWHyper h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    printf("muon:\n");
+    ref_check_steps_with(model_path, &s, &TOL, &o, h);
+    ref_state_free(&s);
+    o.opt_state = OPT_STATE_BF16;  // (its stochastic rounding too)
+    check_resume(model_path, state_path, &o, "muon, bf16 state,");
+}
+
 // Save after 3 steps, run 5 more; reload the checkpoint and rerun the 5: bit-identical.
-static void check_resume(const char* model_path, const char* state_path) {
+static void check_resume(const char* model_path, const char* state_path, const TrainOptions* opts, const char* what) {
     GPT2Config c;
     ParamTable pt;
     RefState s;
@@ -180,7 +206,7 @@ static void check_resume(const char* model_path, const char* state_path) {
     snprintf(ckpt_state, sizeof(ckpt_state), "%s/state.bin", dir);
     float first[3], a[5], b[5];
     GPT2 model;
-    gpt2_build(&model, model_path, 7, s.B, s.T, NULL);
+    gpt2_build(&model, model_path, 7, s.B, s.T, opts);
     run_steps(&model, &s, 0, 3, first);
     RunState rs = {1, 0, 3, 1, model.num_parameters, 0, 0, 0, 0, 0, 0, 0};
     gpt2_checkpoint_write(&model, ckpt_model, ckpt_state, &rs);
@@ -189,18 +215,18 @@ static void check_resume(const char* model_path, const char* state_path) {
     download_floatx(pa, model.params_memory, pt.total);
     gpt2_free(&model);
 
-    gpt2_build(&model, ckpt_model, 7, s.B, s.T, NULL);
+    gpt2_build(&model, ckpt_model, 7, s.B, s.T, opts);
     RunState rs2;
     gpt2_state_read(&model, ckpt_state, &rs2);
     run_steps(&model, &s, 3, 5, b);
     float* pb = (float*)mallocCheck(pt.total * sizeof(float));
     download_floatx(pb, model.params_memory, pt.total);
     gpt2_free(&model);
-    CHECK(memcmp(a, b, sizeof(a)) == 0, "resume: losses differ after reloading the checkpoint (%.7f vs %.7f ...)", a[0], b[0]);
-    CHECK(memcmp(pa, pb, pt.total * sizeof(float)) == 0, "resume: parameters differ after reloading the checkpoint");
-    CHECK(a[4] < first[0], "resume: the loss went down over 8 steps (%.4f -> %.4f)", first[0], a[4]);
+    CHECK(memcmp(a, b, sizeof(a)) == 0, "%s resume: losses differ after reloading the checkpoint (%.7f vs %.7f ...)", what, a[0], b[0]);
+    CHECK(memcmp(pa, pb, pt.total * sizeof(float)) == 0, "%s resume: parameters differ after reloading the checkpoint", what);
+    CHECK(a[4] < first[0], "%s resume: the loss went down over 8 steps (%.4f -> %.4f)", what, first[0], a[4]);
     if (memcmp(a, b, sizeof(a)) == 0 && memcmp(pa, pb, pt.total * sizeof(float)) == 0) {
-        printf("resume: 5 steps after reloading the step-3 checkpoint: bit-identical losses and parameters\n");
+        printf("%s resume: 5 steps after reloading the step-3 checkpoint: bit-identical losses and parameters\n", what);
     }
     free(pa); free(pb);
     ref_state_free(&s);
@@ -434,11 +460,12 @@ static void check_badam(void) {
 #include "dev/test/shape_sweep.h"
 
 int main(int argc, char** argv) {
-    const char *model_path = NULL, *state_path = NULL;
+    const char *model_path = NULL, *state_path = NULL, *muon_path = NULL;
     int resume_check = 1, sweep = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--model") == 0) { model_path = argv[i + 1]; }
         else if (strcmp(argv[i], "--state") == 0) { state_path = argv[i + 1]; }
+        else if (strcmp(argv[i], "--muon-state") == 0) { muon_path = argv[i + 1]; }
         else if (strcmp(argv[i], "--resume-check") == 0) { resume_check = atoi(argv[i + 1]); }
         else if (strcmp(argv[i], "--sweep") == 0) { sweep = atoi(argv[i + 1]); }
         else if (strcmp(argv[i], "--attention") == 0) {
@@ -450,7 +477,7 @@ int main(int argc, char** argv) {
         else { fprintf(stderr, "test_gpt2cu: unknown flag %s\n", argv[i]); return 2; }
     }
     if ((!sweep && (model_path == NULL || state_path == NULL)) || argc % 2 == 0) {
-        fprintf(stderr, "usage: test_gpt2cu --model M.bin --state S.bin [--resume-check 0|1] [--attention matmul|cudnn]\n"
+        fprintf(stderr, "usage: test_gpt2cu --model M.bin --state S.bin [--muon-state S2.bin] [--resume-check 0|1] [--attention matmul|cudnn]\n"
                         "       test_gpt2cu --sweep 1   (every awkward shape against a float64 forward pass)\n");
         return 2;
     }
@@ -467,7 +494,8 @@ int main(int argc, char** argv) {
         check_model(model_path, state_path);
     }
     g_recompute = -1;
-    if (resume_check) { check_resume(model_path, state_path); }
+    if (muon_path != NULL) { check_muon(model_path, muon_path); }
+    if (resume_check) { check_resume(model_path, state_path, NULL, "adamw"); }
     if (resume_check) { check_offload(model_path, state_path); }
     check_badam();
     printf("%s: %d failed check(s)\n", failures ? "FAILED" : "OK", failures);

@@ -149,6 +149,7 @@ struct GPT2 {
     size_t chunk;             // elements asked per chunk
     OptimOffload offl;
     size_t stage_bytes, stage_elems;  // the largest chunk's state bytes and elements
+    size_t work_bytes;                // Muon's Newton-Schulz scratch on the device (OptimEngine.work)
     float* master_host;       // (opt.max_elems) the view's master weights, or NULL
     // data parallelism: NULL nccl = one process
     NcclComm* nccl;           // the communicator (trainer_init's), when there are several processes
@@ -228,7 +229,7 @@ static GpuMemoryOptions gpu_memory_options(const GPT2Config* c, int B, int T, in
     g.badam_block = badam_block;
     g.opt_state_bytes = opt_state_bytes;
     g.master_elems = master_elems;
-    g.stage_bytes = g.stage_elems = g.max_shard = 0;
+    g.stage_bytes = g.stage_elems = g.max_shard = g.opt_work_bytes = 0;
     g.flash_attention = flash;
     return g;
 }
@@ -311,6 +312,24 @@ static size_t badam_block_for(const GPT2Config* c, const TrainOptions* o, int pr
     return bd.max_block;
 }
 
+// Muon's batched Newton-Schulz products (llmc/optim/muon.h's OptimGemmBatched) through the general
+// GEMM, in floatX with fp32 accumulation: all matrices of a shape in one strided-batched call.
+static void muon_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const void* A, long long lda,
+                      long long stride_a, const void* B, long long ldb, long long stride_b, float beta, void* D,
+                      long long ldd, long long stride_d, int batch, void* stream) {
+    GemmShape s = gemm_shape(M, N, K, trans_a, trans_b);
+    s.lda = lda;
+    s.ldb = ldb;
+    s.ldd = ldd;
+    s.batch = batch;
+    s.stride_a = stride_a;
+    s.stride_b = stride_b;
+    s.stride_d = stride_d;
+    s.alpha = alpha;
+    s.beta = beta;
+    matmul_gemm((floatX*)D, (const floatX*)A, (const floatX*)B, s, GEMM_EPI_NONE, NULL, NULL, (cudaStream_t)stream);
+}
+
 // The run's modes from the flags (opts may be NULL: recompute 1, master weights in bf16 builds):
 // recompute, attention, master weights, offload chunks, processes and ZeRO-1 shard, BAdam, and
 // the parameter table; what the optimizer state holds (state_elems).
@@ -344,13 +363,17 @@ static void gpt2_setup_modes(GPT2* model, uint64_t seed, int B, int T, const Tra
     if (model->zero_stage >= 1) { model->shard = zero_shard_elems(n_params, procs); }
     // the optimizer engine: its views and the size of its block (allocated by gpt2_alloc_state)
     OptimConfig cfg = opts ? train_options_optimizer(opts) : optim_config_default(OPT_ADAMW);
-    if (cfg.kind == OPT_MUON) { ls_fatal("--optimizer muon: not yet in the GPU trainer (issue 14; train_gpt2, the CPU trainer, has it)"); }
+    if (cfg.kind == OPT_MUON && (model->offload || cfg.state == OPT_STATE_INT8)) {
+        ls_fatal("--optimizer muon with %s: not yet in the GPU trainer (issue 14)", model->offload ? "--offload" : "--opt-state int8");
+    }
     cfg.seed = seed;
     optim_engine_init(&model->opt, &cfg, &model->table, model->use_badam ? &model->badam : NULL,
                       opts ? opts->weight_decay : 0.0f, model->nccl ? model->nccl->rank : 0, procs,
                       model->zero_stage >= 1 ? model->shard : 0);
     if (model->zero_stage >= 1) { optim_engine_set_reduce(&model->opt, comm_sum_hook, (void*)opts->comm); }  // LAMB
     if (model->offload) { optim_engine_offload_size(&model->opt, model->chunk, &model->stage_bytes, &model->stage_elems); }
+    optim_engine_set_gemm_batched(&model->opt, muon_gemm, (int)sizeof(floatX));  // Muon
+    model->work_bytes = optim_engine_device_work_bytes(&model->opt, (int)sizeof(floatX));
 }
 
 // The memory options of this run at batch (B, T).
@@ -362,6 +385,7 @@ static GpuMemoryOptions gpt2_memory_options(const GPT2* model, int B, int T, int
     g.stage_bytes = model->stage_bytes;
     g.stage_elems = model->stage_elems;
     g.max_shard = optim_engine_max_shard(&model->opt);
+    g.opt_work_bytes = model->work_bytes;
     return g;
 }
 
@@ -407,6 +431,7 @@ static void gpt2_alloc_state(GPT2* model, const TrainOptions* opts) {
     cudaCheck(cudaMemset(model->params_memory, 0, n_pad * sizeof(floatX)));  // the padding stays 0
     if (!model->offload) {  // the views are set up over the block at the first step (or a resume)
         e->memory = e->bytes > 0 ? cuda_malloc_counted(mc, MEM_OPT_STATE, gpu_tensor_bytes(e->bytes, 1)) : NULL;
+        e->work = model->work_bytes > 0 ? cuda_malloc_counted(mc, MEM_OPT_STATE, gpu_tensor_bytes(model->work_bytes, 1)) : NULL;
         model->master_memory = master ? (float*)cuda_malloc_counted(mc, MEM_MASTER, gpu_tensor_bytes(e->max_elems, 4)) : NULL;
         return;
     }
@@ -518,6 +543,7 @@ static void gpt2_free(GPT2* model) {
     } else {
         optim_engine_free_device(&model->opt);
         cudaCheck(cudaFree(model->opt.memory));
+        cudaCheck(cudaFree(model->opt.work));
     }
     cudaCheck(cudaFree(model->d_loss_sum));
     cudaCheck(cudaFree(model->d_norm_scratch));
@@ -1078,6 +1104,7 @@ static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOpti
     g.stage_bytes = z.stage_bytes;
     g.stage_elems = z.stage_elems;
     g.max_shard = z.max_shard;
+    g.opt_work_bytes = z.gpu_work_bytes[FLOATX_IS_BF16 ? 0 : 1];
     MemoryReport predicted = memory_model_gpu(c, o->B, o->T, &g);
     printf("GPU memory (%s, recompute %d, master weights %s, attention %s", PRECISION_NAME, o->recompute,
            g.master_weights ? "on" : "off", attention_choices[o->attention]);

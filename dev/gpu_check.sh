@@ -246,7 +246,9 @@ if [ $HAVE_TORCH = 1 ] && [ ! -f "$REF/L2C64H4T64_state.bin" ]; then
 fi
 for p in bf16 fp32; do
     if need "$REF/L2C64H4T64_state.bin" "test-$p" "no reference: make ref here and carry build/ref"; then
-        gpu_step "test-$p" 90 "$GB/test_gpt2cu_$p" --model "$REF/L2C64H4T64_model.bin" --state "$REF/L2C64H4T64_state.bin"
+        muon=()
+        [ -f "$REF/L2C64H4T64_muon_state.bin" ] && muon=(--muon-state "$REF/L2C64H4T64_muon_state.bin")
+        gpu_step "test-$p" 90 "$GB/test_gpt2cu_$p" --model "$REF/L2C64H4T64_model.bin" --state "$REF/L2C64H4T64_state.bin" "${muon[@]}"
     fi
 done
 d12ref() {
@@ -268,7 +270,7 @@ else
 fi
 {
     echo "test_gpt2cu vs PyTorch:"
-    grep -hE "^(test_gpt2cu|logits|loss|gradients|step|memory|resume|OK|FAIL)" "$LOGS"/test-*.log 2>/dev/null | head -n 40 | sed 's/^/  /'
+    grep -hE "^(test_gpt2cu|logits|loss|gradients|step|memory|resume|muon|OK|FAIL)" "$LOGS"/test-*.log 2>/dev/null | head -n 60 | sed 's/^/  /'
 } >"$LOGS/tests.txt"
 [ -s "$LOGS/tests.txt" ] && [ "$(wc -l <"$LOGS/tests.txt")" -gt 1 ] && NOTES+=("$(cat "$LOGS/tests.txt")")
 
@@ -280,6 +282,12 @@ gpu_step profile-d12 60 "$GB/train_gpt2cu_bf16" "${TRAIN[@]}" --profile 1
 if [ -f "$LOGS/profile-d12.log" ]; then
     NOTES+=("one training step, GPT-2 124M bf16 B16 T1024, per kernel family (--profile 1):
 $(sed -n '/^profile/,$p' "$LOGS/profile-d12.log" | head -n 30 | sed 's/^/  /')")
+fi
+# Muon's optimizer step at llm.c's batch (-d 524288: 32 micro-steps): its share of the step (target <= 3%)
+gpu_step profile-d12-muon 90 "$GB/train_gpt2cu_bf16" "${TRAIN[@]}" -d 524288 --optimizer muon --profile 1
+if [ -f "$LOGS/profile-d12-muon.log" ]; then
+    NOTES+=("Muon, GPT-2 124M bf16 B16 T1024 -d 524288, one step per kernel family (the optimizer update row: Newton-Schulz included):
+$(sed -n '/^profile/,$p' "$LOGS/profile-d12-muon.log" | grep -E "optimizer|step|matmul" | head -n 8 | sed 's/^/  /')")
 fi
 export NVSMI_LOG="$LOGS/train-d12-memory.csv"
 train_d12() {
@@ -313,6 +321,7 @@ fi
 train_modes() {
     local mode
     for mode in "--attention matmul" "--attention cudnn-fast" "" "--offload 1" "--opt-state bf16" "--opt-state int8" "--optimizer lion" \
+        "--optimizer muon" "--optimizer muon --opt-state bf16" \
         "--optimizer lamb" "--badam 5" "-r 2" "--optimizer lion --opt-state int8" "--offload 1 --badam 5 --opt-state int8"; do
         echo "=== mode: ${mode:-adamw}"
         # shellcheck disable=SC2086  # the mode is several words

@@ -6,9 +6,9 @@
       [--gpu-bin build/train_gpt2cu_emu_fp32] [--gpu-mpi-bin build/train_gpt2cu_emu_mpi_fp32] [--quick]
 
 Cells: optimizer {adamw, adamw+amsgrad, sgd (momentum 0.9, the default), sgd-plain (--momentum 0:
-no state), sgd+nesterov, lamb, lion} x state {fp32, bf16, int8} (--opt-state) x placement {device
-(plain), badam (--badam 2), z1 (-z 1 over 2 processes, mpirun), offload (--offload 1 in chunks of
-4096, GPU), and the placements combined: z1+badam, badam+offload, z1+offload}: 147 cells. Each cell
+no state), sgd+nesterov, lamb, lion, muon} x state {fp32, bf16, int8} (--opt-state) x placement
+{device (plain), badam (--badam 2), z1 (-z 1 over 2 processes, mpirun), offload (--offload 1 in
+chunks of 4096, GPU), and the placements combined: z1+badam, badam+offload, z1+offload}: 168 cells. Each cell
 trains a tiny model (L2C16H2T16V512, 15,040 parameters) for 4 steps on a synthetic learnable token
 stream and must either
   - run: exit 0, 4 step lines with finite losses, losses after step 1 other than those of the same
@@ -57,6 +57,7 @@ OPTIMIZERS = [  # name, flags
     ("sgd+nesterov", ["--optimizer", "sgd", "--nesterov", "1"]),
     ("lamb", ["--optimizer", "lamb"]),
     ("lion", ["--optimizer", "lion"]),
+    ("muon", ["--optimizer", "muon"]),  # Muon for the blocks' matrices, AdamW for the rest (issue 14)
 ]
 STATES = ["fp32", "bf16", "int8"]
 PLACEMENTS = {  # name: (flags, processes)
@@ -80,6 +81,10 @@ EXPECTED_REFUSED = [
      "the CPU trainer's state is in host memory already (--offload is a GPU trainer flag)", ["--offload"]),
     (("sgd-plain",), ("bf16", "int8"), "*", "*", "no meaning", "SGD without momentum has no state to store in bf16 or int8",
      ["--opt-state", "--momentum"]),
+    # issue 14: Muon's ZeRO-1 (whole matrices per process), its offload and int8 state on the GPU
+    (("muon",), "*", "z1", "*", "not yet", "ZeRO-1 for Muon gives each process whole matrices", ["-z"]),
+    (("muon",), "*", "offload", "gpu", "not yet", "Muon's state streamed through the staging chunks", ["--offload"]),
+    (("muon",), ("int8",), "*", "gpu", "not yet", "Muon's int8 momentum on the GPU", ["--opt-state"]),
 ]
 
 # Resume is bit-exact for these cells (BAdam with --badam 3 there: the resumed step 3 continues
@@ -87,7 +92,8 @@ EXPECTED_REFUSED = [
 RESUME_CELLS = [("adamw", "int8", "device"), ("lion", "fp32", "badam"), ("adamw", "bf16", "z1"),
                 ("sgd+nesterov", "fp32", "z1"), ("sgd-plain", "fp32", "z1"), ("adamw", "int8", "z1+offload"),
                 ("adamw", "fp32", "device"), ("lion", "int8", "z1+badam"), ("lamb", "bf16", "offload"),
-                ("adamw+amsgrad", "int8", "badam+offload"), ("lamb", "int8", "z1"), ("lamb", "bf16", "z1+offload")]
+                ("adamw+amsgrad", "int8", "badam+offload"), ("lamb", "int8", "z1"), ("lamb", "bf16", "z1+offload"),
+                ("muon", "bf16", "device"), ("muon", "fp32", "badam")]
 
 # Optimizer state bytes per parameter of the whole-model view (llmc/optim/state.h's banner): exact
 # up to each buffer's 64-byte alignment, or (None) at least the number (int8's per-block scales and

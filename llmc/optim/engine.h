@@ -58,6 +58,8 @@ typedef struct {
     OptimState st;            // the current view's state, carved from memory (n 0: nothing to update)
     OptimReduce reduce;       // ZeRO-1 with LAMB: sums over the processes (optim_engine_set_reduce)
     OptimGemm gemm;           // Muon's matrix multiply on the host (optim_engine_set_gemm)
+    OptimGemmBatched gemm_batched;  // and on the device (optim_engine_set_gemm_batched), in elements of
+    int gemm_elem;                  // gemm_elem bytes (the parameters')
 } OptimEngine;
 
 // ZeRO-1's shard of a view (elements per process; 0: ZeRO-1 off): the whole model's, or that of
@@ -169,6 +171,32 @@ static inline void optim_engine_set_gemm(OptimEngine* e, OptimGemm gemm) {
     e->st.gemm = gemm;
 }
 
+// The same on the device (the GPU trainer: matmul_gemm), whose matrices hold elem-byte values
+// (the parameters' type); e->work is then device memory of optim_engine_device_work_bytes.
+static inline void optim_engine_set_gemm_batched(OptimEngine* e, OptimGemmBatched gemm, int elem) {
+    e->gemm_batched = gemm;
+    e->gemm_elem = elem;
+    e->st.gemm_batched = gemm;
+    e->st.gemm_elem = elem;
+}
+
+// Muon's GPU scratch over the views (muon_device_work: elements of elem bytes and fp32 floats).
+static inline size_t optim_engine_device_work_bytes(const OptimEngine* e, int elem) {
+    if (e->cfg.kind != OPT_MUON) return 0;
+    size_t most = 0;
+    const int views = e->badam != NULL ? e->badam->num_blocks : 1;
+    for (int b = 0; b < views; b++) {
+        OptimSegment* segs;
+        size_t n, elems = 0, floats = 0;
+        const int nseg = optim_engine_view_table(e, e->badam != NULL ? b : OPTIM_VIEW_MODEL, &segs, &n);
+        if (nseg > 0) muon_device_work(segs, nseg, e->cfg.muon_qkv_joined, &elems, &floats);
+        free(segs);
+        const size_t bytes = elems * (size_t)elem + floats * sizeof(float);
+        if (bytes > most) most = bytes;
+    }
+    return most;
+}
+
 // Whether the current view's steps sum over the processes (then every process steps, even one whose
 // shard of the view is empty, so that the sums pair up).
 static inline int optim_engine_reduces(const OptimEngine* e) {
@@ -216,6 +244,8 @@ static inline void optim_engine_set_view_with(OptimEngine* e, int view, OptimSta
         setup(&e->st, &e->cfg, segs, nseg, n, e->memory);
         if (optim_engine_reduces(e)) e->st.reduce = e->reduce;
         e->st.gemm = e->gemm;
+        e->st.gemm_batched = e->gemm_batched;
+        e->st.gemm_elem = e->gemm_elem;
         e->st.work = (float*)e->work;
     }
     free(segs);

@@ -708,12 +708,21 @@ static void lamb_update(OptimState* st, Tp* params, float* master, const Tg* gra
 // ----------------------------------------------------------------------------
 // the state in device memory, and the entry point
 
+// Muon (llmc/optim/muon.cuh, included below: its AdamW runs step through optim_step_gpu)
+template <typename Tp, typename Tg>
+static void muon_step_gpu(OptimState* st, Tp* params, float* master, const Tg* grads, float lr, int step, bool sr,
+                          const float* d_clip_scale, cudaStream_t stream);
+static inline void muon_plan_free(OptimState* st);
+
+
 // Zeroes a device state as optim_state_zero does a host one (moments 0, int8 codes of 0,
 // the maps, trust ratios 1).
 static inline void optim_state_zero_device(OptimState* st, cudaStream_t stream) {
     cudaCheck(cudaMemsetAsync(st->memory, 0, st->bytes, stream));
     if (st->qm != NULL) cudaCheck(cudaMemsetAsync(st->qm, QUANT8_ZERO_SIGNED, st->n, stream));
-    if (st->qv != NULL) cudaCheck(cudaMemsetAsync(st->qv, QUANT8_ZERO_UNSIGNED, st->n, stream));
+    if (st->qv != NULL) {  // (Muon: its AdamW tensors' only)
+        cudaCheck(cudaMemsetAsync(st->qv, QUANT8_ZERO_UNSIGNED, st->cfg.kind == OPT_MUON ? st->nadam : st->n, stream));
+    }
     if (st->qvmax != NULL) cudaCheck(cudaMemsetAsync(st->qvmax, QUANT8_ZERO_UNSIGNED, st->n, stream));
     if (st->maps != NULL || st->trust != NULL) {
         float* h = (float*)mallocCheck((QUANT8_MAP_FLOATS + (size_t)st->nseg) * sizeof(float));
@@ -756,6 +765,7 @@ static inline void optim_state_init_device(OptimState* st, const OptimConfig* cf
 
 static inline void optim_state_free_device(OptimState* st) {
     if (st == NULL || !st->on_device) return;
+    muon_plan_free(st);
     cudaCheck(cudaFree(st->d_small_off));
     cudaCheck(cudaFree(st->d_block0));
     cudaCheck(cudaFree(st->d_segs));
@@ -826,10 +836,15 @@ void optim_step_gpu(OptimState* st, Tp* params, float* master, const Tg* grads, 
         case OPT_LAMB:
             lamb_update(st, params, master, grads, a, sr, d_clip_scale, stream);
             break;
+        case OPT_MUON:
+            muon_step_gpu(st, params, master, grads, lr, step, sr, d_clip_scale, stream);
+            break;
         default:
             ls_fatal("optimizer: unknown kind %d", (int)c->kind);
     }
 }
+
+#include "llmc/optim/muon.cuh"
 
 // ----------------------------------------------------------------------------
 // the engine (llmc/optim/engine.h) with its state block in device memory (e->memory)

@@ -45,6 +45,13 @@
 typedef void (*OptimGemm)(int trans_a, int trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                           const float* B, int ldb, float beta, float* C, int ldc);
 
+// Muon's batched matrix multiply on the device (the GPU trainer: matmul_gemm of
+// llmc/kernels/matmul.cuh, in the build's floatX, fp32 accumulation): for i < batch,
+// D_i = alpha op(A_i) op(B_i) + beta D_i, row-major, matrix i at i * stride; stream a cudaStream_t.
+typedef void (*OptimGemmBatched)(int trans_a, int trans_b, int M, int N, int K, float alpha, const void* A,
+                                 long long lda, long long stride_a, const void* B, long long ldb, long long stride_b,
+                                 float beta, void* D, long long ldd, long long stride_d, int batch, void* stream);
+
 // The shape scale of a (rows x cols) matrix's orthogonalized update.
 static inline float muon_shape_scale(int scale_kind, size_t rows, size_t cols) {
     if (scale_kind == MUON_SCALE_ORIG) return rows > cols ? sqrtf((float)rows / (float)cols) : 1.0f;
@@ -87,6 +94,88 @@ static inline size_t muon_adam_build(const OptimSegment* segs, int nseg, size_t*
         if (segs[s].mat_rows == 0) k += segs[s].count;
     }
     return k;
+}
+
+// ----------------------------------------------------------------------------
+// runs: consecutive segments the GPU steps together (llmc/optim/muon.cuh)
+
+// A run is either AdamW tensors (consecutive in the step's buffers and in the packed v: one AdamW
+// sub-state over them), or matrices of one shape, weight decay and lr multiplier whose parameters
+// are contiguous too (the layers of one tensor): one batched Newton-Schulz.
+#define MUON_MAX_RUNS 64
+typedef struct {
+    int first, nseg;      // segments [first, first + nseg) of the table
+    int matrix;           // 1: Muon matrices; 0: AdamW tensors
+    size_t off, count;    // elements in the step's buffers
+    size_t aoff;          // AdamW: the first element in the packed v
+    size_t param;         // matrices: the first parameter (the rest follow)
+    size_t rows, cols;    // matrices: one orthogonalized matrix
+    int batch;            // matrices: how many (count / (rows * cols))
+} MuonRun;
+
+static inline int muon_runs_build(const OptimSegment* segs, int nseg, int qkv_joined, const size_t* adam_off,
+                                  MuonRun* out) {
+    int k = 0;
+    for (int s = 0; s < nseg; s++) {
+        const OptimSegment* sg = &segs[s];
+        const int matrix = sg->mat_rows != 0;
+        const size_t rows = matrix ? muon_rows(sg, qkv_joined) : 0, cols = sg->mat_cols;
+        MuonRun* r = k > 0 ? &out[k - 1] : NULL;
+        const OptimSegment* prev = s > 0 ? &segs[s - 1] : NULL;
+        int joins = r != NULL && r->matrix == matrix;
+        if (joins && matrix) {
+            joins = r->rows == rows && r->cols == cols && prev->weight_decay == sg->weight_decay &&
+                    prev->lr_mult == sg->lr_mult && prev->param + prev->count == sg->param;
+        }
+        if (joins) {
+            r->nseg++;
+            r->count += sg->count;
+            if (matrix) r->batch += (int)(sg->count / (rows * cols));
+            continue;
+        }
+        if (k == MUON_MAX_RUNS) ls_fatal("optimizer: Muon's segment table has over %d runs", MUON_MAX_RUNS);
+        MuonRun n = {s, 1, matrix, sg->offset, sg->count, matrix ? 0 : adam_off[s], sg->param, rows, cols,
+                     matrix ? (int)(sg->count / (rows * cols)) : 0};
+        out[k++] = n;
+    }
+    return k;
+}
+
+// Blocks of fp32 partial sums per matrix (its Frobenius norm, summed in a fixed order).
+#define MUON_NORM_CHUNKS 32
+// The GPU orthogonalizes a run in pieces of at most this many elements (at least one matrix): the
+// scratch stays near the CPU's (GPT-2 124M: fc one matrix at a time, qkv's C x C seven).
+#ifndef MUON_PIECE_ELEMS  // (test_gpt2.cu sets it small: every run in several pieces)
+#define MUON_PIECE_ELEMS ((size_t)1 << 22)
+#endif
+
+// Matrices per batched piece of a run.
+static inline int muon_piece(const MuonRun* r) {
+    const size_t per = r->rows * r->cols, fit = MUON_PIECE_ELEMS / (per > 0 ? per : 1);
+    return fit < 1 ? 1 : (fit < (size_t)r->batch ? (int)fit : r->batch);
+}
+
+// The GPU step's scratch for a table: elems of the parameters' type (X and its next value for the
+// largest piece of a matrix run, A and B' for its batch: 8-element aligned each) and fp32 floats
+// (the norms' partial sums).
+static inline void muon_device_work(const OptimSegment* segs, int nseg, int qkv_joined, size_t* elems, size_t* floats) {
+    size_t* aoff = (size_t*)mallocCheck((size_t)(nseg > 0 ? nseg : 1) * sizeof(size_t));
+    muon_adam_build(segs, nseg, aoff);
+    MuonRun runs[MUON_MAX_RUNS];
+    const int nr = muon_runs_build(segs, nseg, qkv_joined, aoff, runs);
+    free(aoff);
+    size_t most = 0, kk = 0, nb = 0;
+    for (int i = 0; i < nr; i++) {
+        if (!runs[i].matrix) continue;
+        const size_t k = runs[i].rows < runs[i].cols ? runs[i].rows : runs[i].cols, pc = (size_t)muon_piece(&runs[i]);
+        if (pc * runs[i].rows * runs[i].cols > most) most = pc * runs[i].rows * runs[i].cols;
+        if (pc * k * k > kk) kk = pc * k * k;
+        if (pc > nb) nb = pc;
+    }
+    most = (most + 7) / 8 * 8;
+    kk = (kk + 7) / 8 * 8;
+    *elems = 2 * most + 2 * kk;
+    *floats = nb * MUON_NORM_CHUNKS;
 }
 
 // Newton-Schulz on x (k x K, k <= K, row-major), in place; y (k x K), a and b (k x k) scratch.

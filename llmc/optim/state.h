@@ -177,6 +177,9 @@ typedef struct {
     size_t nadam;          // Muon: elements of the AdamW tensors (v's length)
     size_t nwork;          // Muon: scratch floats (muon_work_floats)
     OptimGemm gemm;        // Muon: the matrix multiply of Newton-Schulz (optim_engine_set_gemm)
+    OptimGemmBatched gemm_batched;  // Muon on the GPU: its batched multiply, in elements of gemm_elem bytes
+    int gemm_elem;
+    void* muon_plan;       // Muon on the GPU: its runs and AdamW sub-states (llmc/optim/muon.cuh)
     // state, carved from `memory`; NULL where the configuration has none
     float* m;              // (n) fp32 first moment: AdamW, LAMB, Lion; SGD's momentum buffer
     float* v;              // (n) fp32 second moment: AdamW, LAMB; (nadam) Muon's AdamW tensors

@@ -226,6 +226,7 @@ typedef struct {
     size_t stage_bytes;     // --offload: the largest chunk's state bytes and elements (each of the two
     size_t stage_elems;     // staging buffers; llmc/optim/offload.cuh)
     size_t max_shard;       // ZeRO-1: the largest view's shard (OptimSizes.max_shard)
+    size_t opt_work_bytes;  // the step's scratch beside the block (Muon's batched Newton-Schulz)
     int flash_attention;    // 0: --attention matmul; 1 cudnn, 2 cudnn-fast (no T x T activations, LSE stats)
 } GpuMemoryOptions;
 
@@ -244,6 +245,7 @@ static inline MemoryReport memory_model_gpu(const GPT2Config* c, int B, int T, c
     r.bytes[MEM_PARAMS] = gpu_tensor_bytes(n, g->floatx_bytes);
     r.bytes[MEM_GRADS] = gpu_tensor_bytes(ng, g->floatx_bytes);
     r.bytes[MEM_OPT_STATE] = g->opt_state_bytes > 0 ? gpu_tensor_bytes(g->opt_state_bytes, 1) : 0;
+    if (g->opt_work_bytes > 0) r.bytes[MEM_OPT_STATE] += gpu_tensor_bytes(g->opt_work_bytes, 1);
     r.bytes[MEM_MASTER] = g->master_weights ? gpu_tensor_bytes(g->master_elems, 4) : 0;
     if (g->offload_chunk > 0) {  // in pinned host memory; the device holds two chunks of staging
         r.bytes[MEM_OPT_STATE] = 2 * gpu_tensor_bytes(g->stage_bytes, 1);
