@@ -312,24 +312,6 @@ static size_t badam_block_for(const GPT2Config* c, const TrainOptions* o, int pr
     return bd.max_block;
 }
 
-// Muon's batched Newton-Schulz products (llmc/optim/muon.h's OptimGemmBatched) through the general
-// GEMM, in floatX with fp32 accumulation: all matrices of a shape in one strided-batched call.
-static void muon_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const void* A, long long lda,
-                      long long stride_a, const void* B, long long ldb, long long stride_b, float beta, void* D,
-                      long long ldd, long long stride_d, int batch, void* stream) {
-    GemmShape s = gemm_shape(M, N, K, trans_a, trans_b);
-    s.lda = lda;
-    s.ldb = ldb;
-    s.ldd = ldd;
-    s.batch = batch;
-    s.stride_a = stride_a;
-    s.stride_b = stride_b;
-    s.stride_d = stride_d;
-    s.alpha = alpha;
-    s.beta = beta;
-    matmul_gemm((floatX*)D, (const floatX*)A, (const floatX*)B, s, GEMM_EPI_NONE, NULL, NULL, (cudaStream_t)stream);
-}
-
 // The run's modes from the flags (opts may be NULL: recompute 1, master weights in bf16 builds):
 // recompute, attention, master weights, offload chunks, processes and ZeRO-1 shard, BAdam, and
 // the parameter table; what the optimizer state holds (state_elems).
@@ -372,7 +354,7 @@ static void gpt2_setup_modes(GPT2* model, uint64_t seed, int B, int T, const Tra
                       model->zero_stage >= 1 ? model->shard : 0);
     if (model->zero_stage >= 1) { optim_engine_set_reduce(&model->opt, comm_sum_hook, (void*)opts->comm); }  // LAMB
     if (model->offload) { optim_engine_offload_size(&model->opt, model->chunk, &model->stage_bytes, &model->stage_elems); }
-    optim_engine_set_gemm_batched(&model->opt, muon_gemm, (int)sizeof(floatX));  // Muon
+    optim_engine_set_gemm_batched(&model->opt, matmul_gemm_batched, (int)sizeof(floatX));  // Muon
     model->work_bytes = optim_engine_device_work_bytes(&model->opt, (int)sizeof(floatX));
 }
 

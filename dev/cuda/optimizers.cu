@@ -156,6 +156,7 @@ static int bytes_per_param(const Case& c) {
         case OPT_SGD: return g + (k.momentum != 0.0f ? 2 * sb : 0) + pr + pw;
         case OPT_LION: return g + 2 * sb + pr + pw;
         case OPT_LAMB: return (pr + g + 4 * sb) + (pr + 2 * sb + pw); // moments pass (m, v read and written), update pass
+        case OPT_MUON: return 0;  // not elementwise: its lab is dev/cuda/muon.cu
     }
     return 0;
 }

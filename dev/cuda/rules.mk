@@ -69,7 +69,9 @@ TEST_SAN_PHONY += test-cuda-san
 # both and a --bench smoke run (small shapes on the harness); cuda-compile-check also compiles the
 # FP32 builds with nvcc (same flags as dev/cuda/Makefile's compile-check).
 CUDA_PRECISION_LABS := encoder layernorm gelu fused_classifier
-CUDA_FP32_BINS := $(patsubst %,$(BUILD)/cuda/%_fp32,$(CUDA_PRECISION_LABS))
+# (muon: both precisions' --check; its bench is GPT-2 124M's matrices, for a GPU only)
+CUDA_FP32_LABS := $(CUDA_PRECISION_LABS) muon
+CUDA_FP32_BINS := $(patsubst %,$(BUILD)/cuda/%_fp32,$(CUDA_FP32_LABS))
 $(BUILD)/cuda/%_fp32: dev/cuda/%.cu
 	@mkdir -p $(@D)
 	@echo "  CXX   $@ (CPU harness, fp32)"
@@ -78,8 +80,9 @@ cuda-harness test-cuda: $(CUDA_FP32_BINS)
 TEST_TARGETS += $(CUDA_FP32_BINS)
 CUDA_TEST_CMDS += $(foreach l,$(CUDA_PRECISION_LABS),&& $(BUILD)/cuda/$(l)_fp32 --check -q && \
 	$(BUILD)/cuda/$(l) --bench -r 2 >/dev/null)
+CUDA_TEST_CMDS += && $(BUILD)/cuda/muon_fp32 --check -q
 
-CUDA_FP32_CHECK_OBJS := $(patsubst %,build/cuda-check/%_fp32.o,$(CUDA_PRECISION_LABS))
+CUDA_FP32_CHECK_OBJS := $(patsubst %,build/cuda-check/%_fp32.o,$(CUDA_FP32_LABS))
 build/cuda-check/%_fp32.o: dev/cuda/%.cu $(LLMC_HEADERS) $(LLMC_CUDA_HEADERS) $(wildcard dev/cuda/*.h)
 	@mkdir -p $(@D)
 	@command -v $(NVCC) >/dev/null || { echo "error: $(NVCC) not found (CUDA toolkit needed for the compile check)"; exit 1; }

@@ -518,6 +518,25 @@ static inline int matmul_gemm(floatX* d, const floatX* a, const floatX* b, const
 #endif
 }
 
+// The strided-batched product as a plain function of void pointers to floatX matrices (Muon's
+// OptimGemmBatched hook, llmc/optim/muon.h): for i < batch, D_i = alpha op(A_i) op(B_i) + beta D_i.
+static inline void matmul_gemm_batched(int trans_a, int trans_b, int M, int N, int K, float alpha, const void* A,
+                                       long long lda, long long stride_a, const void* B, long long ldb,
+                                       long long stride_b, float beta, void* D, long long ldd, long long stride_d,
+                                       int batch, void* stream) {
+    GemmShape s = gemm_shape(M, N, K, trans_a, trans_b);
+    s.lda = lda;
+    s.ldb = ldb;
+    s.ldd = ldd;
+    s.batch = batch;
+    s.stride_a = stride_a;
+    s.stride_b = stride_b;
+    s.stride_d = stride_d;
+    s.alpha = alpha;
+    s.beta = beta;
+    matmul_gemm((floatX*)D, (const floatX*)A, (const floatX*)B, s, GEMM_EPI_NONE, NULL, NULL, (cudaStream_t)stream);
+}
+
 // ----------------------------------------------------------------------------
 // kernels: the deterministic bias gradient
 

@@ -209,6 +209,20 @@ static void muon_newton_schulz_gpu(const OptimState* st, const MuonRun* r, Tw* x
     }
 }
 
+// Orthogonalizes the batch of part (rows x cols) matrices at x in place: each matrix's norm (fixed
+// order), X = U / (|U| + eps), five Newton-Schulz steps; y, A, B' and partials are scratch
+// (muon_device_work's sizes).
+template <typename Tw>
+static void muon_orthogonalize_gpu(const OptimState* st, const MuonRun* part, Tw* x, Tw* y, Tw* A, Tw* Bm,
+                                   float* partials, cudaStream_t stream) {
+    const size_t per = part->rows * part->cols;
+    const unsigned nb = (unsigned)part->batch;
+    launch(muon_norm_partials_kernel<Tw>, dim3(MUON_NORM_CHUNKS, nb), MUON_THREADS, 0, stream, (const Tw*)x, per, partials);
+    launch(muon_normalize_kernel<Tw>, dim3(muon_grid(per) / nb + 1, nb), MUON_THREADS, 0, stream, x, per,
+           (const float*)partials);
+    muon_newton_schulz_gpu<Tw>(st, part, x, y, A, Bm, stream);
+}
+
 template <typename Tp, typename Tg>
 static void muon_step_gpu(OptimState* st, Tp* params, float* master, const Tg* grads, float lr, int step, bool sr,
                           const float* d_clip_scale, cudaStream_t stream) {
@@ -260,12 +274,7 @@ static void muon_step_gpu(OptimState* st, Tp* params, float* master, const Tg* g
                 launch(muon_momentum_kernel<Tg, Tp, false>, muon_grid(n), MUON_THREADS, 0, stream, grads + off,
                        st->m + off, (uint16_t*)nullptr, x, n, param, c->momentum, c->nesterov, key, d_clip_scale);
             }
-            launch(muon_norm_partials_kernel<Tp>, dim3(MUON_NORM_CHUNKS, (unsigned)nb), MUON_THREADS, 0, stream,
-                   (const Tp*)x, per, partials);
-            const unsigned gx = muon_grid(per) / (unsigned)nb + 1;
-            launch(muon_normalize_kernel<Tp>, dim3(gx, (unsigned)nb), MUON_THREADS, 0, stream, x, per,
-                   (const float*)partials);
-            muon_newton_schulz_gpu<Tp>(st, &part, x, y, A, Bm, stream);
+            muon_orthogonalize_gpu<Tp>(st, &part, x, y, A, Bm, partials, stream);
             bool done = false;
             if constexpr (sizeof(Tp) == 2) {
                 if (master != nullptr) {
