@@ -177,18 +177,10 @@ static void check_resume(const char* model_path, const char* state_path, const T
 // Schulz in floatX through the batched GEMM (bf16 build: bf16 with fp32 accumulation) against the
 // reference's float64, with the build's step tolerance. Then a resume after 3 steps: bit-identical.
 static void check_muon(const char* model_path, const char* state_path) {
-    GPT2Config c;
-    ParamTable pt;
-    RefState s;
-    ref_load(model_path, state_path, &c, &pt, &s);
     TrainOptions o;
     train_options_defaults(&o);
     trainer_defaults(&o);
-    o.optimizer = OPT_MUON;
-    const AdamWHyper h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
-    printf("muon:\n");
-    ref_check_steps_with(model_path, &s, &TOL, &o, h);
-    ref_state_free(&s);
+    ref_check_muon(model_path, state_path, &TOL, &o);
     o.opt_state = OPT_STATE_BF16;  // (its stochastic rounding too)
     check_resume(model_path, state_path, &o, "muon, bf16 state,");
 }

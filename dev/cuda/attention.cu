@@ -432,10 +432,8 @@ int main(int argc, char** argv) {
     long long B = 8, T = 1024, C = 768, NH = 12, S = 8192, repeats = 20, seed = -1;
     LabArgv args(argc, argv, usage);
     while (args.next()) {
-        if (args.is("--check")) do_bench = false;
-        else if (args.is("--bench")) do_bench = true;
-        else if (args.is("-q")) g_quiet = true;
-        else if (args.is("--seed")) seed = args.integer(0, 1LL << 62);
+        if (args.mode(&do_bench)) continue;
+        if (args.is("--seed")) seed = args.integer(0, 1LL << 62);
         else if (args.is("-b")) { B = args.integer(1, 1024); bench_flag = true; }
         else if (args.is("-t")) { T = args.integer(1, 65536); bench_flag = true; }
         else if (args.is("-c")) { C = args.integer(8, 16384); bench_flag = true; }

@@ -477,6 +477,15 @@ struct LabArgv {
     const char* prog() const { return argv[0]; }
     bool next() { return ++i < argc; }
     bool is(const char* flag) const { return strcmp(argv[i], flag) == 0; }
+    // The flags of every lab: --check, --bench (into *bench), -q (g_quiet). True when the argument
+    // at hand is one of them (then the caller goes on to the next).
+    bool mode(bool* bench) const {
+        if (is("--check")) *bench = false;
+        else if (is("--bench")) *bench = true;
+        else if (is("-q")) g_quiet = true;
+        else return false;
+        return true;
+    }
 
     // "prog: <message>" on stderr, then usage (exit 2).
     [[noreturn]] __attribute__((format(printf, 2, 3))) void fail(const char* fmt, ...) const {
@@ -545,10 +554,8 @@ static inline int lab_main(int argc, char** argv, LabUsage usage, const Version 
     uint64_t seed = (uint64_t)lab_fresh_seed();
     LabArgv args(argc, argv, usage);
     while (args.next()) {
-        if (args.is("--check")) bench = false;
-        else if (args.is("--bench")) bench = true;
-        else if (args.is("-q")) g_quiet = true;
-        else if (args.is("-v")) version = args.value();
+        if (args.mode(&bench)) continue;
+        if (args.is("-v")) version = args.value();
         else if (args.is("-s")) seed = (uint64_t)args.integer(0, INT64_MAX);
         else if (args.is("-r")) repeats = args.integer(1, 1000);
         else args.reject();

@@ -336,10 +336,8 @@ static inline int optlab_main(int argc, char** argv, const char* lab, LabUsage u
     const char* which = "all";
     LabArgv args(argc, argv, usage);
     while (args.next()) {
-        if (args.is("--check")) o.bench = false;
-        else if (args.is("--bench")) o.bench = true;
-        else if (args.is("--gpt2")) o.gpt2 = true;
-        else if (args.is("-q")) g_quiet = true;
+        if (args.mode(&o.bench)) continue;
+        if (args.is("--gpt2")) o.gpt2 = true;
         else if (args.is(select)) which = args.value();
         else if (args.is("-n")) o.n = args.integer(1, 1LL << 33);
         else if (args.is("-s")) o.steps = args.integer(1, 1000);

@@ -348,10 +348,8 @@ int main(int argc, char** argv) {
     long long N = 8192, C = 768, Vp = 50304, S = 8192, repeats = 20, seed = -1;
     LabArgv args(argc, argv, usage);
     while (args.next()) {
-        if (args.is("--check")) do_bench = false;
-        else if (args.is("--bench")) do_bench = true;
-        else if (args.is("-q")) g_quiet = true;
-        else if (args.is("-v")) version = args.value();
+        if (args.mode(&do_bench)) continue;
+        if (args.is("-v")) version = args.value();
         else if (args.is("--seed")) seed = args.integer(0, 1LL << 62);
         else if (args.is("-n")) { N = args.integer(1, 1 << 20); bench_flag = true; }
         else if (args.is("-c")) { C = args.integer(8, 16384, 8); bench_flag = true; }

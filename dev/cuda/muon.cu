@@ -291,10 +291,8 @@ int main(int argc, char** argv) {
     long long seed = -1, repeats = 10;
     LabArgv args(argc, argv, usage);
     while (args.next()) {
-        if (args.is("--check")) do_bench = false;
-        else if (args.is("--bench")) do_bench = true;
-        else if (args.is("-q")) g_quiet = true;
-        else if (args.is("--seed")) seed = args.integer(0, 1LL << 62);
+        if (args.mode(&do_bench)) continue;
+        if (args.is("--seed")) seed = args.integer(0, 1LL << 62);
         else if (args.is("-r")) repeats = args.integer(1, 1000);
         else args.reject();
     }

@@ -304,22 +304,28 @@ class AdamW:
         return math.sqrt(sum(float(torch.linalg.vector_norm(p.grad, dtype=torch.float64)) ** 2
                              for p in params.values()))
 
+    def clipped_grads(self):
+        """(the global norm, each parameter's gradient after the clip)."""
+        norm = self.grad_norm(self.params)
+        scale = self.grad_clip / norm if self.grad_clip > 0 and norm > self.grad_clip else None
+        return norm, {k: p.grad if scale is None else p.grad * scale for k, p in self.params.items()}
+
+    def adamw_tensor(self, name, p, g, t):
+        """One tensor's AdamW update at step t (in-place ops: a few passes over its memory)."""
+        m, v = self.m[name], self.v[name]
+        m.mul_(self.beta1).add_(g, alpha=1.0 - self.beta1)
+        v.mul_(self.beta2).addcmul_(g, g, value=1.0 - self.beta2)
+        upd = (m / (1.0 - self.beta1 ** t)).div_((v / (1.0 - self.beta2 ** t)).sqrt_().add_(self.eps))
+        if name in DECAYED:
+            upd.add_(p, alpha=self.weight_decay)
+        p.add_(upd, alpha=-self.lr)
+
     @torch.no_grad()
     def step(self, step):
         """Updates the params from their .grad; returns the global grad norm before clipping."""
-        t = step + 1
-        norm = self.grad_norm(self.params)
-        scale = self.grad_clip / norm if self.grad_clip > 0 and norm > self.grad_clip else None
-        bc1, bc2 = 1.0 - self.beta1 ** t, 1.0 - self.beta2 ** t
-        for name, p in self.params.items():  # in-place ops: a few passes over memory per tensor
-            g = p.grad if scale is None else p.grad * scale
-            m, v = self.m[name], self.v[name]
-            m.mul_(self.beta1).add_(g, alpha=1.0 - self.beta1)
-            v.mul_(self.beta2).addcmul_(g, g, value=1.0 - self.beta2)
-            upd = (m / bc1).div_((v / bc2).sqrt_().add_(self.eps))
-            if name in DECAYED:
-                upd.add_(p, alpha=self.weight_decay)
-            p.add_(upd, alpha=-self.lr)
+        norm, grads = self.clipped_grads()
+        for name, p in self.params.items():
+            self.adamw_tensor(name, p, grads[name], step + 1)
         return norm
 
 
@@ -354,21 +360,11 @@ class Muon(AdamW):
 
     @torch.no_grad()
     def step(self, step):
-        t = step + 1
-        norm = self.grad_norm(self.params)
-        scale = self.grad_clip / norm if self.grad_clip > 0 and norm > self.grad_clip else None
-        bc1, bc2 = 1.0 - self.beta1 ** t, 1.0 - self.beta2 ** t
+        norm, grads = self.clipped_grads()
         for name, p in self.params.items():
-            g = p.grad if scale is None else p.grad * scale
-            m = self.m[name]
+            g, m = grads[name], self.m[name]
             if name not in MUON_MATRICES:
-                v = self.v[name]
-                m.mul_(self.beta1).add_(g, alpha=1.0 - self.beta1)
-                v.mul_(self.beta2).addcmul_(g, g, value=1.0 - self.beta2)
-                upd = (m / bc1).div_((v / bc2).sqrt_().add_(self.eps))
-                if name in DECAYED:
-                    upd.add_(p, alpha=self.weight_decay)
-                p.add_(upd, alpha=-self.lr)
+                self.adamw_tensor(name, p, g, step + 1)
                 continue
             m.mul_(self.momentum).add_(g)
             u = g + self.momentum * m

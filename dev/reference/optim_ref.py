@@ -156,14 +156,18 @@ def ref_torch_class(cfg, shapes, params, grads):
     return np.stack(out), None
 
 
+def float64_state(params):
+    """float64 copies of the parameters, and their first and second moments at 0."""
+    ps = [p.double().clone() for p in params]
+    return ps, [torch.zeros_like(p) for p in ps], [torch.zeros_like(p) for p in ps]
+
+
 def ref_lamb(cfg, shapes, params, grads):
     """LAMB (You et al. 2019, Algorithm 2, phi = identity), per tensor, in torch ops."""
     groups = groups_of(shapes)
     b1, b2, eps = f32(cfg.get("beta1", 0.9)), f32(cfg.get("beta2", 0.999)), f32(cfg.get("eps", 1e-6))
     lr, wd = f32(cfg["lr"]), f32(cfg["wd"])
-    ps = [p.double().clone() for p in params]
-    ms = [torch.zeros_like(p) for p in ps]
-    vs = [torch.zeros_like(p) for p in ps]
+    ps, ms, vs = float64_state(params)
     out = []
     for t in range(1, STEPS + 1):
         for k, (dec, lm) in enumerate(groups):
@@ -223,9 +227,7 @@ def ref_muon(cfg, shapes, params, grads):
     mu, nesterov = f32(cfg.get("momentum", 0.95)), not cfg.get("muon_plain")
     b1, b2, eps = f32(cfg.get("beta1", 0.9)), f32(cfg.get("beta2", 0.95)), f32(cfg.get("eps", 1e-8))
     lr, wd, amult = f32(cfg["lr"]), f32(cfg["wd"]), f32(cfg.get("adamw_lr_mult", 1.0))
-    ps = [p.double().clone() for p in params]
-    ms = [torch.zeros_like(p) for p in ps]
-    vs = [torch.zeros_like(p) for p in ps]
+    ps, ms, vs = float64_state(params)
     out = []
     for t in range(1, STEPS + 1):
         for k, (dec, lm) in enumerate(groups):

@@ -163,4 +163,20 @@ static LS_UNUSED void ref_check_steps(const char* model_path, const RefState* s,
     ref_check_steps_with(model_path, s, tol, REF_BUILD_OPTS, h);
 }
 
+// Muon's steps against gpt2_ref.py state --optimizer muon (lr 1e-3, momentum 0.95 with Nesterov,
+// the AdamW tensors at the same lr, betas 0.9 0.95, eps 1e-8, wd 0.1, clip 1): the trainer built
+// with o (the test's defaults) and --optimizer muon.
+static LS_UNUSED void ref_check_muon(const char* model_path, const char* state_path, const RefTolerances* tol,
+                                     TrainOptions* o) {
+    GPT2Config c;
+    ParamTable pt;
+    RefState s;
+    ref_load(model_path, state_path, &c, &pt, &s);
+    o->optimizer = OPT_MUON;
+    const AdamWHyper h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    printf("muon:\n");
+    ref_check_steps_with(model_path, &s, tol, o, h);
+    ref_state_free(&s);
+}
+
 #endif // DEV_TEST_TEST_COMMON_H
