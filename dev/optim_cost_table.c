@@ -42,6 +42,8 @@ int main(void) {
         {"lamb", OPT_LAMB, OPT_STATE_BF16, 0, 0, -1.0f},        {"lamb", OPT_LAMB, OPT_STATE_INT8, 0, 0, -1.0f},
         {"lion", OPT_LION, OPT_STATE_FP32, 0, 0, -1.0f},        {"lion", OPT_LION, OPT_STATE_BF16, 0, 0, -1.0f},
         {"lion", OPT_LION, OPT_STATE_INT8, 0, 0, -1.0f},
+        {"muon", OPT_MUON, OPT_STATE_FP32, 0, 1, -1.0f},        {"muon", OPT_MUON, OPT_STATE_BF16, 0, 1, -1.0f},
+        {"muon", OPT_MUON, OPT_STATE_INT8, 0, 1, -1.0f},
     };
     printf("| optimizer | state | GPU, 1 process | -z 1, per process of 2 | -z 1, per process of 8 | --badam 4 | --offload: host | --offload: GPU staging |\n");
     printf("|---|---|---|---|---|---|---|---|\n");
@@ -68,18 +70,28 @@ int main(void) {
         }
         OptimSizes one = train_options_optim_sizes(&o, &c, 0, 1);
         cell(per_param(one.bytes, n));
+        const int muon = r->kind == OPT_MUON;  // (issue 14: its ZeRO-1 and offload are not yet)
         o.zero_stage = 1;
-        cell(per_param(train_options_optim_sizes(&o, &c, 0, 2).bytes, n));
-        cell(per_param(train_options_optim_sizes(&o, &c, 0, 8).bytes, n));
+        if (muon) {
+            printf(" not yet | not yet |");
+        } else {
+            cell(per_param(train_options_optim_sizes(&o, &c, 0, 2).bytes, n));
+            cell(per_param(train_options_optim_sizes(&o, &c, 0, 8).bytes, n));
+        }
         o.zero_stage = 0;
         o.badam = 4;
         cell(per_param(train_options_optim_sizes(&o, &c, 0, 1).bytes, n));
         o.badam = 0;
+        if (muon) {
+            printf(" not yet | not yet |\n");
+            continue;
+        }
         o.offload = 1;
         OptimSizes off = train_options_optim_sizes(&o, &c, 0, 1);
         cell(per_param(off.bytes, n));
         printf(" %.1f MiB |\n", 2.0 * (double)off.stage_bytes / (1024.0 * 1024.0));
     }
-    printf("\nGPT-2 124M (d12), %zu parameters; bytes of optimizer state per parameter of the model.\n", n);
+    printf("\nGPT-2 124M (d12), %zu parameters; bytes of optimizer state per parameter of the model (Muon: its\n"
+           "Newton-Schulz scratch aside: 0.27 B/param on the CPU, the largest batched piece on the GPU).\n", n);
     return 0;
 }
