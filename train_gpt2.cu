@@ -345,9 +345,7 @@ static void gpt2_setup_modes(GPT2* model, uint64_t seed, int B, int T, const Tra
     if (model->zero_stage >= 1) { model->shard = zero_shard_elems(n_params, procs); }
     // the optimizer engine: its views and the size of its block (allocated by gpt2_alloc_state)
     OptimConfig cfg = opts ? train_options_optimizer(opts) : optim_config_default(OPT_ADAMW);
-    if (cfg.kind == OPT_MUON && (model->offload || cfg.state == OPT_STATE_INT8)) {
-        ls_fatal("--optimizer muon with %s: not yet in the GPU trainer (issue 14)", model->offload ? "--offload" : "--opt-state int8");
-    }
+    if (cfg.kind == OPT_MUON && model->offload) { ls_fatal("--optimizer muon with --offload: not yet (issue 14)"); }
     cfg.seed = seed;
     optim_engine_init(&model->opt, &cfg, &model->table, model->use_badam ? &model->badam : NULL,
                       opts ? opts->weight_decay : 0.0f, model->nccl ? model->nccl->rank : 0, procs,

@@ -17,8 +17,9 @@
                 output's singular values still land in the quintic's band (~[0.7, 1.2]), which
                 is what Muon needs (dev/reference/optim_ref.py checks the band on the CPU's).
             (2) a whole Muon step through optim_step_gpu (matrix runs of two shapes and AdamW
-            vectors, fp32 or bf16 state) against optim_step_cpu on the same inputs for 4 steps, the
-            CPU's products a float64-accumulated loop here: FP32 parameters within
+            vectors, fp32, bf16 or int8 state) against optim_step_cpu on the same inputs for 4 steps, the
+            CPU's products a float64-accumulated loop here: the state block bit for bit (it depends on
+            the gradients only: momentum, AdamW's moments, the same rounding bits); FP32 parameters within
             1e-6 |p| + 1e-4 lr t (the orthogonalized update differs by ~1e-5 relative, scaled by
             lr s with s <= 2); BF16 (bf16 parameters with master weights, bf16 products) within
             1e-6 |p| + 0.05 lr t s (the bf16 Newton-Schulz error above, per step).
@@ -169,7 +170,7 @@ static bool check_orthogonalize(int r, int c, int batch, uint64_t seed) {
 }
 
 // A Muon step through optim_step_gpu against optim_step_cpu: two matrix tensors of 3 layers each
-// (a wide 16 x 48 and a tall 64 x 32), AdamW vectors between them.
+// (a wide 16 x 48 and a tall 128 x 48), AdamW vectors between them.
 static bool check_step(OptimStatePrecision prec, uint64_t seed) {
     std::vector<OptimSegment> segs;
     size_t n = 0;
@@ -184,8 +185,8 @@ static bool check_step(OptimStatePrecision prec, uint64_t seed) {
     add(40, 0, 0, 0.0f);
     for (int l = 0; l < 3; l++) add(16 * 48, 16, 48, 0.1f);
     add(48, 0, 0, 0.0f);
-    add(3000, 0, 0, 0.1f);
-    for (int l = 0; l < 3; l++) add(64 * 32, 64, 32, 0.1f);
+    add(5000, 0, 0, 0.1f);  // (over the int8 size threshold: quantized AdamW state)
+    for (int l = 0; l < 3; l++) add(128 * 48, 128, 48, 0.1f);  // (quantized momentum, a block straddling rows)
     add(32, 0, 0, 0.0f);
     OptimConfig cfg = optim_config_default(OPT_MUON);
     cfg.state = prec;
@@ -222,10 +223,14 @@ static bool check_step(OptimStatePrecision prec, uint64_t seed) {
         const double tol = 1e-6 * fabs(pc[i]) + (FLOATX_IS_BF16 ? 0.05 * 2.0 : 1e-4) * lr * steps;
         worst = fmax(worst, fabs(got[i] - pc[i]) / tol);
     }
-    const bool ok = worst <= 1.0;
+    // the state depends on the gradients only (momentum, AdamW's moments; the same rounding bits):
+    // the whole block, bit for bit
+    const bool same_state = cpu.bytes == dev.bytes && download_bytes(dev.memory, dev.bytes) ==
+                            std::vector<uint8_t>((uint8_t*)cpu.memory, (uint8_t*)cpu.memory + cpu.bytes);
+    const bool ok = worst <= 1.0 && same_state;
     if (!ok || !g_quiet) {
-        printf("  step, %s state, %d steps vs optim_step_cpu: worst error %.3f of the tolerance  %s\n",
-               optim_precision_name(prec), steps, worst, ok ? "ok" : "FAIL");
+        printf("  step, %s state, %d steps vs optim_step_cpu: worst error %.3f of the tolerance, state block %s  %s\n",
+               optim_precision_name(prec), steps, worst, same_state ? "bit-identical" : "DIFFERS", ok ? "ok" : "FAIL");
     }
     optim_state_free(&cpu);
     cudaCheck(cudaFree(dev.work));
@@ -310,7 +315,7 @@ int main(int argc, char** argv) {
             total++;
             if (!check_orthogonalize(k[0], k[1], k[2], s += 7)) failed++;
         }
-        for (OptimStatePrecision prec : {OPT_STATE_FP32, OPT_STATE_BF16}) {
+        for (OptimStatePrecision prec : {OPT_STATE_FP32, OPT_STATE_BF16, OPT_STATE_INT8}) {
             total++;
             if (!check_step(prec, s += 7)) failed++;
         }

@@ -13,7 +13,8 @@
      fp32 accumulation in the bf16 build), tall matrices as X^T X without a transpose; (4)
      muon_apply_kernel: W = W (1 - lr wd) - lr s X (master weights, stochastic rounding of bf16
      parameters as every optimizer).
- int8 Muon state on the GPU: not yet (refused).
+ int8 state: the momentum kernel works per quantization block (muon_momentum_int8_kernel), a run's
+ pieces hold whole segments so that no block straddles two.
 */
 #ifndef LLMC_OPTIM_MUON_CUH
 #define LLMC_OPTIM_MUON_CUH
@@ -46,6 +47,48 @@ __global__ void muon_momentum_kernel(const Tg* __restrict__ g, float* __restrict
             m32[i] = b;
         }
         u[i] = muon_from_float<Tw>(nesterov ? fmaf(mu, b, gi) : b);
+    }
+}
+
+// (1) with int8 state: one CUDA block per quantization block b in [b_first, b_first + b_count) (whole
+// segments): dequantize (or the small tensor's fp32), B = mu B + g, U, the block's new absmax and
+// codes: the CPU's muon_momentum_segment bit for bit. u holds the piece from state element u_off.
+template <typename Tg, typename Tw>
+__global__ void __launch_bounds__(OPT_Q8_THREADS)
+muon_momentum_int8_kernel(const Tg* __restrict__ grads, Adamw8Buffers q, const OptimSegment* __restrict__ segs,
+                          const size_t* __restrict__ block0, const size_t* __restrict__ small_off, int nseg,
+                          size_t b_first, size_t b_count, size_t u_off, Tw* __restrict__ u, float mu, int nesterov,
+                          const float* __restrict__ clip_scale) {
+    constexpr int V = OPT_BLOCK / OPT_Q8_THREADS;
+    __shared__ float red[OPT_Q8_THREADS / 32];
+    const float scale = adamw_clip_scale(clip_scale);
+    for (size_t b = b_first + blockIdx.x; b < b_first + b_count; b += gridDim.x) {
+        const int s = optim_block_segment(block0, nseg, b);
+        const OptimSegment sg = segs[s];
+        const size_t rel = (b - block0[s]) * OPT_BLOCK, rest = sg.count - rel, len = rest < OPT_BLOCK ? rest : OPT_BLOCK;
+        const size_t j0 = (size_t)threadIdx.x * V, start = sg.offset + rel, so = small_off[s];
+        const float am_old = so == OPT_NOT_SMALL ? q.absmax_m[b] : 0.0f;
+        float m[V];
+        float mx = 0.0f;
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            m[j] = 0.0f;
+            if (j0 + j >= len) continue;
+            const size_t i = start + j0 + j;
+            const float old = so != OPT_NOT_SMALL ? q.m32[so + rel + j0 + j] : q.maps[q.qm[i]] * am_old;
+            const float gi = (float)grads[i] * scale;
+            m[j] = fmaf(mu, old, gi);
+            u[i - u_off] = muon_from_float<Tw>(nesterov ? fmaf(mu, m[j], gi) : m[j]);
+            if (so != OPT_NOT_SMALL) q.m32[so + rel + j0 + j] = m[j];
+            mx = fmaxf(mx, fabsf(m[j]));
+        }
+        if (so != OPT_NOT_SMALL) continue;  // (uniform per CUDA block: no barrier skipped by a part)
+        const float am = optim_block_max(mx, red), inv = quant8_inv_absmax(am);
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            if (j0 + j < len) q.qm[start + j0 + j] = quant8_quantize(q.maps, m[j] * inv);
+        }
+        if (threadIdx.x == 0) q.absmax_m[b] = am;
     }
 }
 
@@ -227,7 +270,6 @@ template <typename Tp, typename Tg>
 static void muon_step_gpu(OptimState* st, Tp* params, float* master, const Tg* grads, float lr, int step, bool sr,
                           const float* d_clip_scale, cudaStream_t stream) {
     const OptimConfig* c = &st->cfg;
-    if (c->state == OPT_STATE_INT8) ls_fatal("--optimizer muon --opt-state int8: not yet on the GPU (issue 14)");
     if (st->gemm_batched == NULL || st->gemm_elem != (int)sizeof(Tp) || st->work == NULL) {
         ls_fatal("optimizer: Muon on the GPU needs its batched multiply in the parameters' type and its scratch "
                  "(optim_engine_set_gemm_batched, OptimEngine.work)");
@@ -267,7 +309,16 @@ static void muon_step_gpu(OptimState* st, Tp* params, float* master, const Tg* g
             MuonRun part = *r;
             part.batch = nb;
             const size_t n = (size_t)nb * per, off = r->off + (size_t)b0 * per, param = r->param + (size_t)b0 * per;
-            if (c->state == OPT_STATE_BF16) {
+            if (c->state == OPT_STATE_INT8) {
+                const int s0 = r->first + b0 / r->per_seg, ns = nb / r->per_seg;
+                const size_t bf = st->block0[s0], bc = st->block0[s0 + ns] - bf;
+                const Adamw8Buffers q = {st->qm, st->qv, st->absmax_m, st->absmax_v, st->m32, st->v32, st->maps,
+                                         nullptr, nullptr, nullptr};
+                const unsigned grid = (unsigned)(bc < (size_t)cuda_sm_count() * 8 ? bc : (size_t)cuda_sm_count() * 8);
+                launch(muon_momentum_int8_kernel<Tg, Tp>, grid > 0 ? grid : 1, OPT_Q8_THREADS, 0, stream, grads, q,
+                       (const OptimSegment*)st->d_segs, (const size_t*)st->d_block0, (const size_t*)st->d_small_off,
+                       st->nseg, bf, bc, off, x, c->momentum, c->nesterov, d_clip_scale);
+            } else if (c->state == OPT_STATE_BF16) {
                 launch(muon_momentum_kernel<Tg, Tp, true>, muon_grid(n), MUON_THREADS, 0, stream, grads + off,
                        (float*)nullptr, st->m16 + off, x, n, param, c->momentum, c->nesterov, key, d_clip_scale);
             } else {

@@ -111,6 +111,7 @@ typedef struct {
     size_t param;         // matrices: the first parameter (the rest follow)
     size_t rows, cols;    // matrices: one orthogonalized matrix
     int batch;            // matrices: how many (count / (rows * cols))
+    int per_seg;          // matrices: how many in each segment (its segments have one size)
 } MuonRun;
 
 static inline int muon_runs_build(const OptimSegment* segs, int nseg, int qkv_joined, const size_t* adam_off,
@@ -124,8 +125,9 @@ static inline int muon_runs_build(const OptimSegment* segs, int nseg, int qkv_jo
         const OptimSegment* prev = s > 0 ? &segs[s - 1] : NULL;
         int joins = r != NULL && r->matrix == matrix;
         if (joins && matrix) {
-            joins = r->rows == rows && r->cols == cols && prev->weight_decay == sg->weight_decay &&
-                    prev->lr_mult == sg->lr_mult && prev->param + prev->count == sg->param;
+            joins = r->rows == rows && r->cols == cols && prev->count == sg->count &&
+                    prev->weight_decay == sg->weight_decay && prev->lr_mult == sg->lr_mult &&
+                    prev->param + prev->count == sg->param;
         }
         if (joins) {
             r->nseg++;
@@ -134,8 +136,9 @@ static inline int muon_runs_build(const OptimSegment* segs, int nseg, int qkv_jo
             continue;
         }
         if (k == MUON_MAX_RUNS) ls_fatal("optimizer: Muon's segment table has over %d runs", MUON_MAX_RUNS);
-        MuonRun n = {s, 1, matrix, sg->offset, sg->count, matrix ? 0 : adam_off[s], sg->param, rows, cols,
-                     matrix ? (int)(sg->count / (rows * cols)) : 0};
+        const int per_seg = matrix ? (int)(sg->count / (rows * cols)) : 0;
+        MuonRun n = {s, 1, matrix, sg->offset, sg->count, matrix ? 0 : adam_off[s], sg->param, rows, cols, per_seg,
+                     per_seg};
         out[k++] = n;
     }
     return k;
@@ -149,10 +152,12 @@ static inline int muon_runs_build(const OptimSegment* segs, int nseg, int qkv_jo
 #define MUON_PIECE_ELEMS ((size_t)1 << 22)
 #endif
 
-// Matrices per batched piece of a run.
+// Matrices per batched piece of a run: whole segments (int8 state's blocks never straddle two).
 static inline int muon_piece(const MuonRun* r) {
     const size_t per = r->rows * r->cols, fit = MUON_PIECE_ELEMS / (per > 0 ? per : 1);
-    return fit < 1 ? 1 : (fit < (size_t)r->batch ? (int)fit : r->batch);
+    const size_t seg = r->per_seg > 0 ? (size_t)r->per_seg : 1, whole = fit / seg * seg;
+    const size_t pc = whole < seg ? seg : whole;
+    return pc < (size_t)r->batch ? (int)pc : r->batch;
 }
 
 // The GPU step's scratch for a table: elems of the parameters' type (X and its next value for the
