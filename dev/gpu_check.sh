@@ -8,6 +8,7 @@
 #   build         `make -j gpu-build`: the kernel labs and train_gpt2cu / test_gpt2cu in bf16 and fp32
 #   labs          every lab's --check on the GPU (kernels vs float64 CPU references), and the harness
 #                 self-tests (the semantics the CPU harness claims)
+#   muon-bench    Muon's lab: GPT-2 124M's four Newton-Schulz runs, ms and TFLOP/s
 #   adamw         the AdamW lab at GPT-2 124M size: --check, then --bench (vs copy bandwidth and
 #                 torch.optim.AdamW(fused=True) when torch is importable)
 #   test-*        test_gpt2cu (bf16, fp32) against the PyTorch reference: the CI config (build/ref,
@@ -236,6 +237,11 @@ gpu_step adamw-bench 60 "$LAB/adamw" --bench --gpt2 -r 20 "${adamw_torch[@]}"
 if [ -f "$LOGS/adamw-bench.log" ]; then
     NOTES+=("AdamW, GPT-2 124M (vs device copy bandwidth and torch fused):
 $(sed -n '/^AdamW bench/,$p' "$LOGS/adamw-bench.log" | head -n 20 | sed 's/^/  /')")
+fi
+gpu_step muon-bench 60 "$LAB/muon" --bench -r 10
+if [ -f "$LOGS/muon-bench.log" ]; then
+    NOTES+=("Muon, GPT-2 124M's Newton-Schulz runs (bf16, cuBLASLt batched; the issue's estimate: ~2 ms per step):
+$(sed -n '/^muon --bench/,$p' "$LOGS/muon-bench.log" | head -n 10 | sed 's/^/  /')")
 fi
 
 # ---------------------------------------------------------------------------------------------
