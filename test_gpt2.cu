@@ -234,6 +234,7 @@ static void check_resume(const char* model_path, const char* state_path, const T
 static void check_offload(const char* model_path, const char* state_path) {
     static const struct { OptimKind kind; OptimStatePrecision state; } cases[] = {
         {OPT_ADAMW, OPT_STATE_FP32}, {OPT_ADAMW, OPT_STATE_INT8}, {OPT_LION, OPT_STATE_FP32}, {OPT_LAMB, OPT_STATE_FP32},
+        {OPT_MUON, OPT_STATE_INT8},  // (whole matrices per chunk; its AdamW tensors' v packed)
     };
     GPT2Config c;
     ParamTable pt;

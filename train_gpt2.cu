@@ -345,7 +345,6 @@ static void gpt2_setup_modes(GPT2* model, uint64_t seed, int B, int T, const Tra
     if (model->zero_stage >= 1) { model->shard = zero_shard_elems(n_params, procs); }
     // the optimizer engine: its views and the size of its block (allocated by gpt2_alloc_state)
     OptimConfig cfg = opts ? train_options_optimizer(opts) : optim_config_default(OPT_ADAMW);
-    if (cfg.kind == OPT_MUON && model->offload) { ls_fatal("--optimizer muon with --offload: not yet (issue 14)"); }
     cfg.seed = seed;
     optim_engine_init(&model->opt, &cfg, &model->table, model->use_badam ? &model->badam : NULL,
                       opts ? opts->weight_decay : 0.0f, model->nccl ? model->nccl->rank : 0, procs,
@@ -419,6 +418,7 @@ static void gpt2_alloc_state(GPT2* model, const TrainOptions* opts) {
     // two chunks of device staging
     cudaCheck(cudaMallocHost(&e->memory, e->bytes > 0 ? e->bytes : 64));
     mc->host_pinned = e->bytes;
+    e->work = model->work_bytes > 0 ? cuda_malloc_counted(mc, MEM_OPT_STATE, gpu_tensor_bytes(model->work_bytes, 1)) : NULL;
     void* stage[2];
     float* mstage[2] = {NULL, NULL};
     for (int i = 0; i < 2; i++) {
@@ -519,6 +519,7 @@ static void gpt2_free(GPT2* model) {
         }
         optim_engine_free_cpu(&model->opt);
         cudaCheck(cudaFreeHost(model->opt.memory));
+        cudaCheck(cudaFree(model->opt.work));
         if (model->master_host) { cudaCheck(cudaFreeHost(model->master_host)); }
     } else {
         optim_engine_free_device(&model->opt);

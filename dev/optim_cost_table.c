@@ -70,7 +70,7 @@ int main(void) {
         }
         OptimSizes one = train_options_optim_sizes(&o, &c, 0, 1);
         cell(per_param(one.bytes, n));
-        const int muon = r->kind == OPT_MUON;  // (issue 14: its ZeRO-1 and offload are not yet)
+        const int muon = r->kind == OPT_MUON;  // (issue 14: its ZeRO-1 is not yet)
         o.zero_stage = 1;
         if (muon) {
             printf(" not yet | not yet |");
@@ -82,10 +82,6 @@ int main(void) {
         o.badam = 4;
         cell(per_param(train_options_optim_sizes(&o, &c, 0, 1).bytes, n));
         o.badam = 0;
-        if (muon) {
-            printf(" not yet | not yet |\n");
-            continue;
-        }
         o.offload = 1;
         OptimSizes off = train_options_optim_sizes(&o, &c, 0, 1);
         cell(per_param(off.bytes, n));

@@ -871,7 +871,17 @@ static void test_plan(void) {
     lion8.state = lamb8.state = OPT_STATE_INT8;
     cok &= optim_cut_snap(pb.segs, pb.nseg, 100, optim_cut_of(&lion8)) == 8 + OPT_BLOCK;
     cok &= optim_cut_snap(pb.segs, pb.nseg, 100, optim_cut_of(&lamb8)) == 8 + 4096;
-    report("cut rules: int8 at blocks, LAMB at tensors, elementwise anywhere", cok, "");
+    // Muon: its matrices whole, its other tensors as AdamW's (tensor 2 as a 64 x 64 matrix, then not)
+    OptimConfig mu = optim_config_default(OPT_MUON), mu8 = mu;
+    mu8.state = OPT_STATE_INT8;
+    pb.segs[2].mat_rows = pb.segs[2].mat_cols = 64;
+    pb.segs[2].mat_parts = 1;
+    cok &= optim_cut_snap(pb.segs, pb.nseg, 100, optim_cut_of(&mu)) == 8 + 4096;
+    cok &= optim_cut_snap(pb.segs, pb.nseg, 100, optim_cut_of(&mu8)) == 8 + 4096;
+    pb.segs[2].mat_rows = pb.segs[2].mat_cols = 0;
+    cok &= optim_cut_snap(pb.segs, pb.nseg, 100, optim_cut_of(&mu)) == 100;
+    cok &= optim_cut_snap(pb.segs, pb.nseg, 100, optim_cut_of(&mu8)) == 8 + OPT_BLOCK;
+    report("cut rules: int8 at blocks, LAMB at tensors, Muon around matrices, elementwise anywhere", cok, "");
 }
 
 typedef struct { const char* name; OptimConfig cfg; int bytes_moved; } Variant;

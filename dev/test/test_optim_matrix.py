@@ -81,9 +81,8 @@ EXPECTED_REFUSED = [
      "the CPU trainer's state is in host memory already (--offload is a GPU trainer flag)", ["--offload"]),
     (("sgd-plain",), ("bf16", "int8"), "*", "*", "no meaning", "SGD without momentum has no state to store in bf16 or int8",
      ["--opt-state", "--momentum"]),
-    # issue 14: Muon's ZeRO-1 (whole matrices per process) and its offload
+    # issue 14: Muon's ZeRO-1 (whole matrices per process)
     (("muon",), "*", "z1", "*", "not yet", "ZeRO-1 for Muon gives each process whole matrices", ["-z"]),
-    (("muon",), "*", "offload", "gpu", "not yet", "Muon's state streamed through the staging chunks", ["--offload"]),
 ]
 
 # Resume is bit-exact for these cells (BAdam with --badam 3 there: the resumed step 3 continues
@@ -92,7 +91,8 @@ RESUME_CELLS = [("adamw", "int8", "device"), ("lion", "fp32", "badam"), ("adamw"
                 ("sgd+nesterov", "fp32", "z1"), ("sgd-plain", "fp32", "z1"), ("adamw", "int8", "z1+offload"),
                 ("adamw", "fp32", "device"), ("lion", "int8", "z1+badam"), ("lamb", "bf16", "offload"),
                 ("adamw+amsgrad", "int8", "badam+offload"), ("lamb", "int8", "z1"), ("lamb", "bf16", "z1+offload"),
-                ("muon", "bf16", "device"), ("muon", "fp32", "badam"), ("muon", "int8", "device")]
+                ("muon", "bf16", "device"), ("muon", "fp32", "badam"), ("muon", "int8", "device"),
+                ("muon", "bf16", "badam+offload")]
 
 # Optimizer state bytes per parameter of the whole-model view (llmc/optim/state.h's banner): exact
 # up to each buffer's 64-byte alignment, or (None) at least the number (int8's per-block scales and

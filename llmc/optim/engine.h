@@ -429,11 +429,20 @@ static inline int optim_chunk_copies(const OptimState* whole, const OptimState* 
     const uintptr_t wb = (uintptr_t)whole->memory, pb = (uintptr_t)part->memory;
     const size_t bl = optim_blocks_before(whole, a), sm = optim_smalls_before(whole, a);
     int k = 0;
-    // per element: fp32, bf16 and int8 moments
+    // per element: fp32, bf16 and int8 moments (Muon's v: its AdamW tensors' elements, packed)
     const void* we[] = {whole->m, whole->v, whole->vmax, whole->m16, whole->v16, whole->vmax16, whole->qm, whole->qv, whole->qvmax};
     const void* pe[] = {part->m, part->v, part->vmax, part->m16, part->v16, part->vmax16, part->qm, part->qv, part->qvmax};
     const size_t es[] = {4, 4, 4, 2, 2, 2, 1, 1, 1};
-    for (int i = 0; i < 9; i++) k = optim_copy_add(out, k, wb, we[i], a, pb, pe[i], part->n, es[i], 0);
+    const int muon = whole->cfg.kind == OPT_MUON, is_v[] = {0, 1, 0, 0, 1, 0, 0, 1, 0};
+    size_t adam_before = 0;
+    for (int s = 0; muon && s < whole->nseg && whole->segs[s].offset < a; s++) {  // (a matrix is never cut)
+        const size_t in = a - whole->segs[s].offset;
+        if (whole->adam_off[s] != OPT_NOT_SMALL) adam_before += in < whole->segs[s].count ? in : whole->segs[s].count;
+    }
+    for (int i = 0; i < 9; i++) {
+        const int packed = muon && is_v[i];
+        k = optim_copy_add(out, k, wb, we[i], packed ? adam_before : a, pb, pe[i], packed ? part->nadam : part->n, es[i], 0);
+    }
     // per block: int8 absmax, LAMB's sums of p^2 and of u^2 (after all blocks); per small element
     const float* wk[] = {whole->absmax_m, whole->absmax_v, whole->absmax_vmax, whole->partials,
                          whole->partials ? whole->partials + whole->nblocks : NULL};

@@ -100,6 +100,9 @@ static inline void optim_offload_build(OptimOffload* o, const OptimEngine* e) {
         const size_t a = o->bounds[k], b = o->bounds[k + 1];
         int nseg = optim_segments_cut(w->segs, w->nseg, a, b, segs);
         optim_state_attach_device(&o->part[k], &w->cfg, segs, nseg, b - a, o->staging[k % 2]);
+        o->part[k].gemm_batched = e->gemm_batched;  // Muon: its products and scratch (one chunk at a time)
+        o->part[k].gemm_elem = e->gemm_elem;
+        o->part[k].work = (float*)e->work;
         o->ncopies[k] = optim_chunk_copies(w, &o->part[k], a, o->copies + (size_t)k * OPTIM_MAX_COPIES);
     }
     free(segs);

@@ -11,7 +11,8 @@
    both           the BAdam block's table cut to the process's shard of the block
  Where a table may be cut without changing any bit (optim_cut_of): anywhere for the elementwise
  optimizers, at the tensors' OPT_BLOCK boundaries for int8 state of any optimizer (absmax
- blocks), at tensor boundaries for LAMB (whatever its state) (its trust ratio needs the whole tensor's sums in one table).
+ blocks), at tensor boundaries for LAMB (whatever its state) (its trust ratio needs the whole tensor's sums in one table),
+ and for Muon around whole matrices (Newton-Schulz needs all of one), its other tensors as AdamW's.
 
  The step plan (optim_plan_step) is the mode logic the trainers share: the active BAdam block and
  its slices, the lowest layer the backward pass must reach, whether the state is zeroed before
@@ -29,10 +30,12 @@
 // ----------------------------------------------------------------------------
 // where a table may be cut
 
-typedef enum { OPTIM_CUT_ELEMENT = 0, OPTIM_CUT_BLOCK, OPTIM_CUT_TENSOR } OptimCut;
+// (MATRIX, MATRIX_BLOCK: Muon's matrices whole, its other tensors by element or by int8 block)
+typedef enum { OPTIM_CUT_ELEMENT = 0, OPTIM_CUT_BLOCK, OPTIM_CUT_TENSOR, OPTIM_CUT_MATRIX, OPTIM_CUT_MATRIX_BLOCK } OptimCut;
 
 static inline OptimCut optim_cut_of(const OptimConfig* c) {
     if (c->kind == OPT_LAMB) return OPTIM_CUT_TENSOR;
+    if (c->kind == OPT_MUON) return c->state == OPT_STATE_INT8 ? OPTIM_CUT_MATRIX_BLOCK : OPTIM_CUT_MATRIX;
     if (c->state == OPT_STATE_INT8) return OPTIM_CUT_BLOCK;
     return OPTIM_CUT_ELEMENT;
 }
@@ -41,8 +44,9 @@ static inline OptimCut optim_cut_of(const OptimConfig* c) {
 static inline size_t optim_cut_snap(const OptimSegment* segs, int nseg, size_t x, OptimCut cut) {
     for (int s = 0; s < nseg; s++) {
         const size_t a = segs[s].offset, b = a + segs[s].count;
-        if (x <= a || x >= b || cut == OPTIM_CUT_ELEMENT) continue;
-        if (cut == OPTIM_CUT_TENSOR) return b;
+        if (x <= a || x >= b) continue;
+        if (cut == OPTIM_CUT_TENSOR || (cut >= OPTIM_CUT_MATRIX && segs[s].mat_rows != 0)) return b;
+        if (cut == OPTIM_CUT_ELEMENT || cut == OPTIM_CUT_MATRIX) return x;
         const size_t up = a + (x - a + OPT_BLOCK - 1) / OPT_BLOCK * OPT_BLOCK;
         return up < b ? up : b;
     }

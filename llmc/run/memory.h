@@ -249,6 +249,7 @@ static inline MemoryReport memory_model_gpu(const GPT2Config* c, int B, int T, c
     r.bytes[MEM_MASTER] = g->master_weights ? gpu_tensor_bytes(g->master_elems, 4) : 0;
     if (g->offload_chunk > 0) {  // in pinned host memory; the device holds two chunks of staging
         r.bytes[MEM_OPT_STATE] = 2 * gpu_tensor_bytes(g->stage_bytes, 1);
+        if (g->opt_work_bytes > 0) r.bytes[MEM_OPT_STATE] += gpu_tensor_bytes(g->opt_work_bytes, 1);
         r.bytes[MEM_MASTER] = g->master_weights ? 2 * gpu_tensor_bytes(g->stage_elems, 4) : 0;
         r.host_pinned = g->opt_state_bytes + (g->master_weights ? g->master_elems * 4 : 0);
     }
