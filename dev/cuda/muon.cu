@@ -2,7 +2,9 @@
  muon.cu: the lab of Muon on the GPU (llmc/optim/muon.cuh; the algorithm and the CPU update in
  llmc/optim/muon.h). The production code only: its orthogonalization (muon_orthogonalize_gpu: the
  fixed-order norms and five Newton-Schulz steps of strided-batched GEMMs through
- llmc/kernels/matmul.cuh's matmul_gemm_batched) and its whole step (optim_step_gpu). Two modes:
+ llmc/kernels/matmul.cuh's matmul_gemm_batched) and its whole step (muon_step_gpu, what
+ optim_step_gpu runs for Muon; calling it alone keeps the other optimizers' kernels out of this
+ build). Two modes:
 
    --check  (1) batches of tall, wide and square random matrices with singular values spread over
             [0.05, 1] x the largest (U diag(s) V^T in floatX), orthogonalized on the device, against
@@ -16,7 +18,7 @@
                 largest here): measured 5.8e-2 at worst over 180 cases (1.5e-2 typical); the
                 output's singular values still land in the quintic's band (~[0.7, 1.2]), which
                 is what Muon needs (dev/reference/optim_ref.py checks the band on the CPU's).
-            (2) a whole Muon step through optim_step_gpu (matrix runs of two shapes and AdamW
+            (2) a whole Muon step through muon_step_gpu (matrix runs of two shapes and AdamW
             vectors, fp32, bf16 or int8 state) against optim_step_cpu on the same inputs for 4 steps, the
             CPU's products a float64-accumulated loop here: the state block bit for bit (it depends on
             the gradients only: momentum, AdamW's moments, the same rounding bits); FP32 parameters within
@@ -169,7 +171,7 @@ static bool check_orthogonalize(int r, int c, int batch, uint64_t seed) {
     return ok;
 }
 
-// A Muon step through optim_step_gpu against optim_step_cpu: two matrix tensors of 3 layers each
+// A Muon step through muon_step_gpu against optim_step_cpu: two matrix tensors of 3 layers each
 // (a wide 16 x 48 and a tall 128 x 48), AdamW vectors between them.
 static bool check_step(OptimStatePrecision prec, uint64_t seed) {
     std::vector<OptimSegment> segs;
@@ -214,7 +216,7 @@ static bool check_step(OptimStatePrecision prec, uint64_t seed) {
         for (float& v : g) v = (float)as_floatX(0.01 * rng.normal());
         copy_to_X(dg, g);
         optim_step_cpu(&cpu, pc.data(), g.data(), lr, t, 1.0f);
-        optim_step_gpu(&dev, dp, master, dg, lr, t, true, nullptr, 0);
+        muon_step_gpu(&dev, dp, master, dg, lr, t, true, nullptr, 0);  // (optim_step_gpu's Muon, alone: a short build)
     }
     cudaCheck(cudaDeviceSynchronize());
     std::vector<double> got = master ? download_f(master, n) : download_X(dp, n);

@@ -708,7 +708,35 @@ static void lamb_update(OptimState* st, Tp* params, float* master, const Tg* gra
 // ----------------------------------------------------------------------------
 // the state in device memory, and the entry point
 
-// Muon (llmc/optim/muon.cuh, included below: its AdamW runs step through optim_step_gpu)
+// AdamW's kernels of each state precision (llmc/optim/adamw.cuh, adamw_lowp.cuh) on st; sr: bf16
+// params rounded stochastically. optim_step_gpu's AdamW, and Muon's AdamW tensors.
+template <typename Tp, typename Tg>
+static void optim_adamw_step_gpu(OptimState* st, Tp* params, float* master, const Tg* grads, float lr, int step, bool sr,
+                                 const float* d_clip_scale, cudaStream_t stream) {
+    const OptimConfig* c = &st->cfg;
+    AdamWParams hp = {};
+    hp.lr = lr;
+    hp.beta1 = c->beta1;
+    hp.beta2 = c->beta2;
+    hp.eps = c->eps;
+    hp.amsgrad = c->amsgrad;
+    hp.stochastic_rounding = sr;
+    hp.seed = c->seed;
+    if (c->state == OPT_STATE_BF16) {
+        adamw_update_bf16_state(params, master, grads, (__nv_bfloat16*)st->m16, (__nv_bfloat16*)st->v16,
+                                (__nv_bfloat16*)st->vmax16, st->n, st->d_segs, st->nseg, hp, step, d_clip_scale, stream);
+    } else if (c->state == OPT_STATE_INT8) {
+        Adamw8Buffers q = {st->qm, st->qv, st->absmax_m, st->absmax_v, st->m32, st->v32, st->maps,
+                           st->qvmax, st->absmax_vmax, st->vmax32};
+        OptimBlockTables t = {st->d_block0, st->d_small_off, st->nblocks, st->nsmall};
+        adamw_update_8bit(params, master, grads, q, st->n, st->d_segs, t, st->nseg, hp, step, d_clip_scale, stream);
+    } else {
+        AdamWBuffers<Tp, Tg> b = {params, grads, st->m, st->v, master, st->vmax};
+        adamw_update(b, st->n, st->d_segs, st->nseg, hp, step, d_clip_scale, stream);
+    }
+}
+
+// Muon (llmc/optim/muon.cuh, included below; its AdamW runs step through optim_adamw_step_gpu)
 template <typename Tp, typename Tg>
 static void muon_step_gpu(OptimState* st, Tp* params, float* master, const Tg* grads, float lr, int step, bool sr,
                           const float* d_clip_scale, cudaStream_t stream);
@@ -795,27 +823,7 @@ void optim_step_gpu(OptimState* st, Tp* params, float* master, const Tg* grads, 
     const OptimConfig* c = &st->cfg;
     const bool sr = sizeof(Tp) == 2 && stochastic;
     if (c->kind == OPT_ADAMW) {
-        AdamWParams hp = {};
-        hp.lr = lr;
-        hp.beta1 = c->beta1;
-        hp.beta2 = c->beta2;
-        hp.eps = c->eps;
-        hp.amsgrad = c->amsgrad;
-        hp.stochastic_rounding = sr;
-        hp.seed = c->seed;
-        if (c->state == OPT_STATE_BF16) {
-            adamw_update_bf16_state(params, master, grads, (__nv_bfloat16*)st->m16, (__nv_bfloat16*)st->v16,
-                                    (__nv_bfloat16*)st->vmax16, st->n, st->d_segs, st->nseg, hp, step, d_clip_scale,
-                                    stream);
-        } else if (c->state == OPT_STATE_INT8) {
-            Adamw8Buffers q = {st->qm, st->qv, st->absmax_m, st->absmax_v, st->m32, st->v32, st->maps,
-                               st->qvmax, st->absmax_vmax, st->vmax32};
-            OptimBlockTables t = {st->d_block0, st->d_small_off, st->nblocks, st->nsmall};
-            adamw_update_8bit(params, master, grads, q, st->n, st->d_segs, t, st->nseg, hp, step, d_clip_scale, stream);
-        } else {
-            AdamWBuffers<Tp, Tg> b = {params, grads, st->m, st->v, master, st->vmax};
-            adamw_update(b, st->n, st->d_segs, st->nseg, hp, step, d_clip_scale, stream);
-        }
+        optim_adamw_step_gpu(st, params, master, grads, lr, step, sr, d_clip_scale, stream);
         return;
     }
     const OptimStepArgs a = optim_step_args(c, lr, step);

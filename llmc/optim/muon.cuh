@@ -1,7 +1,7 @@
 /*
  muon.cuh: Muon on the GPU (llmc/optim/muon.h has the algorithm and the CPU update). The step runs
  over runs of consecutive segments (muon_runs_build):
-   AdamW runs (the embeddings, layernorms, biases): optim_step_gpu on an AdamW sub-state whose
+   AdamW runs (the embeddings, layernorms, biases): optim_adamw_step_gpu on an AdamW sub-state whose
      segment table is the run's, rebased, and whose buffers lie inside Muon's state (m at the
      run's offset, v at its packed offset; int8: its blocks and small tensors): AdamW's own kernels
      in every state precision, the same bits as the CPU's per-segment AdamW.
@@ -295,8 +295,8 @@ static void muon_step_gpu(OptimState* st, Tp* params, float* master, const Tg* g
     for (int ri = 0; ri < P->nruns; ri++) {
         const MuonRun* r = &P->runs[ri];
         if (!r->matrix) {
-            optim_step_gpu(&P->adam[ri], params, master != nullptr ? master + r->off : nullptr, grads + r->off,
-                           lr * c->adamw_lr_mult, step, sr, d_clip_scale, stream);
+            optim_adamw_step_gpu(&P->adam[ri], params, master != nullptr ? master + r->off : nullptr, grads + r->off,
+                                 lr * c->adamw_lr_mult, step, sr, d_clip_scale, stream);
             continue;
         }
         const size_t per = r->rows * r->cols;
