@@ -434,7 +434,7 @@ static void test_adamw_and_memory(void) {
     gpt2_build(&model, path, 0, 3, 32, NULL);
     TrainOptions od;  // NULL options build the defaults' optimizer: fp32 AdamW
     train_options_defaults(&od);
-    CpuMemoryOptions mo = {0, 0, 1, train_options_optim_sizes(&od, &c, 0, 1).bytes, 0};
+    CpuMemoryOptions mo = {0, 0, 1, train_options_optim_sizes(&od, &c, 0, 1).bytes, 0, 0};
     MemoryReport r = memory_model_cpu(&c, 3, 32, &mo);
     for (int i = 0; i < MEM_COUNT; i++) {
         CHECK(r.bytes[i] == model.mem.bytes[i], "memory %s: predicted %zu, allocated %zu", mem_category_names[i], r.bytes[i], model.mem.bytes[i]);
@@ -447,7 +447,7 @@ static void test_adamw_and_memory(void) {
     CHECK(fabs(mib(r12.bytes[MEM_PARAMS]) - 474.8) < 0.05, "d12 parameters = 474.8 MiB (got %.2f)", mib(r12.bytes[MEM_PARAMS]));
     TrainOptions o12;
     train_options_defaults(&o12);
-    CpuMemoryOptions mo12 = {0, 0, 1, train_options_optim_sizes(&o12, &d12, 0, 1).bytes, 0};
+    CpuMemoryOptions mo12 = {0, 0, 1, train_options_optim_sizes(&o12, &d12, 0, 1).bytes, 0, 0};
     r12 = memory_model_cpu(&d12, 4, 64, &mo12);
     size_t opt = r12.bytes[MEM_GRADS] + r12.bytes[MEM_OPT_STATE], np12 = gpt2_num_parameters(&d12);
     CHECK(opt >= 12 * np12 && opt < 12 * np12 + (size_t)64 * 2 * 148, "d12 optimizer side = 12 bytes/param (+ 64-byte alignment; got %zu)", opt);
@@ -715,7 +715,7 @@ static void test_badam(void) {
     o.badam_order = BADAM_ASCENDING;
     o.badam_embed = 1;
     gpt2_build(&bad, path, 0, 2, 16, &o);
-    CpuMemoryOptions bo = {bad.badam.max_block, 0, 1, train_options_optim_sizes(&o, &c, 0, 1).bytes, 0};
+    CpuMemoryOptions bo = {bad.badam.max_block, 0, 1, train_options_optim_sizes(&o, &c, 0, 1).bytes, 0, 0};
     CHECK(bo.opt_state_bytes == bad.opt.bytes && bad.opt.max_elems == bad.badam.max_block, "badam: the state is the largest block's");
     MemoryReport r = memory_model_cpu(&c, 2, 16, &bo);
     for (int i = 0; i < MEM_COUNT; i++) { CHECK(r.bytes[i] == bad.mem.bytes[i], "badam memory %s", mem_category_names[i]); }

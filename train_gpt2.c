@@ -430,12 +430,12 @@ struct GPT2 {
     BadamSlice slices[BADAM_MAX_SLICES];  // BAdam: the active block's slices
     int num_slices;
     // data parallelism (llmc/dist/comm.h): -z 0 all-reduces the gradients, -z 1 (ZeRO-1) gives every
-    // process one shard of m and v: reduce-scatter the gradients, update the shard, all-gather
+    // process one part of m and v: reduce-scatter the gradients, update the part, all-gather (equal
+    // shards; Muon's parts hold whole matrices: opt.parts)
     const Comm* comm;      // NULL: one process
     int zero_stage;
     size_t shard;          // ZeRO-1: elements per process (the buffers are padded to shard * processes)
-    size_t step_shard;     // ZeRO-1: the shard of this step's view (BAdam: of the block's compact gradients)
-    float* grad_shard;     // ZeRO-1: (largest shard) this process's shard of the summed gradients
+    float* grad_shard;     // ZeRO-1: (largest part) this process's part of the summed gradients (opt.parts)
     int B, T;              // the largest batch the activations hold
     float* acts_memory;
     ActivationTensors acts;
@@ -484,8 +484,8 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     if (model->zero_stage >= 1) { optim_engine_set_reduce(&model->opt, comm_sum_hook, (void*)model->comm); }  // LAMB
     optim_engine_set_gemm(&model->opt, cpu_gemm);  // Muon
     size_t n_alloc = n, max_shard = optim_engine_max_shard(&model->opt);
-    if (model->zero_stage >= 1) {  // gradients padded to equal shards (BAdam: of the largest block);
-        ng = max_shard * (size_t)procs;  // without BAdam the parameters too (the all-gather is in place)
+    if (model->zero_stage >= 1) {  // gradients hold every process's part (BAdam: of the largest block);
+        ng = optim_engine_zero_elems(&model->opt);  // without BAdam the parameters too (the all-gather is in place)
         if (!model->use_badam) { n_alloc = ng; }
     }
     MemCounter* mc = &model->mem;
@@ -587,7 +587,7 @@ static LS_UNUSED void gpt2_forward_train(GPT2* model, const int* inputs, const i
 static LS_UNUSED double gpt2_loss_sum(GPT2* model) { return model->loss_sum; }
 
 static size_t grad_elems(const GPT2* model) {
-    if (model->zero_stage >= 1) { return optim_engine_max_shard(&model->opt) * (size_t)model->comm->size; }
+    if (model->zero_stage >= 1) { return optim_engine_zero_elems(&model->opt); }
     return model->use_badam ? model->badam.max_block : model->num_parameters;
 }
 
@@ -617,8 +617,7 @@ static void gpt2_begin_step(GPT2* model, int step) {
     model->active_block = plan.block;
     model->num_slices = plan.num_slices;
     memcpy(model->slices, plan.slices, (size_t)plan.num_slices * sizeof(BadamSlice));
-    optim_engine_begin_step_cpu(&model->opt, &plan);
-    model->step_shard = optim_engine_view_shard(&model->opt, model->opt.view);
+    optim_engine_begin_step_cpu(&model->opt, &plan);  // (ZeRO-1: its parts, opt.parts)
     model->loss_sum = 0.0;
     gpt2_zero_grad(model);
 }
@@ -673,11 +672,12 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
 static float gpt2_grad_norm(GPT2* model, const AdamWHyper* h) {
     const Comm* comm = model->comm;
     float norm;
-    if (model->zero_stage >= 1) {  // (BAdam: the active block's compact gradients in the block's shards)
-        size_t shard = model->step_shard;
-        comm_reduce_scatter_sum_f32(comm, model->grads_memory, model->grad_shard, shard);
+    if (model->zero_stage >= 1) {  // (BAdam: the active block's compact gradients in the block's parts)
+        const size_t* parts = model->opt.parts;
+        const size_t part = parts[comm->rank + 1] - parts[comm->rank];
+        comm_reduce_scatter_sum_f32(comm, model->grads_memory, model->grad_shard, parts);
         double sumsq = 0.0;
-        for (size_t i = 0; i < shard; i++) { sumsq += (double)model->grad_shard[i] * model->grad_shard[i]; }
+        for (size_t i = 0; i < part; i++) { sumsq += (double)model->grad_shard[i] * model->grad_shard[i]; }
         norm = (float)sqrt(comm_allreduce_sum_f64(comm, sumsq));
     } else {  // all parameters, or BAdam's active block (its slices' compact gradients)
         size_t n = model->num_parameters;
@@ -702,15 +702,14 @@ static LS_UNUSED void gpt2_poison_grads(GPT2* model) { model->grads_memory[0] = 
 static void zero_gather_params(GPT2* model) {
     if (model->zero_stage < 1) { return; }
     const OptimEngine* e = &model->opt;
-    const size_t shard = optim_engine_view_shard(e, e->view);
     if (e->view < 0) {
-        comm_allgather_inplace_f32(model->comm, model->params_memory, shard);
+        comm_allgather_inplace_f32(model->comm, model->params_memory, e->parts);
         return;
     }
     BadamSlice sl[BADAM_MAX_SLICES];
     int k = badam_block_slices(&model->badam, &model->table, e->view, sl);
     for (int i = 0; i < k; i++) { memcpy(model->grads_memory + sl[i].compact, model->params_memory + sl[i].offset, sl[i].count * sizeof(float)); }
-    comm_allgather_inplace_f32(model->comm, model->grads_memory, shard);
+    comm_allgather_inplace_f32(model->comm, model->grads_memory, e->parts);
     for (int i = 0; i < k; i++) { memcpy(model->params_memory + sl[i].offset, model->grads_memory + sl[i].compact, sl[i].count * sizeof(float)); }
 }
 
@@ -788,7 +787,7 @@ static LS_UNUSED void trainer_init(const TrainOptions* o) {
 static LS_UNUSED MemoryReport trainer_memory_predicted(const GPT2Config* c, const TrainOptions* o) {
     int procs = o->comm ? o->comm->size : 1;
     OptimSizes z = train_options_optim_sizes(o, c, o->comm ? o->comm->rank : 0, procs);
-    CpuMemoryOptions mo = {0, o->zero_stage, procs, z.bytes + z.work_bytes, z.max_shard};  // (+ Muon's scratch)
+    CpuMemoryOptions mo = {0, o->zero_stage, procs, z.bytes + z.work_bytes, z.max_shard, z.zero_elems};  // (+ Muon's scratch)
     if (o->badam > 0) {
         ParamTable pt;
         param_table_build(&pt, c);

@@ -18,7 +18,9 @@
  pass computes the layers below; -z 1 (ZeRO-1) reduce-scatters them, updates this process's shard
  of the parameters with its shard of m, v and master weights, and all-gathers the parameters.
  Parameters and gradients are padded to a multiple of the shard (zero_shard_elems), so any
- parameter count works.
+ parameter count works. Muon's parts hold whole matrices instead (each process orthogonalizes its
+ own; llmc/optim/views.h optim_view_parts): unequal, so they move in groups of NCCL reduces and
+ broadcasts.
 
  The same source also builds for the CPU execution harness (make train_gpt2cu_emu): each CUDA
  thread runs as a fiber, cuBLASLt is replaced by a CPU matmul, and CI runs the whole training
@@ -155,7 +157,7 @@ struct GPT2 {
     NcclComm* nccl;           // the communicator (trainer_init's), when there are several processes
     int zero_stage;           // -z
     size_t shard;             // ZeRO-1: elements per process; parameters and gradients hold shard * processes
-    size_t step_shard;        // ZeRO-1: the shard of this step's view (BAdam: of its block's compact gradients)
+                              // (this step's parts, BAdam's block's or Muon's whole matrices: opt.parts)
     int accum;                // micro-steps per step: the last one's backward pass reduces the gradients
     int grads_reduced;        // -z 0: the reduction of this step was issued during the backward pass
     unsigned long long seed;  // stochastic rounding
@@ -229,7 +231,7 @@ static GpuMemoryOptions gpu_memory_options(const GPT2Config* c, int B, int T, in
     g.badam_block = badam_block;
     g.opt_state_bytes = opt_state_bytes;
     g.master_elems = master_elems;
-    g.stage_bytes = g.stage_elems = g.max_shard = g.opt_work_bytes = 0;
+    g.stage_bytes = g.stage_elems = g.zero_elems = g.opt_work_bytes = 0;
     g.flash_attention = flash;
     return g;
 }
@@ -284,16 +286,19 @@ static void gpu_check_flags(const TrainOptions* o) {
 static int gpu_procs(const TrainOptions* o) { return o && o->comm ? o->comm->size : 1; }
 static int gpu_zero_stage(const TrainOptions* o) { return gpu_procs(o) > 1 ? o->zero_stage : 0; }
 
-// ZeRO-1: the parameters this process updates, [lo, hi) (the real ones of its shard: the padding
-// past num_parameters is never updated and stays 0); without ZeRO-1 all of them.
+// ZeRO-1: the parameters this process updates, [lo, hi) (the real ones of its part of the whole
+// model: the padding past num_parameters is never updated and stays 0); without ZeRO-1 all of them.
 static void zero_range(const GPT2* model, size_t* lo, size_t* hi) {
     size_t n = model->num_parameters;
     *lo = 0;
     *hi = n;
     if (model->zero_stage >= 1) {
-        size_t a = (size_t)model->nccl->rank * model->shard;
+        size_t* parts = (size_t*)mallocCheck(((size_t)model->nccl->size + 1) * sizeof(size_t));
+        optim_engine_view_parts(&model->opt, OPTIM_VIEW_MODEL, parts);
+        const size_t a = parts[model->nccl->rank], b = parts[model->nccl->rank + 1];
+        free(parts);
         *lo = a < n ? a : n;
-        *hi = a + model->shard < n ? a + model->shard : n;
+        *hi = b < n ? b : n;
     }
 }
 
@@ -363,7 +368,7 @@ static GpuMemoryOptions gpt2_memory_options(const GPT2* model, int B, int T, int
                                             model->flash);
     g.stage_bytes = model->stage_bytes;
     g.stage_elems = model->stage_elems;
-    g.max_shard = optim_engine_max_shard(&model->opt);
+    g.zero_elems = optim_engine_zero_elems(&model->opt);
     g.opt_work_bytes = model->work_bytes;
     return g;
 }
@@ -394,13 +399,13 @@ static void gpt2_check_fits(const GPT2* model, int B, int T, const TrainOptions*
 
 // Parameters, gradients, the optimizer engine's block (on the device, or with --offload in pinned
 // host memory with two chunks of device staging) and master weights, in the memory model's sizes.
-static void gpt2_alloc_state(GPT2* model, const TrainOptions* opts) {
-    int master = model->use_master, procs = gpu_procs(opts);
+static void gpt2_alloc_state(GPT2* model) {
+    int master = model->use_master;
     size_t n = model->num_parameters = model->table.total;
-    // ZeRO-1: gradients padded to equal shards of the largest view (and the parameters too without
-    // BAdam: their all-gather is in place)
+    // ZeRO-1: gradients hold every process's part of the largest view (and the parameters too
+    // without BAdam: their all-gather is in place)
     OptimEngine* e = &model->opt;
-    size_t g_pad = optim_engine_max_shard(e) * (size_t)procs;
+    size_t g_pad = optim_engine_zero_elems(e);
     size_t n_pad = model->zero_stage >= 1 && !model->use_badam ? g_pad : n;
     size_t ng = model->zero_stage >= 1 ? g_pad : model->state_elems;
     MemCounter* mc = &model->mem;
@@ -505,7 +510,7 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     cudaCheck(cudaStreamCreate(&model->stream));
     matmul_init(CUBLASLT_WORKSPACE_BYTES);
     model->mem.bytes[MEM_WORKSPACE] = matmul_workspace_bytes();
-    gpt2_alloc_state(model, opts);
+    gpt2_alloc_state(model);
     gpt2_load_params(model, model_or_descriptor, from_descriptor, seed);
     gpt2_alloc_activations(model, B, T);
 }
@@ -656,7 +661,7 @@ static LS_UNUSED double gpt2_loss_sum(GPT2* model) {
 }
 
 static void gpt2_zero_grad(GPT2* model) {
-    size_t ng = model->zero_stage >= 1 ? optim_engine_max_shard(&model->opt) * (size_t)model->nccl->size : model->state_elems;
+    size_t ng = model->zero_stage >= 1 ? optim_engine_zero_elems(&model->opt) : model->state_elems;
     cudaCheck(cudaMemsetAsync(model->grads_memory, 0, ng * sizeof(floatX), model->stream));
 }
 
@@ -707,10 +712,9 @@ static void zero_gather_params(GPT2* model) {
     if (model->zero_stage < 1) { return; }
     cudaStream_t s = model->stream;
     const OptimEngine* e = &model->opt;
-    const size_t shard = optim_engine_view_shard(e, e->view);
     watchdog_arm("the parameter all-gather");
     if (e->view < 0) {
-        nccl_allgather(model->nccl, model->params_memory, shard, s);
+        nccl_allgather(model->nccl, model->params_memory, e->parts, s);
         return;
     }
     BadamSlice sl[BADAM_MAX_SLICES];
@@ -719,7 +723,7 @@ static void zero_gather_params(GPT2* model) {
         cudaCheck(cudaMemcpyAsync(model->grads_memory + sl[i].compact, model->params_memory + sl[i].offset,
                                   sl[i].count * sizeof(floatX), cudaMemcpyDeviceToDevice, s));
     }
-    nccl_allgather(model->nccl, model->grads_memory, shard, s);
+    nccl_allgather(model->nccl, model->grads_memory, e->parts, s);
     for (int i = 0; i < k; i++) {
         cudaCheck(cudaMemcpyAsync(model->params_memory + sl[i].offset, model->grads_memory + sl[i].compact,
                                   sl[i].count * sizeof(floatX), cudaMemcpyDeviceToDevice, s));
@@ -740,8 +744,7 @@ static void gpt2_begin_step(GPT2* model, int step) {
     model->num_slices = plan.num_slices;
     memcpy(model->slices, plan.slices, (size_t)plan.num_slices * sizeof(BadamSlice));
     if (model->offload) { optim_engine_begin_step_cpu(&model->opt, &plan); }  // the state is on the host
-    else { optim_engine_begin_step_device(&model->opt, &plan, model->stream); }
-    model->step_shard = optim_engine_view_shard(&model->opt, model->opt.view);
+    else { optim_engine_begin_step_device(&model->opt, &plan, model->stream); }  // (ZeRO-1: its parts, opt.parts)
     // at a switch; or on a fresh start in the middle of a block phase (no state to continue)
     if (model->use_badam && (plan.reset || model->badam_master_stale)) {  // stale: resumed without master weights
         if (model->master_memory || model->master_host) { badam_master_from_params(model); }
@@ -884,12 +887,13 @@ static float gpt2_grad_norm(GPT2* model, const AdamWHyper* h) {
     size_t n_grads = model->use_badam ? badam_active_elems(model) : model->num_parameters;
     const floatX* grads = model->grads_memory;
     NcclComm* nc = model->nccl;
-    if (nc && model->zero_stage >= 1) {  // this process's shard of the summed gradients, in place
+    if (nc && model->zero_stage >= 1) {  // this process's part of the summed gradients, in place
         nccl_comm_maybe_hang(nc, model->step + 1);
         watchdog_arm("the gradient reduce-scatter");
-        nccl_reduce_scatter_sum(nc, model->grads_memory, model->step_shard, s);  // (BAdam: of the block)
-        grads = model->grads_memory + (size_t)nc->rank * model->step_shard;
-        n_grads = model->step_shard;  // the padding is 0
+        const size_t* parts = model->opt.parts;  // (BAdam: of the block)
+        nccl_reduce_scatter_sum(nc, model->grads_memory, parts, s);
+        grads = model->grads_memory + parts[nc->rank];
+        n_grads = parts[nc->rank + 1] - parts[nc->rank];  // the padding is 0
     } else if (nc && model->grads_reduced) {
         cudaCheck(cudaStreamWaitEvent(s, nc->reduced, 0));  // issued layer by layer in the backward pass
     } else if (nc) {  // a backward pass that did not know it was the last micro-step: all at once
@@ -920,7 +924,7 @@ static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
     cudaStream_t s = model->stream;
     const float* scale = model->d_norm_scratch + GLOBAL_NORM_MAX_BLOCKS + 2;
     const floatX* grads = model->grads_memory;  // ZeRO-1: the shard's; the segments keep the parameters' place
-    if (model->zero_stage >= 1) { grads += (size_t)model->nccl->rank * model->step_shard; }
+    if (model->zero_stage >= 1) { grads += model->opt.parts[model->nccl->rank]; }
     if (model->offload) {
         optim_engine_set_hyper(&model->opt, h->beta1, h->beta2, h->eps, h->weight_decay);  // the chunks follow
         optim_offload_step(&model->offl, &model->opt, model->params_memory, model->master_host, grads, h->lr,
@@ -1084,7 +1088,7 @@ static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOpti
                                             attention_flash_mode(o));
     g.stage_bytes = z.stage_bytes;
     g.stage_elems = z.stage_elems;
-    g.max_shard = z.max_shard;
+    g.zero_elems = z.zero_elems;
     g.opt_work_bytes = z.gpu_work_bytes[FLOATX_IS_BF16 ? 0 : 1];
     MemoryReport predicted = memory_model_gpu(c, o->B, o->T, &g);
     printf("GPU memory (%s, recompute %d, master weights %s, attention %s", PRECISION_NAME, o->recompute,

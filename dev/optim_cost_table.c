@@ -27,6 +27,16 @@ static double per_param(size_t bytes, size_t n) { return (double)bytes / (double
 
 static void cell(double v) { printf(" %.3f |", v); }
 
+// ZeRO-1 over procs: the state of the process that holds the most.
+static size_t zero_most_bytes(const TrainOptions* o, const GPT2Config* c, int procs) {
+    size_t most = 0;
+    for (int r = 0; r < procs; r++) {
+        const size_t b = train_options_optim_sizes(o, c, r, procs).bytes;
+        if (b > most) most = b;
+    }
+    return most;
+}
+
 int main(void) {
     GPT2Config c;
     gpt2_config_from_descriptor("d12", &c);
@@ -70,14 +80,9 @@ int main(void) {
         }
         OptimSizes one = train_options_optim_sizes(&o, &c, 0, 1);
         cell(per_param(one.bytes, n));
-        const int muon = r->kind == OPT_MUON;  // (issue 14: its ZeRO-1 is not yet)
-        o.zero_stage = 1;
-        if (muon) {
-            printf(" not yet | not yet |");
-        } else {
-            cell(per_param(train_options_optim_sizes(&o, &c, 0, 2).bytes, n));
-            cell(per_param(train_options_optim_sizes(&o, &c, 0, 8).bytes, n));
-        }
+        o.zero_stage = 1;  // the largest process's state (Muon's parts hold whole matrices: they differ)
+        cell(per_param(zero_most_bytes(&o, &c, 2), n));
+        cell(per_param(zero_most_bytes(&o, &c, 8), n));
         o.zero_stage = 0;
         o.badam = 4;
         cell(per_param(train_options_optim_sizes(&o, &c, 0, 1).bytes, n));
@@ -88,6 +93,20 @@ int main(void) {
         printf(" %.1f MiB |\n", 2.0 * (double)off.stage_bytes / (1024.0 * 1024.0));
     }
     printf("\nGPT-2 124M (d12), %zu parameters; bytes of optimizer state per parameter of the model (Muon: its\n"
-           "Newton-Schulz scratch aside: 0.27 B/param on the CPU, the largest batched piece on the GPU).\n", n);
+           "Newton-Schulz scratch aside: 0.27 B/param on the CPU, the largest batched piece on the GPU); -z 1: the\n"
+           "process that holds the most (Muon's parts hold whole matrices; int8's small tensors stay fp32).\n", n);
+    // Muon's GPU cost on paper: its Newton-Schulz FLOPs against a training step's at llm.c's batch
+    // (-d 524288 tokens; 6 N + 12 L T C per token: the matmuls forward and backward, and attention)
+    ParamTable pt;
+    param_table_build(&pt, &c);
+    const int nseg = optim_segments_count_layers(&pt);
+    OptimSegment* segs = (OptimSegment*)mallocCheck((size_t)nseg * sizeof(OptimSegment));
+    optim_segments_build_layers(&pt, 0.0f, segs);
+    const double ns = muon_table_ns_flops(segs, nseg, 0), ns_joined = muon_table_ns_flops(segs, nseg, 1);
+    const double step = 524288.0 * (6.0 * (double)n + 12.0 * c.num_layers * (double)c.max_seq_len * c.channels);
+    printf("Muon's Newton-Schulz: %.2f TFLOP per optimizer step (--muon-qkv joined: %.2f), %.2f%% of a training\n"
+           "step's %.0f TFLOP at -d 524288 (T = %d).\n", ns / 1e12, ns_joined / 1e12, 100.0 * ns / step, step / 1e12,
+           c.max_seq_len);
+    free(segs);
     return 0;
 }

@@ -278,8 +278,7 @@ static int bench(int repeats) {
                 muon_orthogonalize_gpu<floatX>(&st, &part, x, y, A, B, partials, 0);
             }
         }, L2_WARM);
-        const double K = (double)(k.rows > k.cols ? k.rows : k.cols), kd = (double)kk;
-        const double flops = (double)k.batch * MUON_NS_STEPS * (4.0 * kd * kd * K + 2.0 * kd * kd * kd);
+        const double flops = muon_ns_flops((size_t)k.batch, (size_t)k.rows, (size_t)k.cols);
         total += ms;
         printf("| %s | %d x %d x %d | %.3f | %.1f | %.0f%% |\n", k.name, k.batch, k.rows, k.cols, ms,
                tflops_of(flops, ms), 100.0 * tflops_of(flops, ms) / ceiling);

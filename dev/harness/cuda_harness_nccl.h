@@ -201,6 +201,36 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
     return ncclSuccess;
 }
 
+// recvbuff (count) on rank root gets the sum over the ranks of sendbuff (in place: equal); the
+// other ranks' recvbuff is left as it was
+ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t t, ncclRedOp_t op, int root,
+                        ncclComm_t comm, cudaStream_t stream) {
+    ncclResult_t r = nccl_shim_args(count, t, comm);
+    if (r != ncclSuccess || op != ncclSum || root < 0 || root >= comm->size) { return r != ncclSuccess ? r : ncclInvalidArgument; }
+    nccl_shim_issue(comm, stream, "ncclReduce", [=] {
+        void* w = nccl_shim_widen(sendbuff, count, t);
+        void* out = mallocCheck(count * 8 + 8);
+        nccl_shim_mpi_check(MPI_Reduce(w, out, (int)count, nccl_shim_mpi_type(t), MPI_SUM, root, comm->mpi), "ncclReduce");
+        if (comm->rank == root) { nccl_shim_narrow(out, recvbuff, count, t); }
+        free(out);
+        free(w);
+    });
+    return ncclSuccess;
+}
+
+// recvbuff (count) on every rank gets root's sendbuff (in place: equal)
+ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t t, int root, ncclComm_t comm,
+                           cudaStream_t stream) {
+    ncclResult_t r = nccl_shim_args(count, t, comm);
+    if (r != ncclSuccess || root < 0 || root >= comm->size) { return r != ncclSuccess ? r : ncclInvalidArgument; }
+    const size_t bytes = count * nccl_shim_type_bytes(t);
+    nccl_shim_issue(comm, stream, "ncclBroadcast", [=] {
+        if (comm->rank == root && sendbuff != recvbuff) { memcpy(recvbuff, sendbuff, bytes); }
+        nccl_shim_mpi_check(MPI_Bcast(recvbuff, (int)bytes, MPI_BYTE, root, comm->mpi), "ncclBroadcast");
+    });
+    return ncclSuccess;
+}
+
 }  // extern "C"
 
 #endif // LLMC_CUDA_HARNESS_NCCL_H

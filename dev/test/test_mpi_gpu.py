@@ -13,7 +13,9 @@ model's per-process figure (the trainer checks its allocation against the model 
 (without mpirun's help: -pi fs|tcp -pn 2 -pr R) train, mismatched flags (over MPI and over the
 NCCL backend) fail with a message, a -d that the process count does not divide exits 2 naming
 -d, a rank that stops responding makes the other exit non-zero within --comm-timeout, and
---profile counts the communication calls of -z 0 and -z 1.
+--profile counts the communication calls of -z 0 and -z 1. With the bf16 builds: -z 0 and -z 1
+within 1e-4 of one process, and Muon's -z 1 (whole matrices per process, unequal parts) gives
+exactly -z 0's losses.
 
   test_mpi_gpu.py --mpi-bin build/train_gpt2cu_emu_mpi_fp32 --bin build/train_gpt2cu_emu_fp32
 """
@@ -206,6 +208,15 @@ def main():
                       "(worst %.2e): %s vs %s (%s)" % (z, worst, got[z], ref, tail(r)))
                 print("bf16 -np 2 -z %d: worst relative loss difference to one process %.2e over 6 steps" % (z, worst))
             check(got[0] == got[1], "bf16: -z 1 gives the losses of -z 0: %s vs %s" % (got[1], got[0]))
+            # Muon: each process orthogonalizes the whole matrices of its part (group reduces to the
+            # owners, group broadcasts back); the same update as -z 0's, bit for bit
+            mu = {}
+            for z in (0, 1):
+                r = mpirun(2, [os.path.abspath(a.mpi_bin_bf16)] + six + ["--optimizer", "muon", "-l", "1e-2", "-z", str(z)])
+                mu[z] = step_losses(r.stdout)
+                check(r.returncode == 0 and len(mu[z]) == 6, "bf16 muon -np 2 -z %d: 6 steps: %s" % (z, tail(r)))
+            check(mu[0] == mu[1], "bf16 muon: -z 1 gives the losses of -z 0: %s vs %s" % (mu[1], mu[0]))
+            print("bf16 muon -np 2: -z 1 and -z 0 losses %s" % ("identical" if mu[0] == mu[1] else "differ"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("test_mpi_gpu: %s (%.0f s)" % ("%d failed" % len(failures) if failures else "all checks passed", time.time() - t_start))

@@ -884,6 +884,57 @@ static void test_plan(void) {
     report("cut rules: int8 at blocks, LAMB at tensors, Muon around matrices, elementwise anywhere", cok, "");
 }
 
+// ZeRO-1's parts (llmc/optim/views.h optim_view_parts) over GPT-2 tables: equal shards for AdamW;
+// for Muon from 0 to n, no matrix split, int8 cuts at their tensor's blocks, and each process's
+// state (a matrix element weighs 1, any other 2: its m and v) within a matrix's weight plus an int8
+// block's of an equal share.
+static void test_zero_parts(void) {
+    const char* descs[] = {"L12C768H12", "L2C16H2T16V512", "L4C128H4"};
+    int ok = 1;
+    double worst = 0.0;
+    for (size_t d = 0; d < sizeof descs / sizeof descs[0]; d++) {
+        OptimSegment* segs;
+        size_t n;
+        const int nseg = gpt2_segments(descs[d], &segs, &n);
+        double total = 0.0, maxmat = 0.0;
+        for (int s = 0; s < nseg; s++) {
+            total += (segs[s].mat_rows ? 1.0 : 2.0) * (double)segs[s].count;
+            if (segs[s].mat_rows && (double)segs[s].count > maxmat) maxmat = (double)segs[s].count;
+        }
+        for (int procs = 2; procs <= 8; procs++) {
+            size_t parts[9];
+            OptimConfig aw = optim_config_default(OPT_ADAMW);
+            ok &= optim_view_parts(&aw, segs, nseg, n, procs, parts) == 1;
+            for (int r = 0; r <= procs; r++) ok &= parts[r] == (size_t)r * zero_shard_elems(n, procs);
+            for (int q = 0; q < 2; q++) {
+                OptimConfig mu = optim_config_default(OPT_MUON);
+                mu.state = q ? OPT_STATE_INT8 : OPT_STATE_FP32;
+                ok &= optim_view_parts(&mu, segs, nseg, n, procs, parts) == 0;
+                ok &= parts[0] == 0 && parts[procs] == n;
+                for (int r = 0; r < procs; r++) {
+                    ok &= parts[r] <= parts[r + 1];
+                    double w = 0.0;
+                    for (int s = 0; s < nseg; s++) {
+                        const size_t a = segs[s].offset, b = a + segs[s].count;
+                        const size_t lo = a > parts[r] ? a : parts[r], hi = b < parts[r + 1] ? b : parts[r + 1];
+                        if (lo >= hi) continue;
+                        w += (segs[s].mat_rows ? 1.0 : 2.0) * (double)(hi - lo);
+                        if (segs[s].mat_rows) ok &= lo == a && hi == b;  // whole matrices
+                        if (q && lo > a) ok &= (lo - a) % OPT_BLOCK == 0;  // int8: at its blocks
+                    }
+                    const double off = fabs(w - total / procs);
+                    ok &= off <= maxmat + 2.0 * OPT_BLOCK + 64.0;
+                    if (d == 0 && off / (total / procs) > worst) worst = off / (total / procs);  // (GPT-2 124M)
+                }
+            }
+        }
+        free(segs);
+    }
+    char detail[96];
+    snprintf(detail, sizeof detail, "GPT-2 124M, 2-8 processes: worst state %.2f%% off an equal share", 100.0 * worst);
+    report("ZeRO-1 parts: AdamW equal shards; Muon whole matrices, int8 at blocks, the state shared", ok, detail);
+}
+
 typedef struct { const char* name; OptimConfig cfg; int bytes_moved; } Variant;
 
 static int variants(Variant* v) {
@@ -1220,6 +1271,7 @@ int main(int argc, char** argv) {
     for (int k = 0; k < nv; k++) test_views(&vs[k].cfg);
     test_adamw_identities();
     test_plan();
+    test_zero_parts();
     test_lamb_edges();
     test_lion_sign();
     test_bf16_rounding();

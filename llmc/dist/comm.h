@@ -139,31 +139,64 @@ static inline double comm_allreduce_sum_f64(const Comm* c, double x) {
     return x;
 }
 
-// ZeRO-1's gradient step: send holds size*shard elements; recv (shard) gets this process's
-// shard of the sum over processes.
-static inline void comm_reduce_scatter_sum_f32(const Comm* c, const float* send, float* recv, size_t shard) {
-#ifdef USE_MPI
-    if (c->size > 1) {
-        if (shard > (size_t)1 << 30) { ls_fatal("comm: shards above 2^30 elements are not supported"); }
-        mpiCheck(MPI_Reduce_scatter_block(send, recv, (int)shard, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
-        return;
+// ZeRO-1's parts (llmc/optim/engine.h optim_engine_view_parts, size + 1 entries): whether they are
+// equal shards (then the collectives without counts serve them), and MPI's counts of them.
+static inline int comm_parts_even(const Comm* c, const size_t* parts) {
+    for (int r = 1; r < c->size; r++) {
+        if (parts[r + 1] - parts[r] != parts[1] - parts[0]) return 0;
     }
-#else
-    (void)c;
-#endif
-    memcpy(recv, send, shard * sizeof(float));
+    return 1;
 }
 
-// ZeRO-1's parameter step: every process contributes its shard (in place in buf, at rank*shard);
-// afterwards buf (size*shard) holds all shards.
-static inline void comm_allgather_inplace_f32(const Comm* c, float* buf, size_t shard) {
+#ifdef USE_MPI
+static inline void comm_parts_counts(const Comm* c, const size_t* parts, int* counts, int* displs) {
+    for (int r = 0; r < c->size; r++) {
+        if (parts[r + 1] > (size_t)1 << 30) { ls_fatal("comm: ZeRO-1 parts above 2^30 elements are not supported"); }
+        counts[r] = (int)(parts[r + 1] - parts[r]);
+        displs[r] = (int)parts[r];
+    }
+}
+#endif
+
+// ZeRO-1's gradient step: send holds parts[size] elements; recv (parts[rank + 1] - parts[rank])
+// gets this process's part of their sum over the processes.
+static inline void comm_reduce_scatter_sum_f32(const Comm* c, const float* send, float* recv, const size_t* parts) {
 #ifdef USE_MPI
     if (c->size > 1) {
-        if (shard > (size_t)1 << 30) { ls_fatal("comm: shards above 2^30 elements are not supported"); }
-        mpiCheck(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)shard, MPI_FLOAT, MPI_COMM_WORLD));
+        if (comm_parts_even(c, parts)) {
+            const size_t shard = parts[1];
+            if (shard > (size_t)1 << 30) { ls_fatal("comm: shards above 2^30 elements are not supported"); }
+            mpiCheck(MPI_Reduce_scatter_block(send, recv, (int)shard, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+            return;
+        }
+        int* counts = (int*)mallocCheck(2 * (size_t)c->size * sizeof(int));
+        comm_parts_counts(c, parts, counts, counts + c->size);
+        mpiCheck(MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+        free(counts);
+        return;
+    }
+#endif
+    memcpy(recv, send + parts[c->rank], (parts[c->rank + 1] - parts[c->rank]) * sizeof(float));
+}
+
+// ZeRO-1's parameter step: every process contributes its part (in place in buf, at parts[rank]);
+// afterwards buf (parts[size]) holds all of them.
+static inline void comm_allgather_inplace_f32(const Comm* c, float* buf, const size_t* parts) {
+#ifdef USE_MPI
+    if (c->size > 1) {
+        if (comm_parts_even(c, parts)) {
+            const size_t shard = parts[1];
+            if (shard > (size_t)1 << 30) { ls_fatal("comm: shards above 2^30 elements are not supported"); }
+            mpiCheck(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)shard, MPI_FLOAT, MPI_COMM_WORLD));
+            return;
+        }
+        int* counts = (int*)mallocCheck(2 * (size_t)c->size * sizeof(int));
+        comm_parts_counts(c, parts, counts, counts + c->size);
+        mpiCheck(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, counts + c->size, MPI_FLOAT, MPI_COMM_WORLD));
+        free(counts);
     }
 #else
-    (void)c; (void)buf; (void)shard;
+    (void)c; (void)buf; (void)parts;
 #endif
 }
 

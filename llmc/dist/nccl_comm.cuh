@@ -173,17 +173,40 @@ static inline void nccl_allreduce_sum_f32(const NcclComm* nc, float* buf, size_t
     ncclCheck(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, nc->comm, stream));
 }
 
-// ZeRO-1: buf (size * shard) summed over the processes; this rank's shard of the sum lands in
-// place at buf + rank * shard (the rest of buf is left as it was).
-static inline void nccl_reduce_scatter_sum(const NcclComm* nc, floatX* buf, size_t shard, cudaStream_t stream) {
+// ZeRO-1 (parts: llmc/optim/engine.h optim_engine_view_parts, size + 1 entries): buf (parts[size])
+// summed over the processes; this rank's part of the sum lands in place at buf + parts[rank] (the
+// rest of buf is left as it was). Equal shards: one reduce-scatter; unequal ones (Muon's whole
+// matrices): a group of reduces, one to each part's owner.
+static inline void nccl_reduce_scatter_sum(const NcclComm* nc, floatX* buf, const size_t* parts, cudaStream_t stream) {
     PROFILE_SCOPE(PROF_COMM, stream);
-    ncclCheck(ncclReduceScatter(buf, buf + (size_t)nc->rank * shard, shard, nccl_floatx, ncclSum, nc->comm, stream));
+    Comm c = {nc->rank, nc->size, NULL, NULL};
+    if (comm_parts_even(&c, parts)) {
+        const size_t shard = parts[1];
+        ncclCheck(ncclReduceScatter(buf, buf + (size_t)nc->rank * shard, shard, nccl_floatx, ncclSum, nc->comm, stream));
+        return;
+    }
+    ncclCheck(ncclGroupStart());
+    for (int r = 0; r < nc->size; r++) {
+        ncclCheck(ncclReduce(buf + parts[r], buf + parts[r], parts[r + 1] - parts[r], nccl_floatx, ncclSum, r, nc->comm, stream));
+    }
+    ncclCheck(ncclGroupEnd());
 }
 
-// ZeRO-1: every rank's shard at buf + rank * shard -> all of buf (size * shard), in place.
-static inline void nccl_allgather(const NcclComm* nc, floatX* buf, size_t shard, cudaStream_t stream) {
+// ZeRO-1: every rank's part at buf + parts[rank] -> all of buf (parts[size]), in place: one
+// all-gather for equal shards, else a group of broadcasts from each part's owner.
+static inline void nccl_allgather(const NcclComm* nc, floatX* buf, const size_t* parts, cudaStream_t stream) {
     PROFILE_SCOPE(PROF_COMM, stream);
-    ncclCheck(ncclAllGather(buf + (size_t)nc->rank * shard, buf, shard, nccl_floatx, nc->comm, stream));
+    Comm c = {nc->rank, nc->size, NULL, NULL};
+    if (comm_parts_even(&c, parts)) {
+        const size_t shard = parts[1];
+        ncclCheck(ncclAllGather(buf + (size_t)nc->rank * shard, buf, shard, nccl_floatx, nc->comm, stream));
+        return;
+    }
+    ncclCheck(ncclGroupStart());
+    for (int r = 0; r < nc->size; r++) {
+        ncclCheck(ncclBroadcast(buf + parts[r], buf + parts[r], parts[r + 1] - parts[r], nccl_floatx, r, nc->comm, stream));
+    }
+    ncclCheck(ncclGroupEnd());
 }
 
 static inline void nccl_group_start(void) { ncclCheck(ncclGroupStart()); }
@@ -198,8 +221,8 @@ static inline void nccl_comm_init(NcclComm* nc, Comm* comm, const CommOptions* o
 }
 static inline void nccl_allreduce_sum(const NcclComm*, floatX*, size_t, cudaStream_t) { ls_fatal("nccl_comm: no NCCL in this build"); }
 static inline void nccl_allreduce_sum_f32(const NcclComm*, float*, size_t, cudaStream_t) { ls_fatal("nccl_comm: no NCCL in this build"); }
-static inline void nccl_reduce_scatter_sum(const NcclComm*, floatX*, size_t, cudaStream_t) { ls_fatal("nccl_comm: no NCCL in this build"); }
-static inline void nccl_allgather(const NcclComm*, floatX*, size_t, cudaStream_t) { ls_fatal("nccl_comm: no NCCL in this build"); }
+static inline void nccl_reduce_scatter_sum(const NcclComm*, floatX*, const size_t*, cudaStream_t) { ls_fatal("nccl_comm: no NCCL in this build"); }
+static inline void nccl_allgather(const NcclComm*, floatX*, const size_t*, cudaStream_t) { ls_fatal("nccl_comm: no NCCL in this build"); }
 static inline void nccl_group_start(void) {}
 static inline void nccl_group_end(void) {}
 

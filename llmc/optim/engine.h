@@ -6,8 +6,9 @@
  and the placements are views of it (llmc/optim/views.h): the step's segment table says which
  elements the state covers and where their parameters are.
    whole model    one segment per tensor slice, the state covers all parameters
-   ZeRO-1         the table cut to this process's shard [rank * shard, (rank + 1) * shard); the
-                  step's gradients are the reduced shard, the parameters the whole model's
+   ZeRO-1         the table cut to this process's part of it (optim_engine_view_parts: equal
+                  shards [rank * shard, (rank + 1) * shard), or for Muon cut around whole
+                  matrices); the step's gradients are the reduced part, the parameters the model's
    BAdam          the active block's slices back to back; the block of memory is the largest
                   block's state, and each switch sets the new block's view up in it (zeroed)
  A trainer asks optim_engine_bytes for the block's size (the memory model uses the same number),
@@ -55,6 +56,7 @@ typedef struct {
     size_t max_elems;         // elements of the largest view
     void* memory;             // the block (host, or device memory for the GPU trainer); the caller's
     int view;                 // the current view: a BAdam block, OPTIM_VIEW_MODEL or OPTIM_VIEW_NONE
+    size_t* parts;            // ZeRO-1: the current view's parts (procs + 1: optim_engine_view_parts), else NULL
     OptimState st;            // the current view's state, carved from memory (n 0: nothing to update)
     OptimReduce reduce;       // ZeRO-1 with LAMB: sums over the processes (optim_engine_set_reduce)
     OptimGemm gemm;           // Muon's matrix multiply on the host (optim_engine_set_gemm)
@@ -62,39 +64,93 @@ typedef struct {
     int gemm_elem;                  // gemm_elem bytes (the parameters')
 } OptimEngine;
 
-// ZeRO-1's shard of a view (elements per process; 0: ZeRO-1 off): the whole model's, or that of
-// BAdam block `view`'s compact elements (its gradients are reduce-scattered in those shards).
-static inline size_t optim_engine_view_shard(const OptimEngine* e, int view) {
-    if (e->procs <= 1 || e->shard == 0) return 0;
-    if (view < 0) return e->shard;
-    return zero_shard_elems(badam_block_elems(e->badam, e->table, view), e->procs);
-}
-
-// The segment table of a view: BAdam block `block` (its slices back to back), or (OPTIM_VIEW_MODEL)
-// the whole model; with ZeRO-1 cut to this process's shard of it. Returns the count (0: the view is
-// empty, a process whose shard is all padding); *segs is malloc'd (free it), *n the elements the
-// state covers.
-static inline int optim_engine_view_table(const OptimEngine* e, int block, OptimSegment** segs, size_t* n) {
+// The segment table of a view, whole: BAdam block `block` (its slices back to back), or
+// (OPTIM_VIEW_MODEL) the whole model. Returns the count; *segs is malloc'd (free it), *n the
+// view's elements.
+static inline int optim_engine_view_whole(const OptimEngine* e, int block, OptimSegment** segs, size_t* n) {
     const ParamTable* pt = e->table;
-    *n = 0;
     int nseg;
-    OptimSegment* whole;
     if (block >= 0) {
         BadamSlice slices[BADAM_MAX_SLICES];
         int k = badam_block_slices(e->badam, pt, block, slices);
-        whole = (OptimSegment*)mallocCheck((size_t)(k > 0 ? k : 1) * sizeof(OptimSegment));
-        nseg = optim_view_badam(pt, slices, k, e->weight_decay, whole, n);
+        *segs = (OptimSegment*)mallocCheck((size_t)(k > 0 ? k : 1) * sizeof(OptimSegment));
+        nseg = optim_view_badam(pt, slices, k, e->weight_decay, *segs, n);
     } else {
         nseg = optim_segments_count_layers(pt);
-        whole = (OptimSegment*)mallocCheck((size_t)nseg * sizeof(OptimSegment));
-        optim_segments_build_layers(pt, e->weight_decay, whole);
+        *segs = (OptimSegment*)mallocCheck((size_t)nseg * sizeof(OptimSegment));
+        optim_segments_build_layers(pt, e->weight_decay, *segs);
         *n = pt->total;
     }
-    const size_t shard = optim_engine_view_shard(e, block);
-    if (shard > 0) {  // this process's shard, rebased to its first element
-        const size_t lo = (size_t)e->rank * shard, hi = lo + shard;
-        OptimSegment* cut = (OptimSegment*)mallocCheck((size_t)nseg * sizeof(OptimSegment));
-        nseg = optim_segments_cut(whole, nseg, lo, hi, cut);
+    return nseg;
+}
+
+static inline int optim_engine_zero(const OptimEngine* e) { return e->procs > 1 && e->shard > 0; }
+
+// ZeRO-1's parts of a view (llmc/optim/views.h optim_view_parts; procs + 1 entries): process r
+// updates the view's elements [parts[r], parts[r + 1]), and the gradient collectives move them.
+// Returns 1 when the parts are equal shards. ZeRO-1 off: one part, the whole view.
+static inline int optim_engine_view_parts(const OptimEngine* e, int view, size_t* parts) {
+    OptimSegment* segs;
+    size_t n;
+    const int nseg = optim_engine_view_whole(e, view, &segs, &n);
+    int even = 1;
+    if (optim_engine_zero(e)) {
+        even = optim_view_parts(&e->cfg, segs, nseg, n, e->procs, parts);
+    } else {
+        parts[0] = 0;
+        parts[1] = n;
+    }
+    free(segs);
+    return even;
+}
+
+// ZeRO-1's shard of a view: the elements of its largest part (0: ZeRO-1 off); the gradients hold
+// it times the process count (every part fits: the equal shards' padding, or Muon's cuts).
+static inline size_t optim_engine_view_shard(const OptimEngine* e, int view) {
+    if (!optim_engine_zero(e)) return 0;
+    if (e->cfg.kind != OPT_MUON) {
+        if (view < 0) return e->shard;
+        return zero_shard_elems(badam_block_elems(e->badam, e->table, view), e->procs);
+    }
+    size_t* parts = (size_t*)mallocCheck(((size_t)e->procs + 1) * sizeof(size_t));
+    optim_engine_view_parts(e, view, parts);
+    size_t most = 0;
+    for (int r = 0; r < e->procs; r++) {
+        if (parts[r + 1] - parts[r] > most) most = parts[r + 1] - parts[r];
+    }
+    free(parts);
+    return most;
+}
+
+// ZeRO-1's buffers: the gradients (and without BAdam the parameters) hold every part of the
+// largest view: zero_elems elements (equal shards: the largest shard times the processes, the
+// padding included; Muon: the view's elements). 0: ZeRO-1 off.
+static inline size_t optim_engine_zero_elems(const OptimEngine* e) {
+    if (!optim_engine_zero(e)) return 0;
+    size_t most = 0;
+    size_t* parts = (size_t*)mallocCheck(((size_t)e->procs + 1) * sizeof(size_t));
+    const int views = e->badam != NULL ? e->badam->num_blocks : 1;
+    for (int v = 0; v < views; v++) {
+        optim_engine_view_parts(e, e->badam != NULL ? v : OPTIM_VIEW_MODEL, parts);
+        if (parts[e->procs] > most) most = parts[e->procs];
+    }
+    free(parts);
+    return most;
+}
+
+// The segment table of a view (optim_engine_view_whole), with ZeRO-1 cut to this process's part
+// of it, rebased to its first element. Returns the count (0: the view is empty here, a process
+// whose part is padding only or, for Muon, nothing); *segs is malloc'd (free it), *n the elements
+// the state covers.
+static inline int optim_engine_view_table(const OptimEngine* e, int block, OptimSegment** segs, size_t* n) {
+    OptimSegment* whole;
+    int nseg = optim_engine_view_whole(e, block, &whole, n);
+    if (optim_engine_zero(e)) {
+        size_t* parts = (size_t*)mallocCheck(((size_t)e->procs + 1) * sizeof(size_t));
+        optim_view_parts(&e->cfg, whole, nseg, *n, e->procs, parts);
+        OptimSegment* cut = (OptimSegment*)mallocCheck((size_t)(nseg > 0 ? nseg : 1) * sizeof(OptimSegment));
+        nseg = optim_segments_cut(whole, nseg, parts[e->rank], parts[e->rank + 1], cut);
+        free(parts);
         free(whole);
         whole = cut;
         *n = nseg > 0 ? whole[nseg - 1].offset + whole[nseg - 1].count : 0;
@@ -118,9 +174,6 @@ static inline void optim_engine_init(OptimEngine* e, const OptimConfig* cfg, con
                                      const Badam* badam, float weight_decay, int rank, int procs, size_t shard) {
     char why[256];
     if (!optim_config_check(cfg, why, sizeof why)) ls_fatal("%s", why);
-    if (cfg->kind == OPT_MUON && procs > 1 && shard > 0) {  // (the shards would cut matrices)
-        ls_fatal("--optimizer muon with -z 1: not yet (ZeRO-1 for Muon gives each process whole matrices; issue 14)");
-    }
     memset(e, 0, sizeof *e);
     e->cfg = *cfg;
     e->table = table;
@@ -142,8 +195,8 @@ static inline void optim_engine_init(OptimEngine* e, const OptimConfig* cfg, con
     }
 }
 
-// ZeRO-1's largest shard over the views (BAdam: its blocks'; else the whole model's shard); the
-// gradients hold it times the process count (the reduce-scatter's padding).
+// ZeRO-1's largest part over the views (BAdam: its blocks'; else the whole model's): the CPU
+// trainer's buffer of the reduced gradients (the gradients themselves: optim_engine_zero_elems).
 static inline size_t optim_engine_max_shard(const OptimEngine* e) {
     if (e->badam == NULL) return optim_engine_view_shard(e, OPTIM_VIEW_MODEL);
     size_t m = 0;
@@ -240,6 +293,10 @@ static inline void optim_engine_set_view_with(OptimEngine* e, int view, OptimSta
     memset(&e->st, 0, sizeof e->st);
     e->st.cfg = e->cfg;
     e->view = view;
+    if (optim_engine_zero(e)) {  // (the trainers' collectives move the parts)
+        if (e->parts == NULL) e->parts = (size_t*)mallocCheck(((size_t)e->procs + 1) * sizeof(size_t));
+        optim_engine_view_parts(e, view, e->parts);
+    }
     if (nseg > 0) {
         setup(&e->st, &e->cfg, segs, nseg, n, e->memory);
         if (optim_engine_reduces(e)) e->st.reduce = e->reduce;
@@ -306,6 +363,8 @@ static inline void optim_engine_step_cpu(OptimEngine* e, float* params, const fl
 
 static inline void optim_engine_free_cpu(OptimEngine* e) {
     optim_state_free(&e->st);  // its tables (and the 64 bytes it took for a state of none)
+    free(e->parts);
+    e->parts = NULL;
     e->view = OPTIM_VIEW_NONE;
 }
 

@@ -899,6 +899,8 @@ void optim_engine_step_gpu(OptimEngine* e, Tp* params, float* master, const Tg* 
 static inline void optim_engine_free_device(OptimEngine* e) {
     e->st.owns_memory = 0;
     optim_state_free_device(&e->st);
+    free(e->parts);
+    e->parts = NULL;
     e->view = OPTIM_VIEW_NONE;
 }
 

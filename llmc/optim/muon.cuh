@@ -150,6 +150,8 @@ typedef struct {
     int nruns;
     MuonRun runs[MUON_MAX_RUNS];
     OptimState adam[MUON_MAX_RUNS];  // of the AdamW runs (device tables; buffers inside the parent's)
+    size_t most, kkmax;              // the scratch's layout (muon_device_work): X and Y of `most` elements (the
+    size_t elems;                    // largest piece), A and B' of kkmax (its batch); elems 0: no matrices
 } MuonPlan;
 
 // An AdamW sub-state over run r of st: its table rebased to the run, its buffers pointing into st's.
@@ -200,6 +202,15 @@ static inline MuonPlan* muon_plan_build(const OptimState* st) {
     for (int r = 0; r < P->nruns; r++) {
         if (!P->runs[r].matrix) muon_adam_substate(st, &P->runs[r], &P->adam[r]);
     }
+    size_t floats;
+    muon_device_work(st->segs, st->nseg, st->cfg.muon_qkv_joined, &P->elems, &floats);
+    for (int r = 0; r < P->nruns; r++) {
+        const MuonRun* run = &P->runs[r];
+        const size_t pc = run->matrix ? (size_t)muon_piece(run) * run->rows * run->cols : 0;
+        if (pc > P->most) P->most = pc;
+    }
+    P->most = (P->most + 7) / 8 * 8;
+    P->kkmax = P->elems > 0 ? (P->elems - 2 * P->most) / 2 : 0;
     return P;
 }
 
@@ -270,22 +281,14 @@ template <typename Tp, typename Tg>
 static void muon_step_gpu(OptimState* st, Tp* params, float* master, const Tg* grads, float lr, int step, bool sr,
                           const float* d_clip_scale, cudaStream_t stream) {
     const OptimConfig* c = &st->cfg;
-    if (st->gemm_batched == NULL || st->gemm_elem != (int)sizeof(Tp) || st->work == NULL) {
+    if (st->muon_plan == NULL) st->muon_plan = muon_plan_build(st);
+    MuonPlan* P = (MuonPlan*)st->muon_plan;
+    if (P->elems > 0 && (st->gemm_batched == NULL || st->gemm_elem != (int)sizeof(Tp) || st->work == NULL)) {
         ls_fatal("optimizer: Muon on the GPU needs its batched multiply in the parameters' type and its scratch "
                  "(optim_engine_set_gemm_batched, OptimEngine.work)");
     }
-    if (st->muon_plan == NULL) st->muon_plan = muon_plan_build(st);
-    MuonPlan* P = (MuonPlan*)st->muon_plan;
-    // the scratch (muon_device_work's layout): X, Y (the largest piece), A, B' (its batch), the partial sums
-    size_t elems, floats;
-    muon_device_work(st->segs, st->nseg, c->muon_qkv_joined, &elems, &floats);
-    size_t most = 0;
-    for (int r = 0; r < P->nruns; r++) {
-        const size_t pc = P->runs[r].matrix ? (size_t)muon_piece(&P->runs[r]) * P->runs[r].rows * P->runs[r].cols : 0;
-        if (pc > most) most = pc;
-    }
-    most = (most + 7) / 8 * 8;
-    const size_t kkmax = (elems - 2 * most) / 2;
+    // the scratch (the plan's layout): X, Y (the largest piece), A, B' (its batch), the partial sums
+    const size_t most = P->most, kkmax = P->kkmax;
     Tp* x = (Tp*)st->work;
     Tp* y = x + most;
     Tp* A = y + most;

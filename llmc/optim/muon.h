@@ -76,6 +76,24 @@ static inline size_t muon_scratch_floats(const OptimSegment* segs, int nseg, int
     return most;
 }
 
+// Newton-Schulz's FLOPs for `count` (rows x cols) matrices: per step A = X X^T (2 k^2 K), A A
+// (2 k^3) and B' X (2 k^2 K), k = min(rows, cols), K = max.
+static inline double muon_ns_flops(size_t count, size_t rows, size_t cols) {
+    const double k = (double)(rows < cols ? rows : cols), K = (double)(rows < cols ? cols : rows);
+    return (double)count * MUON_NS_STEPS * (4.0 * k * k * K + 2.0 * k * k * k);
+}
+
+// One step's Newton-Schulz FLOPs over a table's matrices.
+static inline double muon_table_ns_flops(const OptimSegment* segs, int nseg, int qkv_joined) {
+    double f = 0.0;
+    for (int s = 0; s < nseg; s++) {
+        if (segs[s].mat_rows == 0) continue;
+        const size_t r = muon_rows(&segs[s], qkv_joined), c = segs[s].mat_cols;
+        f += muon_ns_flops(segs[s].count / (r * c), r, c);
+    }
+    return f;
+}
+
 // Muon's whole scratch: Newton-Schulz's and the momentum update U of the largest matrix segment.
 static inline size_t muon_work_floats(const OptimSegment* segs, int nseg, int qkv_joined) {
     size_t most = 0;
@@ -317,7 +335,7 @@ static inline void muon_update_cpu(OptimGemm gemm, const MuonBuffers* M, float* 
                                    float grad_scale) {
     OptimStepArgs aw = *a;
     aw.lr = a->lr * c->adamw_lr_mult;
-    float* u = M->work + muon_scratch_floats(segs, nseg, c->muon_qkv_joined);
+    float* u = M->work != NULL ? M->work + muon_scratch_floats(segs, nseg, c->muon_qkv_joined) : NULL;  // (NULL: no matrices)
     for (int s = 0; s < nseg; s++) {
         const OptimSegment* sg = &segs[s];
         if (sg->mat_rows == 0) {

@@ -427,7 +427,9 @@ static inline void optim_step_cpu(OptimState* st, float* params, const float* gr
             break;
         case OPT_MUON:
             if (st->gemm == NULL) ls_fatal("optimizer: Muon needs a matrix multiply (optim_engine_set_gemm)");
-            if (st->work == NULL) ls_fatal("optimizer: Muon's scratch is not allocated (OptimEngine.work)");
+            if (st->work == NULL && optim_state_work_bytes(c, st->segs, st->nseg) > 0) {  // (none: no matrices here)
+                ls_fatal("optimizer: Muon's scratch is not allocated (OptimEngine.work)");
+            }
             {
                 const MuonBuffers M = {c->state, st->m, st->v, st->m16, st->v16, q, st->q8_index, st->block0,
                                        st->small_off, st->adam_off, st->work};

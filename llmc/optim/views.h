@@ -9,6 +9,7 @@
    BAdam block    the active block's slices back to back (offset = the slice's compact offset,
                   param = its place in the model), state sized for the largest block
    both           the BAdam block's table cut to the process's shard of the block
+ ZeRO-1's parts of a view (optim_view_parts): equal shards, or for Muon cut around whole matrices.
  Where a table may be cut without changing any bit (optim_cut_of): anywhere for the elementwise
  optimizers, at the tensors' OPT_BLOCK boundaries for int8 state of any optimizer (absmax
  blocks), at tensor boundaries for LAMB (whatever its state) (its trust ratio needs the whole tensor's sums in one table),
@@ -51,6 +52,55 @@ static inline size_t optim_cut_snap(const OptimSegment* segs, int nseg, size_t x
         return up < b ? up : b;
     }
     return x;
+}
+
+// ----------------------------------------------------------------------------
+// ZeRO-1's parts of a view
+
+// Muon's cut nearest the state's share `target` (a matrix element holds its momentum, any other
+// its m and v: weight 1 and 2): within an AdamW tensor at the next multiple of 32 elements (then
+// optim_cut_of's rule: int8 blocks), within a matrix at its nearer end.
+static inline size_t optim_muon_part_cut(const OptimConfig* cfg, const OptimSegment* segs, int nseg, size_t n,
+                                         double target) {
+    double below = 0.0;
+    for (int s = 0; s < nseg; s++) {
+        const size_t a = segs[s].offset, b = a + segs[s].count;
+        const double w = segs[s].mat_rows != 0 ? 1.0 : 2.0, here = w * (double)segs[s].count;
+        if (below + here < target) {
+            below += here;
+            continue;
+        }
+        if (segs[s].mat_rows != 0) return 2.0 * (target - below) < here ? a : b;
+        size_t x = a + (size_t)((target - below) / w);
+        x = (x + 31) / 32 * 32;
+        return x >= b ? b : optim_cut_snap(segs, nseg, x, optim_cut_of(cfg));
+    }
+    return n;
+}
+
+// Process r of procs updates elements [parts[r], parts[r + 1]) of a view over n elements (its
+// gradients and state; parts has procs + 1 entries). Equal shards of zero_shard_elems, the last
+// one ending in padding past n, for every optimizer but Muon: there the cuts never split a matrix
+// (every process orthogonalizes whole matrices) and share the state, not the elements, equally
+// (optim_muon_part_cut); the parts then end at n, differ in size, and may be empty.
+// Returns 1 when the parts are equal shards (the collectives without counts serve them).
+static inline int optim_view_parts(const OptimConfig* cfg, const OptimSegment* segs, int nseg, size_t n, int procs,
+                                   size_t* parts) {
+    const size_t shard = zero_shard_elems(n, procs);
+    const int even = cfg->kind != OPT_MUON;
+    double total = 0.0;
+    for (int s = 0; s < nseg; s++) total += (segs[s].mat_rows != 0 ? 1.0 : 2.0) * (double)segs[s].count;
+    parts[0] = 0;
+    for (int r = 1; r <= procs; r++) {
+        size_t x = (size_t)r * shard;
+        if (!even) {
+            x = r < procs ? optim_muon_part_cut(cfg, segs, nseg, n, total * r / procs) : n;
+            if (x > n) x = n;
+            if (x < parts[r - 1]) x = parts[r - 1];
+        }
+        parts[r] = x;
+    }
+    return even;
 }
 
 // ----------------------------------------------------------------------------

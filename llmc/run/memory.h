@@ -95,13 +95,19 @@ typedef struct {
     int zero_stage;          // 1: ZeRO-1 over num_processes
     int num_processes;
     size_t opt_state_bytes;  // the optimizer engine's state block and the step's scratch (train_options_optim_sizes)
-    size_t max_shard;        // ZeRO-1: the largest view's shard (OptimSizes.max_shard)
+    size_t max_shard;        // ZeRO-1: the largest view's part (OptimSizes.max_shard)
+    size_t zero_elems;       // ZeRO-1: the gradients' elements (OptimSizes.zero_elems; 0: the equal shards')
 } CpuMemoryOptions;
 
+// ZeRO-1's gradient elements: every process's part of the largest view (given), or n's equal shards.
+static inline size_t memory_zero_elems(size_t given, size_t n, int procs) {
+    return given > 0 ? given : zero_shard_elems(n, procs) * (size_t)procs;
+}
+
 // The CPU trainer (fp32 everything), per process: B, T per process. Gradients hold all parameters,
-// or BAdam's largest block; with ZeRO-1 over P processes they are padded to P equal shards of the
-// largest view (and the parameters too without BAdam: the all-gather is in place), and the reduced
-// gradient shard gets its own buffer. The optimizer's state is the engine's block
+// or BAdam's largest block; with ZeRO-1 over P processes they hold the P parts of the largest view
+// (equal shards, padded; Muon's: whole matrices, unpadded), and so do the parameters without BAdam
+// (the all-gather is in place); the reduced gradient part gets its own buffer. The optimizer's state is the engine's block
 // (llmc/optim/engine.h), sized by its largest view.
 static inline MemoryReport memory_model_cpu(const GPT2Config* c, int B, int T, const CpuMemoryOptions* o) {
     MemoryReport r;
@@ -115,7 +121,7 @@ static inline MemoryReport memory_model_cpu(const GPT2Config* c, int B, int T, c
     r.bytes[MEM_GRADS] = n * sizeof(float);
     r.bytes[MEM_OPT_STATE] = o ? o->opt_state_bytes : 0;
     if (o && o->zero_stage >= 1 && o->num_processes > 1) {
-        size_t padded = o->max_shard * (size_t)o->num_processes;
+        size_t padded = memory_zero_elems(o->zero_elems, n, o->num_processes);
         if (!o->badam_block) { r.bytes[MEM_PARAMS] = padded * sizeof(float); }
         r.bytes[MEM_GRADS] = (padded + o->max_shard) * sizeof(float);
     }
@@ -225,7 +231,7 @@ typedef struct {
     size_t master_elems;    // elements of its largest view: the fp32 master weights beside it
     size_t stage_bytes;     // --offload: the largest chunk's state bytes and elements (each of the two
     size_t stage_elems;     // staging buffers; llmc/optim/offload.cuh)
-    size_t max_shard;       // ZeRO-1: the largest view's shard (OptimSizes.max_shard)
+    size_t zero_elems;      // ZeRO-1: the gradients' elements (OptimSizes.zero_elems; 0: the equal shards')
     size_t opt_work_bytes;  // the step's scratch beside the block (Muon's batched Newton-Schulz)
     int flash_attention;    // 0: --attention matmul; 1 cudnn, 2 cudnn-fast (no T x T activations, LSE stats)
 } GpuMemoryOptions;
@@ -236,10 +242,10 @@ static inline MemoryReport memory_model_gpu(const GPT2Config* c, int B, int T, c
     size_t n = gpt2_num_parameters(c);
     size_t ng = g->badam_block > 0 ? g->badam_block : n;  // gradient elements
     if (g->zero_stage >= 1 && g->num_processes > 1) {
-        // ZeRO-1: gradients padded to equal shards of the largest view (the reduce-scatter works in
-        // place on them), and without BAdam the parameters too (so does the all-gather); the
-        // optimizer's view is this process's shard
-        ng = g->max_shard * (size_t)g->num_processes;
+        // ZeRO-1: gradients hold the parts of the largest view (equal shards, padded; Muon's whole
+        // matrices, unpadded: the reduce-scatter works in place on them), and without BAdam the
+        // parameters too (so does the all-gather); the optimizer's view is this process's part
+        ng = memory_zero_elems(g->zero_elems, ng, g->num_processes);
         if (g->badam_block == 0) { n = ng; }
     }
     r.bytes[MEM_PARAMS] = gpu_tensor_bytes(n, g->floatx_bytes);

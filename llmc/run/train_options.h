@@ -322,7 +322,8 @@ typedef struct {
     size_t max_elems;    // elements of the largest view (the master weights the GPU trainer keeps)
     size_t stage_bytes;  // --offload: the largest chunk's state, and its elements (device staging)
     size_t stage_elems;
-    size_t max_shard;    // ZeRO-1: the largest view's shard (the gradients hold it times procs), or 0
+    size_t max_shard;    // ZeRO-1: the largest view's part, or 0
+    size_t zero_elems;   // ZeRO-1: the gradients' elements, every part of the largest view (optim_engine_zero_elems)
     size_t work_bytes;   // the step's scratch beside the block (Muon's Newton-Schulz on the host)
     size_t gpu_work_bytes[2];  // and on the device, with bf16 [0] or fp32 [1] parameters
 } OptimSizes;
@@ -337,7 +338,7 @@ static inline OptimSizes train_options_optim_sizes(const TrainOptions* o, const 
     OptimEngine e;
     optim_engine_init(&e, &cfg, &pt, o->badam > 0 ? &bd : NULL, 0.0f, rank, zero ? procs : 1,
                       zero ? zero_shard_elems(pt.total, procs) : 0);
-    OptimSizes z = {e.bytes, e.max_elems, 0, 0, optim_engine_max_shard(&e), e.work_bytes,
+    OptimSizes z = {e.bytes, e.max_elems, 0, 0, optim_engine_max_shard(&e), optim_engine_zero_elems(&e), e.work_bytes,
                     {optim_engine_device_work_bytes(&e, 2), optim_engine_device_work_bytes(&e, 4)}};
     if (o->offload) {
         optim_engine_offload_size(&e, optim_chunk_elems(pt.total, (size_t)o->offload_chunk), &z.stage_bytes, &z.stage_elems);
