@@ -78,8 +78,8 @@ TEST_SAN_PHONY :=
 # jumping over it.
 CUDA_HOME ?= /usr/local/cuda
 CUDA_HARNESS_FLAGS := -x c++ -Idev/harness -I$(CUDA_HOME)/include -g1 -fno-strict-aliasing -Wno-unknown-pragmas \
-	-fstack-clash-protection -fopenmp
-CUDA_HARNESS_LIBS := -lboost_context
+	-fstack-clash-protection -fopenmp -DLS_ENCODE
+CUDA_HARNESS_LIBS := -lboost_context $(LDLIBS_TOK)
 
 include dev/data/rules.mk
 include dev/reference/rules.mk
@@ -214,6 +214,13 @@ test-train-loop: $(BUILD)/train_gpt2 $(REF_DIR)/$(REF_DESC)_model.bin $(if $(HAV
 		--torch-python $(TORCH_PYTHON) $(if $(HAVE_MPI),--mpi-bin $(BUILD)/train_gpt2_mpi)
 TEST_PHONY += test-train-loop
 
+# Sampling a checkpoint without training (-x 0, --prompt, --temperature, --top-k) in both trainers:
+# the prompt as tiktoken encodes it, the greedy continuation as PyTorch's (dev/test/test_sample.py)
+test-sample: $(BUILD)/train_gpt2 $(BUILD)/train_gpt2cu_emu_fp32 $(REF_DIR)/$(REF_DESC)_model.bin data
+	$(EMU_RUN) $(PYTHON) dev/test/test_sample.py --bin $(BUILD)/train_gpt2 --gpu-bin $(BUILD)/train_gpt2cu_emu_fp32 \
+		--model $(REF_DIR)/$(REF_DESC)_model.bin --tokenizer data/gpt2_tokenizer.bin --data-dir data --torch-python $(TORCH_PYTHON)
+TEST_PHONY += test-sample
+
 test-cli: $(BUILD)/train_gpt2
 	$(PYTHON) dev/test/test_cli.py --bin $(BUILD)/train_gpt2
 
@@ -262,8 +269,14 @@ GPU_ARCH ?= native
 # EXTRA_INC / ZLIB_LIB: a machine without zlib's headers builds with the copy `make gpu-carry` made
 EXTRA_INC ?=
 ZLIB_LIB ?= -lz
-NVCC_TRAIN_FLAGS := -std=c++17 -O3 -lineinfo -Xptxas=--warn-on-spills -Xcompiler -Wall,-Wextra,-fopenmp -I. $(EXTRA_INC) $(PFLAGS)
-NVCC_LIBS := -lcublasLt -lcublas -lgomp $(ZLIB_LIB)
+# --prompt in the GPU trainer encodes with the C tokenizer when PCRE2's and cJSON's headers are here
+# (-DLS_ENCODE); a machine without them builds the decode-only trainer, whose --prompt says so
+HAVE_TOK_DEV := $(if $(and $(wildcard /usr/include/pcre2.h),$(wildcard /usr/include/cjson/cJSON.h)),1)
+TOK_GPU_FLAGS := $(if $(HAVE_TOK_DEV),-DLS_ENCODE)
+TOK_GPU_LIBS := $(if $(HAVE_TOK_DEV),$(LDLIBS_TOK))
+NVCC_TRAIN_FLAGS := -std=c++17 -O3 -lineinfo -Xptxas=--warn-on-spills -Xcompiler -Wall,-Wextra,-fopenmp -I. $(EXTRA_INC) $(PFLAGS) \
+	$(TOK_GPU_FLAGS)
+NVCC_LIBS := -lcublasLt -lcublas -lgomp $(ZLIB_LIB) $(TOK_GPU_LIBS)
 CUDA_TRAIN_DEPS := train_gpt2.cu $(LLMC_HEADERS) $(LLMC_CUDA_HEADERS)
 
 # Flash attention (--attention cudnn, the BF16 default): cuDNN's fused attention through the cuDNN

@@ -757,6 +757,49 @@ static void test_badam(void) {
     printf("badam: schedules, slices, gradients = full backward's, frozen parameters unchanged\n");
 }
 
+// Sampling (llmc/run/run.h sample_logits): temperature 0 and top-k 1 pick the likeliest token (the
+// lowest id among equals); top-k never leaves the k likeliest; over a grid of N coins each token
+// is drawn with its softmax(logits / temperature) probability among the kept ones, within 1/N
+// (the draw inverts the CDF, so a grid of coins counts each interval exactly).
+static void test_sampling(void) {
+    enum { V = 97, N = 20000 };
+    float logits[V];
+    int heap[V];
+    uint64_t rng = 7;
+    for (int i = 0; i < V; i++) { logits[i] = 4.0f * (xorshift_f32(&rng) - 0.5f); }
+    logits[11] = logits[60] = 3.0f;  // the largest, twice: 11 wins the ties
+    CHECK(sample_logits(logits, V, 0.0f, 0, 0.99f, heap) == 11, "sampling: temperature 0 picks the likeliest, lowest id");
+    CHECK(sample_logits(logits, V, 1.5f, 1, 0.99f, heap) == 11, "sampling: top-k 1 picks the likeliest, lowest id");
+    const float temps[] = {1.0f, 0.5f, 2.0f};
+    const int ks[] = {0, 5, 2, V, V + 10};
+    double worst = 0.0;
+    for (int a = 0; a < 3; a++) {
+        for (int b = 0; b < 5; b++) {
+            const int k = ks[b];
+            int order[V], count[V];  // ids by descending logit (ties: lower id first)
+            for (int i = 0; i < V; i++) { order[i] = i; count[i] = 0; }
+            for (int i = 1; i < V; i++) {
+                for (int j = i; j > 0 && (logits[order[j]] > logits[order[j - 1]] ||
+                                          (logits[order[j]] == logits[order[j - 1]] && order[j] < order[j - 1])); j--) {
+                    int t = order[j]; order[j] = order[j - 1]; order[j - 1] = t;
+                }
+            }
+            const int kept = k > 0 && k < V ? k : V;
+            double p[V], z = 0.0;
+            for (int i = 0; i < V; i++) { p[i] = 0.0; }
+            for (int r = 0; r < kept; r++) { z += p[order[r]] = exp(((double)logits[order[r]] - 3.0) / temps[a]); }
+            for (int n = 0; n < N; n++) { count[sample_logits(logits, V, temps[a], k, ((float)n + 0.5f) / N, heap)]++; }
+            for (int i = 0; i < V; i++) {
+                const double d = fabs((double)count[i] / N - p[i] / z);
+                if (d > worst) { worst = d; }
+                if (p[i] == 0.0) { CHECK(count[i] == 0, "sampling: top-k %d draws token %d outside the %d likeliest", k, i, kept); }
+            }
+        }
+    }
+    CHECK(worst <= 1.5 / N, "sampling: draw frequencies within 1.5/N of softmax(logits / T) over the top k (worst %.2e)", worst);
+    printf("sampling: temperature and top-k draws within %.1e of their probabilities (N = %d coins)\n", worst, N);
+}
+
 static void run_unit_tests(void) {
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/leanstep_test_XXXXXX");
     if (mkdtemp(tmpdir) == NULL) { ls_fatal("mkdtemp failed"); }
@@ -769,6 +812,7 @@ static void run_unit_tests(void) {
     test_badam();
     test_engine_chunks();
     test_lamb_zero();
+    test_sampling();
     char cmd[400];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) { printf("warning: could not remove %s\n", tmpdir); }

@@ -35,7 +35,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#define TOKENIZER_DECODE_ONLY  // the trainer only decodes samples: no PCRE2 / cJSON needed
+#ifndef LS_ENCODE  // (the Makefile's, where PCRE2 and cJSON are installed: --prompt encodes)
+#define TOKENIZER_DECODE_ONLY  // samples are decoded only: no PCRE2 / cJSON needed
+#endif
 #include "llmc/utils.h"
 #include "llmc/config.h"
 #include "llmc/params.h"

@@ -25,7 +25,7 @@ MODES = {  # key: (name, flags, learning rates)
     "adamw": ("AdamW fp32", [], ADAMW_LRS),
     "adamw-int8": ("AdamW int8", ["--opt-state", "int8"], ADAMW_LRS),
     "lion": ("Lion", ["--optimizer", "lion"], ["1e-4", "3e-4", "1e-3"]),
-    "muon": ("Muon fp32", ["--optimizer", "muon"], ADAMW_LRS),
+    "muon": ("Muon fp32", ["--optimizer", "muon"], ADAMW_LRS + ["3e-2"]),  # (1e-2 was the best: past it too)
     "muon-joined": ("Muon fp32, qkv joined", ["--optimizer", "muon", "--muon-qkv", "joined"], ADAMW_LRS),
     "muon-bf16": ("Muon bf16", ["--optimizer", "muon", "--opt-state", "bf16"], ADAMW_LRS),
     "muon-int8": ("Muon int8", ["--optimizer", "muon", "--opt-state", "int8"], ADAMW_LRS),

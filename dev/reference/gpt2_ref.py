@@ -24,6 +24,7 @@ To add a check: write a check_* function that raises CheckFailed and list it in 
 import argparse
 import ctypes
 import ctypes.util
+import json
 import math
 import os
 import subprocess
@@ -424,6 +425,25 @@ def cmd_perturb(a):
             params[name] = (1.0 + noise) if name in LN_WEIGHTS else noise
     write_model(a.out, cfg, params)
     print(f"perturb: {a.out}: biases and layernorm parameters of {a.model} drawn with std {PERTURB_STD}, seed {a.seed}")
+
+
+def cmd_generate(a):
+    """Greedy continuation in float64 of <|endoftext|> (50256, or 0 for a smaller vocabulary) and
+    the prompt's ids: a JSON line {"tokens": [...], "margin": the smallest gap between the two
+    likeliest logits over the steps} (a gap near the trainers' rounding makes a comparison moot)."""
+    cfg, params = read_model(a.model)
+    P = {k: v.double() for k, v in params.items()}
+    tokens = [50256 if cfg.V > 50256 else 0] + [int(x) for x in a.prompt.split(",") if x != ""]
+    if any(t < 0 or t >= cfg.V for t in tokens) or a.length > cfg.maxT or len(tokens) >= a.length:
+        raise RefError(f"generate: prompt ids outside the vocabulary, or no room in --length {a.length} (max {cfg.maxT})")
+    margin = float("inf")
+    with torch.no_grad():
+        while len(tokens) < a.length:
+            logits = gpt2_forward(cfg, P, torch.tensor([tokens], dtype=torch.int64))[0, -1]
+            top2 = torch.topk(logits, 2).values
+            margin = min(margin, float(top2[0] - top2[1]))
+            tokens.append(int(torch.argmax(logits)))
+    print(json.dumps({"tokens": tokens[1:], "margin": margin}))
 
 
 def make_batch(cfg, B, T, seed):
@@ -913,6 +933,10 @@ def parse_args(argv):
     p.add_argument("--val-every", type=int, default=0)
     p.add_argument("--val-max", type=int, default=-1)
     p.add_argument("--out", required=True)
+    p = sub.add_parser("generate", help="greedy continuation of a prompt (token ids), float64 (JSON line)")
+    p.add_argument("--model", required=True)
+    p.add_argument("--prompt", required=True, help="comma-separated token ids after <|endoftext|>")
+    p.add_argument("--length", type=int, required=True, help="tokens in all, <|endoftext|> included (the trainers' -g)")
     sub.add_parser("check", help="self-tests; exit status 1 on failure")
     return ap.parse_args(argv)
 
@@ -929,6 +953,8 @@ def main(argv):
             cmd_perturb(a)
         elif a.cmd == "train":
             cmd_train(a)
+        elif a.cmd == "generate":
+            cmd_generate(a)
         else:
             return cmd_check(a)
     except RefError as e:

@@ -254,7 +254,7 @@ static void sweep_sampling(GPT2* model, const double* p, int T, SweepWorst* wors
         CHECK(l == -1.0f, "sampling: forward without targets returns -1 (got %f)", l);
         const float* row = gpt2_logits_row(model, t - 1);
         memcpy(rows + (size_t)(t - 1) * V, row, (size_t)V * sizeof(float));
-        if (t < T) { tokens[t] = sample_softmax(row, V, xorshift_f32(&rng)); }
+        if (t < T) { tokens[t] = sample_logits(row, V, 1.0f, 0, xorshift_f32(&rng), NULL); }
     }
     ref64_forward(c, &model->table, p, tokens, NULL, 1, T, ref);
     double md = 0.0, mr = 0.0;

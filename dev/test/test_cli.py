@@ -104,8 +104,6 @@ REFUSED = [
     (["--optimizer", "sgd", "--momentum", "0", "--opt-state", "int8"], "plain SGD keeps no state", False),
     (["--muon-scale", "orig"], "are Muon options", False),
     (["--optimizer", "lion", "--muon-adamw-lr", "0.01"], "are Muon options", False),
-    # not yet (issue 14): Muon's ZeRO-1 of whole matrices
-    (["--optimizer", "muon", "-pn", "2", "-z", "1"], "not yet", False),
 ]
 # Combinations the optimizer engine made possible (refused before it); gpu: a GPU trainer's flag is in it.
 ACCEPTED = [
@@ -123,6 +121,9 @@ ACCEPTED = [
     (["--optimizer", "muon", "--badam", "2", "--muon-qkv", "joined", "--muon-plain", "1"], False),
     (["--optimizer", "muon", "-pn", "2", "-z", "0", "--muon-adamw-lr", "0.003"], False),
     (["--optimizer", "muon", "--opt-state", "int8", "--badam", "2"], False),
+    (["--optimizer", "muon", "-pn", "2", "-z", "1"], False),  # parts of whole matrices (issue 14)
+    (["--optimizer", "muon", "-pn", "8", "-z", "1", "--opt-state", "bf16", "--badam", "2"], False),
+    (["--optimizer", "muon", "-pn", "2", "-z", "1", "--offload", "1"], True),
 ]
 
 

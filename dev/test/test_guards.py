@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """test_guards.py: the numerical guards of a trainer (CPU, or the GPU one under the harness).
 
-  - --inject-nan 3: step 3's gradients hold a NaN; its update is skipped (log.jsonl says so, the
+  - --inject-nan 3 (AdamW, and Muon): step 3's gradients hold a NaN; its update is skipped (log.jsonl says so, the
     norm is null), the model and optimizer state after step 3 equal those after step 2 bit for
     bit, the later steps train on (finite losses) and the run exits 0 counting one skip;
   - --inject-nan 2,3,4 --max-skips 3: the run stops at step 4 with exit 3 and a one-line error
@@ -76,28 +76,30 @@ def main():
         base = ["-e", MODEL, "-i", os.path.join(tmp, "train.bin"), "-b", "2", "-t", "32", "-s", "0", "-v", "0",
                 "-l", "1e-3", "--threads", "1"]
 
-        # one NaN step
-        d = os.path.join(tmp, "nan1")
-        r = subprocess.run([binary] + base + ["-x", "6", "-n", "1", "-o", d, "--inject-nan", "3"],
-                           capture_output=True, text=True, timeout=600)
-        check(r.returncode == 0, "--inject-nan 3: the run exits 0 (exit %d: %s)" % (r.returncode, r.stderr.strip()[-300:]))
-        recs = records(d) if os.path.exists(os.path.join(d, "log.jsonl")) else []
-        check([x.get("skipped", False) for x in recs] == [False, False, True, False, False, False],
-              "--inject-nan 3: log.jsonl marks step 3 (only) skipped: %s" % recs)
-        if len(recs) == 6:
-            check(recs[2]["norm"] is None, "the skipped step's norm is logged as null: %s" % recs[2])
-            check(all(math.isfinite(x["loss"]) for x in recs) and all(x["norm"] is not None for i, x in enumerate(recs) if i != 2),
-                  "every other step has a finite loss and norm")
-        m2, m3 = (os.path.join(d, "model_%08d.bin" % s) for s in (2, 3))
-        if os.path.exists(m2) and os.path.exists(m3):
-            check(read(m2) == read(m3), "the model after the skipped step 3 equals the model after step 2, bit for bit")
-            check(read(os.path.join(d, "model_00000004.bin")) != read(m3), "step 4 updates the model again")
-            s2, s3 = (read(os.path.join(d, "state_%08d_00000.bin" % s)) for s in (2, 3))
-            check(s2[HEADER_BYTES:] == s3[HEADER_BYTES:], "the optimizer state after step 3 equals that after step 2")
-        else:
-            check(False, "checkpoints 2 and 3 were written")
-        check("step 3: update skipped, gradient norm is nan" in r.stdout, "the step's skip is printed with its reason")
-        check("1 updates skipped" in r.stdout, "the summary counts the skip")
+        # one NaN step: with AdamW, and with Muon (its momentum and Newton-Schulz must not see it)
+        for opt in ([], ["--optimizer", "muon"]):
+            tag = " ".join(opt) or "adamw"
+            d = os.path.join(tmp, "nan1" + "".join(opt))
+            r = subprocess.run([binary] + base + ["-x", "6", "-n", "1", "-o", d, "--inject-nan", "3"] + opt,
+                               capture_output=True, text=True, timeout=600)
+            check(r.returncode == 0, "%s --inject-nan 3: the run exits 0 (exit %d: %s)" % (tag, r.returncode, r.stderr.strip()[-300:]))
+            recs = records(d) if os.path.exists(os.path.join(d, "log.jsonl")) else []
+            check([x.get("skipped", False) for x in recs] == [False, False, True, False, False, False],
+                  "--inject-nan 3: log.jsonl marks step 3 (only) skipped: %s" % recs)
+            if len(recs) == 6:
+                check(recs[2]["norm"] is None, "the skipped step's norm is logged as null: %s" % recs[2])
+                check(all(math.isfinite(x["loss"]) for x in recs) and all(x["norm"] is not None for i, x in enumerate(recs) if i != 2),
+                      "every other step has a finite loss and norm")
+            m2, m3 = (os.path.join(d, "model_%08d.bin" % s) for s in (2, 3))
+            if os.path.exists(m2) and os.path.exists(m3):
+                check(read(m2) == read(m3), "%s: the model after the skipped step 3 equals the model after step 2, bit for bit" % tag)
+                check(read(os.path.join(d, "model_00000004.bin")) != read(m3), "step 4 updates the model again")
+                s2, s3 = (read(os.path.join(d, "state_%08d_00000.bin" % s)) for s in (2, 3))
+                check(s2[HEADER_BYTES:] == s3[HEADER_BYTES:], "%s: the optimizer state after step 3 equals that after step 2" % tag)
+            else:
+                check(False, "checkpoints 2 and 3 were written")
+            check("step 3: update skipped, gradient norm is nan" in r.stdout, "the step's skip is printed with its reason")
+            check("1 updates skipped" in r.stdout, "the summary counts the skip")
 
         # too many skips in a row: stop
         d = os.path.join(tmp, "nan3")

@@ -77,9 +77,10 @@ static inline void default_data_run_make(const char* missing) {
 
 // Checks the trainer's input files before the run uses them. d holds the options as they were
 // before the flags were parsed: a path still pointing at d's string is the default (not given).
+// -x 0 trains nothing: no train data is read.
 static inline void data_check_inputs(const TrainOptions* o, const TrainOptions* d, const Comm* comm) {
-    int use_val = o->val_every > 0, use_tok = o->sample_every > 0;
-    if (o->train_data != d->train_data && !data_pattern_matches(o->train_data)) {
+    int use_train = o->max_steps != 0, use_val = o->val_every > 0, use_tok = o->sample_every > 0 || o->prompt != NULL;
+    if (use_train && o->train_data != d->train_data && !data_pattern_matches(o->train_data)) {
         ls_fatal("flag -i: no files match '%s' (the default data, TinyShakespeare, is made by `make data`)", o->train_data);
     }
     if (use_val && o->val_data != d->val_data && !data_pattern_matches(o->val_data)) {
@@ -89,7 +90,7 @@ static inline void data_check_inputs(const TrainOptions* o, const TrainOptions* 
         ls_fatal("flag --tokenizer: file '%s' not found (the default, %s, is made by `make data`)", o->tokenizer,
                  d->tokenizer);
     }
-    if (o->train_data != d->train_data) {  // the user's data: nothing is made for it
+    if (use_train && o->train_data != d->train_data) {  // the user's data: nothing is made for it
         if (use_val && o->val_data == d->val_data && !data_pattern_matches(o->val_data)) {
             ls_fatal("flag -j: the default '%s' is not there (pass -j with -i, or -v 0 for no val loss; `make data` "
                      "makes TinyShakespeare's)", o->val_data);
@@ -97,7 +98,7 @@ static inline void data_check_inputs(const TrainOptions* o, const TrainOptions* 
         return;
     }
     const char* missing = NULL;  // the first default file that is missing
-    if (!data_pattern_matches(o->train_data)) { missing = o->train_data; }
+    if (use_train && !data_pattern_matches(o->train_data)) { missing = o->train_data; }
     else if (use_val && o->val_data == d->val_data && !data_pattern_matches(o->val_data)) { missing = o->val_data; }
     else if (use_tok && o->tokenizer == d->tokenizer && !file_exists(o->tokenizer)) { missing = o->tokenizer; }
     if (comm->rank == 0 && missing != NULL) { default_data_run_make(missing); }

@@ -38,31 +38,89 @@
 // ----------------------------------------------------------------------------
 // sampling
 
-// Draws a token from softmax(logits[0..V)) with a uniform coin in [0, 1).
-static LS_UNUSED int sample_softmax(const float* logits, int V, float coin) {
-    float maxval = -INFINITY;
-    for (int i = 0; i < V; i++) { if (logits[i] > maxval) { maxval = logits[i]; } }
-    double sum = 0.0;
-    for (int i = 0; i < V; i++) { sum += exp((double)(logits[i] - maxval)); }
-    double target = (double)coin * sum, cdf = 0.0;
+// How a sample is drawn: the prompt's tokens (after <|endoftext|>), the temperature and top-k.
+typedef struct {
+    const int* prompt;
+    int n_prompt;
+    float temperature;  // 0: the likeliest token
+    int top_k;          // 0: all tokens
+} SampleOptions;
+
+// Whether (value a, id ia) ranks below (b, ib): a smaller logit, or an equal one of a larger id.
+static inline int sample_below(float a, int ia, float b, int ib) { return a < b || (a == b && ia > ib); }
+
+// The k likeliest tokens of logits[0..V) as a min-heap (heap[0]: the k-th), ids in heap (k).
+static LS_UNUSED void sample_top_k(const float* logits, int V, int k, int* heap) {
+    int n = 0;
     for (int i = 0; i < V; i++) {
-        cdf += exp((double)(logits[i] - maxval));
-        if (cdf > target) { return i; }
+        int at;
+        if (n < k) {  // sift up from the end
+            at = n++;
+            while (at > 0 && sample_below(logits[i], i, logits[heap[(at - 1) / 2]], heap[(at - 1) / 2])) {
+                heap[at] = heap[(at - 1) / 2];
+                at = (at - 1) / 2;
+            }
+            heap[at] = i;
+            continue;
+        }
+        if (!sample_below(logits[heap[0]], heap[0], logits[i], i)) { continue; }
+        at = 0;  // replace the k-th and sift down
+        for (;;) {
+            int c = 2 * at + 1;
+            if (c >= k) { break; }
+            if (c + 1 < k && sample_below(logits[heap[c + 1]], heap[c + 1], logits[heap[c]], heap[c])) { c++; }
+            if (!sample_below(logits[heap[c]], heap[c], logits[i], i)) { break; }
+            heap[at] = heap[c];
+            at = c;
+        }
+        heap[at] = i;
     }
-    return V - 1;
 }
 
-// Generates gen_T tokens after <|endoftext|> and prints them decoded (or as ids without a
-// tokenizer).
-static LS_UNUSED void gpt2_sample(GPT2* model, const Tokenizer* tok, int gen_T, uint64_t* rng) {
+// Draws the next token from logits[0..V) with a uniform coin in [0, 1): softmax(logits /
+// temperature) over the top_k likeliest tokens (0: all; ties go to the lower id), in id order;
+// temperature 0: the likeliest token (the lowest id among equals). heap: top_k ints of scratch.
+static LS_UNUSED int sample_logits(const float* logits, int V, float temperature, int top_k, float coin, int* heap) {
+    int best = 0;
+    for (int i = 1; i < V; i++) { if (logits[i] > logits[best]) { best = i; } }
+    if (temperature == 0.0f || top_k == 1) { return best; }
+    float cut = -INFINITY;  // tokens below (cut, cut_id) are left out
+    int cut_id = V;
+    if (top_k > 0 && top_k < V) {
+        sample_top_k(logits, V, top_k, heap);
+        cut = logits[heap[0]];
+        cut_id = heap[0];
+    }
+    const double inv_t = 1.0 / (double)temperature, top = (double)logits[best];
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) {
+        if (!sample_below(logits[i], i, cut, cut_id)) { sum += exp(((double)logits[i] - top) * inv_t); }
+    }
+    double target = (double)coin * sum, cdf = 0.0;
+    int last = best;
+    for (int i = 0; i < V; i++) {
+        if (sample_below(logits[i], i, cut, cut_id)) { continue; }
+        cdf += exp(((double)logits[i] - top) * inv_t);
+        last = i;
+        if (cdf > target) { return i; }
+    }
+    return last;
+}
+
+// Generates a sample of gen_T tokens (at most the model's T): <|endoftext|>, the prompt, and what
+// the model continues it with, printed decoded (or as ids without a tokenizer).
+static LS_UNUSED void gpt2_sample(GPT2* model, const Tokenizer* tok, const SampleOptions* so, int gen_T, uint64_t* rng) {
     int T = gen_T < model->T ? gen_T : model->T;
     int* tokens = (int*)mallocCheck((size_t)T * sizeof(int));
+    int* heap = (int*)mallocCheck((size_t)(so->top_k > 0 ? so->top_k : 1) * sizeof(int));
     tokens[0] = GPT2_EOT < model->config.vocab_size ? GPT2_EOT : 0;
+    const int start = 1 + so->n_prompt < T ? 1 + so->n_prompt : T;
+    for (int t = 1; t < start; t++) { tokens[t] = so->prompt[t - 1]; }
     printf("generating:\n---\n");
-    for (int t = 1; t < T; t++) {
+    for (int t = start; t < T; t++) {
         gpt2_forward(model, tokens, NULL, 1, t);
         const float* logits = gpt2_logits_row(model, t - 1);
-        tokens[t] = sample_softmax(logits, model->config.vocab_size, xorshift_f32(rng));
+        tokens[t] = sample_logits(logits, model->config.vocab_size, so->temperature, so->top_k, xorshift_f32(rng), heap);
     }
     if (tok) {
         size_t cap = (size_t)T * 800 + 1;  // a token decodes to at most ~765 printable bytes
@@ -74,6 +132,7 @@ static LS_UNUSED void gpt2_sample(GPT2* model, const Tokenizer* tok, int gen_T, 
         for (int t = 1; t < T; t++) { printf("%d ", tokens[t]); }
     }
     printf("\n---\n");
+    free(heap);
     free(tokens);
 }
 
@@ -239,6 +298,9 @@ typedef struct {
     int do_val;
     Tokenizer tokenizer;
     int have_tokenizer;
+    int do_train;                // 0: -x 0, no training (no train data): sample -e's model
+    TokenList prompt;            // --prompt's tokens
+    SampleOptions sample;        // the prompt, temperature and top-k of the samples
     LrSchedule sched;
     AdamWHyper hyper;            // the optimizer's hyperparameters; lr is this step's (run_lr)
     uint64_t sample_rng;
@@ -329,9 +391,40 @@ static LS_UNUSED void run_resume(Run* r, GPT2* model) {
     }
     gpt2_state_read(model, r->state_path, &rs);
     if (rs.step != r->start_step) { ls_fatal("state file '%s': step %d, expected %d", r->state_path, rs.step, r->start_step); }
-    dataloader_seek(&r->train, rs.data_epoch, (size_t)rs.data_sample);
+    if (r->do_train) { dataloader_seek(&r->train, rs.data_epoch, (size_t)rs.data_sample); }
     r->sample_rng = rs.sampler_rng;
     printf("resumed from step %d\n", r->start_step);
+}
+
+// --prompt encoded with the tokenizer file (it must leave room to generate within -g and -t), and
+// the samples' temperature and top-k.
+static LS_UNUSED void run_prompt(Run* r, const GPT2* model) {
+    const TrainOptions* o = &r->o;
+    r->sample = (SampleOptions){NULL, 0, o->temperature, o->top_k};
+    if (o->prompt == NULL) { return; }
+#ifdef TOKENIZER_DECODE_ONLY
+    (void)model;
+    ls_fatal("flag --prompt: this build has no encoder (built without PCRE2 and cJSON: install libpcre2-dev and "
+             "libcjson-dev, then rebuild)");
+#else
+    if (o->prompt[0] == '\0') { ls_fatal("flag --prompt: empty (leave it out to sample from <|endoftext|>)"); }
+    tokenizer_prepare_encode(&r->tokenizer, o->tokenizer);
+    tokenizer_encode(&r->tokenizer, o->prompt, strlen(o->prompt), 0, &r->prompt);
+    const int room = (o->gen_T < model->T ? o->gen_T : model->T) - 1;
+    if (r->prompt.len >= (size_t)room) {
+        ls_fatal("flag --prompt: %zu tokens leave no room to generate in a sample of %d (-g %d, at most -t %d, "
+                 "<|endoftext|> first)", r->prompt.len, room + 1, o->gen_T, model->T);
+    }
+    for (size_t i = 0; i < r->prompt.len; i++) {
+        if (r->prompt.data[i] >= model->config.vocab_size) {
+            ls_fatal("flag --prompt: token %d is outside the model's vocabulary of %d (tokenizer %s)", r->prompt.data[i],
+                     model->config.vocab_size, o->tokenizer);
+        }
+    }
+    r->sample.prompt = r->prompt.data;
+    r->sample.n_prompt = (int)r->prompt.len;
+    printf("prompt: %zu tokens\n", r->prompt.len);
+#endif
 }
 
 // The data, the tokenizer (for samples), the schedule, the log; the resume (-y). Returns 0 for
@@ -346,7 +439,10 @@ static LS_UNUSED int run_start(Run* r, GPT2* model) {
     if (o->dry_run) { return 0; }
     data_check_inputs(o, &r->defaults, &r->comm);  // a missing default: `make data` runs now
     int vocab = model->config.vocab_size;
-    dataloader_init(&r->train, o->train_data, o->B, o->T, r->comm.rank, r->comm.size, !o->overfit, (uint64_t)o->seed, vocab);
+    r->do_train = o->max_steps != 0;
+    if (r->do_train) {
+        dataloader_init(&r->train, o->train_data, o->B, o->T, r->comm.rank, r->comm.size, !o->overfit, (uint64_t)o->seed, vocab);
+    }
     r->do_val = o->val_every > 0;
     if (r->do_val) { dataloader_init(&r->val, o->val_data, o->B, o->T, r->comm.rank, r->comm.size, 0, (uint64_t)o->seed, vocab); }
     r->total_steps = o->max_steps >= 0 ? o->max_steps : (int)(dataloader_steps_per_epoch(&r->train) / (size_t)r->accum);
@@ -357,21 +453,29 @@ static LS_UNUSED int run_start(Run* r, GPT2* model) {
         o->sample_every = 0;
         o->checkpoint_every = 0;
     }
-    printf("train: %zu batches per epoch in %d shard(s); %d steps\n", dataloader_steps_per_epoch(&r->train),
-           r->train.num_shards, r->total_steps);
-    if (o->sample_every > 0 && file_exists(o->tokenizer)) {
+    if (r->do_train) {
+        printf("train: %zu batches per epoch in %d shard(s); %d steps\n", dataloader_steps_per_epoch(&r->train),
+               r->train.num_shards, r->total_steps);
+    } else {
+        printf("train: -x 0, no training: %s, then exit\n", o->sample_every > 0 ? "a sample" : "nothing to sample (-s 0)");
+    }
+    if ((o->sample_every > 0 || o->prompt) && file_exists(o->tokenizer)) {
         tokenizer_init_from_file(&r->tokenizer, o->tokenizer);
         r->have_tokenizer = 1;
+    } else if (o->prompt) {
+        ls_fatal("flag --prompt: the tokenizer file %s is not there to encode it (`make data` makes it, or pass --tokenizer)",
+                 o->tokenizer);
     } else if (o->sample_every > 0) {
         printf("note: tokenizer file %s not found (run `make data`); samples print token ids\n", o->tokenizer);
     }
+    run_prompt(r, model);
     r->sched = (LrSchedule){(LrScheduleType)o->lr_schedule, o->lr, o->final_lr_frac, o->warmup, r->total_steps};
     r->hyper = (AdamWHyper){o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->grad_clip};
     r->sample_rng = 1337 + (uint64_t)o->seed;
     if (o->output_dir) { ensure_dir(o->output_dir); }
     logger_init(&r->logger, r->comm.rank == 0 ? o->output_dir : NULL, o->resume);  // every rank writes its state file
     if (o->resume) { run_resume(r, model); }
-    if (o->overfit) { dataloader_next_batch(&r->train); }
+    if (o->overfit && r->do_train) { dataloader_next_batch(&r->train); }
     train_install_signals();
     for (int i = 0; i < MEM_COUNT; i++) { r->mem_mib += mib(model->mem.bytes[i]); }
     step_guard_init(&r->guard, o->skip_loss_z, o->skip_norm_z, o->outlier_window, o->max_skips);
@@ -400,7 +504,7 @@ static LS_UNUSED int run_between_steps(Run* r, GPT2* model, int step) {
         if (val_loss < r->best_val) { r->best_val = val_loss; }
     }
     if (o->sample_every > 0 && !r->stopping && r->comm.rank == 0 && ((step > 0 && step % o->sample_every == 0) || last_step)) {
-        gpt2_sample(model, r->have_tokenizer ? &r->tokenizer : NULL, o->gen_T, &r->sample_rng);
+        gpt2_sample(model, r->have_tokenizer ? &r->tokenizer : NULL, &r->sample, o->gen_T, &r->sample_rng);
     }
     if (o->output_dir && step > r->start_step &&
         ((o->checkpoint_every > 0 && (step % o->checkpoint_every == 0 || last_step)) || r->stopping)) {
@@ -494,8 +598,9 @@ static LS_UNUSED int run_finish(Run* r, GPT2* model) {
         step_guard_free(&r->guard);
         logger_free(&r->logger);
         if (r->have_tokenizer) { tokenizer_free(&r->tokenizer); }
+        tokenlist_free(&r->prompt);
         if (r->do_val) { dataloader_free(&r->val); }
-        dataloader_free(&r->train);
+        if (r->do_train) { dataloader_free(&r->train); }
     }
     gpt2_free(model);
     comm_finalize(&r->comm);

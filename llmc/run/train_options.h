@@ -39,6 +39,9 @@ typedef struct {
     int val_max_steps;        // -m
     int sample_every;         // -s
     int gen_T;                // -g
+    const char* prompt;       // --prompt: the samples continue this text (NULL: from <|endoftext|> alone)
+    float temperature;        // --temperature: softmax(logits / temperature) (0: the likeliest token)
+    int top_k;                // --top-k: sample among the k likeliest tokens (0: all)
     int overfit;              // -a
     int max_steps;            // -x (-1: one epoch)
     float beta1, beta2, eps;  // AdamW
@@ -113,9 +116,12 @@ static const CliFlag train_flags[] = {
     {"v", "val-every", CLI_INT, OPT(val_every), 0, 1e9, NULL, CLI_BOTH, "val loss every N steps (0: never)"},
     {"m", "val-max-steps", CLI_INT, OPT(val_max_steps), -1, 1e9, NULL, CLI_BOTH, "batches per val loss (-1: all)"},
     {"s", "sample-every", CLI_INT, OPT(sample_every), 0, 1e9, NULL, CLI_BOTH, "print generated text every N steps (0: never)"},
-    {"g", "gen-len", CLI_INT, OPT(gen_T), 1, 1048576, NULL, CLI_BOTH, "tokens to generate per sample"},
+    {"g", "gen-len", CLI_INT, OPT(gen_T), 1, 1048576, NULL, CLI_BOTH, "tokens per sample, the prompt's included (at most -t)"},
+    {NULL, "prompt", CLI_STRING, OPT(prompt), 0, 0, NULL, CLI_BOTH, "samples continue this text (encoded with the tokenizer file; default: from <|endoftext|>)"},
+    {NULL, "temperature", CLI_FLOAT, OPT(temperature), 0, 100, NULL, CLI_BOTH, "sampling temperature (0: always the likeliest token)"},
+    {NULL, "top-k", CLI_INT, OPT(top_k), 0, 1048576, NULL, CLI_BOTH, "sample among the k likeliest tokens (0: all)"},
     {"a", "overfit", CLI_SWITCH, OPT(overfit), 0, 1, NULL, CLI_BOTH, "train on the first batch only (overfit it)"},
-    {"x", "max-steps", CLI_INT, OPT(max_steps), -1, 1e9, NULL, CLI_BOTH, "number of steps (-1: one epoch of the train data)"},
+    {"x", "max-steps", CLI_INT, OPT(max_steps), -1, 1e9, NULL, CLI_BOTH, "number of steps (-1: one epoch of the train data; 0: no training, sample -e's model (and val loss with -v))"},
     {NULL, "beta1", CLI_FLOAT, OPT(beta1), 0, 0.99999, NULL, CLI_BOTH, "AdamW beta1"},
     {NULL, "beta2", CLI_FLOAT, OPT(beta2), 0, 0.99999, NULL, CLI_BOTH, "AdamW beta2"},
     {NULL, "eps", CLI_FLOAT, OPT(eps), 1e-30, 1, NULL, CLI_BOTH, "AdamW epsilon"},
@@ -179,6 +185,9 @@ static inline void train_options_defaults(TrainOptions* o) {
     o->val_max_steps = 20;
     o->sample_every = 20;
     o->gen_T = 64;
+    o->prompt = NULL;
+    o->temperature = 1.0f;
+    o->top_k = 0;
     o->overfit = 0;
     o->max_steps = -1;
     o->beta1 = 0.9f;
