@@ -221,6 +221,15 @@ test-sample: $(BUILD)/train_gpt2 $(BUILD)/train_gpt2cu_emu_fp32 $(REF_DIR)/$(REF
 		--model $(REF_DIR)/$(REF_DESC)_model.bin --tokenizer data/gpt2_tokenizer.bin --data-dir data --torch-python $(TORCH_PYTHON)
 TEST_PHONY += test-sample
 
+# HellaSwag (--hellaswag) in both trainers on a file in the official format: tiktoken's tokens, the
+# PyTorch reference's right answers (acc, acc_norm), other -b, 2 processes, the logs, bad files
+test-hellaswag: $(BUILD)/train_gpt2 $(BUILD)/train_gpt2cu_emu_fp32 $(REF_DIR)/$(REF_DESC)_model.bin data \
+		$(if $(HAVE_MPI),$(BUILD)/train_gpt2_mpi)
+	$(EMU_RUN) $(PYTHON) dev/test/test_hellaswag.py --bin $(BUILD)/train_gpt2 --gpu-bin $(BUILD)/train_gpt2cu_emu_fp32 \
+		$(if $(HAVE_MPI),--mpi-bin $(BUILD)/train_gpt2_mpi) --model $(REF_DIR)/$(REF_DESC)_model.bin \
+		--tokenizer data/gpt2_tokenizer.bin --data-dir data --torch-python $(TORCH_PYTHON)
+TEST_PHONY += test-hellaswag
+
 test-cli: $(BUILD)/train_gpt2
 	$(PYTHON) dev/test/test_cli.py --bin $(BUILD)/train_gpt2
 
@@ -561,6 +570,7 @@ help:
 	@echo "make                 build train_gpt2 and test_gpt2 (CPU)"
 	@echo "make data            get TinyShakespeare + GPT-2 tokenizer files and tokenize them into data/"
 	@echo "make corpus CORPUS=P any corpus (.txt, .jsonl, .gz, directories) into shards (CORPUS_OUT, CORPUS_FLAGS)"
+	@echo "make hellaswag       HellaSwag's validation JSONL into data/hellaswag/ (for --hellaswag 1)"
 	@echo "make deps            install what is missing (apt, pip); make train and make test run it"
 	@echo "make train           make deps and data, then train GPT-2 on TinyShakespeare on the CPU (TRAIN_STEPS=200)"
 	@echo "make test            make deps, then the whole test suite side by side (TEST_JOBS=cores; the README's test command)"

@@ -949,6 +949,9 @@ static LS_UNUSED const float* gpt2_logits_row(GPT2* model, int t) {
     return model->logits_row_cpu;
 }
 
+// (gpt2_forward with targets copied them to the host)
+static LS_UNUSED const float* gpt2_token_losses(GPT2* model) { return model->losses_cpu; }
+
 // The model file holds the parameters exactly as trained: fp32 (version 3) in the fp32 build,
 // bf16 (version 5) in the bf16 build, by rank 0; the state file (one per process) holds the
 // engine's block of the current view (llmc/io/checkpoint.h, version 2: the CPU trainer's layout)

@@ -46,6 +46,25 @@ $(BUILD)/test_tokenizer: dev/test/test_tokenizer.c $(TOKENIZER_DEPS)
 	@echo "  CC    $@"
 	$(Q)$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_TOK) $(LDLIBS)
 
+# HellaSwag's validation set for --hellaswag (10,042 examples): from LEANSTEP_DATA_MIRROR's
+# hellaswag/ when it has the file, else its canonical URL; written under a temporary name and
+# renamed. Its sha256 is printed (and checked when HELLASWAG_SHA256 is set: no hash is pinned
+# here, none was available to check against when this was written).
+HELLASWAG_URL := https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl
+HELLASWAG_FILE := data/hellaswag/hellaswag_val.jsonl
+.PHONY: hellaswag
+hellaswag: $(HELLASWAG_FILE)
+$(HELLASWAG_FILE):
+	@mkdir -p $(@D)
+	$(Q)if [ -n "$(LEANSTEP_DATA_MIRROR)" ] && [ -f "$(LEANSTEP_DATA_MIRROR)/hellaswag/hellaswag_val.jsonl" ]; then \
+		cp "$(LEANSTEP_DATA_MIRROR)/hellaswag/hellaswag_val.jsonl" $@.tmp; \
+	else $(PYTHON) -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' $(HELLASWAG_URL) $@.tmp 2>/dev/null \
+		|| { rm -f $@.tmp; echo "make hellaswag: cannot download $(HELLASWAG_URL) (no network: put the file in \$$LEANSTEP_DATA_MIRROR/hellaswag/)" >&2; exit 1; }; fi
+	$(Q)sum=$$(sha256sum $@.tmp | cut -d' ' -f1); echo "hellaswag: $$(wc -l < $@.tmp) lines, sha256 $$sum"; \
+	if [ -n "$(HELLASWAG_SHA256)" ] && [ "$$sum" != "$(HELLASWAG_SHA256)" ]; then \
+		rm -f $@.tmp; echo "make hellaswag: sha256 $$sum, expected HELLASWAG_SHA256=$(HELLASWAG_SHA256)" >&2; exit 1; fi
+	$(Q)mv $@.tmp $@
+
 .PHONY: data test-tokenizer
 data: $(BUILD)/prepare_data
 	$(Q)LEANSTEP_DATA_MIRROR="$(LEANSTEP_DATA_MIRROR)" $(BUILD)/prepare_data

@@ -2,7 +2,8 @@
 #
 # libFuzzer targets for every reader of untrusted input: the model file, the state file, token
 # shards (dataloader), the tokenizer decoder file, encoder.json + vocab.bpe, the BPE encoder on
-# arbitrary bytes (real GPT-2 tokenizer, needs `make data`), the command line and safetensors.
+# arbitrary bytes (real GPT-2 tokenizer, needs `make data`), the command line, safetensors and the
+# HellaSwag JSONL.
 # Built with clang -fsanitize=fuzzer,address,undefined -DLS_FUZZING (see dev/fuzz/fuzz_common.h
 # for how rejected inputs return instead of exiting).
 #   make fuzz          each target for FUZZ_SECONDS (default 60) from the committed seeds in
@@ -20,7 +21,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_CI_SECONDS ?= 12
 FUZZ_CFLAGS := -g -O1 -std=gnu11 -Wall -Wextra -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	-DLS_FUZZING -I.
-FUZZ_NAMES := model_file state_file shard tokenizer_file tokenizer_bpe encode cli safetensors
+FUZZ_NAMES := model_file state_file shard tokenizer_file tokenizer_bpe encode cli safetensors hellaswag
 FUZZ_BINS := $(addprefix build/fuzz/fuzz_,$(FUZZ_NAMES))
 # the largest input each target tries (a bf16 model file of the smallest model is ~12 KB)
 FUZZ_MAXLEN_model_file := 32768
@@ -31,6 +32,7 @@ FUZZ_MAXLEN_tokenizer_bpe := 16384
 FUZZ_MAXLEN_encode := 4096
 FUZZ_MAXLEN_cli := 1024
 FUZZ_MAXLEN_safetensors := 8192
+FUZZ_MAXLEN_hellaswag := 4096
 # the shell loop body that runs target $$t for $(1) seconds with its work directory $(2):
 # replays the committed corpus (seeds and regressions), then fuzzes; prints one summary line.
 # -close_fd_mask=3: the readers' one-line rejections would flood the log (libFuzzer's report and

@@ -446,6 +446,35 @@ def cmd_generate(a):
     print(json.dumps({"tokens": tokens[1:], "margin": margin}))
 
 
+def cmd_hellaswag(a):
+    """HellaSwag scoring in float64 of already tokenized examples (a JSON file: a list of
+    {"ctx": [ids], "endings": [[ids] x 4], "label": k}): each ending after the context, its loss
+    summed over its tokens; the answer is the lowest sum (acc) or mean (acc_norm), the first on a tie.
+    Prints a JSON line {"acc": right, "acc_norm": right, "n": examples, "pred": [...], "pred_norm": [...]}."""
+    cfg, params = read_model(a.model)
+    P = {k: v.double() for k, v in params.items()}
+    with open(a.examples) as f:
+        examples = json.load(f)
+    right = right_norm = 0
+    preds, preds_norm = [], []
+    with torch.no_grad():
+        for ex in examples:
+            ctx, sums, means = ex["ctx"], [], []
+            for end in ex["endings"]:
+                row = torch.tensor([ctx + end], dtype=torch.int64)
+                logits = gpt2_forward(cfg, P, row[:, :-1])[0]
+                losses = torch.nn.functional.cross_entropy(logits, row[0, 1:], reduction="none")
+                s = float(losses[len(ctx) - 1:].sum())
+                sums.append(s)
+                means.append(s / len(end))
+            p, pn = min(range(4), key=lambda i: (sums[i], i)), min(range(4), key=lambda i: (means[i], i))
+            preds.append(p)
+            preds_norm.append(pn)
+            right += p == ex["label"]
+            right_norm += pn == ex["label"]
+    print(json.dumps({"acc": right, "acc_norm": right_norm, "n": len(examples), "pred": preds, "pred_norm": preds_norm}))
+
+
 def make_batch(cfg, B, T, seed):
     """x = randint(0, V, (B, T+1)) from a Generator seeded with `seed`; inputs = x[:, :-1],
     targets = x[:, 1:]."""
@@ -937,6 +966,9 @@ def parse_args(argv):
     p.add_argument("--model", required=True)
     p.add_argument("--prompt", required=True, help="comma-separated token ids after <|endoftext|>")
     p.add_argument("--length", type=int, required=True, help="tokens in all, <|endoftext|> included (the trainers' -g)")
+    p = sub.add_parser("hellaswag", help="HellaSwag acc and acc_norm of tokenized examples, float64 (JSON line)")
+    p.add_argument("--model", required=True)
+    p.add_argument("--examples", required=True, help="JSON: [{ctx: [ids], endings: [[ids] x 4], label}]")
     sub.add_parser("check", help="self-tests; exit status 1 on failure")
     return ap.parse_args(argv)
 
@@ -955,6 +987,8 @@ def main(argv):
             cmd_train(a)
         elif a.cmd == "generate":
             cmd_generate(a)
+        elif a.cmd == "hellaswag":
+            cmd_hellaswag(a)
         else:
             return cmd_check(a)
     except RefError as e:

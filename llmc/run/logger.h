@@ -82,6 +82,17 @@ static inline void logger_val(Logger* lg, int step, float loss) {
     }
 }
 
+static inline void logger_hellaswag(Logger* lg, int step, double acc, double acc_norm, int n) {
+    if (lg->main_log) { fprintf(lg->main_log, "s:%d hella:%f\n", step, acc_norm); fflush(lg->main_log); }
+    if (lg->jsonl) {
+        fprintf(lg->jsonl, "{\"step\":%d", step);
+        json_number(lg->jsonl, "hellaswag_acc", acc);
+        json_number(lg->jsonl, "hellaswag_acc_norm", acc_norm);
+        fprintf(lg->jsonl, ",\"hellaswag_n\":%d}\n", n);
+        fflush(lg->jsonl);
+    }
+}
+
 static inline void logger_skip(Logger* lg, int step, const char* why) {
     if (lg->jsonl) { fprintf(lg->jsonl, "{\"step\":%d,\"skipped\":\"%s\"}\n", step, why); fflush(lg->jsonl); }
 }

@@ -31,6 +31,9 @@
 #include "llmc/optim/schedulers.h"
 #include "llmc/run/step_guard.h"
 #include "llmc/io/tokenizer.h"
+#ifndef TOKENIZER_DECODE_ONLY
+#include "llmc/io/hellaswag.h"
+#endif
 #include "llmc/run/default_data.h"
 #include "llmc/run/train_options.h"
 #include "llmc/run/trainer.h"
@@ -300,6 +303,10 @@ typedef struct {
     int have_tokenizer;
     int do_train;                // 0: -x 0, no training (no train data): sample -e's model
     TokenList prompt;            // --prompt's tokens
+    int have_encoder;            // the tokenizer encodes (--prompt, --hellaswag)
+#ifndef TOKENIZER_DECODE_ONLY
+    Hellaswag hella;             // --hellaswag's examples, tokenized
+#endif
     SampleOptions sample;        // the prompt, temperature and top-k of the samples
     LrSchedule sched;
     AdamWHyper hyper;            // the optimizer's hyperparameters; lr is this step's (run_lr)
@@ -398,17 +405,32 @@ static LS_UNUSED void run_resume(Run* r, GPT2* model) {
 
 // --prompt encoded with the tokenizer file (it must leave room to generate within -g and -t), and
 // the samples' temperature and top-k.
+// The tokenizer made ready to encode, for `flag` (--prompt, --hellaswag): the decoder file must be there.
+static LS_UNUSED void run_encoder(Run* r, const char* flag) {
+#ifdef TOKENIZER_DECODE_ONLY
+    (void)r;
+    ls_fatal("flag %s: this build has no encoder (built without PCRE2 and cJSON: install libpcre2-dev and "
+             "libcjson-dev, then rebuild)", flag);
+#else
+    if (r->have_encoder) { return; }
+    if (!r->have_tokenizer) {
+        ls_fatal("flag %s: the tokenizer file %s is not there to encode with (`make data` makes it, or pass --tokenizer)",
+                 flag, r->o.tokenizer);
+    }
+    tokenizer_prepare_encode(&r->tokenizer, r->o.tokenizer);
+    r->have_encoder = 1;
+#endif
+}
+
 static LS_UNUSED void run_prompt(Run* r, const GPT2* model) {
     const TrainOptions* o = &r->o;
     r->sample = (SampleOptions){NULL, 0, o->temperature, o->top_k};
     if (o->prompt == NULL) { return; }
+    run_encoder(r, "--prompt");
 #ifdef TOKENIZER_DECODE_ONLY
     (void)model;
-    ls_fatal("flag --prompt: this build has no encoder (built without PCRE2 and cJSON: install libpcre2-dev and "
-             "libcjson-dev, then rebuild)");
 #else
     if (o->prompt[0] == '\0') { ls_fatal("flag --prompt: empty (leave it out to sample from <|endoftext|>)"); }
-    tokenizer_prepare_encode(&r->tokenizer, o->tokenizer);
     tokenizer_encode(&r->tokenizer, o->prompt, strlen(o->prompt), 0, &r->prompt);
     const int room = (o->gen_T < model->T ? o->gen_T : model->T) - 1;
     if (r->prompt.len >= (size_t)room) {
@@ -426,6 +448,91 @@ static LS_UNUSED void run_prompt(Run* r, const GPT2* model) {
     printf("prompt: %zu tokens\n", r->prompt.len);
 #endif
 }
+
+// --hellaswag: the examples read and tokenized for sequences of the model's T.
+static LS_UNUSED void run_hellaswag_load(Run* r, const GPT2* model) {
+    const TrainOptions* o = &r->o;
+    if (!o->hellaswag) { return; }
+    run_encoder(r, "--hellaswag");
+#ifdef TOKENIZER_DECODE_ONLY
+    (void)model;
+#else
+    if (!file_exists(o->hellaswag_file)) {
+        ls_fatal("flag --hellaswag-file: '%s' not found (`make hellaswag` downloads HellaSwag's validation set)", o->hellaswag_file);
+    }
+    double t0 = wall_seconds();
+    hellaswag_load(&r->hella, o->hellaswag_file, &r->tokenizer, model->T, o->hellaswag_max);
+    printf("hellaswag: %d examples from %s (%d with the context's start cut to fit -t %d, %d left out) in %.1f s\n",
+           r->hella.n, o->hellaswag_file, r->hella.truncated, model->T, r->hella.skipped, wall_seconds() - t0);
+#endif
+}
+
+#ifndef TOKENIZER_DECODE_ONLY
+// HellaSwag's accuracy (llmc/io/hellaswag.h): process k of P scores examples k, k + P, ...; rows go
+// through the model in batches of its B rows, each batch as long as its longest row. A row's
+// score is its loss summed over the ending's tokens; the answer is the lowest sum (acc) or the
+// lowest mean per token (acc_norm), the first ending on a tie. Prints and logs both.
+static LS_UNUSED void run_hellaswag(Run* r, GPT2* model, int step) {
+    const Hellaswag* h = &r->hella;
+    const int B = model->B, P = r->comm.size, E = HELLASWAG_ENDINGS;
+    int* inputs = (int*)mallocCheck((size_t)B * model->T * sizeof(int));
+    int* targets = (int*)mallocCheck((size_t)B * model->T * sizeof(int));
+    int* batch = (int*)mallocCheck((size_t)B * sizeof(int));
+    double* sums = (double*)callocCheck((size_t)h->n * E, sizeof(double));
+    double tv = wall_seconds(), counts[3] = {0.0, 0.0, 0.0};  // right by sum, right by mean, examples
+    const int mine = h->n > r->comm.rank ? (h->n - r->comm.rank + P - 1) / P : 0;
+    Progress progress;
+    progress_begin(&progress, "hellaswag (examples)", (double)mine);
+    int nb = 0;
+    for (int k = 0; k < mine * E; k++) {
+        batch[nb++] = (r->comm.rank + (k / E) * P) * E + k % E;  // row e * 4 + i
+        if (nb < B && k + 1 < mine * E) { continue; }
+        int Tb = 1;
+        for (int b = 0; b < nb; b++) {
+            const int len = hellaswag_row_len(h, batch[b] / E, batch[b] % E) - 1;
+            if (len > Tb) { Tb = len; }
+        }
+        for (int b = 0; b < nb; b++) {
+            const int e = batch[b] / E, i = batch[b] % E, len = hellaswag_row_len(h, e, i) - 1;
+            const int* row = hellaswag_row(h, e, i);
+            for (int t = 0; t < Tb; t++) {
+                inputs[b * Tb + t] = t < len ? row[t] : 0;
+                targets[b * Tb + t] = t < len ? row[t + 1] : 0;
+            }
+        }
+        gpt2_forward(model, inputs, targets, nb, Tb);
+        const float* losses = gpt2_token_losses(model);
+        for (int b = 0; b < nb; b++) {
+            const int e = batch[b] / E, len = hellaswag_row_len(h, e, batch[b] % E) - 1;
+            double sum = 0.0;  // the ending's tokens: targets ctx_len .. len, at positions ctx_len - 1 ..
+            for (int t = h->ctx_len[e] - 1; t < len; t++) { sum += losses[b * Tb + t]; }
+            sums[batch[b]] = sum;
+        }
+        nb = 0;
+        progress_update(&progress, (double)(k + 1) / E);
+    }
+    progress_end(&progress);
+    for (int e = r->comm.rank; e < h->n; e += P) {
+        int best = 0, best_norm = 0;
+        for (int i = 1; i < E; i++) {
+            if (sums[e * E + i] < sums[e * E + best]) { best = i; }
+            if (sums[e * E + i] / h->end_len[e * E + i] < sums[e * E + best_norm] / h->end_len[e * E + best_norm]) { best_norm = i; }
+        }
+        counts[0] += best == h->label[e];
+        counts[1] += best_norm == h->label[e];
+        counts[2] += 1.0;
+    }
+    comm_allreduce_sum_f64_n(&r->comm, counts, 3);
+    const double acc = counts[0] / counts[2], acc_norm = counts[1] / counts[2];
+    printf("hellaswag: acc %.4f (%.0f/%.0f), acc_norm %.4f (%.0f/%.0f) (%.1f s)\n", acc, counts[0], counts[2], acc_norm,
+           counts[1], counts[2], wall_seconds() - tv);
+    logger_hellaswag(&r->logger, step, acc, acc_norm, (int)counts[2]);
+    free(sums);
+    free(batch);
+    free(targets);
+    free(inputs);
+}
+#endif
 
 // The data, the tokenizer (for samples), the schedule, the log; the resume (-y). Returns 0 for
 // --dry-run (the banner and memory table only).
@@ -459,16 +566,14 @@ static LS_UNUSED int run_start(Run* r, GPT2* model) {
     } else {
         printf("train: -x 0, no training: %s, then exit\n", o->sample_every > 0 ? "a sample" : "nothing to sample (-s 0)");
     }
-    if ((o->sample_every > 0 || o->prompt) && file_exists(o->tokenizer)) {
+    if ((o->sample_every > 0 || o->prompt || o->hellaswag) && file_exists(o->tokenizer)) {
         tokenizer_init_from_file(&r->tokenizer, o->tokenizer);
         r->have_tokenizer = 1;
-    } else if (o->prompt) {
-        ls_fatal("flag --prompt: the tokenizer file %s is not there to encode it (`make data` makes it, or pass --tokenizer)",
-                 o->tokenizer);
-    } else if (o->sample_every > 0) {
+    } else if (o->sample_every > 0 && !o->prompt && !o->hellaswag) {
         printf("note: tokenizer file %s not found (run `make data`); samples print token ids\n", o->tokenizer);
     }
     run_prompt(r, model);
+    run_hellaswag_load(r, model);
     r->sched = (LrSchedule){(LrScheduleType)o->lr_schedule, o->lr, o->final_lr_frac, o->warmup, r->total_steps};
     r->hyper = (AdamWHyper){o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->grad_clip};
     r->sample_rng = 1337 + (uint64_t)o->seed;
@@ -503,6 +608,9 @@ static LS_UNUSED int run_between_steps(Run* r, GPT2* model, int step) {
         logger_val(&r->logger, step, val_loss);
         if (val_loss < r->best_val) { r->best_val = val_loss; }
     }
+#ifndef TOKENIZER_DECODE_ONLY
+    if (o->hellaswag && !r->stopping && ((o->val_every > 0 && step % o->val_every == 0) || last_step)) { run_hellaswag(r, model, step); }
+#endif
     if (o->sample_every > 0 && !r->stopping && r->comm.rank == 0 && ((step > 0 && step % o->sample_every == 0) || last_step)) {
         gpt2_sample(model, r->have_tokenizer ? &r->tokenizer : NULL, &r->sample, o->gen_T, &r->sample_rng);
     }
@@ -599,6 +707,9 @@ static LS_UNUSED int run_finish(Run* r, GPT2* model) {
         logger_free(&r->logger);
         if (r->have_tokenizer) { tokenizer_free(&r->tokenizer); }
         tokenlist_free(&r->prompt);
+#ifndef TOKENIZER_DECODE_ONLY
+        if (r->o.hellaswag) { hellaswag_free(&r->hella); }
+#endif
         if (r->do_val) { dataloader_free(&r->val); }
         if (r->do_train) { dataloader_free(&r->train); }
     }

@@ -42,6 +42,9 @@ typedef struct {
     const char* prompt;       // --prompt: the samples continue this text (NULL: from <|endoftext|> alone)
     float temperature;        // --temperature: softmax(logits / temperature) (0: the likeliest token)
     int top_k;                // --top-k: sample among the k likeliest tokens (0: all)
+    int hellaswag;            // --hellaswag: HellaSwag accuracy with every val loss (and at the end)
+    const char* hellaswag_file;  // --hellaswag-file: the official validation JSONL
+    int hellaswag_max;        // --hellaswag-max: examples evaluated (-1: all)
     int overfit;              // -a
     int max_steps;            // -x (-1: one epoch)
     float beta1, beta2, eps;  // AdamW
@@ -120,6 +123,9 @@ static const CliFlag train_flags[] = {
     {NULL, "prompt", CLI_STRING, OPT(prompt), 0, 0, NULL, CLI_BOTH, "samples continue this text (encoded with the tokenizer file; default: from <|endoftext|>)"},
     {NULL, "temperature", CLI_FLOAT, OPT(temperature), 0, 100, NULL, CLI_BOTH, "sampling temperature (0: always the likeliest token)"},
     {NULL, "top-k", CLI_INT, OPT(top_k), 0, 1048576, NULL, CLI_BOTH, "sample among the k likeliest tokens (0: all)"},
+    {NULL, "hellaswag", CLI_SWITCH, OPT(hellaswag), 0, 1, NULL, CLI_BOTH, "HellaSwag accuracy (acc, acc_norm) with every val loss (-v) and at the end"},
+    {NULL, "hellaswag-file", CLI_STRING, OPT(hellaswag_file), 0, 0, NULL, CLI_BOTH, "HellaSwag's validation JSONL (`make hellaswag` downloads it)"},
+    {NULL, "hellaswag-max", CLI_INT, OPT(hellaswag_max), -1, 1e9, NULL, CLI_BOTH, "HellaSwag examples evaluated (-1: all)"},
     {"a", "overfit", CLI_SWITCH, OPT(overfit), 0, 1, NULL, CLI_BOTH, "train on the first batch only (overfit it)"},
     {"x", "max-steps", CLI_INT, OPT(max_steps), -1, 1e9, NULL, CLI_BOTH, "number of steps (-1: one epoch of the train data; 0: no training, sample -e's model (and val loss with -v))"},
     {NULL, "beta1", CLI_FLOAT, OPT(beta1), 0, 0.99999, NULL, CLI_BOTH, "AdamW beta1"},
@@ -188,6 +194,9 @@ static inline void train_options_defaults(TrainOptions* o) {
     o->prompt = NULL;
     o->temperature = 1.0f;
     o->top_k = 0;
+    o->hellaswag = 0;
+    o->hellaswag_file = "data/hellaswag/hellaswag_val.jsonl";
+    o->hellaswag_max = -1;
     o->overfit = 0;
     o->max_steps = -1;
     o->beta1 = 0.9f;

@@ -38,6 +38,8 @@ static LS_UNUSED void gpt2_free(GPT2* model);
 // targets); the logits of (b = 0, t) are then gpt2_logits_row(model, t), host fp32.
 static LS_UNUSED float gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T);
 static LS_UNUSED const float* gpt2_logits_row(GPT2* model, int t);
+// After gpt2_forward with targets: the loss of each position, (B, T) of that call, host fp32.
+static LS_UNUSED const float* gpt2_token_losses(GPT2* model);
 
 // ----------------------------------------------------------------------------
 // one training step
