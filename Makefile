@@ -577,6 +577,7 @@ help:
 	@echo "make test-san        the C tests again under ASan+UBSan"
 	@echo "make bench           CPU benchmarks: trainer tokens/s and MFU, AdamW vs bandwidth"
 	@echo "make bench-corpus    corpus tokenizer throughput against tiktoken at equal threads"
+	@echo "make bench-peer PEER=llm.c/train_gpt2  the CPU trainer against llm.c's, ms/step on this machine"
 	@echo "make memory-table    published memory figures vs their formulas vs our memory model"
 	@echo "make optim-cost-table  bytes per parameter of every optimizer x state x placement (README)"
 	@echo "make train_gpt2cu    the GPU trainer (PRECISION=BF16|FP32, GPU_ARCH=native|sm_90...)"
@@ -637,6 +638,13 @@ TEST_PHONY += bench-build
 bench: $(BUILD)/bench_train $(BUILD)/adamw_bench
 	$(BUILD)/bench_train
 	$(BUILD)/adamw_bench --torch-python $(TORCH_PYTHON)
+
+# the CPU trainer against llm.c's train_gpt2.c on this machine (PEER: that binary, built from a
+# checkout of karpathy/llm.c outside this repository with its `make train_gpt2`)
+.PHONY: bench-peer
+bench-peer: $(BUILD)/train_gpt2 data
+	$(Q)if [ -z "$(PEER)" ]; then echo "make bench-peer: set PEER=/path/to/llm.c/train_gpt2" >&2; exit 2; fi
+	$(PYTHON) dev/cpu/bench_peer.py --bin $(BUILD)/train_gpt2 --peer $(PEER)
 
 # the optimizer-memory quality table: the same training run in each mode (CPU trainer; minutes)
 quality-table: $(BUILD)/train_gpt2 data

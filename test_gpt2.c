@@ -741,7 +741,7 @@ static void test_badam(void) {
     gpt2_begin_step(&bad, 2);  // layer 2
     gpt2_forward(&bad, inputs, targets, 2, 16);
     gpt2_backward(&bad, inputs, targets, 2, 16, 1.0f);
-    gpt2_grad_norm(&bad, &h);
+    gpt2_grad_norm(&bad, &h, 1.0f);
     gpt2_update(&bad, &h, 3);
     size_t changed_in = 0, changed_out = 0, in_block = 0;
     for (size_t i = 0; i < pt.total; i++) {

@@ -165,7 +165,7 @@ static void run_steps(GPT2* model, const RefState* s, int first_step, int steps,
         gpt2_begin_step(model, first_step + i);
         gpt2_forward_train(model, s->inputs, s->targets, s->B, s->T, 1.0f);
         gpt2_backward(model, s->inputs, s->targets, s->B, s->T, 1.0f);
-        gpt2_grad_norm(model, &h);
+        gpt2_grad_norm(model, &h, 1.0f);
         out[i] = (float)gpt2_loss_sum(model);
         gpt2_update(model, &h, first_step + i + 1);
     }
@@ -304,7 +304,7 @@ static void badam_run_steps(GPT2* model, const int* inputs, const int* targets, 
         gpt2_begin_step(model, first_step + i);
         gpt2_forward_train(model, inputs, targets, BADAM_B, BADAM_T, 1.0f);
         gpt2_backward(model, inputs, targets, BADAM_B, BADAM_T, 1.0f);
-        gpt2_grad_norm(model, &h);
+        gpt2_grad_norm(model, &h, 1.0f);
         out[i] = (float)gpt2_loss_sum(model);
         gpt2_update(model, &h, first_step + i + 1);
     }
@@ -387,7 +387,7 @@ static void check_badam(void) {
             gpt2_backward(&bad, inputs, targets, BADAM_B, BADAM_T, 1.0f);
             download_floatx(before, bad.params_memory, np);
             AdamWHyper h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
-            gpt2_grad_norm(&bad, &h);
+            gpt2_grad_norm(&bad, &h, 1.0f);
             gpt2_update(&bad, &h, 2);
             download_floatx(after, bad.params_memory, np);
             size_t changed_in = 0, changed_out = 0, in_block = 0;

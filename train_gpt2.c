@@ -669,7 +669,7 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
 // Sums the gradients over the processes (ZeRO-1: each keeps its shard of the sum) and returns
 // their global norm before clipping; the update that follows clips with it. The training loop
 // looks at the norm first, so a NaN/Inf or outlier step can be skipped before anything changes.
-static float gpt2_grad_norm(GPT2* model, const AdamWHyper* h) {
+static float gpt2_grad_norm(GPT2* model, const AdamWHyper* h, float inv_loss_scale) {
     const Comm* comm = model->comm;
     float norm;
     if (model->zero_stage >= 1) {  // (BAdam: the active block's compact gradients in the block's parts)
@@ -688,8 +688,9 @@ static float gpt2_grad_norm(GPT2* model, const AdamWHyper* h) {
         if (comm && comm->size > 1) { comm_allreduce_sum_f32(comm, model->grads_memory, n); }
         norm = global_norm_cpu(model->grads_memory, n);
     }
+    norm *= inv_loss_scale;  // (loss scaling: the gradients hold S times theirs)
     model->grad_norm = norm;
-    model->clip_scale = clip_scale_of(norm, h->grad_clip);
+    model->clip_scale = clip_scale_of(norm, h->grad_clip) * inv_loss_scale;
     return norm;
 }
 
@@ -846,12 +847,12 @@ int main(int argc, char** argv) {
             gpt2_begin_step(&model, step);  // zero the gradients; BAdam: the step's block
             for (int micro = 0; micro < run.accum; micro++) {  // gradient accumulation
                 const DataLoader* batch = run_next_batch(&run);
-                gpt2_forward_train(&model, batch->inputs, batch->targets, B, T, run.loss_scale);
-                gpt2_backward(&model, batch->inputs, batch->targets, B, T, run.loss_scale);
+                gpt2_forward_train(&model, batch->inputs, batch->targets, B, T, run_grad_scale(&run));
+                gpt2_backward(&model, batch->inputs, batch->targets, B, T, run_grad_scale(&run));
             }
             if (run_inject_nan(&run, step)) { gpt2_poison_grads(&model); }  // testing: --inject-nan
             run_lr(&run, step);
-            float norm = gpt2_grad_norm(&model, &run.hyper);  // summed over the processes, before clipping
+            float norm = gpt2_grad_norm(&model, &run.hyper, run_inv_loss_scale(&run));  // over the processes, before clipping
             double loss = run_mean_loss(&run, gpt2_loss_sum(&model));
             int skip = run_guard(&run, loss, norm);  // NaN/Inf or an outlier: no update
             if (!skip) { gpt2_update(&model, &run.hyper, step + 1); }  // clip, optimizer step

@@ -879,7 +879,7 @@ static size_t badam_active_elems(const GPT2* model) {
 // The global norm of the gradients before clipping (BAdam: of the active block), and on the
 // device the clip scale that gpt2_update applies. One sync: the training loop looks at the norm
 // first, so a NaN/Inf or outlier step can be skipped before anything changes.
-static float gpt2_grad_norm(GPT2* model, const AdamWHyper* h) {
+static float gpt2_grad_norm(GPT2* model, const AdamWHyper* h, float inv_loss_scale) {
     cudaStream_t s = model->stream;
     if (model->use_badam && model->num_slices == 0) { ls_fatal("gpt2_grad_norm: BAdam needs gpt2_begin_step first (no active block)"); }
     float* partials = model->d_norm_scratch;
@@ -905,7 +905,7 @@ static float gpt2_grad_norm(GPT2* model, const AdamWHyper* h) {
     }
     global_norm_squared(sumsq, grads, n_grads, partials, s);
     if (nc && model->zero_stage >= 1) { nccl_allreduce_sum_f32(nc, sumsq, 1, s); }  // over the shards
-    global_norm_clip_scale(scale, norm, sumsq, h->grad_clip, s);
+    global_norm_clip_scale(scale, norm, sumsq, h->grad_clip, s, inv_loss_scale);
     float norm_host = 0.0f;
     cudaCheck(cudaMemcpyAsync(&norm_host, norm, sizeof(float), cudaMemcpyDeviceToHost, s));
     if (nc) { nccl_comm_sync(nc, s, "the gradient reduction"); } else { cudaCheck(cudaStreamSynchronize(s)); }
@@ -1174,12 +1174,12 @@ int main(int argc, char** argv) {
             gpt2_begin_step(&model, step);  // zero the gradients; BAdam: the step's block
             for (int micro = 0; micro < run.accum; micro++) {  // gradient accumulation
                 const DataLoader* batch = run_next_batch(&run);
-                gpt2_forward_train(&model, batch->inputs, batch->targets, B, T, run.loss_scale);
-                gpt2_backward(&model, batch->inputs, batch->targets, B, T, run.loss_scale);
+                gpt2_forward_train(&model, batch->inputs, batch->targets, B, T, run_grad_scale(&run));
+                gpt2_backward(&model, batch->inputs, batch->targets, B, T, run_grad_scale(&run));
             }
             if (run_inject_nan(&run, step)) { gpt2_poison_grads(&model); }  // testing: --inject-nan
             run_lr(&run, step);
-            float norm = gpt2_grad_norm(&model, &run.hyper);  // summed over the processes, before clipping
+            float norm = gpt2_grad_norm(&model, &run.hyper, run_inv_loss_scale(&run));  // over the processes, before clipping
             double loss = run_mean_loss(&run, gpt2_loss_sum(&model));
             int skip = run_guard(&run, loss, norm);  // NaN/Inf or an outlier: no update
             if (!skip) { gpt2_update(&model, &run.hyper, step + 1); }  // clip, optimizer step

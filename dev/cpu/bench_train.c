@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
             gpt2_forward(&model, in, tg, B, T);
             gpt2_zero_grad(&model);
             gpt2_backward(&model, in, tg, B, T, 1.0f);
-            gpt2_grad_norm(&model, &h);
+            gpt2_grad_norm(&model, &h, 1.0f);
             gpt2_update(&model, &h, s + 3);
             if (s >= 0) { times[s] = wall_seconds() - t0; }
         }

@@ -148,7 +148,7 @@ static LS_UNUSED void ref_check_steps_with(const char* model_path, const RefStat
         gpt2_begin_step(&model, step);
         gpt2_forward_train(&model, s->inputs, s->targets, s->B, s->T, 1.0f);
         gpt2_backward(&model, s->inputs, s->targets, s->B, s->T, 1.0f);
-        gpt2_grad_norm(&model, &h);
+        gpt2_grad_norm(&model, &h, 1.0f);
         float l = (float)gpt2_loss_sum(&model);
         gpt2_update(&model, &h, step + 1);
         CHECK(fabs(l - s->losses[step]) <= tol->steps * fabs(s->losses[step]), "step %d: loss %.6f ref %.6f", step, l,

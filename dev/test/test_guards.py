@@ -6,6 +6,8 @@
     bit, the later steps train on (finite losses) and the run exits 0 counting one skip;
   - --inject-nan 2,3,4 --max-skips 3: the run stops at step 4 with exit 3 and a one-line error
     naming the last good checkpoint;
+  - --loss-scale: a power-of-two scale changes no bit of the run; an overflow skips the step, halves
+    the scale and is not a guard skip; good steps double it; the state file keeps it for -y;
   - -sg / -sl (z-scores over --outlier-window steps): the steps skipped are exactly those that a
     float64 re-implementation of the rule picks from the logged losses and norms.
 
@@ -18,6 +20,7 @@ import math
 import os
 import random
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -113,6 +116,57 @@ def main():
         if os.path.exists(os.path.join(d, "model_00000003.bin")):
             check(read(os.path.join(d, "model_00000001.bin")) == read(os.path.join(d, "model_00000003.bin")),
                   "the last checkpoint holds the parameters of the last good step (1)")
+
+        # loss scaling (llmc/run/loss_scale.h): a power-of-two scale changes no bit of an fp32 or bf16
+        # run; an overflow (an injected NaN) skips the step as the guard does, halves S and counts
+        # nothing towards --max-skips; W good steps double S; a resume continues S from the state file
+        plain, scaled = os.path.join(tmp, "ls0"), os.path.join(tmp, "ls1")
+        r0 = subprocess.run([binary] + base + ["-x", "6", "-n", "6", "-o", plain], capture_output=True, text=True, timeout=600)
+        r1 = subprocess.run([binary] + base + ["-x", "6", "-n", "6", "-o", scaled, "--loss-scale", "1024"],
+                            capture_output=True, text=True, timeout=600)
+        def ln(run_dir):
+            return [(x["loss"], x["norm"]) for x in records(run_dir)] if os.path.exists(os.path.join(run_dir, "log.jsonl")) else None
+        same = r0.returncode == 0 and r1.returncode == 0 and ln(plain) == ln(scaled) and ln(plain) is not None
+        check(same and read(os.path.join(plain, "model_00000006.bin")) == read(os.path.join(scaled, "model_00000006.bin")),
+              "--loss-scale 1024: the losses, norms and final model of the run without it, bit for bit (%s)" % r1.stderr.strip()[-200:])
+        d = os.path.join(tmp, "ls2")
+        ls = ["--loss-scale", "1024", "--loss-scale-window", "2"]
+        r = subprocess.run([binary] + base + ["-x", "8", "-n", "1", "-o", d, "--inject-nan", "3,4", "--max-skips", "1"] + ls,
+                           capture_output=True, text=True, timeout=600)
+        check(r.returncode == 0, "overflows do not count towards --max-skips 1 (exit %d: %s)" % (r.returncode, r.stderr.strip()[-300:]))
+        check("step 3: update skipped, gradient overflow at loss scale 2048 (now 1024" in r.stdout and
+              "step 4: update skipped, gradient overflow at loss scale 1024 (now 512" in r.stdout,
+              "S doubles after 2 good steps (2048), then halves at each overflow (1024, 512)")
+        recs = records(d) if os.path.exists(os.path.join(d, "log.jsonl")) else []
+        check([x.get("skipped", False) for x in recs] == [False, False, True, True, False, False, False, False],
+              "log.jsonl marks the overflow steps 3 and 4 skipped: %s" % [x.get("skipped", False) for x in recs])
+
+        def scale_of(step):  # the state file's header[20] (float) and [21] (good steps)
+            h = read(os.path.join(d, "state_%08d_00000.bin" % step))[:HEADER_BYTES]
+            return struct.unpack("<f", h[80:84])[0], struct.unpack("<i", h[84:88])[0]
+        if all(os.path.exists(os.path.join(d, "state_%08d_00000.bin" % k)) for k in (2, 4, 5, 6)):
+            check(read(os.path.join(d, "model_00000002.bin")) == read(os.path.join(d, "model_00000004.bin")),
+                  "the model after the overflows equals the model after step 2, bit for bit")
+            st2, st4 = (read(os.path.join(d, "state_%08d_00000.bin" % k))[HEADER_BYTES:] for k in (2, 4))
+            check(st2 == st4, "the optimizer state after the overflows equals that after step 2")
+            got = [scale_of(k) for k in (2, 4, 5, 6)]
+            check(got == [(2048.0, 0), (512.0, 0), (512.0, 1), (1024.0, 0)],
+                  "the state files record S and its good steps: %s" % got)
+            # resume from step 5: the rest as in the run without a stop, S included
+            end = scale_of(8)
+            for k in (6, 7, 8):
+                for f in ("DONE_%08d" % k, "model_%08d.bin" % k, "state_%08d_00000.bin" % k):
+                    if os.path.exists(os.path.join(d, f)):
+                        os.remove(os.path.join(d, f))
+            rr = subprocess.run([binary] + base + ["-x", "8", "-n", "1", "-o", d, "-y", "1"] + ls, capture_output=True, text=True,
+                                timeout=600)
+            tail = [x for x in (records(d) if os.path.exists(os.path.join(d, "log.jsonl")) else []) if x["step"] > 5]
+            check(rr.returncode == 0 and [x["loss"] for x in tail[-3:]] == [x["loss"] for x in recs[5:]],
+                  "a resume from step 5: the losses of steps 6-8 as before (%s)" % rr.stderr.strip()[-200:])
+            check(os.path.exists(os.path.join(d, "state_00000008_00000.bin")) and scale_of(8) == end == (2048.0, 0),
+                  "a resume from step 5 continues with the saved S: S and its good steps at step 8 as before (%s)" % (end,))
+        else:
+            check(False, "the loss-scaling run wrote its checkpoints")
 
         # z-score skipping, checked against the rule re-implemented here
         for flags, lz, nz in ((["-sg", "0.5"], 0.0, 0.5), (["-sl", "0.3"], 0.3, 0.0)):

@@ -13,7 +13,8 @@
    (uint64), [8..9] = dataloader epoch, [10..11] = dataloader sample index, [12..13] = sampler rng
    state (uint64), [14] = has_master, [15] = CHECKSUM_TAG, [16] = crc32, [17..18] = master weight
    count (uint64; 0: the block's word count), [19] = optimizer tag (optim_engine_tag: optimizer,
-   state precision, AMSGrad, momentum, Nesterov; a resume with other flags is refused naming them).
+   state precision, AMSGrad, momentum, Nesterov; a resume with other flags is refused naming them),
+   [20] = loss scaling's scale (float bits; 0: off), [21] = its good steps (llmc/run/loss_scale.h).
    Version 1 (before the engine) is still read: header[5] = 2 held the same block (no tag: only its
    size is checked); else [6..7] = n and the file held fp32 AdamW m, then v (n each), which an
    fp32 AdamW run takes into its state's m and v; any other optimizer refuses it.
@@ -211,6 +212,8 @@ typedef struct {
     int has_master;        // read: the file holds fp32 master weights
     uint64_t num_master;   // their count (write: 0 = num_params)
     uint32_t optim_tag;    // the optimizer configuration of the state (optim_engine_tag; 0 in version 1)
+    float loss_scale;      // loss scaling's S (llmc/run/loss_scale.h; 0: off, or a file from before it)
+    int loss_scale_good;   // and its good steps since S last changed
     int version;           // read: the file's version
 } RunState;
 
@@ -233,6 +236,8 @@ static inline void state_file_write(const char* path, const RunState* s, const v
     const uint64_t nm = master == NULL ? 0 : s->num_master ? s->num_master : s->num_params;
     memcpy(&header[17], &nm, 8);
     header[19] = (int)s->optim_tag;
+    memcpy(&header[20], &s->loss_scale, 4);
+    header[21] = s->loss_scale_good;
     uint32_t crc = crc32_update(0, NULL, 0);
     crc = crc32_update(crc, block, s->num_params * sizeof(float));
     if (master) { crc = crc32_update(crc, master, nm * sizeof(float)); }
@@ -272,6 +277,12 @@ static inline void state_header_parse(FILE* fp, const char* path, RunState* s, i
         if (s->num_master == 0) { s->num_master = s->num_params; }
     }
     s->optim_tag = s->version == STATE_VERSION ? (uint32_t)header[19] : 0;
+    memcpy(&s->loss_scale, &header[20], 4);
+    s->loss_scale_good = header[21];
+    if (!(s->loss_scale >= 0.0f && s->loss_scale <= 16777216.0f) || s->loss_scale_good < 0) {
+        ls_fatal("state file '%s': loss scale %g with %d good steps (expected 0 .. 2^24 and >= 0)", path, s->loss_scale,
+                 s->loss_scale_good);
+    }
 }
 
 // Reads only the header of a state file (to check it against the run before reading the rest).

@@ -78,11 +78,11 @@ global_norm_finish_kernel(float* __restrict__ out, const float* __restrict__ par
 // *scale = (max_norm > 0 && norm > max_norm) ? max_norm / norm : 1 (clip_scale_of in llmc/optim/optim.h),
 // with norm = sqrt(*sumsq), also stored to *norm_out.
 __global__ void global_norm_clip_scale_kernel(float* __restrict__ scale, float* __restrict__ norm_out,
-                                              const float* __restrict__ sumsq, float max_norm) {
+                                              const float* __restrict__ sumsq, float max_norm, float inv_loss_scale) {
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
-    float norm = sqrtf(*sumsq);
+    float norm = sqrtf(*sumsq) * inv_loss_scale;
     if (norm_out != nullptr) *norm_out = norm;
-    *scale = (max_norm > 0.0f && norm > max_norm) ? max_norm / norm : 1.0f;
+    *scale = ((max_norm > 0.0f && norm > max_norm) ? max_norm / norm : 1.0f) * inv_loss_scale;
 }
 
 // Number of partial sums for n elements (a function of n only: keeps the result device-independent).
@@ -104,11 +104,12 @@ void global_norm_squared(float* d_sumsq, const Tg* grads, size_t n, float* d_scr
     launch(global_norm_finish_kernel, 1, GLOBAL_NORM_BLOCK, 0, stream, d_sumsq, d_scratch, nb);
 }
 
-// d_norm may be NULL. max_norm <= 0: no clipping.
+// d_norm may be NULL. max_norm <= 0: no clipping. inv_loss_scale: loss scaling's 1/S (llmc/run/
+// loss_scale.h), divided out of the norm and folded into the scale the update multiplies by.
 static inline void global_norm_clip_scale(float* d_scale, float* d_norm, const float* d_sumsq, float max_norm,
-                                          cudaStream_t stream) {
+                                          cudaStream_t stream, float inv_loss_scale = 1.0f) {
     PROFILE_SCOPE(PROF_GLOBAL_NORM, stream);
-    launch(global_norm_clip_scale_kernel, 1, 1, 0, stream, d_scale, d_norm, d_sumsq, max_norm);
+    launch(global_norm_clip_scale_kernel, 1, 1, 0, stream, d_scale, d_norm, d_sumsq, max_norm, inv_loss_scale);
 }
 
 #endif // LLMC_GLOBAL_NORM_CUH

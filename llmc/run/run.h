@@ -30,6 +30,7 @@
 #include "llmc/run/progress.h"
 #include "llmc/optim/schedulers.h"
 #include "llmc/run/step_guard.h"
+#include "llmc/run/loss_scale.h"
 #include "llmc/io/tokenizer.h"
 #ifndef TOKENIZER_DECODE_ONLY
 #include "llmc/io/hellaswag.h"
@@ -313,6 +314,8 @@ typedef struct {
     uint64_t sample_rng;
     Logger logger;
     StepGuard guard;
+    LossScale scaler;            // --loss-scale (off: S = 1)
+    int overflowed;              // this step's update was skipped for a gradient overflow
     char skip_why[128];          // why the guard skipped this step's update
     double mem_mib;              // device (or host) memory of the model, for the log
     int stopping;                // a SIGINT/SIGTERM reached every process: save and stop
@@ -400,6 +403,10 @@ static LS_UNUSED void run_resume(Run* r, GPT2* model) {
     if (rs.step != r->start_step) { ls_fatal("state file '%s': step %d, expected %d", r->state_path, rs.step, r->start_step); }
     if (r->do_train) { dataloader_seek(&r->train, rs.data_epoch, (size_t)rs.data_sample); }
     r->sample_rng = rs.sampler_rng;
+    if (r->scaler.on && rs.loss_scale > 0.0f) {  // (a file from a run without loss scaling: the flags' start)
+        r->scaler.scale = rs.loss_scale;
+        r->scaler.good = rs.loss_scale_good;
+    }
     printf("resumed from step %d\n", r->start_step);
 }
 
@@ -579,7 +586,11 @@ static LS_UNUSED int run_start(Run* r, GPT2* model) {
     r->sample_rng = 1337 + (uint64_t)o->seed;
     if (o->output_dir) { ensure_dir(o->output_dir); }
     logger_init(&r->logger, r->comm.rank == 0 ? o->output_dir : NULL, o->resume);  // every rank writes its state file
+    loss_scale_init(&r->scaler, o->loss_scale, o->loss_scale_window);  // (a resume continues its state)
     if (o->resume) { run_resume(r, model); }
+    if (r->scaler.on) {
+        printf("loss scaling: S = %g, %s\n", r->scaler.scale, o->loss_scale_window > 0 ? "dynamic" : "static");
+    }
     if (o->overfit && r->do_train) { dataloader_next_batch(&r->train); }
     train_install_signals();
     for (int i = 0; i < MEM_COUNT; i++) { r->mem_mib += mib(model->mem.bytes[i]); }
@@ -626,6 +637,8 @@ static LS_UNUSED int run_between_steps(Run* r, GPT2* model, int step) {
         rs.data_epoch = r->train.epoch;
         rs.data_sample = r->train.step_in_epoch;
         rs.sampler_rng = r->sample_rng;
+        rs.loss_scale = r->scaler.on ? r->scaler.scale : 0.0f;
+        rs.loss_scale_good = r->scaler.good;
         checkpoint_save(model, o->output_dir, &rs, &r->comm);
         if (r->comm.rank == 0) { checkpoint_prune(o->output_dir, o->keep_last, o->keep_every, r->comm.size); }
         snprintf(r->last_checkpoint, sizeof(r->last_checkpoint), "%s/model_%08d.bin", o->output_dir, step);
@@ -653,8 +666,27 @@ static LS_UNUSED double run_mean_loss(Run* r, double loss_sum) {
     return comm_allreduce_sum_f64(&r->comm, loss_sum) / (r->accum * r->comm.size);
 }
 
-// Whether the update must be skipped: a NaN/Inf or outlier loss or norm (llmc/run/step_guard.h).
+// The scale of a micro-step's loss gradient: its share of the step's mean, times loss scaling's S.
+static LS_UNUSED float run_grad_scale(const Run* r) { return r->loss_scale * r->scaler.scale; }
+
+// What the gradient norm and the update divide out: 1 / S (1 without loss scaling).
+static LS_UNUSED float run_inv_loss_scale(const Run* r) { return 1.0f / r->scaler.scale; }
+
+// Whether the update must be skipped: with loss scaling, a gradient overflow (S halves; not a
+// guard skip), then a NaN/Inf or outlier loss or norm (llmc/run/step_guard.h).
 static LS_UNUSED int run_guard(Run* r, double loss, float norm) {
+    const float before = r->scaler.scale;
+    const int overflow = loss_scale_step(&r->scaler, loss, norm);
+    r->overflowed = overflow != 0;
+    if (overflow < 0) {
+        ls_fatal("loss scaling: the gradients are not finite even at loss scale %g (--loss-scale); the parameters are "
+                 "those of the last update", before);
+    }
+    if (overflow) {
+        snprintf(r->skip_why, sizeof(r->skip_why), "gradient overflow at loss scale %g (now %g; overflows so far: %d)",
+                 before, r->scaler.scale, r->scaler.overflows);
+        return 1;
+    }
     return step_guard_check(&r->guard, (float)loss, norm, r->skip_why, sizeof(r->skip_why));
 }
 
@@ -674,6 +706,10 @@ static LS_UNUSED int run_step_end(Run* r, GPT2* model, int step, double loss, fl
     if (o->profile && step == r->start_step + 1) { trainer_profile(model, o, 0); }
     r->steps_done++;
     if (!skip) { return 1; }
+    if (r->overflowed) {  // loss scaling's own skip: S was halved, the guard counts nothing
+        printf("step %d: update skipped, %s\n", step + 1, r->skip_why);
+        return 1;
+    }
     StepGuard* g = &r->guard;
     printf("step %d: update skipped, %s (%d skipped, %d in a row)\n", step + 1, r->skip_why, g->skipped, g->in_a_row);
     if (!step_guard_give_up(g)) { return 1; }
@@ -702,6 +738,7 @@ static LS_UNUSED int run_finish(Run* r, GPT2* model) {
         }
         if (isfinite(r->best_val)) { printf(", best val loss %f", r->best_val); }
         if (r->guard.skipped > 0) { printf(", %d updates skipped", r->guard.skipped); }
+        if (r->scaler.on) { printf(", %d gradient overflows (loss scale now %g)", r->scaler.overflows, r->scaler.scale); }
         printf(", last checkpoint %s\n", r->last_checkpoint);
         step_guard_free(&r->guard);
         logger_free(&r->logger);

@@ -67,6 +67,8 @@ typedef struct {
     int muon_qkv;             // Muon: 0 q, k, v orthogonalized apart, 1 as one matrix
     float muon_adamw_lr;      // Muon: the AdamW tensors' peak learning rate (0: -l's)
     int zero_stage;           // -z 0: gradient all-reduce, 1: ZeRO-1 (sharded optimizer state)
+    float loss_scale;         // --loss-scale: loss scaling's starting S (0: off; llmc/run/loss_scale.h)
+    int loss_scale_window;    // --loss-scale-window: good steps before S doubles (0: a static S)
     float skip_loss_z;        // -sl skip the update when the loss's z-score is above this (0: off)
     float skip_norm_z;        // -sg the same for the gradient norm
     int outlier_window;       // steps the z-scores look back over
@@ -151,6 +153,8 @@ static const CliFlag train_flags[] = {
     {NULL, "badam-order", CLI_CHOICE, OPT(badam_order), 0, 0, badam_order_choices, CLI_BOTH, "BAdam block order"},
     {NULL, "badam-embed", CLI_SWITCH, OPT(badam_embed), 0, 1, NULL, CLI_BOTH, "BAdam: the embeddings and final layernorm form a block (else frozen)"},
     {"z", "zero-stage", CLI_INT, OPT(zero_stage), 0, 1, NULL, CLI_BOTH, "with several processes: 0 all-reduce the gradients, 1 ZeRO-1 (each process updates its shard of the optimizer state)"},
+    {NULL, "loss-scale", CLI_FLOAT, OPT(loss_scale), 0, 16777216, NULL, CLI_BOTH, "loss scaling: the starting scale S of the loss's gradient (0: off); an overflow skips the step and halves S"},
+    {NULL, "loss-scale-window", CLI_INT, OPT(loss_scale_window), 0, 1e9, NULL, CLI_BOTH, "loss scaling: steps without an overflow before S doubles (0: S stays)"},
     {"sl", "skip-loss-z", CLI_FLOAT, OPT(skip_loss_z), 0, 1e9, NULL, CLI_BOTH, "skip the update when the loss's z-score over the last --outlier-window steps is above this (0: off); NaN/Inf always skip"},
     {"sg", "skip-norm-z", CLI_FLOAT, OPT(skip_norm_z), 0, 1e9, NULL, CLI_BOTH, "skip the update when the gradient norm's z-score is above this (0: off)"},
     {NULL, "outlier-window", CLI_INT, OPT(outlier_window), 2, 1000000, NULL, CLI_BOTH, "steps the -sl/-sg z-scores look back over"},
@@ -194,6 +198,8 @@ static inline void train_options_defaults(TrainOptions* o) {
     o->prompt = NULL;
     o->temperature = 1.0f;
     o->top_k = 0;
+    o->loss_scale = 0.0f;
+    o->loss_scale_window = 2000;
     o->hellaswag = 0;
     o->hellaswag_file = "data/hellaswag/hellaswag_val.jsonl";
     o->hellaswag_max = -1;

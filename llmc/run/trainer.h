@@ -54,9 +54,10 @@ static LS_UNUSED void gpt2_backward(GPT2* model, const int* inputs, const int* t
 // The sum of the mean losses of the gpt2_forward_train calls since gpt2_begin_step (may wait for
 // the device: call it late).
 static LS_UNUSED double gpt2_loss_sum(GPT2* model);
-// Reduces the gradients over the processes and returns their global norm before clipping;
-// nothing changes yet (the loop may skip the update).
-static LS_UNUSED float gpt2_grad_norm(GPT2* model, const AdamWHyper* h);
+// Reduces the gradients over the processes and returns their global norm before clipping, with
+// inv_loss_scale (loss scaling's 1/S, llmc/run/loss_scale.h; 1: none) divided out (and folded
+// into the update's scale); nothing changes yet (the loop may skip the update).
+static LS_UNUSED float gpt2_grad_norm(GPT2* model, const AdamWHyper* h, float inv_loss_scale);
 // Clips with that norm and updates; `step` counts from 1.
 static LS_UNUSED void gpt2_update(GPT2* model, const AdamWHyper* h, int step);
 // Testing (--inject-nan): makes the gradients NaN after a backward pass.
