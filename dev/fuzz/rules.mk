@@ -8,7 +8,7 @@
 # for how rejected inputs return instead of exiting).
 #   make fuzz          each target for FUZZ_SECONDS (default 60) from the committed seeds in
 #                      dev/fuzz/corpus/<target>/; new inputs and crashes go to build/fuzz/
-#   make fuzz-ci       each target for FUZZ_CI_SECONDS (default 12); inputs and crashes go to a
+#   make fuzz-ci       each target for FUZZ_CI_SECONDS (default 6); inputs and crashes go to a
 #                      temporary directory, nothing is written into the repo; fails on any crash
 #   make fuzz-seeds    rewrite the generated seeds (dev/fuzz/make_seeds.py)
 # A crash leaves build/fuzz/artifacts/<target>-crash-*: fix the reader, then copy the file into
@@ -18,7 +18,7 @@
 
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_CI_SECONDS ?= 12
+FUZZ_CI_SECONDS ?= 6
 FUZZ_CFLAGS := -g -O1 -std=gnu11 -Wall -Wextra -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	-DLS_FUZZING -I.
 FUZZ_NAMES := model_file state_file shard tokenizer_file tokenizer_bpe encode cli safetensors hellaswag
