@@ -17,6 +17,8 @@
 #   train-d12     50 steps of GPT-2 124M, bf16, B16 T1024 on TinyShakespeare: tok/s, MFU, memory
 #   torch-step    the same step in PyTorch (dev/reference/torch_step.py) when torch is importable
 #   train-modes   20 steps in each attention and optimizer-memory mode: ms/step, predicted vs used memory
+#   sample-eval   -x 0 on the GPU: a greedy sample of a prompt (--prompt, --temperature 0) and HellaSwag's
+#                 batched scoring (--hellaswag) of a small file in its format, both from GPT-2 124M's shape
 # The summary ($OUT/summary.txt, or stdout) is rewritten after every step, so a run killed from
 # outside still leaves the steps it finished.
 #
@@ -344,6 +346,24 @@ $(awk '/^=== mode:/ { if (m != "") emit(); m = substr($0, 11); n = 0; pred = "?"
        function emit(   k, i, j, x) { k = n - 5; for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (t[j] < t[i]) { x = t[i]; t[i] = t[j]; t[j] = x }
            printf "  %-20s %9s ms  predicted %8s MiB  used %8s MiB\n", m, (k > 0 ? t[int((k + 1) / 2)] : "?"), pred, used }
        END { if (m != "") emit() }' "$LOGS/train-modes.log")")
+fi
+
+# sampling and HellaSwag on the device (the bf16 build; its --prompt needs PCRE2/cJSON at build time)
+sample_eval() {
+    local hs="$LOGS/hellaswag_small.jsonl" i
+    : >"$hs"
+    for i in 0 1 2 3 4 5 6 7; do
+        printf '{"ctx": "The cook took the pan off the stove and %s", "endings": ["put it on the table.", "sang to the moon for an hour.", "the river was cold.", "then %s"], "label": %d}\n' \
+            "$i" "$i" $((i % 4)) >>"$hs"
+    done
+    "$GB/train_gpt2cu_bf16" -e d12 -x 0 -v 0 -b 4 -t 64 -g 32 --prompt "The cook took the pan" --temperature 0 &&
+    "$GB/train_gpt2cu_bf16" -e d12 -x 0 -v 0 -s 0 -b 4 -t 64 --hellaswag 1 --hellaswag-file "$hs"
+}
+if need data/gpt2_tokenizer.bin sample-eval "no data/: make data here and carry data"; then
+    gpu_step sample-eval 60 sample_eval
+fi
+if [ -f "$LOGS/sample-eval.log" ]; then
+    NOTES+=("sampling and HellaSwag on the GPU (random d12, so the text and accuracy mean nothing): $(grep -E "^(prompt|hellaswag)" "$LOGS/sample-eval.log" | tr '\n' ';')")
 fi
 
 write_summary

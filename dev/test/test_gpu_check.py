@@ -19,7 +19,7 @@ from testlib import check, failures  # noqa: E402
 
 SCRIPT = "dev/gpu_check.sh"
 STEPS = ["env", "build", "labs", "adamw-check", "adamw-bench", "test-bf16", "test-fp32", "profile-d12",
-         "train-d12", "torch-step", "train-modes"]
+         "train-d12", "torch-step", "train-modes", "sample-eval"]
 
 
 def run(out, extra_env=None):
