@@ -267,13 +267,16 @@ ifeq ($(PRECISION),FP32)
 PFLAGS := -DENABLE_FP32
 else ifeq ($(PRECISION),BF16)
 PFLAGS := -DENABLE_BF16
+else ifeq ($(PRECISION),FP16)
+PFLAGS := -DENABLE_FP16
 else
-$(error PRECISION must be BF16 or FP32, got '$(PRECISION)')
+$(error PRECISION must be BF16, FP16 or FP32, got '$(PRECISION)')
 endif
 PREC_LC := $(shell echo $(PRECISION) | tr A-Z a-z)
 # the flags of each precision, for the rules that build both in one make
 PFLAGS_fp32 := -DENABLE_FP32
 PFLAGS_bf16 := -DENABLE_BF16
+PFLAGS_fp16 := -DENABLE_FP16
 GPU_ARCH ?= native
 # EXTRA_INC / ZLIB_LIB: a machine without zlib's headers builds with the copy `make gpu-carry` made
 EXTRA_INC ?=
@@ -438,8 +441,8 @@ gpu-carry: data ref cudnn-frontend
 # the harness builds: g++, every CUDA thread a fiber, cuBLASLt replaced by a CPU matmul. Both
 # precisions are targets of every make (not only $(PRECISION)'s), so one make -j builds them all
 # without recursive makes racing on the same file.
-EMU_TRAIN := $(BUILD)/train_gpt2cu_emu_fp32 $(BUILD)/train_gpt2cu_emu_bf16
-EMU_TEST := $(BUILD)/test_gpt2cu_emu_fp32 $(BUILD)/test_gpt2cu_emu_bf16
+EMU_TRAIN := $(BUILD)/train_gpt2cu_emu_fp32 $(BUILD)/train_gpt2cu_emu_bf16 $(BUILD)/train_gpt2cu_emu_fp16
+EMU_TEST := $(BUILD)/test_gpt2cu_emu_fp32 $(BUILD)/test_gpt2cu_emu_bf16 $(BUILD)/test_gpt2cu_emu_fp16
 EMU_MPI := $(BUILD)/train_gpt2cu_emu_mpi_fp32 $(BUILD)/train_gpt2cu_emu_mpi_bf16
 $(EMU_TRAIN): $(BUILD)/train_gpt2cu_emu_%: $(CUDA_TRAIN_DEPS) $(HARNESS_HEADERS)
 	@mkdir -p $(@D)

@@ -203,7 +203,7 @@ static void* cuda_malloc_counted(MemCounter* mc, MemCategory cat, size_t bytes) 
 
 // --attention as the model's flash mode (see GPT2.flash); NULL options: the build's default.
 static int attention_flash_mode(const TrainOptions* o) {
-    if (o == NULL) { return FLOATX_IS_BF16 ? 1 : 0; }
+    if (o == NULL) { return FLOATX_IS_LOWP ? 1 : 0; }
     return o->attention == ATTENTION_CUDNN ? 1 : o->attention == ATTENTION_CUDNN_FAST ? 2 : 0;
 }
 
@@ -327,7 +327,7 @@ static void gpt2_setup_modes(GPT2* model, uint64_t seed, int B, int T, const Tra
     gpu_check_flags(opts);
     model->recompute = opts ? opts->recompute : 1;
     model->flash = attention_flash_mode(opts);
-    model->use_master = FLOATX_IS_BF16 && (opts ? opts->master_weights : 1);
+    model->use_master = FLOATX_IS_LOWP && (opts ? opts->master_weights : 1);
     model->seed = seed;
     model->offload = opts ? opts->offload : 0;
     size_t n_params = gpt2_num_parameters(c);
@@ -1049,7 +1049,7 @@ static double gpu_peak_flops(void) {
     cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) { return 0.0; }
     for (size_t i = 0; i < sizeof(gpu_peaks) / sizeof(gpu_peaks[0]); i++) {
-        if (strstr(prop.name, gpu_peaks[i].name)) { return FLOATX_IS_BF16 ? gpu_peaks[i].bf16 : gpu_peaks[i].fp32; }
+        if (strstr(prop.name, gpu_peaks[i].name)) { return FLOATX_IS_LOWP ? gpu_peaks[i].bf16 : gpu_peaks[i].fp32; }
     }
     return 0.0;
 }
@@ -1088,13 +1088,13 @@ static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOpti
     size_t chunk = o->offload ? optim_chunk_elems(gpt2_num_parameters(c), (size_t)o->offload_chunk) : 0;
     size_t badam_block = badam_block_for(c, o, 1);
     OptimSizes z = train_options_optim_sizes(o, c, 0, gpu_zero_stage(o) ? gpu_procs(o) : 1);
-    GpuMemoryOptions g = gpu_memory_options(c, o->B, o->T, o->recompute, FLOATX_IS_BF16 && o->master_weights, chunk,
+    GpuMemoryOptions g = gpu_memory_options(c, o->B, o->T, o->recompute, FLOATX_IS_LOWP && o->master_weights, chunk,
                                             badam_block, gpu_zero_stage(o), gpu_procs(o), z.bytes, z.max_elems,
                                             attention_flash_mode(o));
     g.stage_bytes = z.stage_bytes;
     g.stage_elems = z.stage_elems;
     g.zero_elems = z.zero_elems;
-    g.opt_work_bytes = z.gpu_work_bytes[FLOATX_IS_BF16 ? 0 : 1];
+    g.opt_work_bytes = z.gpu_work_bytes[FLOATX_IS_LOWP ? 0 : 1];
     MemoryReport predicted = memory_model_gpu(c, o->B, o->T, &g);
     printf("GPU memory (%s, recompute %d, master weights %s, attention %s", PRECISION_NAME, o->recompute,
            g.master_weights ? "on" : "off", attention_choices[o->attention]);

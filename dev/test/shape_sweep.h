@@ -30,7 +30,7 @@
 #define SWEEP_MAX_B 3
 #define SWEEP_MAX_T 64
 
-#if FLOATX_IS_BF16
+#if FLOATX_IS_LOWP
 static const double SWEEP_TOL_LOGITS = 3e-2, SWEEP_TOL_LOSS = 1e-2, SWEEP_TOL_GRAD = 5e-2;
 #else
 static const double SWEEP_TOL_LOGITS = 1e-4, SWEEP_TOL_LOSS = 1e-5, SWEEP_TOL_GRAD = 1e-3;

@@ -138,6 +138,10 @@ static LS_UNUSED void ref_check_grads(const float* grads, const ParamTable* pt, 
 #ifndef REF_BUILD_OPTS
 #define REF_BUILD_OPTS NULL
 #endif
+// ... and REF_LOSS_SCALE, the loss scaling of the steps (llmc/run/loss_scale.h; a power of two)
+#ifndef REF_LOSS_SCALE
+#define REF_LOSS_SCALE 1.0f
+#endif
 // The steps of a reference written with another optimizer (gpt2_ref.py state --optimizer): the
 // trainer built with opts, the hyperparameters h (lr and the rest as the reference's flags).
 static LS_UNUSED void ref_check_steps_with(const char* model_path, const RefState* s, const RefTolerances* tol,
@@ -146,9 +150,9 @@ static LS_UNUSED void ref_check_steps_with(const char* model_path, const RefStat
     gpt2_build(&model, model_path, 0, s->B, s->T, opts);
     for (int step = 0; step < s->n_steps; step++) {
         gpt2_begin_step(&model, step);
-        gpt2_forward_train(&model, s->inputs, s->targets, s->B, s->T, 1.0f);
-        gpt2_backward(&model, s->inputs, s->targets, s->B, s->T, 1.0f);
-        gpt2_grad_norm(&model, &h, 1.0f);
+        gpt2_forward_train(&model, s->inputs, s->targets, s->B, s->T, REF_LOSS_SCALE);
+        gpt2_backward(&model, s->inputs, s->targets, s->B, s->T, REF_LOSS_SCALE);
+        gpt2_grad_norm(&model, &h, 1.0f / REF_LOSS_SCALE);
         float l = (float)gpt2_loss_sum(&model);
         gpt2_update(&model, &h, step + 1);
         CHECK(fabs(l - s->losses[step]) <= tol->steps * fabs(s->losses[step]), "step %d: loss %.6f ref %.6f", step, l,

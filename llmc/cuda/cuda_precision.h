@@ -2,7 +2,8 @@
  cuda_precision.h: the storage type of parameters, activations and gradients in the GPU trainer
  and its kernels, chosen at build time (llm.c's PRECISION=BF16|FP32):
 
-   -DENABLE_BF16 (the default; also when neither is defined)  floatX = __nv_bfloat16
+   -DENABLE_BF16 (the default; also when none is defined)     floatX = __nv_bfloat16
+   -DENABLE_FP16 (GPUs without bf16: V100, T4; loss scaling)  floatX = __half
    -DENABLE_FP32                                               floatX = float
 
  Arithmetic is always fp32: load floatX, convert with to_float(), compute in float, convert back
@@ -15,8 +16,10 @@
    x128             Vec128<floatX>: 16 bytes, x128::size = 8 (bf16) or 4 (fp32) elements; kernels
                     that move rows with x128 need the row length to be a multiple of x128::size
    f128             Vec128<float>
-   PRECISION_NAME   "bf16" or "fp32" (for banners and file headers)
+   PRECISION_NAME   "bf16", "fp16" or "fp32" (for banners and file headers)
    FLOATX_IS_BF16   1 or 0, for `if constexpr` and host code
+   FLOATX_IS_FP16   1 or 0
+   FLOATX_IS_LOWP   1 for the 16-bit types (master weights, stochastic rounding), 0 for fp32
 */
 #ifndef LLMC_CUDA_PRECISION_H
 #define LLMC_CUDA_PRECISION_H
@@ -26,30 +29,41 @@
 #include <string.h>
 #include "llmc/cuda/cuda_common.h"
 
-#if defined(ENABLE_BF16) && defined(ENABLE_FP32)
-#error "define one of ENABLE_BF16 and ENABLE_FP32 (PRECISION=BF16|FP32), not both"
+#if defined(ENABLE_BF16) + defined(ENABLE_FP32) + defined(ENABLE_FP16) > 1
+#error "define one of ENABLE_BF16, ENABLE_FP16 and ENABLE_FP32 (PRECISION=BF16|FP16|FP32)"
 #endif
-#if !defined(ENABLE_BF16) && !defined(ENABLE_FP32)
+#if !defined(ENABLE_BF16) && !defined(ENABLE_FP32) && !defined(ENABLE_FP16)
 #define ENABLE_BF16
 #endif
 
-#ifdef ENABLE_FP32
+#if defined(ENABLE_FP32)
 typedef float floatX;
 #define PRECISION_NAME "fp32"
 #define FLOATX_IS_BF16 0
+#define FLOATX_IS_FP16 0
+#elif defined(ENABLE_FP16)
+#include <cuda_fp16.h>
+typedef __half floatX;
+#define PRECISION_NAME "fp16"
+#define FLOATX_IS_BF16 0
+#define FLOATX_IS_FP16 1
 #else
 typedef __nv_bfloat16 floatX;
 #define PRECISION_NAME "bf16"
 #define FLOATX_IS_BF16 1
+#define FLOATX_IS_FP16 0
 #endif
+#define FLOATX_IS_LOWP (FLOATX_IS_BF16 || FLOATX_IS_FP16)
 
 typedef Vec128<floatX> x128;
 typedef Vec128<float> f128;
 
 // floatX -> float (exact).
 static __host__ __device__ inline float to_float(floatX x) {
-#ifdef ENABLE_FP32
+#if defined(ENABLE_FP32)
     return x;
+#elif defined(ENABLE_FP16)
+    return __half2float(x);
 #else
     return __bfloat162float(x);
 #endif
@@ -57,8 +71,10 @@ static __host__ __device__ inline float to_float(floatX x) {
 
 // float -> floatX, round to nearest even (exact in fp32 builds).
 static __host__ __device__ inline floatX from_float(float x) {
-#ifdef ENABLE_FP32
+#if defined(ENABLE_FP32)
     return x;
+#elif defined(ENABLE_FP16)
+    return __float2half_rn(x);
 #else
     return __float2bfloat16_rn(x);
 #endif
@@ -81,9 +97,24 @@ static __host__ __device__ inline unsigned stochastic_bits(unsigned long long se
 // Exact in fp32 builds. Accumulations into bf16 (gradients) use this, so that many small additions
 // do not all round away.
 static __host__ __device__ inline floatX from_float_stochastic(float x, unsigned bits) {
-#ifdef ENABLE_FP32
+#if defined(ENABLE_FP32)
     (void)bits;
     return x;
+#elif defined(ENABLE_FP16)
+    // between the two fp16 neighbours lo <= x < hi (round toward zero, then one ulp away): hi with
+    // probability (x - lo) / (hi - lo), from the low 16 bits
+    if (!isfinite(x)) return __float2half_rn(x);
+    const __half t = __float2half_rz(x);
+    const float lo = __half2float(t);
+    if (lo == x) return t;
+    unsigned short raw;
+    memcpy(&raw, &t, sizeof raw);
+    raw = (unsigned short)(raw + 1);  // one ulp away from zero (to the infinity past the largest)
+    __half away;
+    memcpy(&away, &raw, sizeof raw);
+    const float hi = __half2float(away);
+    const float frac = (x - lo) / (hi - lo);
+    return (float)(bits & 0xffffu) < frac * 65536.0f ? away : t;
 #else
     unsigned u;
     memcpy(&u, &x, sizeof u);

@@ -91,7 +91,7 @@ static inline void nccl_check(ncclResult_t r, const char* what, const char* file
 }
 #define ncclCheck(call) nccl_check((call), #call, __FILE__, __LINE__)
 
-static const ncclDataType_t nccl_floatx = FLOATX_IS_BF16 ? ncclBfloat16 : ncclFloat;
+static const ncclDataType_t nccl_floatx = FLOATX_IS_BF16 ? ncclBfloat16 : FLOATX_IS_FP16 ? ncclHalf : ncclFloat;
 
 static void nccl_comm_allreduce_host(void* ctx, double* x, int n) {
     NcclComm* nc = (NcclComm*)ctx;

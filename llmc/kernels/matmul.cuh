@@ -356,7 +356,7 @@ static inline void matmul_gemm_cpu(floatX* d, const floatX* a, const floatX* b, 
     }
 }
 #else
-static inline cudaDataType_t gemm_lt_dtype(void) { return FLOATX_IS_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+static inline cudaDataType_t gemm_lt_dtype(void) { return FLOATX_IS_BF16 ? CUDA_R_16BF : FLOATX_IS_FP16 ? CUDA_R_16F : CUDA_R_32F; }
 
 // Largest power of two <= 256 that divides the address and every stride (bytes) a call adds to it.
 static inline unsigned gemm_alignment(const void* p, long long stride1, long long stride2) {

@@ -45,6 +45,9 @@
 #ifndef LLMC_ADAMW_CUH
 #define LLMC_ADAMW_CUH
 
+#include <type_traits>
+#include <cuda_fp16.h>
+
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -97,6 +100,27 @@ __device__ __forceinline__ __nv_bfloat16 bf16_round_stochastic(float x, unsigned
     if ((u & 0x7f800000u) == 0x7f800000u) return __float2bfloat16_rn(x);
     u += bits & 0xffffu;
     return __ushort_as_bfloat16((unsigned short)(u >> 16));
+}
+
+// Unbiased rounding of x to fp16: toward zero, then one ulp away with probability equal to the
+// discarded fraction of that ulp (fp16's ulp is not a fixed count of fp32 bits: subnormals).
+// Infinities and NaNs convert as they are.
+__device__ __forceinline__ __half fp16_round_stochastic(float x, unsigned bits) {
+    if (!isfinite(x)) return __float2half_rn(x);
+    const __half t = __float2half_rz(x);
+    const float lo = __half2float(t);
+    if (lo == x) return t;
+    const __half away = __ushort_as_half((unsigned short)(__half_as_ushort(t) + 1));
+    const float frac = (x - lo) / (__half2float(away) - lo);
+    return (float)(bits & 0xffffu) < frac * 65536.0f ? away : t;
+}
+
+// x stored as a parameter of type Tp: fp32 as it is; bf16 and fp16 stochastically (bits) or to nearest.
+template <typename Tp, bool kStochastic>
+__device__ __forceinline__ Tp optim_round_param(float x, unsigned bits) {
+    if constexpr (std::is_same<Tp, __nv_bfloat16>::value) return kStochastic ? bf16_round_stochastic(x, bits) : __float2bfloat16_rn(x);
+    else if constexpr (std::is_same<Tp, __half>::value) return kStochastic ? fp16_round_stochastic(x, bits) : __float2half_rn(x);
+    else return x;
 }
 
 // First segment whose end is past element i (seg_end sorted ascending, i < seg_end[nseg-1]).
@@ -221,17 +245,15 @@ __device__ __forceinline__ void optim_store_params(Tp* params, float* master, si
                                                    unsigned long long key) {
     if constexpr (kMaster) adamw_store<V>(master + i0, p);
     if constexpr (sizeof(Tp) == 2) {
-        static_assert(V % 8 == 0, "bf16 params: whole 128-bit words");
+        static_assert(V % 8 == 0, "16-bit params: whole 128-bit words");
 #pragma unroll
         for (int k = 0; k < V / 8; k++) {
-            Vec128<__nv_bfloat16> out;
+            Vec128<Tp> out;
 #pragma unroll
             for (int e = 0; e < 8; e++) {
-                const float x = p[k * 8 + e];
-                out[e] = kStochastic ? bf16_round_stochastic(x, srng_bits(key, p0 + k * 8 + e, 0))
-                                     : __float2bfloat16_rn(x);
+                out[e] = optim_round_param<Tp, kStochastic>(p[k * 8 + e], kStochastic ? srng_bits(key, p0 + k * 8 + e, 0) : 0u);
             }
-            store128cs(reinterpret_cast<__nv_bfloat16*>(params) + p0 + k * 8, out);
+            store128cs(params + p0 + k * 8, out);
         }
     } else {
         adamw_store<V>(reinterpret_cast<float*>(params) + p0, p);
@@ -250,8 +272,7 @@ __device__ __forceinline__ void optim_store_param(Tp* params, float* master, siz
                                                   unsigned long long key) {
     if constexpr (kMaster) master[i] = p;
     if constexpr (sizeof(Tp) == 2) {
-        reinterpret_cast<__nv_bfloat16*>(params)[pi] =
-            kStochastic ? bf16_round_stochastic(p, srng_bits(key, pi, 0)) : __float2bfloat16_rn(p);
+        params[pi] = optim_round_param<Tp, kStochastic>(p, kStochastic ? srng_bits(key, pi, 0) : 0u);
     } else {
         reinterpret_cast<float*>(params)[pi] = p;
     }

@@ -194,7 +194,7 @@ __device__ __forceinline__ void optim_load4(const T* p, float (&out)[4]) {
         out[0] = x.x; out[1] = x.y; out[2] = x.z; out[3] = x.w;
     } else {
         const uint2 x = *reinterpret_cast<const uint2*>(p);
-        const __nv_bfloat16* b = reinterpret_cast<const __nv_bfloat16*>(&x);
+        const T* b = reinterpret_cast<const T*>(&x);
 #pragma unroll
         for (int e = 0; e < 4; e++) out[e] = (float)b[e];
     }

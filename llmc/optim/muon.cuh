@@ -19,13 +19,16 @@
 #ifndef LLMC_OPTIM_MUON_CUH
 #define LLMC_OPTIM_MUON_CUH
 
+#include <type_traits>
+#include <cuda_fp16.h>
 #include "llmc/optim/muon.h"
 
 #define MUON_THREADS 256
 
 template <typename T>
 __device__ __forceinline__ T muon_from_float(float x) {
-    if constexpr (sizeof(T) == 2) return __float2bfloat16_rn(x);
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) return __float2bfloat16_rn(x);
+    else if constexpr (std::is_same<T, __half>::value) return __float2half_rn(x);
     else return x;
 }
 
