@@ -441,14 +441,15 @@ gpu-carry: data ref cudnn-frontend
 # the harness builds: g++, every CUDA thread a fiber, cuBLASLt replaced by a CPU matmul. Both
 # precisions are targets of every make (not only $(PRECISION)'s), so one make -j builds them all
 # without recursive makes racing on the same file.
-EMU_TRAIN := $(BUILD)/train_gpt2cu_emu_fp32 $(BUILD)/train_gpt2cu_emu_bf16 $(BUILD)/train_gpt2cu_emu_fp16
-EMU_TEST := $(BUILD)/test_gpt2cu_emu_fp32 $(BUILD)/test_gpt2cu_emu_bf16 $(BUILD)/test_gpt2cu_emu_fp16
+# (fp16: PRECISION=FP16, issue 16 in progress; CI runs its test_gpt2cu, not yet the rest)
+EMU_TRAIN := $(BUILD)/train_gpt2cu_emu_fp32 $(BUILD)/train_gpt2cu_emu_bf16
+EMU_TEST := $(BUILD)/test_gpt2cu_emu_fp32 $(BUILD)/test_gpt2cu_emu_bf16
 EMU_MPI := $(BUILD)/train_gpt2cu_emu_mpi_fp32 $(BUILD)/train_gpt2cu_emu_mpi_bf16
-$(EMU_TRAIN): $(BUILD)/train_gpt2cu_emu_%: $(CUDA_TRAIN_DEPS) $(HARNESS_HEADERS)
+$(EMU_TRAIN) $(BUILD)/train_gpt2cu_emu_fp16: $(BUILD)/train_gpt2cu_emu_%: $(CUDA_TRAIN_DEPS) $(HARNESS_HEADERS)
 	@mkdir -p $(@D)
 	@echo "  CXX   $@ (CPU harness)"
 	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS_$*) $< -o $@ $(CUDA_HARNESS_LIBS) -lz
-$(EMU_TEST): $(BUILD)/test_gpt2cu_emu_%: test_gpt2.cu dev/test/test_common.h dev/test/shape_sweep.h $(CUDA_TRAIN_DEPS) $(HARNESS_HEADERS)
+$(EMU_TEST) $(BUILD)/test_gpt2cu_emu_fp16: $(BUILD)/test_gpt2cu_emu_%: test_gpt2.cu dev/test/test_common.h dev/test/shape_sweep.h $(CUDA_TRAIN_DEPS) $(HARNESS_HEADERS)
 	@mkdir -p $(@D)
 	@echo "  CXX   $@ (CPU harness)"
 	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS_$*) $< -o $@ $(CUDA_HARNESS_LIBS) -lz
@@ -474,7 +475,7 @@ endif
 # the cores. Tiny shapes: one OpenMP thread (more only spin, and make -j runs the others).
 EMU_REF := --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin
 EMU_RUN := OMP_NUM_THREADS=1
-GPU_EMU_TESTS := $(addprefix test-gpu-emu-,model-fp32 model-bf16 model-bf16-matmul mutants-fp32 mutants-bf16 \
+GPU_EMU_TESTS := $(addprefix test-gpu-emu-,model-fp32 model-bf16 model-bf16-matmul model-fp16 mutants-fp32 mutants-bf16 \
 	compare-1 compare-2 compare-3 cli-fp32 cli-bf16 sweep-fp32 sweep-bf16 modes cross-resume first-run guards-fp32 guards-bf16 train-loop \
 	optim-matrix) gpu-compile-check-all
 .PHONY: test-gpu-emu $(GPU_EMU_TESTS)
@@ -485,6 +486,9 @@ test-gpu-emu-model-fp32 test-gpu-emu-model-bf16: test-gpu-emu-model-%: $(BUILD)/
 	$(EMU_RUN) $(BUILD)/test_gpt2cu_emu_$* $(EMU_REF) --muon-state $(REF_DIR)/$(REF_DESC)_muon_state.bin
 test-gpu-emu-model-bf16-matmul: $(BUILD)/test_gpt2cu_emu_bf16 $(REF_DIR)/$(REF_DESC)_state.bin
 	$(EMU_RUN) $(BUILD)/test_gpt2cu_emu_bf16 $(EMU_REF) --attention matmul --resume-check 0
+# PRECISION=FP16 (fp32 master weights, the reference checks under loss scaling 1024: test_gpt2.cu)
+test-gpu-emu-model-fp16: $(BUILD)/test_gpt2cu_emu_fp16 $(REF_DIR)/$(REF_DESC)_state.bin
+	$(EMU_RUN) $(BUILD)/test_gpt2cu_emu_fp16 $(EMU_REF) --resume-check 0
 test-gpu-emu-mutants-fp32 test-gpu-emu-mutants-bf16: test-gpu-emu-mutants-%: $(BUILD)/test_gpt2cu_emu_% $(REF_MUTANTS_MADE)
 	$(EMU_RUN) $(REF_MUTANTS) --bin $(BUILD)/test_gpt2cu_emu_$*
 # (the optimizer modes in three parts, about 45 s of CPU each; 3: bf16/int8 state of the others)
