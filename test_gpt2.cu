@@ -209,7 +209,12 @@ static void check_resume(const char* model_path, const char* state_path, const T
     GPT2 model;
     gpt2_build(&model, model_path, 7, s.B, s.T, opts);
     run_steps(&model, &s, 0, 3, first);
-    RunState rs = {1, 0, 3, 1, model.num_parameters, 0, 0, 0, 0, 0, 0, 0};
+    RunState rs;
+    memset(&rs, 0, sizeof rs);
+    rs.num_processes = 1;
+    rs.step = 3;
+    rs.has_m_v = 1;
+    rs.num_params = model.num_parameters;
     gpt2_checkpoint_write(&model, ckpt_model, ckpt_state, &rs);
     run_steps(&model, &s, 3, 5, a);
     float* pa = (float*)mallocCheck(pt.total * sizeof(float));
@@ -432,7 +437,12 @@ static void check_badam(void) {
     float first[3], la[5], lb[5];
     gpt2_build(&model, BADAM_DESC, 7, BADAM_B, BADAM_T, &o);
     badam_run_steps(&model, inputs, targets, 0, 3, first);
-    RunState rs = {1, 0, 3, 1, model.num_parameters, 0, 0, 0, 0, 0, 0, 0};
+    RunState rs;
+    memset(&rs, 0, sizeof rs);
+    rs.num_processes = 1;
+    rs.step = 3;
+    rs.has_m_v = 1;
+    rs.num_params = model.num_parameters;
     gpt2_checkpoint_write(&model, ckpt_model, ckpt_state, &rs);
     badam_run_steps(&model, inputs, targets, 3, 5, la);  // steps 3..7: the switches at 4 and 6
     size_t n = model.num_parameters;

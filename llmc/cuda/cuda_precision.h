@@ -107,11 +107,9 @@ static __host__ __device__ inline floatX from_float_stochastic(float x, unsigned
     const __half t = __float2half_rz(x);
     const float lo = __half2float(t);
     if (lo == x) return t;
-    unsigned short raw;
-    memcpy(&raw, &t, sizeof raw);
-    raw = (unsigned short)(raw + 1);  // one ulp away from zero (to the infinity past the largest)
-    __half away;
-    memcpy(&away, &raw, sizeof raw);
+    __half_raw r = t;
+    r.x = (unsigned short)(r.x + 1);  // one ulp away from zero (to the infinity past the largest)
+    const __half away(r);
     const float hi = __half2float(away);
     const float frac = (x - lo) / (hi - lo);
     return (float)(bits & 0xffffu) < frac * 65536.0f ? away : t;

@@ -24,6 +24,7 @@
 #ifndef LLMC_HELLASWAG_H
 #define LLMC_HELLASWAG_H
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,8 +96,8 @@ static inline void hellaswag_load(Hellaswag* h, const char* path, Tokenizer* tok
         if (!cJSON_IsArray(ends) || cJSON_GetArraySize(ends) != HELLASWAG_ENDINGS) {
             ls_fatal("hellaswag file %s line %zu: \"endings\" must be an array of %d strings", path, line, HELLASWAG_ENDINGS);
         }
-        if (!cJSON_IsNumber(lab) || lab->valuedouble != (double)(int)lab->valuedouble || lab->valueint < 0 ||
-            lab->valueint >= HELLASWAG_ENDINGS) {
+        if (!cJSON_IsNumber(lab) || !(lab->valuedouble >= 0.0 && lab->valuedouble < HELLASWAG_ENDINGS) ||
+            lab->valuedouble != floor(lab->valuedouble)) {  // (range first: a huge number cannot become an int)
             ls_fatal("hellaswag file %s line %zu: \"label\" must be an integer 0..%d", path, line, HELLASWAG_ENDINGS - 1);
         }
         ctx.len = 0;
@@ -118,7 +119,7 @@ static inline void hellaswag_load(Hellaswag* h, const char* path, Tokenizer* tok
             tokenizer_encode(tok, spaced, n - 1, 0, &end[i]);
             if ((int)end[i].len > most) most = (int)end[i].len;
         }
-        const int label = lab->valueint;
+        const int label = (int)lab->valuedouble;
         cJSON_Delete(o);
         p = next;
         read++;
