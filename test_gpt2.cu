@@ -48,6 +48,17 @@ static const RefTolerances TOL = {5e-3, 2e-5, 1e-2, 2e-5};
 static const RefTolerances TOL = {1e-5, 1e-6, 5e-5, 2e-6};
 #endif
 
+// The run state of a one-process checkpoint after `step` steps (the resume checks).
+static RunState one_process_state(size_t num_params, int step) {
+    RunState rs;
+    memset(&rs, 0, sizeof rs);
+    rs.num_processes = 1;
+    rs.step = step;
+    rs.has_m_v = 1;
+    rs.num_params = num_params;
+    return rs;
+}
+
 // The memory model for what `model` was built with equals what it allocated, category by
 // category; returns the predicted total.
 static size_t check_memory_model(const GPT2* model, int B, int T, size_t badam_block, const char* what) {
@@ -209,12 +220,7 @@ static void check_resume(const char* model_path, const char* state_path, const T
     GPT2 model;
     gpt2_build(&model, model_path, 7, s.B, s.T, opts);
     run_steps(&model, &s, 0, 3, first);
-    RunState rs;
-    memset(&rs, 0, sizeof rs);
-    rs.num_processes = 1;
-    rs.step = 3;
-    rs.has_m_v = 1;
-    rs.num_params = model.num_parameters;
+    RunState rs = one_process_state(model.num_parameters, 3);
     gpt2_checkpoint_write(&model, ckpt_model, ckpt_state, &rs);
     run_steps(&model, &s, 3, 5, a);
     float* pa = (float*)mallocCheck(pt.total * sizeof(float));
@@ -437,12 +443,7 @@ static void check_badam(void) {
     float first[3], la[5], lb[5];
     gpt2_build(&model, BADAM_DESC, 7, BADAM_B, BADAM_T, &o);
     badam_run_steps(&model, inputs, targets, 0, 3, first);
-    RunState rs;
-    memset(&rs, 0, sizeof rs);
-    rs.num_processes = 1;
-    rs.step = 3;
-    rs.has_m_v = 1;
-    rs.num_params = model.num_parameters;
+    RunState rs = one_process_state(model.num_parameters, 3);
     gpt2_checkpoint_write(&model, ckpt_model, ckpt_state, &rs);
     badam_run_steps(&model, inputs, targets, 3, 5, la);  // steps 3..7: the switches at 4 and 6
     size_t n = model.num_parameters;

@@ -16,12 +16,7 @@ static TokenList first, second;
 int LLVMFuzzerInitialize(int* argc, char*** argv) {
     (void)argc; (void)argv;
     fuzz_setup();
-    const char* dir = getenv("LEANSTEP_GPT2_DIR");
-    if (dir == NULL) { dir = "data/gpt2"; }
-    char json[512], bpe[512];
-    snprintf(json, sizeof(json), "%s/encoder.json", dir);
-    snprintf(bpe, sizeof(bpe), "%s/vocab.bpe", dir);
-    tokenizer_init_from_bpe(&tok, json, bpe);  // not guarded: a failure ends the run
+    fuzz_gpt2_tokenizer(&tok);
     return 0;
 }
 

@@ -7,6 +7,7 @@
  example's four rows sharing their context.
 */
 #include "dev/fuzz/fuzz_common.h"
+#include "dev/fuzz/fuzz_tokenizer.h"
 #include "llmc/io/hellaswag.h"
 
 static Tokenizer tok;
@@ -16,12 +17,7 @@ static TokenList warm;
 int LLVMFuzzerInitialize(int* argc, char*** argv) {
     (void)argc; (void)argv;
     fuzz_setup();
-    const char* dir = getenv("LEANSTEP_GPT2_DIR");
-    if (dir == NULL) { dir = "data/gpt2"; }
-    char json[512], bpe[512];
-    snprintf(json, sizeof(json), "%s/encoder.json", dir);
-    snprintf(bpe, sizeof(bpe), "%s/vocab.bpe", dir);
-    tokenizer_init_from_bpe(&tok, json, bpe);  // not guarded: a failure ends the run
+    fuzz_gpt2_tokenizer(&tok);
     // the encoder's scratch grown for the longest piece an input can hold: it must not grow inside
     // a guarded call (a rejection frees what was allocated there, and tok outlives the input)
     static char piece[8192 + 1];

@@ -10,7 +10,7 @@
 #include "llmc/io/tokenizer.h"
 
 // 1 if s (n,) is well-formed UTF-8 without C0 (but \n, \t), DEL or C1 controls.
-static int fuzz_printable_utf8(const unsigned char* s, size_t n) {
+static FUZZ_UNUSED int fuzz_printable_utf8(const unsigned char* s, size_t n) {
     for (size_t i = 0; i < n;) {
         unsigned char b = s[i];
         if (b < 0x80) {
@@ -39,7 +39,7 @@ static char fuzz_text[1 << 16], fuzz_stream_text[1 << 16];
 
 // Decodes tokens (n,) into buffers of several sizes and checks the results are printable, cut at
 // a character boundary, and equal to the streamed text when the buffer is large enough.
-static void fuzz_check_decode(const Tokenizer* t, const int* tokens, size_t n) {
+static FUZZ_UNUSED void fuzz_check_decode(const Tokenizer* t, const int* tokens, size_t n) {
     size_t len = tokenizer_decode_to_buf(t, tokens, n, fuzz_text, sizeof(fuzz_text));
     fuzz_check(len < sizeof(fuzz_text) && fuzz_text[len] == '\0', "decode_to_buf terminates");
     fuzz_check(fuzz_printable_utf8((const unsigned char*)fuzz_text, len), "decoded text is printable UTF-8");
@@ -71,7 +71,7 @@ static void fuzz_check_decode(const Tokenizer* t, const int* tokens, size_t n) {
 }
 
 // Checks that the tokens' raw bytes, concatenated, are text (n,), and every id is in range.
-static void fuzz_check_lossless(const Tokenizer* t, const TokenList* toks, const unsigned char* text, size_t n) {
+static FUZZ_UNUSED void fuzz_check_lossless(const Tokenizer* t, const TokenList* toks, const unsigned char* text, size_t n) {
     size_t at = 0;
     for (size_t i = 0; i < toks->len; i++) {
         fuzz_check(toks->data[i] >= 0 && (uint32_t)toks->data[i] < t->vocab_size, "token id in range");
@@ -82,6 +82,17 @@ static void fuzz_check_lossless(const Tokenizer* t, const TokenList* toks, const
         at += len;
     }
     fuzz_check(at == n, "decode(encode(x)) covers all of x");
+}
+
+// The real GPT-2 tokenizer, from data/gpt2/encoder.json + vocab.bpe (`make data`; another directory
+// with LEANSTEP_GPT2_DIR). Not guarded: a failure ends the run (call it from LLVMFuzzerInitialize).
+static FUZZ_UNUSED void fuzz_gpt2_tokenizer(Tokenizer* t) {
+    const char* dir = getenv("LEANSTEP_GPT2_DIR");
+    if (dir == NULL) { dir = "data/gpt2"; }
+    char json[512], bpe[512];
+    snprintf(json, sizeof(json), "%s/encoder.json", dir);
+    snprintf(bpe, sizeof(bpe), "%s/vocab.bpe", dir);
+    tokenizer_init_from_bpe(t, json, bpe);
 }
 
 #endif // DEV_FUZZ_FUZZ_TOKENIZER_H
