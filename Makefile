@@ -370,22 +370,30 @@ test_gpt2cu: test_gpt2.cu dev/test/test_common.h dev/test/shape_sweep.h $(CUDA_T
 	@echo "  NVCC  $@ ($(PRECISION), $(GPU_ARCH))"
 	$(Q)$(NVCC) $(NVCC_TRAIN_FLAGS) -arch=$(GPU_ARCH) $< -o $@ $(NVCC_LIBS) $(CUDNN_LIBS)
 
-# compile (no link, no GPU needed) for sm_80 and sm_90 with warnings as errors; then, when NCCL
-# is installed, the multi-GPU trainer (NCCL, and MPI when found) compiled and linked the same way.
-# The outputs stay in build/gpu-check/ with their header dependencies (nvcc -MMD), so a second run
-# with nothing changed compiles nothing. gpu-compile-check checks $(PRECISION), gpu-compile-check-all
-# (make test) both precisions in one make, so make -j compiles them side by side.
+# compile (no link, no GPU needed) for the precision's architectures (GPU_CHECK_ARCHS_*) with
+# warnings as errors; then, when NCCL is installed, the multi-GPU trainer (NCCL, and MPI when found)
+# compiled and linked the same way. The outputs stay in build/gpu-check/ with their header
+# dependencies (nvcc -MMD), so a second run with nothing changed compiles nothing.
+# gpu-compile-check checks $(PRECISION), gpu-compile-check-all (make test) every precision in one
+# make (FP16: the trainer and its test, without the NCCL link), so make -j compiles them side by side.
 GPU_CHECK_DIR := build/gpu-check
+# The architectures each precision is checked for: bf16 needs sm_80; fp16 is for the GPUs before it
+# (CUDA 13's oldest is sm_75; Volta's sm_70 needs CUDA 12's nvcc) and runs on the newer ones too.
+GPU_CHECK_ARCHS_bf16 := 80 90
+GPU_CHECK_ARCHS_fp32 := 80 90
+GPU_CHECK_ARCHS_fp16 := 75 80 90
+gpu_check_archs = $(subst $(check_space),$(check_space)+$(check_space),$(patsubst %,sm_%,$(GPU_CHECK_ARCHS_$(1))))
+check_space := $(subst ,, )
 NVCC_CHECK_FLAGS = $(filter-out $(PFLAGS),$(NVCC_TRAIN_FLAGS)) $(PFLAGS_$*) -Werror all-warnings -Xcompiler -Werror \
-	-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -MMD -MP -MF $@.d
-GPU_CHECK_TRAIN := $(GPU_CHECK_DIR)/train_gpt2_bf16.o $(GPU_CHECK_DIR)/train_gpt2_fp32.o
-GPU_CHECK_TEST := $(GPU_CHECK_DIR)/test_gpt2_bf16.o $(GPU_CHECK_DIR)/test_gpt2_fp32.o
+	$(foreach a,$(GPU_CHECK_ARCHS_$*),-gencode arch=compute_$(a),code=sm_$(a)) -MMD -MP -MF $@.d
+GPU_CHECK_TRAIN := $(GPU_CHECK_DIR)/train_gpt2_bf16.o $(GPU_CHECK_DIR)/train_gpt2_fp32.o $(GPU_CHECK_DIR)/train_gpt2_fp16.o
+GPU_CHECK_TEST := $(GPU_CHECK_DIR)/test_gpt2_bf16.o $(GPU_CHECK_DIR)/test_gpt2_fp32.o $(GPU_CHECK_DIR)/test_gpt2_fp16.o
 GPU_CHECK_NCCL := $(GPU_CHECK_DIR)/train_gpt2cu_nccl_bf16 $(GPU_CHECK_DIR)/train_gpt2cu_nccl_fp32
 gpu_check_files = $(GPU_CHECK_DIR)/train_gpt2_$(1).o $(GPU_CHECK_DIR)/test_gpt2_$(1).o \
 	$(if $(NCCL_LIBS),$(GPU_CHECK_DIR)/train_gpt2cu_nccl_$(1))
 define GPU_CHECK_COMPILE
 @mkdir -p $(@D)
-@echo "  NVCC  $< ($*, sm_80 + sm_90, warnings are errors)"
+@echo "  NVCC  $< ($*, $(call gpu_check_archs,$*), warnings are errors)"
 $(Q)$(NVCC) $(NVCC_CHECK_FLAGS) -c $< -o $@
 endef
 $(GPU_CHECK_TRAIN): $(GPU_CHECK_DIR)/train_gpt2_%.o: train_gpt2.cu
@@ -394,14 +402,15 @@ $(GPU_CHECK_TEST): $(GPU_CHECK_DIR)/test_gpt2_%.o: test_gpt2.cu
 	$(GPU_CHECK_COMPILE)
 $(GPU_CHECK_NCCL): $(GPU_CHECK_DIR)/train_gpt2cu_nccl_%: train_gpt2.cu
 	@mkdir -p $(@D)
-	@echo "  NVCC  $@ (NCCL$(if $(findstring USE_MPI,$(NCCL_FLAGS)), + MPI)$(if $(filter bf16,$*), + cuDNN loader), sm_80 + sm_90, compile and link, warnings are errors)"
+	@echo "  NVCC  $@ (NCCL$(if $(findstring USE_MPI,$(NCCL_FLAGS)), + MPI)$(if $(filter bf16,$*), + cuDNN loader), $(call gpu_check_archs,$*), compile and link, warnings are errors)"
 	$(Q)$(NVCC) $(NVCC_CHECK_FLAGS) $(NCCL_FLAGS) $< -o $@ $(NVCC_LIBS) $(call gpu_cudnn_libs,$*) $(NCCL_LIBS)
 -include $(wildcard $(GPU_CHECK_DIR)/*.d)
 # (an output built before it had a .d file depends on every header once)
 $(foreach t,$(GPU_CHECK_TRAIN) $(GPU_CHECK_TEST) $(GPU_CHECK_NCCL),$(if $(wildcard $(t).d),,$(eval $(t): $(CUDA_TRAIN_DEPS) dev/test/test_common.h dev/test/shape_sweep.h)))
 .PHONY: gpu-compile-check gpu-compile-check-all gpu-compile-check-nccl
 gpu-compile-check: $(call gpu_check_files,$(PREC_LC)) $(if $(CUDNN_DEPS),test-cudnn-load) gpu-compile-check-nccl
-gpu-compile-check-all: $(call gpu_check_files,bf16) $(call gpu_check_files,fp32) test-cudnn-load gpu-compile-check-nccl
+gpu-compile-check-all: $(call gpu_check_files,bf16) $(call gpu_check_files,fp32) $(GPU_CHECK_DIR)/train_gpt2_fp16.o \
+	$(GPU_CHECK_DIR)/test_gpt2_fp16.o test-cudnn-load gpu-compile-check-nccl
 gpu-compile-check-nccl:
 ifeq ($(NCCL_LIBS),)
 	@$(call missing_dep,gpu-compile-check,NCCL (the multi-GPU build: $(NCCL_STATE)),the CUDA toolkit's NCCL)
@@ -410,14 +419,14 @@ else
 endif
 
 # Both precisions side by side for a GPU machine (dev/gpu_check.sh builds them all at once, -j):
-#   make -j gpu-build    the labs (build/cuda-gpu/) and build/gpu/{train,test}_gpt2cu_{bf16,fp32}
+#   make -j gpu-build    the labs (build/cuda-gpu/) and build/gpu/{train,test}_gpt2cu_{bf16,fp32,fp16}
 #   make gpu-carry       what a GPU machine without network needs from here: data/, the cuDNN
 #                        frontend headers and zlib's (build/deps/), the PyTorch reference (build/ref/)
 GPU_BUILD := build/gpu
-GPU_BINS := $(foreach p,bf16 fp32,$(GPU_BUILD)/train_gpt2cu_$(p) $(GPU_BUILD)/test_gpt2cu_$(p))
+GPU_BINS := $(foreach p,bf16 fp32 fp16,$(GPU_BUILD)/train_gpt2cu_$(p) $(GPU_BUILD)/test_gpt2cu_$(p))
 # (the bf16 builds open cuDNN's flash attention at run time, build/libleanstep_cudnn.so, found
-# from build/gpu/ as ../; the fp32 builds have none)
-gpu_prec_flags = $(filter-out $(PFLAGS),$(NVCC_TRAIN_FLAGS)) -DENABLE_$(if $(filter bf16,$(1)),BF16,FP32) -arch=$(GPU_ARCH)
+# from build/gpu/ as ../; the fp32 and fp16 builds have none)
+gpu_prec_flags = $(filter-out $(PFLAGS),$(NVCC_TRAIN_FLAGS)) $(PFLAGS_$(1)) -arch=$(GPU_ARCH)
 gpu_cudnn_libs = $(if $(filter bf16,$(1)),-ldl)
 $(GPU_BUILD)/train_gpt2cu_bf16 $(GPU_BUILD)/test_gpt2cu_bf16: | $(CUDNN_ATT_LIB)
 $(GPU_BUILD)/train_gpt2cu_%: $(CUDA_TRAIN_DEPS)
@@ -441,7 +450,7 @@ gpu-carry: data ref cudnn-frontend
 # the harness builds: g++, every CUDA thread a fiber, cuBLASLt replaced by a CPU matmul. Both
 # precisions are targets of every make (not only $(PRECISION)'s), so one make -j builds them all
 # without recursive makes racing on the same file.
-# (fp16: PRECISION=FP16, issue 16 in progress; CI runs its test_gpt2cu, not yet the rest)
+# (fp16: outside these lists, built by the tests that run it: model-fp16, compare-fp16, cli-fp16, guards-fp16)
 EMU_TRAIN := $(BUILD)/train_gpt2cu_emu_fp32 $(BUILD)/train_gpt2cu_emu_bf16
 EMU_TEST := $(BUILD)/test_gpt2cu_emu_fp32 $(BUILD)/test_gpt2cu_emu_bf16
 EMU_MPI := $(BUILD)/train_gpt2cu_emu_mpi_fp32 $(BUILD)/train_gpt2cu_emu_mpi_bf16
@@ -476,8 +485,8 @@ endif
 EMU_REF := --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin
 EMU_RUN := OMP_NUM_THREADS=1
 GPU_EMU_TESTS := $(addprefix test-gpu-emu-,model-fp32 model-bf16 model-bf16-matmul model-fp16 mutants-fp32 mutants-bf16 \
-	compare-1 compare-2 compare-3 cli-fp32 cli-bf16 sweep-fp32 sweep-bf16 modes cross-resume first-run guards-fp32 guards-bf16 train-loop \
-	optim-matrix) gpu-compile-check-all
+	compare-1 compare-2 compare-3 compare-fp16 cli-fp32 cli-bf16 cli-fp16 sweep-fp32 sweep-bf16 modes cross-resume first-run \
+	guards-fp32 guards-bf16 guards-fp16 train-loop optim-matrix) gpu-compile-check-all
 .PHONY: test-gpu-emu $(GPU_EMU_TESTS)
 test-gpu-emu: $(GPU_EMU_TESTS)
 $(filter test-gpu-emu-%,$(GPU_EMU_TESTS)): $(EMU_TRAIN)
@@ -499,7 +508,14 @@ EMU_COMPARE_MODES_3 := --mode "--optimizer lion --opt-state int8 --badam 2" --mo
 test-gpu-emu-compare-1 test-gpu-emu-compare-2 test-gpu-emu-compare-3: test-gpu-emu-compare-%: $(BUILD)/train_gpt2 $(REF_DIR)/$(REF_DESC)_model.bin data
 	$(EMU_RUN) $(PYTHON) dev/test/compare_trainers.py --cpu $(BUILD)/train_gpt2 --gpu $(BUILD)/train_gpt2cu_emu_fp32 \
 		--model $(REF_DIR)/$(REF_DESC)_model.bin $(EMU_COMPARE_MODES_$*)
-test-gpu-emu-cli-fp32 test-gpu-emu-cli-bf16: test-gpu-emu-cli-%: data
+# PRECISION=FP16 against the fp32 CPU trainer: 50 steps on TinyShakespeare under its default loss
+# scaling (65536), within 1e-3 relative per step (fp16 keeps 11 significant bits, 4.9e-4 relative;
+# the loss is an fp32 mean over B*T positions of fp16 logits; measured 2.4e-5)
+test-gpu-emu-compare-fp16: $(BUILD)/train_gpt2 $(BUILD)/train_gpt2cu_emu_fp16 $(REF_DIR)/$(REF_DESC)_model.bin data
+	$(EMU_RUN) $(PYTHON) dev/test/compare_trainers.py --cpu $(BUILD)/train_gpt2 --gpu $(BUILD)/train_gpt2cu_emu_fp16 \
+		--model $(REF_DIR)/$(REF_DESC)_model.bin --steps 50 --rtol 1e-3
+test-gpu-emu-cli-fp16 test-gpu-emu-guards-fp16: $(BUILD)/train_gpt2cu_emu_fp16
+test-gpu-emu-cli-fp32 test-gpu-emu-cli-bf16 test-gpu-emu-cli-fp16: test-gpu-emu-cli-%: data
 	$(EMU_RUN) $(PYTHON) dev/test/test_cli.py --bin $(BUILD)/train_gpt2cu_emu_$*
 test-gpu-emu-sweep-fp32 test-gpu-emu-sweep-bf16: test-gpu-emu-sweep-%: $(BUILD)/test_gpt2cu_emu_%
 	$(EMU_RUN) $(BUILD)/test_gpt2cu_emu_$* --sweep 1
@@ -519,7 +535,7 @@ test-gpu-emu-optim-matrix: $(BUILD)/train_gpt2 data $(if $(HAVE_MPI),$(BUILD)/tr
 		$(if $(HAVE_MPI),$(if $(NCCL_INC),--gpu-mpi-bin $(BUILD)/train_gpt2cu_emu_mpi_fp32))
 test-gpu-emu-first-run: $(BUILD)/prepare_data data
 	$(EMU_RUN) $(PYTHON) dev/test/test_first_run.py --gpu-bin $(BUILD)/train_gpt2cu_emu_fp32
-test-gpu-emu-guards-fp32 test-gpu-emu-guards-bf16: test-gpu-emu-guards-%: data
+test-gpu-emu-guards-fp32 test-gpu-emu-guards-bf16 test-gpu-emu-guards-fp16: test-gpu-emu-guards-%: data
 	$(EMU_RUN) $(PYTHON) dev/test/test_guards.py --bin $(BUILD)/train_gpt2cu_emu_$*
 test-gpu-emu-train-loop: $(REF_DIR)/$(REF_DESC)_model.bin data
 	$(EMU_RUN) $(PYTHON) dev/test/test_train_loop.py --bin $(BUILD)/train_gpt2cu_emu_fp32 --model $(REF_DIR)/$(REF_DESC)_model.bin \

@@ -280,7 +280,11 @@ static void gpu_check_flags(const TrainOptions* o) {
     if (o == NULL) { return; }
     if (o->attention != ATTENTION_MATMUL && !FLOATX_IS_BF16) {
         ls_fatal("flag --attention %s: cuDNN's flash attention needs the BF16 build (make train_gpt2cu PRECISION=BF16); "
-                 "this FP32 build has --attention matmul", attention_choices[o->attention]);
+                 "this %s build has --attention matmul", attention_choices[o->attention], PRECISION_NAME);
+    }
+    if (FLOATX_IS_FP16 && !o->master_weights) {
+        ls_fatal("flag -w 0: the FP16 build always keeps fp32 master weights (fp16 parameters cannot take AdamW's small "
+                 "steps); drop -w 0, or build PRECISION=BF16 for bf16 parameters without them");
     }
 }
 
@@ -1060,6 +1064,7 @@ static double gpu_peak_flops(void) {
 static LS_UNUSED void trainer_defaults(TrainOptions* o) {
     o->T = 1024;
     o->attention = FLOATX_IS_BF16 ? ATTENTION_CUDNN : ATTENTION_MATMUL;  // flash attention is bf16 only
+    if (FLOATX_IS_FP16) { o->loss_scale = 65536.0f; }  // fp16 gradients underflow without it (llmc/run/loss_scale.h)
 }
 
 static NcclComm trainer_nccl;  // the communicator of a run with several processes
@@ -1078,9 +1083,11 @@ static LS_UNUSED void trainer_init(const TrainOptions* o) {
     if (gpu_procs(o) > 1) {
         CommOptions co = train_options_comm(o);
         nccl_comm_init(&trainer_nccl, o->comm, &co);
+        cuda_check_device_arch(trainer_nccl.device);
         return;
     }
     cudaCheck(cudaSetDevice(0));
+    cuda_check_device_arch(0);
 }
 
 static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOptions* o) {

@@ -5,16 +5,17 @@
 # What it does, in order (each a step with a time limit; a step that cannot run is "skipped" with
 # the reason, one that fails is "FAILED" with its last error line, and the rest still run):
 #   env           the GPU, nvcc, cuDNN, NCCL, zlib, torch and data that this machine has
-#   build         `make -j gpu-build`: the kernel labs and train_gpt2cu / test_gpt2cu in bf16 and fp32
+#   build         `make -j gpu-build`: the kernel labs and train_gpt2cu / test_gpt2cu in bf16, fp32, fp16
 #   labs          every lab's --check on the GPU (kernels vs float64 CPU references), and the harness
 #                 self-tests (the semantics the CPU harness claims)
 #   muon-bench    Muon's lab: GPT-2 124M's four Newton-Schulz runs, ms and TFLOP/s
 #   adamw         the AdamW lab at GPT-2 124M size: --check, then --bench (vs copy bandwidth and
 #                 torch.optim.AdamW(fused=True) when torch is importable)
-#   test-*        test_gpt2cu (bf16, fp32) against the PyTorch reference: the CI config (build/ref,
+#   test-*        test_gpt2cu (bf16, fp32, fp16) against the PyTorch reference: the CI config (build/ref,
 #                 carried or made with torch) and GPT-2 124M (made with torch when importable)
 #   profile-d12   the per-kernel time table of one d12 B16 T1024 step (train_gpt2cu --profile 1)
 #   train-d12     50 steps of GPT-2 124M, bf16, B16 T1024 on TinyShakespeare: tok/s, MFU, memory
+#   train-fp16    the same 50 steps in the FP16 build (loss scaling from 65536)
 #   torch-step    the same step in PyTorch (dev/reference/torch_step.py) when torch is importable
 #   train-modes   20 steps in each attention and optimizer-memory mode: ms/step, predicted vs used memory
 #   sample-eval   -x 0 on the GPU: a greedy sample of a prompt (--prompt, --temperature 0) and HellaSwag's
@@ -252,7 +253,7 @@ fi
 if [ $HAVE_TORCH = 1 ] && [ ! -f "$REF/L2C64H4T64_state.bin" ]; then
     gpu_step ref-small 60 make --no-print-directory ref TORCH_PYTHON="$TORCH_PYTHON"
 fi
-for p in bf16 fp32; do
+for p in bf16 fp32 fp16; do
     if need "$REF/L2C64H4T64_state.bin" "test-$p" "no reference: make ref here and carry build/ref"; then
         muon=()
         [ -f "$REF/L2C64H4T64_muon_state.bin" ] && muon=(--muon-state "$REF/L2C64H4T64_muon_state.bin")
@@ -317,6 +318,19 @@ if [ -f "$LOGS/train-d12.log" ]; then
 $(grep -E "^\| (total|parameters|master|gradients|AdamW|activations)" "$LOGS/train-d12.log" | sed 's/^/  /')
 $(grep -E "^(step +50/|val loss)" "$LOGS/train-d12.log" | tail -n 2 | sed 's/^/  /')
   peak device memory (nvidia-smi): $([ -s "$NVSMI_LOG" ] && sort -n "$NVSMI_LOG" | tail -n 1 || echo '?') MiB")
+fi
+# PRECISION=FP16 (the build for GPUs without bf16; it runs on every GPU from sm_75): the same 50
+# steps under its default loss scaling, to set beside bf16's time and loss
+train_fp16() {
+    "$GB/train_gpt2cu_fp16" -e d12 -b 16 -t 1024 -x 50 -v 25 -s 0 -l 6e-4 -u 10 -c 0.1
+}
+if need data/tinyshakespeare/tiny_shakespeare_train.bin train-fp16 "no data/: make data here and carry data"; then
+    gpu_step train-fp16 120 train_fp16
+fi
+if [ -f "$LOGS/train-fp16.log" ]; then
+    steps=$(grep -E "^step" "$LOGS/train-fp16.log" | tail -n 40)
+    NOTES+=("training GPT-2 124M, fp16 (loss scaling), B16 T1024, 50 steps (median of steps 11-50): $(echo "$steps" | grep -oE "[0-9.]+ ms" | awk '{print $1}' | median) ms/step
+$(grep -E "^(loss scaling|step +50/|val loss|summary)" "$LOGS/train-fp16.log" | tail -n 4 | sed 's/^/  /')")
 fi
 if [ $HAVE_TORCH = 1 ]; then
     gpu_step torch-step 90 "$TORCH_PYTHON" dev/reference/torch_step.py -b 16 -t 1024 -n 20

@@ -68,8 +68,8 @@ static const Case kCases[] = {
 };
 
 static const double kRel = 1e-5;
-static const double kUlpsForward = FLOATX_IS_BF16 ? 1.0 : 0.0;
-static const double kUlpsBackward = FLOATX_IS_BF16 ? 2.0 : 0.0;
+static const double kUlpsForward = FLOATX_IS_LOWP ? 1.0 : 0.0;
+static const double kUlpsBackward = FLOATX_IS_LOWP ? 2.0 : 0.0;
 
 // Tokens of a case: the last valid token V-1 appears at the last position.
 static std::vector<int> make_tokens(const Case& cs, Rng& rng) {
@@ -223,7 +223,7 @@ static bool check_preconditions() {
 static int run_check(const std::vector<const Version*>& versions, uint64_t seed) {
     LabCheck check("encoder", seed);
     check.cases(versions, kCases, check_case);
-    if (FLOATX_IS_BF16) {
+    if (FLOATX_IS_LOWP) {  // (stochastic rounding: the 16-bit builds)
         for (const Version* v : versions) {
             Rng rng{seed ^ 0xb1a5ULL};
             check.add(check_unbiased(*v, rng));

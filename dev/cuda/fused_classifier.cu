@@ -127,7 +127,7 @@ static const Case kCases[] = {
 };
 
 static const double kRel = 1e-5;
-static const double kUlps = FLOATX_IS_BF16 ? 1.0 : 0.0;
+static const double kUlps = FLOATX_IS_LOWP ? 1.0 : 0.0;
 
 static bool check_case(const Version& v, const Case& cs, Rng& rng) {
     const int N = cs.N, V = cs.V, Vp = cs.Vp;

@@ -14,7 +14,7 @@
    comparison         compare: flat index, |got - ref| <= rel * max(max|ref|, scale) + ulps *
                       ulp(ref), the caller rounds ref; compare_shaped: row-major indices, ref
                       rounded to floatX here, |got - ref| <= rel_max * max|ref| + rel * |ref| +
-                      1 ulp (bf16). Both print the first 10 mismatches and count them.
+                      1 ulp (bf16, fp16). Both print the first 10 mismatches and count them.
    expected failures  expect_fatal: a launcher's precondition check must end a child process with
                       an error.
    timing             median; time_ms (events on the default stream, one warm-up, median of the
@@ -91,12 +91,18 @@ struct Rng { // splitmix64
 // The value a floatX stores for x.
 static inline double as_floatX(double x) { return (double)to_float(from_float((float)x)); }
 
-// One unit in the last place of a bf16 at |x| (0 in the fp32 build: atol covers fp32 errors).
+// floatX's significant bits (bf16 8, fp16 11) and its relative precision 2^(1 - bits) (fp32: 2^-23).
+static constexpr int kFloatXBits = FLOATX_IS_BF16 ? 8 : FLOATX_IS_FP16 ? 11 : 24;
+static constexpr double kFloatXEps = FLOATX_IS_BF16 ? 0x1.0p-7 : FLOATX_IS_FP16 ? 0x1.0p-10 : 0x1.0p-23;
+
+// One unit in the last place of a bf16 or fp16 at |x| (0 in the fp32 build: atol covers fp32 errors;
+// fp16's subnormals below 2^-14 have the fixed ulp 2^-24).
 static inline double ulp_floatX(double x) {
-    if (!FLOATX_IS_BF16) return 0.0;
+    if (!FLOATX_IS_LOWP) return 0.0;
     int e;
     frexp(fabs(x), &e);
-    return x == 0.0 ? 0x1.0p-133 : ldexp(1.0, e - 8); // |x| in [2^(e-1), 2^e): 8 significant bits
+    if (FLOATX_IS_FP16 && e - kFloatXBits < -24) return 0x1.0p-24;
+    return x == 0.0 ? (FLOATX_IS_FP16 ? 0x1.0p-24 : 0x1.0p-133) : ldexp(1.0, e - kFloatXBits); // |x| in [2^(e-1), 2^e)
 }
 
 // n values offset + scale * normal, rounded to floatX, from the stream r.
@@ -215,7 +221,7 @@ static inline std::string lab_index(size_t i, const std::vector<int>& dims, cons
 
 // got (a floatX output, shape dims) against the float64 reference, which is rounded to floatX here
 // in the bf16 build: |got - r| <= rel_max * max|ref| + rel * |r| + u with r the reference as
-// compared and u one bf16 ulp of r (bf16 build; 0 at r = 0) or 0 (fp32). The first 10 mismatches
+// compared and u one floatX ulp of r (bf16 and fp16 builds; 0 at r = 0) or 0 (fp32). The first 10 mismatches
 // are printed with their coordinates (joined by sep); returns their count; *worst gets the
 // largest err/tol.
 static inline long compare_shaped(const char* what, const std::vector<float>& got, const std::vector<double>& ref,
@@ -226,8 +232,8 @@ static inline long compare_shaped(const char* what, const std::vector<float>& go
     long bad = 0;
     double w = 0.0;
     for (size_t i = 0; i < ref.size(); i++) {
-        const double r = FLOATX_IS_BF16 ? as_floatX(ref[i]) : ref[i];
-        const double tol = rel_max * mx + rel * fabs(r) + (FLOATX_IS_BF16 && r != 0.0 ? ulp_floatX(r) : 0.0) + 1e-30;
+        const double r = FLOATX_IS_LOWP ? as_floatX(ref[i]) : ref[i];
+        const double tol = rel_max * mx + rel * fabs(r) + (FLOATX_IS_LOWP && r != 0.0 ? ulp_floatX(r) : 0.0) + 1e-30;
         const double err = fabs((double)got[i] - r);
         if (!(err <= tol)) { // NaN fails
             if (bad < 10) {

@@ -264,7 +264,7 @@ static const Case kCases[] = {
 };
 
 static const double kRel = 1e-5;                     // of the largest reference magnitude
-static const double kUlps = FLOATX_IS_BF16 ? 1.0 : 0.0; // for floatX outputs
+static const double kUlps = FLOATX_IS_LOWP ? 1.0 : 0.0; // for floatX outputs
 
 static bool check_case(const Version& v, const Case& cs, Rng& rng) {
     const int N = cs.N, C = cs.C;

@@ -195,8 +195,8 @@ static bool check_case(const CheckCase& k, const Version& ver, uint64_t seed) {
     cudaCheck(cudaMalloc(&d_scratch, matmul_backward_scratch_bytes(N, OC)));
 
     const bool gpu_fused_gelu = !LS_HARNESS && ver.gelu_fusion > 0 && k.gelu;
-    const double rel_plain = FLOATX_IS_BF16 ? 0x1.0p-8 : 1e-5;
-    const double rel_gelu = FLOATX_IS_BF16 ? 0x1.0p-7 : (gpu_fused_gelu ? 1e-3 : 1e-5);
+    const double rel_plain = FLOATX_IS_LOWP ? kFloatXEps / 2 : 1e-5;
+    const double rel_gelu = FLOATX_IS_LOWP ? kFloatXEps : (gpu_fused_gelu ? 1e-3 : 1e-5);
     long bad = 0;
     double worst = 0.0;
 

@@ -161,7 +161,7 @@ static bool check_orthogonalize(int r, int c, int batch, uint64_t seed) {
     }
     for (size_t i = 0; i < ref.size(); i++) top = fmax(top, fabs(ref[i]));
     for (size_t i = 0; i < ref.size(); i++) worst = fmax(worst, fabs(got[i] - ref[i]));
-    const double tol = FLOATX_IS_BF16 ? 0.15 : 2e-5;
+    const double tol = FLOATX_IS_LOWP ? 0.15 : 2e-5;
     const bool ok = worst <= tol * top;
     if (!ok || !g_quiet) {
         printf("  newton-schulz %4d x %-4d batch %2d: max|x - ref| = %.2e of max|ref| (tolerance %.0e)  %s\n", r, c,
@@ -209,7 +209,7 @@ static bool check_step(OptimStatePrecision prec, uint64_t seed) {
     dev.gemm_elem = (int)sizeof(floatX);
     floatX* dp = upload_X(p);
     floatX* dg = dev_alloc<floatX>(n);
-    float* master = FLOATX_IS_BF16 ? dev_alloc<float>(n) : nullptr;
+    float* master = FLOATX_IS_LOWP ? dev_alloc<float>(n) : nullptr;
     if (master) cudaCheck(cudaMemcpy(master, p.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     std::vector<float> pc(p);
     for (int t = 1; t <= steps; t++) {
@@ -222,7 +222,7 @@ static bool check_step(OptimStatePrecision prec, uint64_t seed) {
     std::vector<double> got = master ? download_f(master, n) : download_X(dp, n);
     double worst = 0.0;
     for (size_t i = 0; i < n; i++) {
-        const double tol = 1e-6 * fabs(pc[i]) + (FLOATX_IS_BF16 ? 0.05 * 2.0 : 1e-4) * lr * steps;
+        const double tol = 1e-6 * fabs(pc[i]) + (FLOATX_IS_LOWP ? 0.05 * 2.0 : 1e-4) * lr * steps;
         worst = fmax(worst, fabs(got[i] - pc[i]) / tol);
     }
     // the state depends on the gradients only (momentum, AdamW's moments; the same rounding bits):

@@ -7,7 +7,8 @@
 #                            orders (forward, reverse), then cuda-compile-check
 #   make test-cuda-san       the same under ASan+UBSan (build/san/cuda/); also catches the planted
 #                            out-of-bounds writes
-#   make cuda-compile-check  nvcc, sm_80 and sm_90, warnings as errors (dev/cuda/Makefile)
+#   make cuda-compile-check  nvcc, warnings as errors: the BF16 labs (dev/cuda/Makefile) and the
+#                            FP32 ones for sm_90, the FP16 ones for sm_75 (CUDA 13's oldest)
 #   make cuda-gpu            nvcc builds for the local GPU (dev/cuda/Makefile, needs a GPU)
 # `make test` runs test-cuda (TEST_PHONY), `make test-san` runs test-cuda-san (TEST_SAN_PHONY).
 # A new lab file dev/cuda/foo.cu is picked up by every target, and its --check runs in test-cuda.
@@ -72,10 +73,24 @@ CUDA_PRECISION_LABS := encoder layernorm gelu fused_classifier
 # (muon: both precisions' --check; its bench is GPT-2 124M's matrices, for a GPU only)
 CUDA_FP32_LABS := $(CUDA_PRECISION_LABS) muon
 CUDA_FP32_BINS := $(patsubst %,$(BUILD)/cuda/%_fp32,$(CUDA_FP32_LABS))
-$(BUILD)/cuda/%_fp32: dev/cuda/%.cu
-	@mkdir -p $(@D)
-	@echo "  CXX   $@ (CPU harness, fp32)"
-	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) -DENABLE_FP32 -MMD -MP -MF $@.d $< -o $@ $(CUDA_HARNESS_LIBS)
+# The other precisions' builds of a lab: <lab>_fp32 and <lab>_fp16 (harness, and nvcc's compile
+# check for the precision's oldest GPU: fp32 sm_90 as the BF16 labs, fp16 sm_75, the T4/RTX 20xx).
+CUDA_CHECK_ARCH_fp32 := 90
+CUDA_CHECK_ARCH_fp16 := 75
+define CUDA_PRECISION_RULES
+$$(BUILD)/cuda/%_$(1): dev/cuda/%.cu
+	@mkdir -p $$(@D)
+	@echo "  CXX   $$@ (CPU harness, $(1))"
+	$$(Q)$$(CXX) $$(CXXFLAGS) $$(CUDA_HARNESS_FLAGS) $$(PFLAGS_$(1)) -MMD -MP -MF $$@.d $$< -o $$@ $$(CUDA_HARNESS_LIBS)
+build/cuda-check/%_$(1).o: dev/cuda/%.cu $$(LLMC_HEADERS) $$(LLMC_CUDA_HEADERS) $$(wildcard dev/cuda/*.h)
+	@mkdir -p $$(@D)
+	@command -v $$(NVCC) >/dev/null || { echo "error: $$(NVCC) not found (CUDA toolkit needed for the compile check)"; exit 1; }
+	@echo "  NVCC  $$< ($(1), sm_$$(CUDA_CHECK_ARCH_$(1)), warnings are errors)"
+	$$(Q)$$(NVCC) -std=c++17 -O3 -lineinfo -Xptxas=--warn-on-spills -Xcompiler -Wall,-Wextra,-fopenmp -I. \
+		-Werror all-warnings -Xcompiler -Werror -gencode arch=compute_$$(CUDA_CHECK_ARCH_$(1)),code=sm_$$(CUDA_CHECK_ARCH_$(1)) \
+		$$(PFLAGS_$(1)) -c $$< -o $$@
+endef
+$(foreach p,fp32 fp16,$(eval $(call CUDA_PRECISION_RULES,$(p))))
 cuda-harness test-cuda: $(CUDA_FP32_BINS)
 TEST_TARGETS += $(CUDA_FP32_BINS)
 CUDA_TEST_CMDS += $(foreach l,$(CUDA_PRECISION_LABS),&& $(BUILD)/cuda/$(l)_fp32 --check -q && \
@@ -83,13 +98,6 @@ CUDA_TEST_CMDS += $(foreach l,$(CUDA_PRECISION_LABS),&& $(BUILD)/cuda/$(l)_fp32 
 CUDA_TEST_CMDS += && $(BUILD)/cuda/muon_fp32 --check -q
 
 CUDA_FP32_CHECK_OBJS := $(patsubst %,build/cuda-check/%_fp32.o,$(CUDA_FP32_LABS))
-build/cuda-check/%_fp32.o: dev/cuda/%.cu $(LLMC_HEADERS) $(LLMC_CUDA_HEADERS) $(wildcard dev/cuda/*.h)
-	@mkdir -p $(@D)
-	@command -v $(NVCC) >/dev/null || { echo "error: $(NVCC) not found (CUDA toolkit needed for the compile check)"; exit 1; }
-	@echo "  NVCC  $< (fp32, sm_80, sm_90, warnings are errors)"
-	$(Q)$(NVCC) -std=c++17 -O3 -lineinfo -Xptxas=--warn-on-spills -Xcompiler -Wall,-Wextra,-fopenmp -I. \
-		-Werror all-warnings -Xcompiler -Werror -gencode arch=compute_80,code=sm_80 \
-		-gencode arch=compute_90,code=sm_90 -DENABLE_FP32 -c $< -o $@
 cuda-compile-check: $(CUDA_FP32_CHECK_OBJS)
 
 # --- matmul and attention (llmc/kernels/matmul.cuh: cuBLASLt or its CPU fallback; attention.cuh) --
@@ -108,3 +116,13 @@ cuda-compile-check: build/cuda-check/matmul_fp32.o build/cuda-check/attention_fp
 # updates of llmc/optim/optim.h bit for bit and against float64, in both thread orders; --bench once on
 # a tiny problem (the code path only).
 CUDA_TEST_CMDS += && $(BUILD)/cuda/optimizers --bench -r 1 -n 5000 >/dev/null
+
+# --- PRECISION=FP16 (GPUs without bf16: T4, RTX 20xx) -------------------------------------------
+# The labs whose kernels read or write floatX, in fp16: --check in both thread orders under the
+# harness (tolerances from fp16's 11 significant bits, dev/cuda/lab.h), and nvcc for sm_75.
+CUDA_FP16_LABS := $(CUDA_FP32_LABS) matmul attention
+CUDA_FP16_BINS := $(patsubst %,$(BUILD)/cuda/%_fp16,$(CUDA_FP16_LABS))
+cuda-harness test-cuda: $(CUDA_FP16_BINS)
+TEST_TARGETS += $(CUDA_FP16_BINS)
+CUDA_TEST_CMDS += $(foreach l,$(CUDA_FP16_LABS),&& $(BUILD)/cuda/$(l)_fp16 --check -q)
+cuda-compile-check: $(patsubst %,build/cuda-check/%_fp16.o,$(CUDA_FP16_LABS))

@@ -216,6 +216,9 @@ inline cudaError_t check_copy(void* dst, const void* src, size_t n, cudaMemcpyKi
 // LEANSTEP_HARNESS_DEVICES=0 plays a machine without a GPU, as the runtime reports it (the test of
 // the trainer's "no CUDA GPU" message); default 1.
 inline int device_count() { return (int)env_long("LEANSTEP_HARNESS_DEVICES", 1, 0, 1); }
+// The compute capability the harness reports, major * 10 + minor (LEANSTEP_HARNESS_SM, default 90:
+// an H100/H200); tests set an older one to reach the trainers' "this GPU is too old" messages.
+inline int sm_version() { return (int)env_long("LEANSTEP_HARNESS_SM", 90, 30, 129); }
 inline void sync_all(); // every queued operation of every stream (cuda_harness_streams.h)
 } // namespace ls_harness
 
@@ -343,7 +346,7 @@ inline cudaError_t cudaGetDeviceCount(int* count) {
 inline cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* p, int device) {
     if (device != 0) return ls_harness::set_error(cudaErrorInvalidDevice);
     memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "leanstep CPU harness (as sm_90)");
+    snprintf(p->name, sizeof p->name, "leanstep CPU harness (as sm_%d)", ls_harness::sm_version());
     p->totalGlobalMem = ls_harness::kDeviceMemBytes;
     p->sharedMemPerBlock = ls_harness::kDefaultDynSmem;
     p->regsPerBlock = 65536;
@@ -352,8 +355,8 @@ inline cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* p, int device)
     p->maxThreadsDim[0] = 1024; p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
     p->maxGridSize[0] = 0x7fffffff; p->maxGridSize[1] = 65535; p->maxGridSize[2] = 65535;
     p->totalConstMem = 65536;
-    p->major = 9;
-    p->minor = 0;
+    p->major = ls_harness::sm_version() / 10;
+    p->minor = ls_harness::sm_version() % 10;
     p->multiProcessorCount = 132;
     p->concurrentKernels = 1;
     p->unifiedAddressing = 1;
@@ -379,8 +382,8 @@ inline cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, 
         case cudaDevAttrMemoryClockRate: *value = 2619000; break;
         case cudaDevAttrGlobalMemoryBusWidth: *value = 5120; break;
         case cudaDevAttrL2CacheSize: *value = 50 << 20; break;
-        case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
-        case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
+        case cudaDevAttrComputeCapabilityMajor: *value = ls_harness::sm_version() / 10; break;
+        case cudaDevAttrComputeCapabilityMinor: *value = ls_harness::sm_version() % 10; break;
         default: return ls_harness::set_error(cudaErrorInvalidValue);
     }
     return cudaSuccess;

@@ -152,15 +152,17 @@ def main():
     check(r.returncode == 0, "--help exits 0")
     flags = parse_help(r.stdout)
     check(len(flags) >= 25, "--help lists the flags (found %d)" % len(flags))
+    prec = next((p for p in ("fp32", "fp16", "bf16") if "(%s" % p in r.stdout), "fp32")  # the summary names the GPU build's
     for f in flags:
         for name in (["-" + f["short"]] if f["short"] else []) + ["--" + f["long"]]:
-            args = ["--dry-run", "1", "-e", SMALL, "-t", "16", name, valid_value(f)]
+            value = "1" if f["long"] == "master-weights" and prec == "fp16" else valid_value(f)  # (-w 0: refused in fp16)
+            args = ["--dry-run", "1", "-e", SMALL, "-t", "16", name, value]
             if f["long"] == "model":
                 args = ["--dry-run", "1", "-t", "16", name, SMALL]
             if f["long"].startswith("muon-"):  # Muon's own options: with Muon
                 args += ["--optimizer", "muon"]
             rr = run(binary, args)
-            check(rr.returncode == 0, "flag %s %s parses (exit %d: %s)" % (name, valid_value(f), rr.returncode, rr.stderr.strip()))
+            check(rr.returncode == 0, "flag %s %s parses (exit %d: %s)" % (name, value, rr.returncode, rr.stderr.strip()))
         name = "-" + f["short"] if f["short"] else "--" + f["long"]
         bad = []
         if f["kind"] in ("INT", "FLOAT"):
@@ -190,15 +192,15 @@ def main():
         rr = run(binary, ["--dry-run", "1", "-e", "d48", "-b", "64", "-t", "1024"])
         check(rr.returncode == 1 and "largest batch that fits is -b" in rr.stderr,
               "out of device memory names the largest batch that fits: %s" % rr.stderr.strip()[-300:])
-        # --attention: cudnn (flash, no T x T buffers) is the BF16 build's default; FP32 has matmul only
-        fp32 = "(fp32" in r.stdout  # the --help summary names the precision
+        # --attention: cudnn (flash, no T x T buffers) is the BF16 build's default; FP32 and FP16 have matmul only
+        matmul_only = prec != "bf16"
         rr = run(binary, ["--dry-run", "1", "-e", SMALL, "-t", "16"])
-        want = "attention matmul" if fp32 else "attention cudnn"
+        want = "attention matmul" if matmul_only else "attention cudnn"
         check(rr.returncode == 0 and want in rr.stdout, "the default is %s: %s" % (want, rr.stdout[-300:]))
         rr = run(binary, ["--dry-run", "1", "-e", SMALL, "-t", "16", "--attention", "cudnn"])
-        if fp32:
+        if matmul_only:
             check(rr.returncode == 1 and "--attention" in rr.stderr and len(rr.stderr.strip().splitlines()) == 1,
-                  "--attention cudnn in the FP32 build: one line naming the flag: %s" % rr.stderr.strip())
+                  "--attention cudnn in the %s build: one line naming the flag: %s" % (prec, rr.stderr.strip()))
         else:
             acts = {}
             for att in ("matmul", "cudnn"):
@@ -208,6 +210,26 @@ def main():
             check(acts["matmul"] - acts["cudnn"] >= 4.5e9 / 2**20,
                   "--attention cudnn: d12 B16 T1024 activations %.1f MiB, at least 4.5 GB below matmul's %.1f MiB"
                   % (acts["cudnn"], acts["matmul"]))
+        # the oldest GPU of each build (the harness reports LEANSTEP_HARNESS_SM): one line naming the
+        # compute capability; bf16 needs sm_80, fp16 and fp32 what CUDA 13 compiles for (sm_75)
+        too_old, fits = ("75", "80") if prec == "bf16" else ("61", "75")
+        for sm in (too_old, "70") if prec != "bf16" else (too_old,):
+            rr = subprocess.run([binary, "--dry-run", "1", "-e", SMALL, "-t", "16"], capture_output=True, text=True, timeout=300,
+                                env=dict(os.environ, LEANSTEP_HARNESS_SM=sm))
+            cc = "compute capability %s.%s" % (sm[0], sm[1])
+            check(rr.returncode == 1 and cc in rr.stderr and len(rr.stderr.strip().splitlines()) == 1,
+                  "a GPU of sm_%s: one line naming its %s (exit %d: %s)" % (sm, cc, rr.returncode, rr.stderr.strip()))
+        rr = subprocess.run([binary, "--dry-run", "1", "-e", SMALL, "-t", "16"], capture_output=True, text=True, timeout=300,
+                            env=dict(os.environ, LEANSTEP_HARNESS_SM=fits))
+        check(rr.returncode == 0, "a GPU of sm_%s runs the %s build (exit %d: %s)" % (fits, prec, rr.returncode, rr.stderr.strip()))
+        if prec == "fp16":
+            # fp16 keeps fp32 master weights (-w 0 refused) and scales the loss from 65536 by default
+            rr = run(binary, ["--dry-run", "1", "-e", SMALL, "-t", "16", "-w", "0"])
+            check(rr.returncode == 1 and "-w 0" in rr.stderr and len(rr.stderr.strip().splitlines()) == 1,
+                  "-w 0 in the FP16 build: one line naming the flag: %s" % rr.stderr.strip())
+            rr = run(binary, ["--help"])
+            check(re.search(r"--loss-scale .*\(default 65536", rr.stdout) is not None,
+                  "--help: --loss-scale defaults to 65536 in the FP16 build")
     # --memory-report -pn N: one of N processes' table (ZeRO-1: the optimizer state, fp32 AdamW's
     # 8 bytes/param, divided by N); -pn without the processes to go with it fails
     state_row = r"\| optimizer state +\| +[\d.]+ \| +([\d.]+) \|"

@@ -18,8 +18,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from testlib import check, failures  # noqa: E402
 
 SCRIPT = "dev/gpu_check.sh"
-STEPS = ["env", "build", "labs", "adamw-check", "adamw-bench", "test-bf16", "test-fp32", "profile-d12",
-         "train-d12", "torch-step", "train-modes", "sample-eval"]
+STEPS = ["env", "build", "labs", "adamw-check", "adamw-bench", "test-bf16", "test-fp32", "test-fp16", "profile-d12",
+         "train-d12", "train-fp16", "torch-step", "train-modes", "sample-eval"]
 
 
 def run(out, extra_env=None):

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import struct
 import subprocess
@@ -78,6 +79,10 @@ def main():
         write_shard(os.path.join(tmp, "train.bin"), [rng.randrange(2048) for _ in range(20000)])
         base = ["-e", MODEL, "-i", os.path.join(tmp, "train.bin"), "-b", "2", "-t", "32", "-s", "0", "-v", "0",
                 "-l", "1e-3", "--threads", "1"]
+        help_text = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=60).stdout
+        fp16 = "(fp16" in help_text  # the FP16 GPU build scales the loss by default: the guards' checks run without
+        if fp16:
+            base += ["--loss-scale", "0"]
 
         # one NaN step: with AdamW, and with Muon (its momentum and Newton-Schulz must not see it)
         for opt in ([], ["--optimizer", "muon"]):
@@ -126,9 +131,18 @@ def main():
                             capture_output=True, text=True, timeout=600)
         def ln(run_dir):
             return [(x["loss"], x["norm"]) for x in records(run_dir)] if os.path.exists(os.path.join(run_dir, "log.jsonl")) else None
-        same = r0.returncode == 0 and r1.returncode == 0 and ln(plain) == ln(scaled) and ln(plain) is not None
-        check(same and read(os.path.join(plain, "model_00000006.bin")) == read(os.path.join(scaled, "model_00000006.bin")),
-              "--loss-scale 1024: the losses, norms and final model of the run without it, bit for bit (%s)" % r1.stderr.strip()[-200:])
+        if fp16:  # fp16 gradients round differently at each scale; the default scale is on and logged
+            r2 = subprocess.run([binary] + base[:-2] + ["-x", "3", "-o", os.path.join(tmp, "ls_default")], capture_output=True,
+                                text=True, timeout=600)
+            recs = records(os.path.join(tmp, "ls_default")) if r2.returncode == 0 else []
+            check("loss scaling: S = 65536, dynamic" in r2.stdout and [x.get("loss_scale") for x in recs] == [65536] * 3,
+                  "FP16: loss scaling is on by default from 65536, and log.jsonl records S (%s)" % r2.stderr.strip()[-200:])
+        else:
+            same = r0.returncode == 0 and r1.returncode == 0 and ln(plain) == ln(scaled) and ln(plain) is not None
+            check(same and read(os.path.join(plain, "model_00000006.bin")) == read(os.path.join(scaled, "model_00000006.bin")),
+                  "--loss-scale 1024: the losses, norms and final model of the run without it, bit for bit (%s)" % r1.stderr.strip()[-200:])
+        check(r0.returncode == 0 and all("loss_scale" not in x for x in records(plain)),
+              "without loss scaling log.jsonl has no loss_scale")
         d = os.path.join(tmp, "ls2")
         ls = ["--loss-scale", "1024", "--loss-scale-window", "2"]
         r = subprocess.run([binary] + base + ["-x", "8", "-n", "1", "-o", d, "--inject-nan", "3,4", "--max-skips", "1"] + ls,
@@ -140,6 +154,10 @@ def main():
         recs = records(d) if os.path.exists(os.path.join(d, "log.jsonl")) else []
         check([x.get("skipped", False) for x in recs] == [False, False, True, True, False, False, False, False],
               "log.jsonl marks the overflow steps 3 and 4 skipped: %s" % [x.get("skipped", False) for x in recs])
+        check([x.get("loss_scale") for x in recs] == [1024, 2048, 1024, 512, 512, 1024, 1024, 2048],
+              "log.jsonl records S after each step: %s" % [x.get("loss_scale") for x in recs])
+        shown = [int(m.group(1)) for m in re.finditer(r"^step +(\d+)/\d+ \|.*\| loss scale \d+ \|", r.stdout, re.M)]
+        check(shown == [2, 3, 4, 6, 8], "the step line shows S where it changed (steps %s)" % shown)
 
         def scale_of(step):  # the state file's header[20] (float) and [21] (good steps)
             h = read(os.path.join(d, "state_%08d_00000.bin" % step))[:HEADER_BYTES]

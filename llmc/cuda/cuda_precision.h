@@ -124,4 +124,33 @@ static __host__ __device__ inline floatX from_float_stochastic(float x, unsigned
 #endif
 }
 
+// ----------------------------------------------------------------------------
+// The oldest GPU a build runs on. bf16 needs Ampere (sm_80: bf16 tensor cores and intrinsics); fp16
+// and fp32 run on whatever the toolkit still compiles for: CUDA 13 dropped Volta (sm_70), so its
+// oldest is Turing (sm_75), CUDA 12's is sm_70. (The CPU harness reports CUDART_VERSION 13000.)
+#if defined(CUDART_VERSION) && CUDART_VERSION < 13000
+#define CUDA_TOOLKIT_MIN_SM 70
+#else
+#define CUDA_TOOLKIT_MIN_SM 75
+#endif
+#define PRECISION_MIN_SM (FLOATX_IS_BF16 ? 80 : CUDA_TOOLKIT_MIN_SM)
+
+// Exits with one line when `device` is older than this build's PRECISION_MIN_SM, naming its compute
+// capability and the build that would run on it.
+static inline void cuda_check_device_arch(int device) {
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, device));
+    const int sm = prop.major * 10 + prop.minor;
+    if (sm >= PRECISION_MIN_SM) { return; }
+    if (sm < CUDA_TOOLKIT_MIN_SM) {
+        ls_fatal("GPU %d (%s) has compute capability %d.%d; this CUDA %d build runs on %d.%d or newer%s; train on the "
+                 "CPU with `make train`", device, prop.name, prop.major, prop.minor, CUDART_VERSION / 1000,
+                 CUDA_TOOLKIT_MIN_SM / 10, CUDA_TOOLKIT_MIN_SM % 10,
+                 sm >= 70 ? " (Volta: build PRECISION=FP16 with CUDA 12, whose nvcc still targets sm_70)" : "");
+    }
+    ls_fatal("GPU %d (%s) has compute capability %d.%d; the %s build needs %d.%d or newer (bf16 tensor cores): build "
+             "PRECISION=FP16 (fp16 with loss scaling) for this GPU", device, prop.name, prop.major, prop.minor,
+             PRECISION_NAME, PRECISION_MIN_SM / 10, PRECISION_MIN_SM % 10);
+}
+
 #endif // LLMC_CUDA_PRECISION_H

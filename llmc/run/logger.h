@@ -56,7 +56,7 @@ static inline void json_number(FILE* f, const char* key, double x) {
 }
 
 static inline void logger_train(Logger* lg, int step, float loss, float lr, float norm, double ms, double tok_s,
-                                double mem_mib, int skipped) {
+                                double mem_mib, int skipped, float loss_scale) {
     if (lg->main_log) { fprintf(lg->main_log, "s:%d trl:%f\n", step, loss); fflush(lg->main_log); }
     if (lg->jsonl) {
         fprintf(lg->jsonl, "{\"step\":%d", step);
@@ -66,6 +66,7 @@ static inline void logger_train(Logger* lg, int step, float loss, float lr, floa
         json_number(lg->jsonl, "ms", ms);
         json_number(lg->jsonl, "tok_s", tok_s);
         json_number(lg->jsonl, "mem_mib", mem_mib);
+        if (loss_scale > 0.0f) { json_number(lg->jsonl, "loss_scale", loss_scale); }  // (0: loss scaling off)
         if (skipped) { fprintf(lg->jsonl, ",\"skipped\":true"); }
         fprintf(lg->jsonl, "}\n");
         fflush(lg->jsonl);

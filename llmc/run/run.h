@@ -316,6 +316,7 @@ typedef struct {
     StepGuard guard;
     LossScale scaler;            // --loss-scale (off: S = 1)
     int overflowed;              // this step's update was skipped for a gradient overflow
+    float scale_shown;           // the S the step lines last showed
     char skip_why[128];          // why the guard skipped this step's update
     double mem_mib;              // device (or host) memory of the model, for the log
     int stopping;                // a SIGINT/SIGTERM reached every process: save and stop
@@ -590,6 +591,7 @@ static LS_UNUSED int run_start(Run* r, GPT2* model) {
     if (o->resume) { run_resume(r, model); }
     if (r->scaler.on) {
         printf("loss scaling: S = %g, %s\n", r->scaler.scale, o->loss_scale_window > 0 ? "dynamic" : "static");
+        r->scale_shown = r->scaler.scale;
     }
     if (o->overfit && r->do_train) { dataloader_next_batch(&r->train); }
     train_install_signals();
@@ -698,11 +700,17 @@ static LS_UNUSED int run_step_end(Run* r, GPT2* model, int step, double loss, fl
     if (step > r->start_step) { r->train_seconds += dt; r->timed_steps++; }  // the first step warms up
     double avg = r->timed_steps ? r->train_seconds / r->timed_steps : dt;
     double tok_s = (double)o->B * o->T * r->accum * r->comm.size / dt;
-    char extra[64];
+    char extra[96];
     trainer_step_extra(model, o, tok_s, extra, sizeof(extra));
+    if (r->scaler.on && r->scaler.scale != r->scale_shown) {  // loss scaling's S, in the line where it changed
+        size_t used = strlen(extra);
+        snprintf(extra + used, sizeof(extra) - used, " loss scale %g |", r->scaler.scale);
+        r->scale_shown = r->scaler.scale;
+    }
     print_step_line(step + 1, r->total_steps, (float)loss, norm, r->hyper.lr, 1000.0 * dt, extra, tok_s, t1 - r->t_start,
                     avg * (r->total_steps - step - 1));
-    logger_train(&r->logger, step + 1, (float)loss, r->hyper.lr, norm, 1000.0 * dt, tok_s, r->mem_mib, skip);
+    logger_train(&r->logger, step + 1, (float)loss, r->hyper.lr, norm, 1000.0 * dt, tok_s, r->mem_mib, skip,
+                 r->scaler.on ? r->scaler.scale : 0.0f);
     if (o->profile && step == r->start_step + 1) { trainer_profile(model, o, 0); }
     r->steps_done++;
     if (!skip) { return 1; }

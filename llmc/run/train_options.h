@@ -167,7 +167,7 @@ static const CliFlag train_flags[] = {
     {"ps", "server-addr", CLI_STRING, OPT(server_addr), 0, 0, NULL, CLI_GPU, "with -pi tcp: rank 0's HOST[:PORT] (port 12345 by default)"},
     {NULL, "comm-timeout", CLI_FLOAT, OPT(comm_timeout), 1, 1e6, NULL, CLI_GPU, "seconds a wait on the other processes may take before every rank stops with an error"},
     {"r", "recompute", CLI_INT, OPT(recompute), 0, 2, NULL, CLI_GPU, "recompute in the backward pass: 0 none, 1 GELU, 2 GELU + layernorms"},
-    {"w", "master-weights", CLI_SWITCH, OPT(master_weights), 0, 1, NULL, CLI_GPU, "keep fp32 master weights (bf16 build)"},
+    {"w", "master-weights", CLI_SWITCH, OPT(master_weights), 0, 1, NULL, CLI_GPU, "keep fp32 master weights (bf16 build; the fp16 build always keeps them)"},
     {NULL, "offload", CLI_SWITCH, OPT(offload), 0, 1, NULL, CLI_GPU, "keep AdamW m, v (and master weights) in pinned host memory; stream them through the GPU in chunks"},
     {NULL, "offload-chunk", CLI_INT, OPT(offload_chunk), 1024, 1 << 30, NULL, CLI_GPU, "elements per offload chunk (two chunks of staging on the GPU)"},
     {NULL, "attention", CLI_CHOICE, OPT(attention), 0, 0, attention_choices, CLI_GPU, "attention: cudnn (flash attention, no T x T activations, deterministic backward; BF16 build only, its default), cudnn-fast (the same with cuDNN's atomic, non-deterministic backward: no T x T workspace) or matmul (scores, softmax, GEMMs; the FP32 build's)"},
