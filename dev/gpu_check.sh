@@ -342,7 +342,7 @@ else
 fi
 train_modes() {
     local mode
-    for mode in "--attention matmul" "--attention cudnn-fast" "" "--offload 1" "--opt-state bf16" "--opt-state int8" "--optimizer lion" \
+    for mode in "--attention matmul" "--attention cudnn-fast" "" "--offload 1" "--opt-state bf16" "--opt-state fp16" "--opt-state int8" "--optimizer lion" \
         "--optimizer muon" "--optimizer muon --opt-state bf16" \
         "--optimizer lamb" "--badam 5" "-r 2" "--optimizer lion --opt-state int8" "--offload 1 --badam 5 --opt-state int8"; do
         echo "=== mode: ${mode:-adamw}"

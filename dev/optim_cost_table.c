@@ -43,15 +43,17 @@ int main(void) {
     const size_t n = gpt2_num_parameters(&c);
     static const Row rows[] = {
         {"adamw", OPT_ADAMW, OPT_STATE_FP32, 0, 0, -1.0f},      {"adamw", OPT_ADAMW, OPT_STATE_BF16, 0, 0, -1.0f},
-        {"adamw", OPT_ADAMW, OPT_STATE_INT8, 0, 0, -1.0f},      {"adamw + amsgrad", OPT_ADAMW, OPT_STATE_FP32, 1, 0, -1.0f},
+        {"adamw", OPT_ADAMW, OPT_STATE_INT8, 0, 0, -1.0f},      {"adamw", OPT_ADAMW, OPT_STATE_FP16, 0, 0, -1.0f},
+        {"adamw + amsgrad", OPT_ADAMW, OPT_STATE_FP32, 1, 0, -1.0f},
         {"adamw + amsgrad", OPT_ADAMW, OPT_STATE_BF16, 1, 0, -1.0f}, {"adamw + amsgrad", OPT_ADAMW, OPT_STATE_INT8, 1, 0, -1.0f},
+        {"adamw + amsgrad", OPT_ADAMW, OPT_STATE_FP16, 1, 0, -1.0f},
         {"sgd (momentum 0.9)", OPT_SGD, OPT_STATE_FP32, 0, 0, -1.0f}, {"sgd (momentum 0.9)", OPT_SGD, OPT_STATE_BF16, 0, 0, -1.0f},
         {"sgd (momentum 0.9)", OPT_SGD, OPT_STATE_INT8, 0, 0, -1.0f}, {"sgd + nesterov", OPT_SGD, OPT_STATE_FP32, 0, 1, -1.0f},
         {"sgd (momentum 0)", OPT_SGD, OPT_STATE_FP32, 0, 0, 0.0f},   {"sgd (momentum 0)", OPT_SGD, OPT_STATE_INT8, 0, 0, 0.0f},
         {"lamb", OPT_LAMB, OPT_STATE_FP32, 0, 0, -1.0f},
         {"lamb", OPT_LAMB, OPT_STATE_BF16, 0, 0, -1.0f},        {"lamb", OPT_LAMB, OPT_STATE_INT8, 0, 0, -1.0f},
         {"lion", OPT_LION, OPT_STATE_FP32, 0, 0, -1.0f},        {"lion", OPT_LION, OPT_STATE_BF16, 0, 0, -1.0f},
-        {"lion", OPT_LION, OPT_STATE_INT8, 0, 0, -1.0f},
+        {"lion", OPT_LION, OPT_STATE_INT8, 0, 0, -1.0f},        {"lion", OPT_LION, OPT_STATE_FP16, 0, 0, -1.0f},
         {"muon", OPT_MUON, OPT_STATE_FP32, 0, 1, -1.0f},        {"muon", OPT_MUON, OPT_STATE_BF16, 0, 1, -1.0f},
         {"muon", OPT_MUON, OPT_STATE_INT8, 0, 1, -1.0f},
     };

@@ -23,6 +23,8 @@ import time
 ADAMW_LRS = ["1e-3", "3e-3", "1e-2"]
 MODES = {  # key: (name, flags, learning rates)
     "adamw": ("AdamW fp32", [], ADAMW_LRS),
+    "adamw-bf16": ("AdamW bf16", ["--opt-state", "bf16"], ADAMW_LRS),
+    "adamw-fp16": ("AdamW fp16", ["--opt-state", "fp16"], ADAMW_LRS),
     "adamw-int8": ("AdamW int8", ["--opt-state", "int8"], ADAMW_LRS),
     "lion": ("Lion", ["--optimizer", "lion"], ["1e-4", "3e-4", "1e-3"]),
     "muon": ("Muon fp32", ["--optimizer", "muon"], ADAMW_LRS + ["3e-2"]),  # (1e-2 was the best: past it too)

@@ -33,6 +33,8 @@
    bf16 state (every optimizer): min(t, 1/(1-d)) 2^-7 max_t |x| (one stochastic rounding per step,
      under 1 ulp = 2^-7 relative, shrinking by the moment's decay d per step: SGD's momentum,
      Lion's beta2, beta1 for m and beta2 for v of AdamW and LAMB); p + 0.1 lr t.
+   fp16 state (AdamW: m * 2^14, sqrt(v) * 2^14): the same with 2^-10 for m and 2^-9 for v (sqrt
+     halves v's relative error), plus fp16's subnormal step 2^-24 / 2^14; p + 0.0125 lr t.
    int8 state (every optimizer): m min(t, 1/(1-d)) 0.0072 x the block's max_t |m|, v with 0.0037
      (half the largest code gap of the signed / unsigned map, llmc/optim/quant8.h); p + 0.5 lr t
      (see dev/test/test_optim.c). LAMB's p: the step is lr * trust * |u|, so lr becomes
@@ -124,6 +126,9 @@ static const Case kCases[] = {
     {"adamw-bf16", "adamw bf16 state", cfg_of(OPT_ADAMW, OPT_STATE_BF16), false, false, false, 1e-3f},
     {"adamw-bf16", "adamw bf16 state amsgrad", cfg_of(OPT_ADAMW, OPT_STATE_BF16, 1), false, false, false, 1e-3f},
     {"adamw-bf16", "adamw bf16 state, bf16+master+SR", cfg_of(OPT_ADAMW, OPT_STATE_BF16), true, true, true, 1e-3f},
+    {"adamw-fp16", "adamw fp16 state", cfg_of(OPT_ADAMW, OPT_STATE_FP16), false, false, false, 1e-3f},
+    {"adamw-fp16", "adamw fp16 state amsgrad", cfg_of(OPT_ADAMW, OPT_STATE_FP16, 1), false, false, false, 1e-3f},
+    {"adamw-fp16", "adamw fp16 state, bf16+master+SR", cfg_of(OPT_ADAMW, OPT_STATE_FP16), true, true, true, 1e-3f},
     {"adamw-int8", "adamw int8 state", cfg_of(OPT_ADAMW, OPT_STATE_INT8), false, false, false, 1e-3f},
     {"adamw-int8", "adamw int8 state, bf16+master+SR", cfg_of(OPT_ADAMW, OPT_STATE_INT8), true, true, true, 1e-3f},
     {"adamw-int8", "adamw int8 state, bf16 RN", cfg_of(OPT_ADAMW, OPT_STATE_INT8), true, false, false, 1e-3f},
@@ -150,7 +155,7 @@ static int bytes_per_param(const Case& c) {
     const OptimConfig& k = c.cfg;
     const int ps = c.bf16 ? 2 : 4, g = ps;
     const int pr = c.master ? 4 : ps, pw = (c.master ? 4 : 0) + ps;
-    const int sb = k.state == OPT_STATE_FP32 ? 4 : k.state == OPT_STATE_BF16 ? 2 : 1; // one state value (int8: + absmax)
+    const int sb = k.state == OPT_STATE_FP32 ? 4 : k.state == OPT_STATE_INT8 ? 1 : 2; // one state value (int8: + absmax)
     switch (k.kind) {
         case OPT_ADAMW: return g + (k.amsgrad ? 6 : 4) * sb + pr + pw;
         case OPT_SGD: return g + (k.momentum != 0.0f ? 2 * sb : 0) + pr + pw;
@@ -280,7 +285,9 @@ static void ref_m_bounds(Ref& r, const Problem& pb, const OptimConfig& c, const 
             for (size_t k = k0; k < k1; k++) bm = std::max(bm, r.m_hist[sg.offset + k]);
             for (size_t k = k0; k < k1; k++) {
                 const size_t i = sg.offset + k;
-                r.merr[i] = small ? 0.0 : c.state == OPT_STATE_BF16 ? km * 0x1p-7 * r.m_hist[i] : km * 0.0072 * bm;
+                r.merr[i] = small ? 0.0 : c.state == OPT_STATE_BF16 ? km * 0x1p-7 * r.m_hist[i]
+                                        : c.state == OPT_STATE_FP16 ? km * (0x1p-10 * r.m_hist[i] + 0x1p-38)
+                                                                    : km * 0.0072 * bm;
             }
         }
     }
@@ -343,8 +350,9 @@ static void state_values(const OptimState& st, const unsigned char* blk, size_t 
     m = v = 0.0;
     if (st.m) m = ((const float*)at(st.m))[i];
     if (st.v) v = ((const float*)at(st.v))[i];
-    if (st.m16) m = bf16_bits_to_float(((const uint16_t*)at(st.m16))[i]);
-    if (st.v16) v = bf16_bits_to_float(((const uint16_t*)at(st.v16))[i]);
+    const int fp16 = st.cfg.state == OPT_STATE_FP16;
+    if (st.m16) m = state16_m(((const uint16_t*)at(st.m16))[i], fp16);
+    if (st.v16) v = state16_v(((const uint16_t*)at(st.v16))[i], fp16);
     if (st.qm) {
         const size_t k = i - st.segs[s].offset;
         if (st.small_off[s] != OPT_NOT_SMALL) {
@@ -472,6 +480,11 @@ static bool check_one(const Case& c, const Problem& pb, int steps) {
                     mtol = r.merr[i] + 1e-30;
                     vtol = kv * 0x1p-7 * r.v_hist[i] + 1e-30;
                     ptol += 0.1 * lowp_step * t;
+                } else if (c.cfg.state == OPT_STATE_FP16) {  // 2^-10 of m and sqrt(v), subnormal steps 2^-38
+                    const double sub = 0x1p-38;
+                    mtol = r.merr[i] + 1e-30;
+                    vtol = kv * (0x1p-9 * r.v_hist[i] + 2.0 * sub * sqrt(r.v_hist[i]) + sub * sub) + 1e-30;
+                    ptol += 0.0125 * lowp_step * t;
                 } else if (c.cfg.state == OPT_STATE_INT8 && !small) {
                     mtol = r.merr[i] + 1e-30;
                     vtol = kv * 0.0037 * bv + 1e-30;

@@ -251,8 +251,9 @@ static void state_values(const OptimState* st, const Problem* pb, size_t i, int 
     *m = *v = 0.0;
     if (st->m != NULL) *m = st->m[i];
     if (st->v != NULL) *v = st->v[i];
-    if (st->m16 != NULL) *m = bf16_bits_to_float(st->m16[i]);
-    if (st->v16 != NULL) *v = bf16_bits_to_float(st->v16[i]);
+    const int fp16 = st->cfg.state == OPT_STATE_FP16;
+    if (st->m16 != NULL) *m = state16_m(st->m16[i], fp16);
+    if (st->v16 != NULL) *v = state16_v(st->v16[i], fp16);
     if (st->qm != NULL) {
         const size_t k = i - pb->segs[s].offset;
         if (st->small_off[s] != OPT_NOT_SMALL) {
@@ -325,6 +326,13 @@ static void test_vs_float64(const OptimConfig* cfg, int steps, float lr) {
                     mtol = km * 0x1p-7 * r.m_hist[i] + 1e-30;
                     vtol = kv * 0x1p-7 * r.v_hist[i] + 1e-30;
                     ptol += 0.1 * lowp_step * t;
+                } else if (cfg->state == OPT_STATE_FP16) {
+                    // fp16 keeps 2^-10 of m and of sqrt(v) (so 2^-9 of v) per stochastic rounding, down to
+                    // its subnormals' fixed step 2^-24 of the stored value (2^-38 of m, of sqrt(v))
+                    const double sub = 0x1p-38;
+                    mtol = km * (0x1p-10 * r.m_hist[i] + sub) + 1e-30;
+                    vtol = kv * (0x1p-9 * r.v_hist[i] + 2.0 * sub * sqrt(r.v_hist[i]) + sub * sub) + 1e-30;
+                    ptol += 0.0125 * lowp_step * t;
                 } else if (cfg->state == OPT_STATE_INT8 && !small) {
                     mtol = km * 0.0072 * bm + 1e-30;
                     vtol = kv * 0.0037 * bv + 1e-30;
@@ -530,6 +538,61 @@ static void test_views(const OptimConfig* cfg) {
 
 // Step 1 of AMSGrad is AdamW's step 1 (vmax = max(0, v) = v); int8 state leaves the small tensors'
 // updates bit-identical to fp32 AdamW; the dispatcher's fp32 AdamW is adamw_update_cpu.
+// fp16 on raw bits (llmc/optim/srng.h, the fp16 optimizer state): every one of the 65536 patterns
+// decodes to the value the format defines (float64 formula); stochastic rounding of random x in
+// every range (subnormal, normal, near the top) lands on one of x's two fp16 neighbours, is unbiased
+// (mean within 6 sigma of x over 4096 draws), saturates at 65504, and keeps exact values exact.
+static uint64_t next_u64(uint64_t* state) { return srng_mix64(*state += 0x9e3779b97f4a7c15ULL); }
+
+static void test_fp16_bits(void) {
+    int ok = 1;
+    char detail[160] = "";
+    for (uint32_t h = 0; h < 65536; h++) {
+        const int e = (int)(h >> 10 & 31u), f = (int)(h & 1023u);
+        if (e == 31) continue;  // inf / NaN: checked below
+        double want = e == 0 ? ldexp((double)f, -24) : ldexp(1.0 + f / 1024.0, e - 15);
+        if (h & 0x8000u) want = -want;
+        if ((double)fp16_bits_to_float((uint16_t)h) != want) {
+            if (ok) snprintf(detail, sizeof detail, "decode 0x%04x: %g, want %g", h, (double)fp16_bits_to_float((uint16_t)h), want);
+            ok = 0;
+        }
+    }
+    ok &= isinf(fp16_bits_to_float(0x7c00u)) && isnan(fp16_bits_to_float(0x7e00u)) && fp16_bits_round_stochastic(NAN, 0) == 0x7e00u;
+    ok &= fp16_bits_round_stochastic(1e30f, 0) == 0x7bffu && fp16_bits_round_stochastic(-65519.0f, 0xffffffffu) == 0xfbffu;
+    uint64_t rng = 12345;
+    const double ranges[4] = {-20.0, -15.0, -3.0, 15.0};  // log2 |x|: subnormal, the boundary, normal, near 65504
+    for (int r = 0; r < 4; r++) {
+        for (int trial = 0; trial < 64; trial++) {
+            const float x = (float)ldexp(1.0 + (double)(next_u64(&rng) >> 11) * 0x1p-53, (int)ranges[r]) * (trial & 1 ? -1.0f : 1.0f);
+            // the two neighbours: the float64 floor and ceiling on fp16's grid at x's exponent
+            int ex;
+            frexp(fabs((double)x), &ex);
+            const double ulp = ldexp(1.0, (ex - 11 < -24 ? -24 : ex - 11));
+            const double lo = floor(fabs((double)x) / ulp) * ulp, hi = lo + ulp;
+            double sum = 0.0;
+            const int draws = 4096;
+            for (int d = 0; d < draws; d++) {
+                const double y = fabs((double)fp16_bits_to_float(fp16_bits_round_stochastic(x, (unsigned)(next_u64(&rng) >> 32))));
+                if (y != lo && y != (hi > 65504.0 ? 65504.0 : hi)) {
+                    if (ok) snprintf(detail, sizeof detail, "round %.9g -> %.9g, not %.9g or %.9g", (double)x, y, lo, hi);
+                    ok = 0;
+                }
+                sum += y;
+            }
+            const double mean = sum / draws, sigma = 0.5 * ulp / sqrt((double)draws);
+            if (hi <= 65504.0 && fabs(mean - fabs((double)x)) > 6.0 * sigma + 1e-3 * ulp) {
+                if (ok) snprintf(detail, sizeof detail, "%.9g: mean of rounding %.9g (6 sigma %.3g)", (double)x, mean, 6 * sigma);
+                ok = 0;
+            }
+        }
+    }
+    for (uint32_t h = 0; h < 0x7c00u; h += 37) {  // exact values stay exact
+        const float x = fp16_bits_to_float((uint16_t)h);
+        ok &= fp16_bits_round_stochastic(x, 0xffffffffu) == h && fp16_bits_round_stochastic(x, 0) == h;
+    }
+    report("fp16 bits: decode, stochastic rounding, saturation", ok, detail);
+}
+
 static void test_adamw_identities(void) {
     Problem pb = problem_mixed();
     OptimConfig base = optim_config_default(OPT_ADAMW);
@@ -754,6 +817,9 @@ static void test_config_check(void) {
         {OPT_SGD, OPT_STATE_FP32, 0, 1, 0.9f, 0.1f, "--nesterov needs --momentum"},
         {OPT_LION, OPT_STATE_FP32, 0, 0, 0.9f, 0.0f, "--momentum"},
         {OPT_SGD, OPT_STATE_FP32, 0, 0, 1.5f, 0.0f, "--momentum 1.5"},
+        {OPT_SGD, OPT_STATE_FP16, 0, 0, 0.9f, 0.0f, "--opt-state fp16 is AdamW's"},
+        {OPT_LION, OPT_STATE_FP16, 0, 0, 0.0f, 0.0f, "--optimizer lion takes fp32, bf16 or int8"},
+        {OPT_LAMB, OPT_STATE_FP16, 0, 0, 0.0f, 0.0f, "--opt-state fp16 is AdamW's"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         OptimConfig c = optim_config_default(bad[k].kind);
@@ -784,7 +850,8 @@ static void test_config_check(void) {
         ok &= optim_kind_parse(optim_kind_name(kinds[k]), &back) && back == kinds[k];
     }
     OptimStatePrecision sp = OPT_STATE_FP32;
-    ok &= optim_precision_parse("int8", &sp) && sp == OPT_STATE_INT8 && !optim_precision_parse("fp16", &sp);
+    ok &= optim_precision_parse("int8", &sp) && sp == OPT_STATE_INT8 && optim_precision_parse("fp16", &sp) &&
+          sp == OPT_STATE_FP16 && !optim_precision_parse("fp8", &sp);
     OptimKind kk = OPT_ADAMW;
     ok &= !optim_kind_parse("adam", &kk);
     report("config checks name the conflicting flags; names parse", ok, "");
@@ -949,6 +1016,11 @@ static int variants(Variant* v) {
     a.amsgrad = 1;
     v[k++] = (Variant){"adamw bf16 state amsgrad", a, 24};
     a.amsgrad = 0;
+    a.state = OPT_STATE_FP16;
+    v[k++] = (Variant){"adamw fp16 state", a, 20};
+    a.amsgrad = 1;
+    v[k++] = (Variant){"adamw fp16 state amsgrad", a, 24};
+    a.amsgrad = 0;
     a.state = OPT_STATE_INT8;
     v[k++] = (Variant){"adamw int8 state", a, 16};
     OptimConfig s = optim_config_default(OPT_SGD);
@@ -998,7 +1070,7 @@ static void test_segments_and_bytes(void) {
     size_t nblocks = optim_blocks_build(segs, nseg, block0);
     Variant v[32];
     int nv = variants(v);
-    const size_t want[] = {8 * n, 12 * n, 4 * n, 6 * n, 2 * n, 4 * n, 4 * n, 0, 8 * n, 4 * n,
+    const size_t want[] = {8 * n, 12 * n, 4 * n, 6 * n, 4 * n, 6 * n, 2 * n, 4 * n, 4 * n, 0, 8 * n, 4 * n,  // (fp16: as bf16)
                            3 * n,                                                  // adamw int8 amsgrad
                            2 * n, 2 * n, 4 * n, 2 * n, 1 * n, 1 * n, 2 * n, 1 * n}; // bf16, int8: sgd x2, lamb, lion
     char detail[256] = "";
@@ -1269,6 +1341,7 @@ int main(int argc, char** argv) {
     test_vs_float64(&damp, 5, 1e-3f);
     for (int k = 0; k < nv; k++) test_bits(&vs[k].cfg);
     for (int k = 0; k < nv; k++) test_views(&vs[k].cfg);
+    test_fp16_bits();
     test_adamw_identities();
     test_plan();
     test_zero_parts();

@@ -2,13 +2,15 @@
  adamw_lowp.cuh: AdamW with low-precision optimizer state (smaller memory and traffic), sharing
  the update rule, segment table and rounding of llmc/optim/adamw.cuh. Parameters fp32, or bf16 with or
  without fp32 master weights (as adamw_update); gradients fp32 or bf16 (templates). The CPU
- updates adamw_bf16_update_cpu / adamw_int8_update_cpu (llmc/optim/optim.h) do the same operations and
+ updates adamw_state16_update_cpu / adamw_int8_update_cpu (llmc/optim/optim.h) do the same operations and
  agree bit for bit (dev/cuda/optimizers.cu checks it).
 
  (a) bf16 state: m and v (and AMSGrad's vmax) stored as bf16, rounded stochastically after each
      update (streams 1, 2, 3 of llmc/optim/srng.h), so their expectation follows the fp32 recurrence;
      the parameter update uses the unrounded fp32 values. Traffic: 20 B/param with fp32 params and
      grads (p 8, g 4, m 4, v 4).
+ (a') fp16 state (AdamW's --opt-state fp16): the same kernel and buffers, m stored as m * 2^14 and v
+     as sqrt(v) * 2^14 in fp16 bits (llmc/optim/optim.h says why), rounded stochastically, saturating.
  (b) 8-bit blockwise state (Dettmers et al. 2021; the map and the rules: llmc/optim/quant8.h): each
      tensor (segment) is cut into blocks of ADAMW8_QBLOCK elements from its first element; a block
      stores one code per element and its absmax. m and v are dequantized, updated in fp32 (the
@@ -32,21 +34,44 @@
 // ----------------------------------------------------------------------------
 // (a) bf16 m and v
 
-template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochastic>
+// (kFp16: the same buffers hold AdamW's fp16 state, m * 2^14 and sqrt(v) * 2^14 as fp16 bits,
+// read and stored by llmc/optim/optim.h's fp16_state_* as the CPU update does)
+template <bool kFp16>
+__device__ __forceinline__ float state16_load(const __nv_bfloat16* p, size_t i, bool is_v) {
+    if constexpr (kFp16) {
+        const uint16_t b = reinterpret_cast<const uint16_t*>(p)[i];
+        return is_v ? fp16_state_v(b) : fp16_state_m(b);
+    } else {
+        return (float)p[i];
+    }
+}
+template <bool kFp16>
+__device__ __forceinline__ __nv_bfloat16 state16_round(float x, unsigned bits, bool is_v) {
+    if constexpr (kFp16) {
+        __nv_bfloat16_raw r;
+        r.x = is_v ? fp16_state_v_store(x, bits) : fp16_state_m_store(x, bits);
+        return __nv_bfloat16(r);
+    } else {
+        return bf16_round_stochastic(x, bits);
+    }
+}
+
+template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochastic, bool kFp16>
 __device__ __forceinline__ void adamw_bf16_state_one(Tp* params, float* master, const Tg* grads, __nv_bfloat16* mom1,
                                                      __nv_bfloat16* mom2, __nv_bfloat16* vmax, size_t i, size_t pi,
                                                      float wd, float lr_eff, float scale, const AdamWStepArgs& a) {
-    float m = (float)mom1[i], v = (float)mom2[i], vm = kAmsgrad ? (float)vmax[i] : 0.0f;
+    float m = state16_load<kFp16>(mom1, i, false), v = state16_load<kFp16>(mom2, i, true);
+    float vm = kAmsgrad ? state16_load<kFp16>(vmax, i, true) : 0.0f;
     float p = adamw_element<kAmsgrad>(optim_load_param<Tp, kMaster>(params, master, i, pi), (float)grads[i] * scale, m,
                                       v, vm, wd, lr_eff, a);
     optim_store_param<Tp, kMaster, kStochastic>(params, master, i, pi, p, a.rng_key);
     // the random bits of the element's global index pi
-    mom1[i] = bf16_round_stochastic(m, srng_bits(a.rng_key, pi, 1));
-    mom2[i] = bf16_round_stochastic(v, srng_bits(a.rng_key, pi, 2));
-    if (kAmsgrad) vmax[i] = bf16_round_stochastic(vm, srng_bits(a.rng_key, pi, 3));
+    mom1[i] = state16_round<kFp16>(m, srng_bits(a.rng_key, pi, 1), false);
+    mom2[i] = state16_round<kFp16>(v, srng_bits(a.rng_key, pi, 2), true);
+    if (kAmsgrad) vmax[i] = state16_round<kFp16>(vm, srng_bits(a.rng_key, pi, 3), true);
 }
 
-template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochastic>
+template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochastic, bool kFp16>
 __global__ void __launch_bounds__(ADAMW_BLOCK, kAmsgrad ? 1 : 2)
 adamw_bf16_state_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg* __restrict__ grads,
                         __nv_bfloat16* __restrict__ mom1, __nv_bfloat16* __restrict__ mom2,
@@ -55,24 +80,36 @@ adamw_bf16_state_kernel(Tp* __restrict__ params, float* __restrict__ master, con
     constexpr int V = 8; // one 128-bit word of bf16 state
     const float scale = adamw_clip_scale(clip_scale);
     auto one = [&](size_t i, size_t pi, float wd, float lr_eff) {
-        adamw_bf16_state_one<Tp, Tg, kMaster, kAmsgrad, kStochastic>(params, master, grads, mom1, mom2, vmax, i, pi, wd,
-                                                                     lr_eff, scale, a);
+        adamw_bf16_state_one<Tp, Tg, kMaster, kAmsgrad, kStochastic, kFp16>(params, master, grads, mom1, mom2, vmax, i, pi,
+                                                                            wd, lr_eff, scale, a);
     };
     auto chunk = [&](size_t i0, size_t p0, float wd, float lr_eff) {
         float p[V], g[V], m[V], v[V], vm[V] = {};
         optim_load_params<V, Tp, kMaster>(params, master, i0, p0, p);
         adamw_load<V>(grads + i0, g);
-        adamw_load<V>(mom1 + i0, m);
-        adamw_load<V>(mom2 + i0, v);
-        if (kAmsgrad) adamw_load<V>(vmax + i0, vm);
+        if constexpr (kFp16) {  // the raw 16-bit words, decoded as fp16 state
+            const Vec128<__nv_bfloat16> rm = load128cs(mom1 + i0), rv = load128cs(mom2 + i0);
+            Vec128<__nv_bfloat16> rvm = {};
+            if (kAmsgrad) rvm = load128cs(vmax + i0);
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                m[j] = state16_load<true>(&rm[0], j, false);
+                v[j] = state16_load<true>(&rv[0], j, true);
+                if (kAmsgrad) vm[j] = state16_load<true>(&rvm[0], j, true);
+            }
+        } else {
+            adamw_load<V>(mom1 + i0, m);
+            adamw_load<V>(mom2 + i0, v);
+            if (kAmsgrad) adamw_load<V>(vmax + i0, vm);
+        }
         Vec128<__nv_bfloat16> mo, vo, vmo;
 #pragma unroll
         for (int j = 0; j < V; j++) {
             const size_t gi = p0 + j; // the global index: the random bits
             p[j] = adamw_element<kAmsgrad>(p[j], g[j] * scale, m[j], v[j], vm[j], wd, lr_eff, a);
-            mo[j] = bf16_round_stochastic(m[j], srng_bits(a.rng_key, gi, 1));
-            vo[j] = bf16_round_stochastic(v[j], srng_bits(a.rng_key, gi, 2));
-            if (kAmsgrad) vmo[j] = bf16_round_stochastic(vm[j], srng_bits(a.rng_key, gi, 3));
+            mo[j] = state16_round<kFp16>(m[j], srng_bits(a.rng_key, gi, 1), false);
+            vo[j] = state16_round<kFp16>(v[j], srng_bits(a.rng_key, gi, 2), true);
+            if (kAmsgrad) vmo[j] = state16_round<kFp16>(vm[j], srng_bits(a.rng_key, gi, 3), true);
         }
         optim_store_params<V, Tp, kMaster, kStochastic>(params, master, i0, p0, p, a.rng_key);
         store128cs(mom1 + i0, mo);
@@ -82,25 +119,22 @@ adamw_bf16_state_kernel(Tp* __restrict__ params, float* __restrict__ master, con
     adamw_for_each_chunk<V>(segments, nseg, nullptr, a.lr, n, chunk, one);
 }
 
-template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochastic>
+template <typename Tp, typename Tg, bool kMaster, bool kAmsgrad, bool kStochastic, bool kFp16>
 static void adamw_bf16_state_launch(Tp* params, float* master, const Tg* grads, __nv_bfloat16* m, __nv_bfloat16* v,
                                     __nv_bfloat16* vmax, size_t n, const OptimSegment* d_segments, int nseg,
                                     const AdamWStepArgs& a, const float* d_clip_scale, cudaStream_t stream) {
     size_t want = CEIL_DIV(n / 8, (size_t)ADAMW_BLOCK), full = (size_t)cuda_sm_count() * (kAmsgrad ? 1 : 2);
     unsigned grid = (unsigned)(want < full ? (want > 0 ? want : 1) : full);
-    launch(adamw_bf16_state_kernel<Tp, Tg, kMaster, kAmsgrad, kStochastic>, grid, ADAMW_BLOCK,
+    launch(adamw_bf16_state_kernel<Tp, Tg, kMaster, kAmsgrad, kStochastic, kFp16>, grid, ADAMW_BLOCK,
            adamw_segments_smem_bytes(nseg), stream, params, master, grads, m, v, vmax, n, d_segments, nseg, a,
            d_clip_scale);
 }
 
-// One step with bf16 m, v (and vmax when hp.amsgrad). params fp32, or bf16 with master weights
-// (master != NULL: p is read from them) or without; hp.stochastic_rounding rounds bf16 params.
-// Buffers 16-byte aligned, n elements.
-template <typename Tp, typename Tg>
-void adamw_update_bf16_state(Tp* params, float* master, const Tg* grads, __nv_bfloat16* m, __nv_bfloat16* v,
-                             __nv_bfloat16* vmax, size_t n, const OptimSegment* d_segments, int nseg,
-                             const AdamWParams& hp, int step, const float* d_clip_scale, cudaStream_t stream) {
-    constexpr bool kBf16 = sizeof(Tp) == 2;
+template <typename Tp, typename Tg, bool kFp16>
+static void adamw_update_state16(Tp* params, float* master, const Tg* grads, __nv_bfloat16* m, __nv_bfloat16* v,
+                                 __nv_bfloat16* vmax, size_t n, const OptimSegment* d_segments, int nseg,
+                                 const AdamWParams& hp, int step, const float* d_clip_scale, cudaStream_t stream) {
+    constexpr bool kBf16 = sizeof(Tp) == 2;  // (16-bit params: bf16 or fp16)
     if (n == 0) return;
     if (step < 1 || nseg < 1 || nseg > ADAMW_MAX_SEGMENTS) ls_fatal("adamw_bf16_state: step %d, %d segments", step, nseg);
     if ((vmax != nullptr) != (hp.amsgrad != 0)) ls_fatal("adamw_bf16_state: AMSGrad needs vmax, and only then");
@@ -113,19 +147,33 @@ void adamw_update_bf16_state(Tp* params, float* master, const Tg* grads, __nv_bf
     const bool ms = master != nullptr, am = hp.amsgrad != 0, sr = kBf16 && hp.stochastic_rounding;
 #define LOWP_ARGS params, master, grads, m, v, vmax, n, d_segments, nseg, a, d_clip_scale, stream
     if constexpr (kBf16) {
-        if (ms && am && sr) adamw_bf16_state_launch<Tp, Tg, true, true, true>(LOWP_ARGS);
-        else if (ms && am) adamw_bf16_state_launch<Tp, Tg, true, true, false>(LOWP_ARGS);
-        else if (ms && sr) adamw_bf16_state_launch<Tp, Tg, true, false, true>(LOWP_ARGS);
-        else if (ms) adamw_bf16_state_launch<Tp, Tg, true, false, false>(LOWP_ARGS);
-        else if (am && sr) adamw_bf16_state_launch<Tp, Tg, false, true, true>(LOWP_ARGS);
-        else if (am) adamw_bf16_state_launch<Tp, Tg, false, true, false>(LOWP_ARGS);
-        else if (sr) adamw_bf16_state_launch<Tp, Tg, false, false, true>(LOWP_ARGS);
-        else adamw_bf16_state_launch<Tp, Tg, false, false, false>(LOWP_ARGS);
+        if (ms && am && sr) adamw_bf16_state_launch<Tp, Tg, true, true, true, kFp16>(LOWP_ARGS);
+        else if (ms && am) adamw_bf16_state_launch<Tp, Tg, true, true, false, kFp16>(LOWP_ARGS);
+        else if (ms && sr) adamw_bf16_state_launch<Tp, Tg, true, false, true, kFp16>(LOWP_ARGS);
+        else if (ms) adamw_bf16_state_launch<Tp, Tg, true, false, false, kFp16>(LOWP_ARGS);
+        else if (am && sr) adamw_bf16_state_launch<Tp, Tg, false, true, true, kFp16>(LOWP_ARGS);
+        else if (am) adamw_bf16_state_launch<Tp, Tg, false, true, false, kFp16>(LOWP_ARGS);
+        else if (sr) adamw_bf16_state_launch<Tp, Tg, false, false, true, kFp16>(LOWP_ARGS);
+        else adamw_bf16_state_launch<Tp, Tg, false, false, false, kFp16>(LOWP_ARGS);
     } else {
-        if (am) adamw_bf16_state_launch<Tp, Tg, false, true, false>(LOWP_ARGS);
-        else adamw_bf16_state_launch<Tp, Tg, false, false, false>(LOWP_ARGS);
+        if (am) adamw_bf16_state_launch<Tp, Tg, false, true, false, kFp16>(LOWP_ARGS);
+        else adamw_bf16_state_launch<Tp, Tg, false, false, false, kFp16>(LOWP_ARGS);
     }
 #undef LOWP_ARGS
+}
+
+// One step with 16-bit m, v (and vmax when hp.amsgrad): bf16, or (fp16) AdamW's fp16 state in
+// the same buffers. params fp32, or bf16 / fp16 with master weights (master != NULL: p is read from
+// them) or bf16 without; hp.stochastic_rounding rounds 16-bit params. Buffers 16-byte aligned, n elements.
+template <typename Tp, typename Tg>
+void adamw_update_bf16_state(Tp* params, float* master, const Tg* grads, __nv_bfloat16* m, __nv_bfloat16* v,
+                             __nv_bfloat16* vmax, size_t n, const OptimSegment* d_segments, int nseg,
+                             const AdamWParams& hp, int step, const float* d_clip_scale, cudaStream_t stream,
+                             bool fp16 = false) {
+    if (fp16) return adamw_update_state16<Tp, Tg, true>(params, master, grads, m, v, vmax, n, d_segments, nseg, hp, step,
+                                                        d_clip_scale, stream);
+    adamw_update_state16<Tp, Tg, false>(params, master, grads, m, v, vmax, n, d_segments, nseg, hp, step, d_clip_scale,
+                                        stream);
 }
 
 // ----------------------------------------------------------------------------

@@ -722,9 +722,10 @@ static void optim_adamw_step_gpu(OptimState* st, Tp* params, float* master, cons
     hp.amsgrad = c->amsgrad;
     hp.stochastic_rounding = sr;
     hp.seed = c->seed;
-    if (c->state == OPT_STATE_BF16) {
+    if (c->state == OPT_STATE_BF16 || c->state == OPT_STATE_FP16) {  // (fp16: AdamW only, optim_config_check)
         adamw_update_bf16_state(params, master, grads, (__nv_bfloat16*)st->m16, (__nv_bfloat16*)st->v16,
-                                (__nv_bfloat16*)st->vmax16, st->n, st->d_segs, st->nseg, hp, step, d_clip_scale, stream);
+                                (__nv_bfloat16*)st->vmax16, st->n, st->d_segs, st->nseg, hp, step, d_clip_scale, stream,
+                                c->state == OPT_STATE_FP16);
     } else if (c->state == OPT_STATE_INT8) {
         Adamw8Buffers q = {st->qm, st->qv, st->absmax_m, st->absmax_v, st->m32, st->v32, st->maps,
                            st->qvmax, st->absmax_vmax, st->vmax32};

@@ -260,7 +260,7 @@ static inline void muon_adamw_segment(const MuonBuffers* M, int s, const OptimSe
     one.offset = 0;
     const size_t off = sg->offset, vo = M->adam_off[s];
     if (M->prec == OPT_STATE_BF16) {
-        adamw_bf16_update_cpu(params, grads + off, M->m16 + off, M->v16 + vo, NULL, &one, 1, a, grad_scale);
+        adamw_state16_update_cpu(params, grads + off, M->m16 + off, M->v16 + vo, NULL, &one, 1, a, grad_scale, 0);
     } else if (M->prec == OPT_STATE_INT8) {
         Adamw8Buffers q = M->q;
         const size_t b0 = M->block0[s], so = M->small_off[s];

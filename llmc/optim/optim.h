@@ -202,7 +202,8 @@ static inline void adamw_update_cpu(float* params, const float* grads, float* m,
 typedef enum { OPT_ADAMW = 0, OPT_SGD = 1, OPT_LAMB = 2, OPT_LION = 3, OPT_MUON = 4 } OptimKind;
 #define MUON_SCALE_RMS 0   // Muon's shape scale 0.2 sqrt(max(rows, cols)) (llmc/optim/muon.h)
 #define MUON_SCALE_ORIG 1  // sqrt(max(1, rows / cols))
-typedef enum { OPT_STATE_FP32 = 0, OPT_STATE_BF16 = 1, OPT_STATE_INT8 = 2 } OptimStatePrecision;
+typedef enum { OPT_STATE_FP32 = 0, OPT_STATE_BF16 = 1, OPT_STATE_INT8 = 2, OPT_STATE_FP16 = 3 } OptimStatePrecision;
+#define OPT_STATE_LAST OPT_STATE_FP16
 
 // What does not change during a run (lr, the schedule's, is given per step; weight decay and lr
 // multipliers come from the segments; the gradient scale from the clip).
@@ -400,11 +401,41 @@ static inline void adamw_amsgrad_update_cpu(float* params, const float* grads, f
     }
 }
 
-// AdamW with bf16 m, v (and vmax when not NULL): the fp32 update of the unrounded values, then
-// stochastic rounding of the state (streams 1, 2, 3 of llmc/optim/srng.h at the global element
-// index param + k, as adamw_update_bf16_state in llmc/optim/adamw_lowp.cuh).
-static inline void adamw_bf16_update_cpu(float* params, const float* grads, uint16_t* m, uint16_t* v, uint16_t* vmax,
-                                         const OptimSegment* segs, int nseg, const OptimStepArgs* a, float grad_scale) {
+// ----------------------------------------------------------------------------
+// AdamW's fp16 state (--opt-state fp16). Plain fp16 loses AdamW's state: v ~ g^2 (1e-8 .. 1e-12
+// for GPT-2's clipped gradients) is below fp16's smallest subnormal 6e-8, and m ~ g is mostly
+// subnormal (dev/reference/fp16_state_study.py measures it). So m is stored as m * 2^14 and v as
+// sqrt(v) * 2^14: sqrt(v) has m's range, and with the gradients clipped to norm 1 every |m| and
+// sqrt(v) is <= 1, so the stored values stay under 16384 (< 65504) and keep fp16's 11 bits down to
+// 6.1e-5 / 2^14 = 3.7e-9. Stores round stochastically (streams 1, 2, 3, as bf16) and saturate.
+#define OPT_FP16_STATE_SCALE 16384.0f
+#define OPT_FP16_STATE_INV (1.0f / 16384.0f)
+OPTIM_HD float fp16_state_m(uint16_t b) { return fp16_bits_to_float(b) * OPT_FP16_STATE_INV; }
+OPTIM_HD float fp16_state_v(uint16_t b) {
+    const float r = fp16_bits_to_float(b) * OPT_FP16_STATE_INV;
+    return r * r;
+}
+OPTIM_HD uint16_t fp16_state_m_store(float m, unsigned bits) { return fp16_bits_round_stochastic(m * OPT_FP16_STATE_SCALE, bits); }
+OPTIM_HD uint16_t fp16_state_v_store(float v, unsigned bits) {
+    return fp16_bits_round_stochastic(sqrtf(v) * OPT_FP16_STATE_SCALE, bits);
+}
+// A 16-bit state value (bf16, or fp16 in the layout above) and its stochastic store.
+OPTIM_HD float state16_m(uint16_t b, int fp16) { return fp16 ? fp16_state_m(b) : bf16_bits_to_float(b); }
+OPTIM_HD float state16_v(uint16_t b, int fp16) { return fp16 ? fp16_state_v(b) : bf16_bits_to_float(b); }
+OPTIM_HD uint16_t state16_m_store(float m, unsigned bits, int fp16) {
+    return fp16 ? fp16_state_m_store(m, bits) : bf16_bits_round_stochastic(m, bits);
+}
+OPTIM_HD uint16_t state16_v_store(float v, unsigned bits, int fp16) {
+    return fp16 ? fp16_state_v_store(v, bits) : bf16_bits_round_stochastic(v, bits);
+}
+
+// AdamW with 16-bit m, v (and vmax when not NULL): bf16, or fp16 (fp16 1) in the layout above; the
+// fp32 update of the unrounded values, then stochastic rounding of the state (streams 1, 2, 3 of
+// llmc/optim/srng.h at the global element index param + k, as adamw_update_bf16_state in
+// llmc/optim/adamw_lowp.cuh).
+static inline void adamw_state16_update_cpu(float* params, const float* grads, uint16_t* m, uint16_t* v, uint16_t* vmax,
+                                         const OptimSegment* segs, int nseg, const OptimStepArgs* a, float grad_scale,
+                                         int fp16) {
     const float beta1 = a->beta1, beta2 = a->beta2, omb1 = a->one_minus_beta1, omb2 = a->one_minus_beta2;
     const float eps = a->eps, bc1 = a->inv_bias_corr1, bc2 = a->inv_bias_corr2;
     const unsigned long long key = a->rng_key;
@@ -417,25 +448,25 @@ static inline void adamw_bf16_update_cpu(float* params, const float* grads, uint
             for (size_t k = 0; k < n; k++) {
                 const size_t i = off + k, pi = par + k;
                 float gi = grads[i] * grad_scale;
-                float mi = adamw_m(bf16_bits_to_float(m[i]), gi, beta1, omb1);
-                float vi = adamw_v(bf16_bits_to_float(v[i]), gi, beta2, omb2);
-                const float x = bf16_bits_to_float(vmax[i]);
+                float mi = adamw_m(state16_m(m[i], fp16), gi, beta1, omb1);
+                float vi = adamw_v(state16_v(v[i], fp16), gi, beta2, omb2);
+                const float x = state16_v(vmax[i], fp16);
                 const float vv = vi > x ? vi : x; // fmaxf(vmax, v), as in adamw_amsgrad_update_cpu
                 params[pi] = adamw_param(params[pi], mi, vv, lr, wd, bc1, bc2, eps);
-                m[i] = bf16_bits_round_stochastic(mi, srng_bits(key, pi, 1));
-                v[i] = bf16_bits_round_stochastic(vi, srng_bits(key, pi, 2));
-                vmax[i] = bf16_bits_round_stochastic(vv, srng_bits(key, pi, 3));
+                m[i] = state16_m_store(mi, srng_bits(key, pi, 1), fp16);
+                v[i] = state16_v_store(vi, srng_bits(key, pi, 2), fp16);
+                vmax[i] = state16_v_store(vv, srng_bits(key, pi, 3), fp16);
             }
         } else {
             #pragma omp for simd schedule(static) nowait
             for (size_t k = 0; k < n; k++) {
                 const size_t i = off + k, pi = par + k;
                 float gi = grads[i] * grad_scale;
-                float mi = adamw_m(bf16_bits_to_float(m[i]), gi, beta1, omb1);
-                float vi = adamw_v(bf16_bits_to_float(v[i]), gi, beta2, omb2);
+                float mi = adamw_m(state16_m(m[i], fp16), gi, beta1, omb1);
+                float vi = adamw_v(state16_v(v[i], fp16), gi, beta2, omb2);
                 params[pi] = adamw_param(params[pi], mi, vi, lr, wd, bc1, bc2, eps);
-                m[i] = bf16_bits_round_stochastic(mi, srng_bits(key, pi, 1));
-                v[i] = bf16_bits_round_stochastic(vi, srng_bits(key, pi, 2));
+                m[i] = state16_m_store(mi, srng_bits(key, pi, 1), fp16);
+                v[i] = state16_v_store(vi, srng_bits(key, pi, 2), fp16);
             }
         }
     }

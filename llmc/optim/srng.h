@@ -11,7 +11,8 @@
 
  Stochastic rounding to bf16 adds 16 random bits below the kept 16 and truncates: x rounds up (in
  magnitude) with probability equal to the discarded fraction, so E[round(x)] = x. Infinities and
- NaNs convert as round-to-nearest-even does (NaN -> 0x7fff, CUDA's canonical bf16 NaN).
+ NaNs convert as round-to-nearest-even does (NaN -> 0x7fff, CUDA's canonical bf16 NaN). fp16 (the
+ fp16 optimizer state) the same way on its 10-bit significand, saturating at 65504.
 */
 #ifndef LLMC_SRNG_H
 #define LLMC_SRNG_H
@@ -75,6 +76,53 @@ SRNG_FN uint16_t bf16_bits_round_stochastic(float x, unsigned bits) {
     if ((u & 0x7f800000u) == 0x7f800000u) return bf16_bits_round_nearest(x);
     u += bits & 0xffffu;
     return (uint16_t)(u >> 16);
+}
+
+// ----------------------------------------------------------------------------
+// fp16 as raw 16-bit patterns (1 sign, 5 exponent bits biased by 15, 10 stored significand bits;
+// subnormals below 2^-14 in steps of 2^-24), for the fp16 optimizer state: the same functions in C,
+// nvcc and the harness, so the CPU and the GPU store the same bits.
+
+SRNG_FN float fp16_bits_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, f = h & 0x3ffu;
+    uint32_t u;
+    if (e == 0) {  // zero or subnormal: f * 2^-24, exact in fp32
+        float x = (float)f * 5.9604644775390625e-8f;
+        memcpy(&u, &x, sizeof u);
+        u |= sign;
+    } else if (e == 31) {
+        u = sign | 0x7f800000u | (f << 13);  // inf, NaN
+    } else {
+        u = sign | ((e + 112u) << 23) | (f << 13);
+    }
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+// Stochastic rounding to fp16 with 32 random bits (the low 13, or for subnormals the low 16, are
+// used): x rounds up in magnitude with probability equal to the discarded fraction, so E = x.
+// Saturating: magnitudes past fp16's largest finite 65504 (after rounding) give 65504 with x's sign,
+// not infinity (state stores; llmc/optim/optim.h keeps its values far below). NaN -> 0x7e00.
+SRNG_FN uint16_t fp16_bits_round_stochastic(float x, unsigned bits) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    const uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)0x7e00u;
+    if (a >= 0x38800000u) {  // |x| >= 2^-14: normal; drop 13 significand bits, the carry may bump the exponent
+        const uint32_t r = (a + (bits & 0x1fffu)) >> 13;
+        const uint32_t h = r - (112u << 10);
+        return (uint16_t)(sign | (h > 0x7bffu ? 0x7bffu : h));
+    }
+    // |x| < 2^-14: a multiple of 2^-24; q = |x| * 2^24 (exact), its fraction compared with 16 random bits
+    float ax;
+    memcpy(&ax, &a, sizeof ax);
+    const float q = ax * 16777216.0f;
+    const uint32_t k = (uint32_t)q;             // <= 1024 (1024 = 0x400: the smallest normal)
+    const float frac = q - (float)k;            // exact
+    const uint32_t up = frac * 65536.0f > (float)(bits & 0xffffu) ? 1u : 0u;
+    return (uint16_t)(sign | (k + up));
 }
 
 #endif // LLMC_SRNG_H

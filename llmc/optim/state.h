@@ -19,6 +19,7 @@
  SGD 0 (no state, so fp32 only):
    fp32  4k B                  adamw 8 (+4 AMSGrad), lamb 8, sgd 4, lion 4
    bf16  2k B                  adamw 4 (+2 AMSGrad), lamb 4, sgd 2, lion 2
+   fp16  2k B                  adamw 4 (+2 AMSGrad) only (m * 2^14 and sqrt(v) * 2^14: llmc/optim/optim.h)
    int8  k B + 4k B/block + 4k B/small element + 2 KB maps
  LAMB adds 8 B/block + 4 B/segment (its block sums and trust ratios) at every precision.
  GPT-2 124M with per-layer segments (optim_segments_build_layers), B/param:
@@ -56,13 +57,13 @@
 
 // The flags' words, in enum order (CLI_CHOICE tables can use them: the index is the enum value).
 static const char* const optim_kind_choices[] = {"adamw", "sgd", "lamb", "lion", "muon", NULL};
-static const char* const optim_precision_choices[] = {"fp32", "bf16", "int8", NULL};
+static const char* const optim_precision_choices[] = {"fp32", "bf16", "int8", "fp16", NULL};
 
 static inline const char* optim_kind_name(OptimKind k) {
     return (int)k >= (int)OPT_ADAMW && (int)k <= (int)OPT_MUON ? optim_kind_choices[k] : "?";
 }
 static inline const char* optim_precision_name(OptimStatePrecision p) {
-    return (int)p >= (int)OPT_STATE_FP32 && (int)p <= (int)OPT_STATE_INT8 ? optim_precision_choices[p] : "?";
+    return (int)p >= (int)OPT_STATE_FP32 && (int)p <= (int)OPT_STATE_LAST ? optim_precision_choices[p] : "?";
 }
 // 1 and *out set when s names a kind (--optimizer adamw|sgd|lamb|lion|muon), else 0.
 static inline int optim_kind_parse(const char* s, OptimKind* out) {
@@ -71,9 +72,9 @@ static inline int optim_kind_parse(const char* s, OptimKind* out) {
     }
     return 0;
 }
-// 1 and *out set when s names a precision (--opt-state fp32|bf16|int8), else 0.
+// 1 and *out set when s names a precision (--opt-state fp32|bf16|int8|fp16), else 0.
 static inline int optim_precision_parse(const char* s, OptimStatePrecision* out) {
-    for (int p = OPT_STATE_FP32; p <= OPT_STATE_INT8; p++) {
+    for (int p = OPT_STATE_FP32; p <= OPT_STATE_LAST; p++) {
         if (strcmp(s, optim_precision_choices[p]) == 0) { *out = (OptimStatePrecision)p; return 1; }
     }
     return 0;
@@ -101,8 +102,11 @@ static inline int optim_config_check(const OptimConfig* c, char* msg, size_t siz
     msg[0] = '\0';
     if ((int)c->kind < (int)OPT_ADAMW || (int)c->kind > (int)OPT_MUON) {
         snprintf(msg, size, "--optimizer: unknown optimizer %d (adamw, sgd, lamb, lion or muon)", (int)c->kind);
-    } else if ((int)c->state < (int)OPT_STATE_FP32 || (int)c->state > (int)OPT_STATE_INT8) {
-        snprintf(msg, size, "--opt-state: unknown state precision %d (fp32, bf16 or int8)", (int)c->state);
+    } else if ((int)c->state < (int)OPT_STATE_FP32 || (int)c->state > (int)OPT_STATE_LAST) {
+        snprintf(msg, size, "--opt-state: unknown state precision %d (fp32, bf16, int8 or fp16)", (int)c->state);
+    } else if (c->state == OPT_STATE_FP16 && c->kind != OPT_ADAMW) {
+        snprintf(msg, size, "--opt-state fp16 is AdamW's (m and sqrt(v) scaled by 2^14, llmc/optim/optim.h); --optimizer %s "
+                 "takes fp32, bf16 or int8 state", kn);
     } else if (c->state != OPT_STATE_FP32 && c->kind == OPT_SGD && c->momentum == 0.0f) {
         snprintf(msg, size, "--opt-state %s with --optimizer sgd --momentum 0: plain SGD keeps no state to store in %s",
                  optim_precision_name(c->state), optim_precision_name(c->state));
@@ -234,7 +238,8 @@ static inline void optim_state_carve(OptimState* st, uintptr_t base) {
             off += optim_align64((size_t)(count) * sizeof(T));                               \
         }                                                                                    \
     } while (0)
-    const int f32 = c->state == OPT_STATE_FP32, b16 = c->state == OPT_STATE_BF16, i8 = c->state == OPT_STATE_INT8;
+    const int f32 = c->state == OPT_STATE_FP32, i8 = c->state == OPT_STATE_INT8;
+    const int b16 = c->state == OPT_STATE_BF16 || c->state == OPT_STATE_FP16;  // (16-bit buffers: bf16 or fp16)
     // a first moment (AdamW, LAMB, Lion; SGD's momentum buffer), a second moment (AdamW, LAMB)
     const int muon = c->kind == OPT_MUON;
     const int has_m = adam || muon || c->kind == OPT_LAMB || c->kind == OPT_LION || (c->kind == OPT_SGD && c->momentum != 0.0f);
@@ -390,8 +395,9 @@ static inline void optim_step_cpu(OptimState* st, float* params, const float* gr
                              st->qvmax, st->absmax_vmax, st->vmax32};
     switch (c->kind) {
         case OPT_ADAMW:
-            if (c->state == OPT_STATE_BF16) {
-                adamw_bf16_update_cpu(params, grads, st->m16, st->v16, st->vmax16, st->segs, st->nseg, &a, grad_scale);
+            if (c->state == OPT_STATE_BF16 || c->state == OPT_STATE_FP16) {
+                adamw_state16_update_cpu(params, grads, st->m16, st->v16, st->vmax16, st->segs, st->nseg, &a, grad_scale,
+                                         c->state == OPT_STATE_FP16);
             } else if (c->state == OPT_STATE_INT8) {
                 adamw_int8_update_cpu(params, grads, &q, st->q8_index, st->segs, st->nseg, st->block0, st->small_off, &a,
                                       grad_scale);
