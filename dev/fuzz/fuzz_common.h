@@ -83,7 +83,10 @@ static uintptr_t fuzz_live[FUZZ_LIVE_MAX];     // (fuzz_live_n,) the live blocks
 static uintptr_t fuzz_slot_ptr[FUZZ_LIVE_SLOTS];  // 0 = empty
 static uint32_t fuzz_slot_pos[FUZZ_LIVE_SLOTS];   // index into fuzz_live
 static size_t fuzz_live_n;
-static volatile int fuzz_tracking;  // read by the hooks, which the compiler does not see being called
+// read by the hooks, which the compiler does not see being called; per thread, so that an
+// allocation by another thread of the process (libFuzzer's, the sanitizers') is never recorded
+// (the hooks' tables are not thread-safe: a CI run once found the list empty under a live index entry)
+static _Thread_local volatile int fuzz_tracking;
 
 static inline size_t fuzz_slot_of(uintptr_t p) { return (size_t)((p >> 4) * 0x9E3779B97F4A7C15ull >> 40) & (FUZZ_LIVE_SLOTS - 1); }
 
@@ -131,11 +134,13 @@ static FUZZ_UNUSED void fuzz_free_hook(const volatile void* ptr) {
     if (i == FUZZ_LIVE_SLOTS) { return; }  // allocated before the guarded call
     uint32_t pos = fuzz_slot_pos[i];
     fuzz_slot_delete(i);
+    if (pos >= fuzz_live_n || fuzz_live[pos] != (uintptr_t)ptr) { return; }  // (the index and the list disagree: forget it)
     uintptr_t last = fuzz_live[--fuzz_live_n];  // the last block takes the freed position
     fuzz_live[fuzz_live_n] = 0;
     if (pos != fuzz_live_n) {
         fuzz_live[pos] = last;
-        fuzz_slot_pos[fuzz_slot_find(last)] = pos;
+        size_t j = fuzz_slot_find(last);
+        if (j != FUZZ_LIVE_SLOTS) { fuzz_slot_pos[j] = pos; }
     }
 }
 
