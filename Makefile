@@ -407,6 +407,11 @@ $(GPU_CHECK_NCCL): $(GPU_CHECK_DIR)/train_gpt2cu_nccl_%: train_gpt2.cu
 -include $(wildcard $(GPU_CHECK_DIR)/*.d)
 # (an output built before it had a .d file depends on every header once)
 $(foreach t,$(GPU_CHECK_TRAIN) $(GPU_CHECK_TEST) $(GPU_CHECK_NCCL),$(if $(wildcard $(t).d),,$(eval $(t): $(CUDA_TRAIN_DEPS) dev/test/test_common.h dev/test/shape_sweep.h)))
+# Volta (sm_70): CUDA 13 cannot build it; this assembles the FP16 trainer's PTX with CUDA 12.9's ptxas
+# (from PyPI) for sm_70 (dev/sm70_check.sh says what that shows). Not part of make test (a download).
+.PHONY: gpu-sm70-check
+gpu-sm70-check:
+	$(Q)NVCC=$(NVCC) bash dev/sm70_check.sh $(filter-out $(PFLAGS),$(NVCC_TRAIN_FLAGS))
 .PHONY: gpu-compile-check gpu-compile-check-all gpu-compile-check-nccl
 gpu-compile-check: $(call gpu_check_files,$(PREC_LC)) $(if $(CUDNN_DEPS),test-cudnn-load) gpu-compile-check-nccl
 gpu-compile-check-all: $(call gpu_check_files,bf16) $(call gpu_check_files,fp32) $(GPU_CHECK_DIR)/train_gpt2_fp16.o \
@@ -604,6 +609,7 @@ help:
 	@echo "make bench-peer PEER=llm.c/train_gpt2  the CPU trainer against llm.c's, ms/step on this machine"
 	@echo "make memory-table    published memory figures vs their formulas vs our memory model"
 	@echo "make optim-cost-table  bytes per parameter of every optimizer x state x placement (README)"
+	@echo "make gpu-sm70-check    the FP16 trainer's PTX assembled for Volta (sm_70) by CUDA 12.9's ptxas (PyPI)"
 	@echo "make train_gpt2cu    the GPU trainer (PRECISION=BF16|FP32, GPU_ARCH=native|sm_90...)"
 	@echo "make cudnn-frontend  the cuDNN frontend headers (pip) for the BF16 GPU trainer's flash attention"
 	@echo "make test-gpu-emu    the GPU trainer's tests under the CPU harness"
