@@ -434,8 +434,8 @@ OPTIM_HD uint16_t state16_v_store(float v, unsigned bits, int fp16) {
 // llmc/optim/srng.h at the global element index param + k, as adamw_update_bf16_state in
 // llmc/optim/adamw_lowp.cuh).
 static inline void adamw_state16_update_cpu(float* params, const float* grads, uint16_t* m, uint16_t* v, uint16_t* vmax,
-                                         const OptimSegment* segs, int nseg, const OptimStepArgs* a, float grad_scale,
-                                         int fp16) {
+                                            const OptimSegment* segs, int nseg, const OptimStepArgs* a, float grad_scale,
+                                            int fp16) {
     const float beta1 = a->beta1, beta2 = a->beta2, omb1 = a->one_minus_beta1, omb2 = a->one_minus_beta2;
     const float eps = a->eps, bc1 = a->inv_bias_corr1, bc2 = a->inv_bias_corr2;
     const unsigned long long key = a->rng_key;
