@@ -309,24 +309,28 @@ CUDNN_HOME ?= $(CUDA_HOME)
 CUDNN_LIBDIR := $(firstword $(dir $(wildcard $(CUDNN_HOME)/lib64/libcudnn.so $(CUDNN_HOME)/lib/libcudnn.so \
 	$(CUDNN_HOME)/lib/libcudnn.so.9 /usr/lib/$(MULTIARCH)/libcudnn.so)))
 # (-lnvrtc: the frontend headers carry an NVRTC-compiled engine of their own, never used here;
-# -l:libcudnn.so.9 finds a cuDNN without its development symlink, as in PyTorch's wheels)
-CUDNN_LINK := $(if $(CUDNN_LIBDIR),-L$(CUDNN_LIBDIR) -Xlinker -rpath=$(CUDNN_LIBDIR)) -l:libcudnn.so.9 -lnvrtc
+# -l:libcudnn.so.9 finds a cuDNN without its development symlink, as in PyTorch's wheels. RUNPATH:
+# cuDNN's directory and the toolkit's lib64, where libnvrtc.so.13 is when cuDNN comes from a wheel)
+CUDNN_RUNPATH := $(sort $(patsubst %/,%,$(CUDNN_LIBDIR)) $(CUDA_HOME)/lib64)
+CUDNN_LINK := $(if $(CUDNN_LIBDIR),-L$(CUDNN_LIBDIR)) $(foreach d,$(CUDNN_RUNPATH),-Xlinker -rpath=$(d)) -l:libcudnn.so.9 -lnvrtc
 ifeq ($(PRECISION),BF16)
 CUDNN_DEPS := | $(CUDNN_ATT_LIB)
 CUDNN_LIBS := -ldl
 endif
 
 .PHONY: cudnn-frontend
-cudnn-frontend:
-	@if [ -f $(CUDNN_FRONTEND_H) ]; then echo "cudnn frontend headers: $(CUDNN_FRONTEND_DIR)/include"; \
-	else bash dev/get_cudnn_frontend.sh $(CUDNN_FRONTEND_DIR) $(CUDNN_FRONTEND_VERSION); fi
+cudnn-frontend: $(CUDNN_FRONTEND_H)
+	@echo "cudnn frontend headers: $(CUDNN_FRONTEND_DIR)/include"
+# (the builds that need the headers fetch them themselves: a fresh clone's make train_gpt2cu works;
+# without network, a wheel in PIP_FIND_LINKS or pip's cache serves, else one line says so)
+$(CUDNN_FRONTEND_H):
+	$(Q)bash dev/get_cudnn_frontend.sh $(CUDNN_FRONTEND_DIR) $(CUDNN_FRONTEND_VERSION)
 
 # (llmc/kernels/cudnn_att.map: only the three extern "C" entry points are exported; -z defs: every symbol
 # resolved at link time, so a dlopen that finds cuDNN cannot fail on a missing symbol later; the
 # frontend's few CUDA runtime calls link the static runtime, as the nvcc builds do)
 CUDNN_ATT_PIC := build/cudnn_att.pic.o
-$(CUDNN_ATT_PIC): llmc/kernels/cudnn_att.cpp llmc/kernels/cudnn_att.cuh llmc/utils.h
-	@test -f $(CUDNN_FRONTEND_H) || { echo "error: $(CUDNN_FRONTEND_H) not found: the cuDNN frontend headers (PyPI nvidia-cudnn-frontend) are needed for --attention cudnn; run make cudnn-frontend"; exit 1; }
+$(CUDNN_ATT_PIC): llmc/kernels/cudnn_att.cpp llmc/kernels/cudnn_att.cuh llmc/utils.h | $(CUDNN_FRONTEND_H)
 	@mkdir -p $(@D)
 	@echo "  CXX   $@ (cuDNN frontend)"
 	$(Q)$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
@@ -360,28 +364,47 @@ test-cudnn-load: $(BUILD)/test_cudnn_load $(CUDNN_LOAD_DIR)/libneeds_gone.so $(C
 	$(Q)cd $(CUDNN_LOAD_DIR) && mkdir -p root/build up/bin && cp -f ../test_cudnn_load root/ && cp -f ../test_cudnn_load up/bin/ && \
 		ln -sf $(abspath $(CUDNN_ATT_LIB)) root/build/ && ln -sf $(abspath $(CUDNN_ATT_LIB)) up/ && \
 		root/test_cudnn_load --expect-at root/build/libleanstep_cudnn.so && up/bin/test_cudnn_load --expect-at up/libleanstep_cudnn.so
+	@# its own dependencies: every one found, and its RUNPATH names the toolkit's lib64 (libnvrtc.so.13
+	@# there) besides cuDNN's directory: with cuDNN from PyTorch's wheels, nvrtc is not beside it
+	$(Q)runpath=$$(readelf -d $(CUDNN_ATT_LIB) | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p'); \
+		for d in $(CUDNN_RUNPATH); do case ":$$runpath:" in *":$$d:"*) ;; \
+		*) echo "test-cudnn-load: $(CUDNN_ATT_LIB)'s RUNPATH is '$$runpath', without $$d"; exit 1 ;; esac; done; \
+		if ldd $(CUDNN_ATT_LIB) | grep "not found"; then echo "test-cudnn-load: $(CUDNN_ATT_LIB) misses a library"; exit 1; fi; \
+		echo "ok   $(CUDNN_ATT_LIB): RUNPATH $$runpath, every dependency found"
 .PHONY: test-cudnn-load
 
-train_gpt2cu: $(CUDA_TRAIN_DEPS) $(CUDNN_DEPS)
+# What an nvcc build depends on beyond its sources: precision, architecture, multi-GPU and
+# tokenizer state. The stamp's file changes only when they do (its recipe always runs, and rewrites
+# it only on a difference), so `make train_gpt2cu PRECISION=FP32` after a BF16 build rebuilds, and
+# a second `make train_gpt2cu` does nothing.
+gpu_config = $(PRECISION) $(GPU_ARCH) $(NCCL_STATE) $(if $(HAVE_TOK_DEV),encoder,decode-only)
+.PHONY: FORCE
+build/train_gpt2cu.config build/test_gpt2cu.config: FORCE
+	@mkdir -p $(@D)
+	@echo '$(gpu_config)' | cmp -s - $@ || echo '$(gpu_config)' >$@
+
+train_gpt2cu: $(CUDA_TRAIN_DEPS) build/train_gpt2cu.config $(CUDNN_DEPS)
 	@echo "  NVCC  $@ ($(PRECISION), $(GPU_ARCH), $(NCCL_STATE))"
 	$(Q)$(NVCC) $(NVCC_TRAIN_FLAGS) $(NCCL_FLAGS) -arch=$(GPU_ARCH) $< -o $@ $(NVCC_LIBS) $(CUDNN_LIBS) $(NCCL_LIBS)
 
-test_gpt2cu: test_gpt2.cu dev/test/test_common.h dev/test/shape_sweep.h $(CUDA_TRAIN_DEPS) $(CUDNN_DEPS)
+test_gpt2cu: test_gpt2.cu dev/test/test_common.h dev/test/shape_sweep.h $(CUDA_TRAIN_DEPS) build/test_gpt2cu.config $(CUDNN_DEPS)
 	@echo "  NVCC  $@ ($(PRECISION), $(GPU_ARCH))"
 	$(Q)$(NVCC) $(NVCC_TRAIN_FLAGS) -arch=$(GPU_ARCH) $< -o $@ $(NVCC_LIBS) $(CUDNN_LIBS)
 
-# compile (no link, no GPU needed) for the precision's architectures (GPU_CHECK_ARCHS_*) with
-# warnings as errors; then, when NCCL is installed, the multi-GPU trainer (NCCL, and MPI when found)
-# compiled and linked the same way. The outputs stay in build/gpu-check/ with their header
-# dependencies (nvcc -MMD), so a second run with nothing changed compiles nothing.
-# gpu-compile-check checks $(PRECISION), gpu-compile-check-all (make test) every precision in one
-# make (FP16: the trainer and its test, without the NCCL link), so make -j compiles them side by side.
+# compile (no GPU needed) for the precision's architectures (GPU_CHECK_ARCHS_*) with warnings as
+# errors, then link each object with the real CUDA libraries, as gpu-build links the binaries a GPU
+# machine runs (gpu_link_libs: a missing library is a failure here); then, when NCCL is installed,
+# the multi-GPU trainer (NCCL, and MPI when found) compiled and linked the same way. The outputs stay
+# in build/gpu-check/ with their header dependencies (nvcc -MMD), so a second run with nothing
+# changed compiles nothing. gpu-compile-check checks $(PRECISION), gpu-compile-check-all (make test)
+# every precision in one make (FP16 without the NCCL link), so make -j compiles them side by side.
 GPU_CHECK_DIR := build/gpu-check
 # The architectures each precision is checked for: bf16 needs sm_80; fp16 is for the GPUs before it
-# (CUDA 13's oldest is sm_75; Volta's sm_70 needs CUDA 12's nvcc) and runs on the newer ones too.
+# (CUDA 13's oldest is sm_75; Volta's sm_70 needs CUDA 12's nvcc) and runs on the newer ones too:
+# sm_75 and sm_90 (the source has no code that differs by architecture; sm_80 is the others' check).
 GPU_CHECK_ARCHS_bf16 := 80 90
 GPU_CHECK_ARCHS_fp32 := 80 90
-GPU_CHECK_ARCHS_fp16 := 75 80 90
+GPU_CHECK_ARCHS_fp16 := 75 90
 gpu_check_archs = $(subst $(check_space),$(check_space)+$(check_space),$(patsubst %,sm_%,$(GPU_CHECK_ARCHS_$(1))))
 check_space := $(subst ,, )
 NVCC_CHECK_FLAGS = $(filter-out $(PFLAGS),$(NVCC_TRAIN_FLAGS)) $(PFLAGS_$*) -Werror all-warnings -Xcompiler -Werror \
@@ -389,8 +412,11 @@ NVCC_CHECK_FLAGS = $(filter-out $(PFLAGS),$(NVCC_TRAIN_FLAGS)) $(PFLAGS_$*) -Wer
 GPU_CHECK_TRAIN := $(GPU_CHECK_DIR)/train_gpt2_bf16.o $(GPU_CHECK_DIR)/train_gpt2_fp32.o $(GPU_CHECK_DIR)/train_gpt2_fp16.o
 GPU_CHECK_TEST := $(GPU_CHECK_DIR)/test_gpt2_bf16.o $(GPU_CHECK_DIR)/test_gpt2_fp32.o $(GPU_CHECK_DIR)/test_gpt2_fp16.o
 GPU_CHECK_NCCL := $(GPU_CHECK_DIR)/train_gpt2cu_nccl_bf16 $(GPU_CHECK_DIR)/train_gpt2cu_nccl_fp32
-gpu_check_files = $(GPU_CHECK_DIR)/train_gpt2_$(1).o $(GPU_CHECK_DIR)/test_gpt2_$(1).o \
+GPU_CHECK_LINKED := $(foreach p,bf16 fp32 fp16,$(GPU_CHECK_DIR)/train_gpt2cu_$(p) $(GPU_CHECK_DIR)/test_gpt2cu_$(p))
+gpu_check_files = $(GPU_CHECK_DIR)/train_gpt2cu_$(1) $(GPU_CHECK_DIR)/test_gpt2cu_$(1) \
 	$(if $(NCCL_LIBS),$(GPU_CHECK_DIR)/train_gpt2cu_nccl_$(1))
+# the libraries of the one-GPU trainer and its test in precision $(1) (gpu-build links the same)
+gpu_link_libs = $(NVCC_LIBS) $(if $(filter bf16,$(1)),-ldl)
 define GPU_CHECK_COMPILE
 @mkdir -p $(@D)
 @echo "  NVCC  $< ($*, $(call gpu_check_archs,$*), warnings are errors)"
@@ -400,10 +426,16 @@ $(GPU_CHECK_TRAIN): $(GPU_CHECK_DIR)/train_gpt2_%.o: train_gpt2.cu
 	$(GPU_CHECK_COMPILE)
 $(GPU_CHECK_TEST): $(GPU_CHECK_DIR)/test_gpt2_%.o: test_gpt2.cu
 	$(GPU_CHECK_COMPILE)
+define GPU_CHECK_LINK
+$(GPU_CHECK_DIR)/$(1)_gpt2cu_$(2): $(GPU_CHECK_DIR)/$(1)_gpt2_$(2).o
+	@echo "  LINK  $$@"
+	$$(Q)$$(NVCC) $$< -o $$@ $$(call gpu_link_libs,$(2))
+endef
+$(foreach t,train test,$(foreach p,bf16 fp32 fp16,$(eval $(call GPU_CHECK_LINK,$(t),$(p)))))
 $(GPU_CHECK_NCCL): $(GPU_CHECK_DIR)/train_gpt2cu_nccl_%: train_gpt2.cu
 	@mkdir -p $(@D)
 	@echo "  NVCC  $@ (NCCL$(if $(findstring USE_MPI,$(NCCL_FLAGS)), + MPI)$(if $(filter bf16,$*), + cuDNN loader), $(call gpu_check_archs,$*), compile and link, warnings are errors)"
-	$(Q)$(NVCC) $(NVCC_CHECK_FLAGS) $(NCCL_FLAGS) $< -o $@ $(NVCC_LIBS) $(call gpu_cudnn_libs,$*) $(NCCL_LIBS)
+	$(Q)$(NVCC) $(NVCC_CHECK_FLAGS) $(NCCL_FLAGS) $< -o $@ $(call gpu_link_libs,$*) $(NCCL_LIBS)
 -include $(wildcard $(GPU_CHECK_DIR)/*.d)
 # (an output built before it had a .d file depends on every header once)
 $(foreach t,$(GPU_CHECK_TRAIN) $(GPU_CHECK_TEST) $(GPU_CHECK_NCCL),$(if $(wildcard $(t).d),,$(eval $(t): $(CUDA_TRAIN_DEPS) dev/test/test_common.h dev/test/shape_sweep.h)))
@@ -414,8 +446,8 @@ gpu-sm70-check:
 	$(Q)NVCC=$(NVCC) bash dev/sm70_check.sh $(filter-out $(PFLAGS),$(NVCC_TRAIN_FLAGS))
 .PHONY: gpu-compile-check gpu-compile-check-all gpu-compile-check-nccl
 gpu-compile-check: $(call gpu_check_files,$(PREC_LC)) $(if $(CUDNN_DEPS),test-cudnn-load) gpu-compile-check-nccl
-gpu-compile-check-all: $(call gpu_check_files,bf16) $(call gpu_check_files,fp32) $(GPU_CHECK_DIR)/train_gpt2_fp16.o \
-	$(GPU_CHECK_DIR)/test_gpt2_fp16.o test-cudnn-load gpu-compile-check-nccl
+gpu-compile-check-all: $(call gpu_check_files,bf16) $(call gpu_check_files,fp32) $(GPU_CHECK_DIR)/train_gpt2cu_fp16 \
+	$(GPU_CHECK_DIR)/test_gpt2cu_fp16 test-cudnn-load gpu-compile-check-nccl
 gpu-compile-check-nccl:
 ifeq ($(NCCL_LIBS),)
 	@$(call missing_dep,gpu-compile-check,NCCL (the multi-GPU build: $(NCCL_STATE)),the CUDA toolkit's NCCL)
@@ -430,21 +462,22 @@ endif
 GPU_BUILD := build/gpu
 GPU_BINS := $(foreach p,bf16 fp32 fp16,$(GPU_BUILD)/train_gpt2cu_$(p) $(GPU_BUILD)/test_gpt2cu_$(p))
 # (the bf16 builds open cuDNN's flash attention at run time, build/libleanstep_cudnn.so, found
-# from build/gpu/ as ../; the fp32 and fp16 builds have none)
+# from build/gpu/ as ../; the fp32 and fp16 builds have none. They do not wait for it: gpu-build
+# makes it beside them, and a GPU machine's first step makes the bf16 trainer and it together)
 gpu_prec_flags = $(filter-out $(PFLAGS),$(NVCC_TRAIN_FLAGS)) $(PFLAGS_$(1)) -arch=$(GPU_ARCH)
-gpu_cudnn_libs = $(if $(filter bf16,$(1)),-ldl)
-$(GPU_BUILD)/train_gpt2cu_bf16 $(GPU_BUILD)/test_gpt2cu_bf16: | $(CUDNN_ATT_LIB)
 $(GPU_BUILD)/train_gpt2cu_%: $(CUDA_TRAIN_DEPS)
 	@mkdir -p $(@D)
 	@echo "  NVCC  $@ ($(GPU_ARCH), $(NCCL_STATE))"
-	$(Q)$(NVCC) $(call gpu_prec_flags,$*) $(NCCL_FLAGS) $< -o $@ $(NVCC_LIBS) $(call gpu_cudnn_libs,$*) $(NCCL_LIBS)
+	$(Q)$(NVCC) $(call gpu_prec_flags,$*) $(NCCL_FLAGS) $< -o $@ $(call gpu_link_libs,$*) $(NCCL_LIBS)
 $(GPU_BUILD)/test_gpt2cu_%: test_gpt2.cu dev/test/test_common.h dev/test/shape_sweep.h $(CUDA_TRAIN_DEPS)
 	@mkdir -p $(@D)
 	@echo "  NVCC  $@ ($(GPU_ARCH))"
-	$(Q)$(NVCC) $(call gpu_prec_flags,$*) $< -o $@ $(NVCC_LIBS) $(call gpu_cudnn_libs,$*)
-gpu-lab-build: $(CUDNN_ATT_LIB)  # first: the attention lab opens it too (no two builds of it at once)
+	$(Q)$(NVCC) $(call gpu_prec_flags,$*) $< -o $@ $(call gpu_link_libs,$*)
+# (the labs do not wait for the cuDNN library: the attention lab opens it at run time only, and
+# gpu-build builds it beside them, in this make alone)
+gpu-lab-build:
 	$(Q)$(MAKE) --no-print-directory -C dev/cuda gpu NVCC=$(NVCC) GPU_ARCH=$(GPU_ARCH) Q=$(Q)
-gpu-build: $(GPU_BINS) gpu-lab-build
+gpu-build: $(GPU_BINS) gpu-lab-build $(CUDNN_ATT_LIB)
 ref: $(REF_DIR)/$(REF_DESC)_state.bin $(REF_DIR)/$(REF_DESC)_muon_state.bin
 gpu-carry: data ref cudnn-frontend
 	@mkdir -p build/deps/include

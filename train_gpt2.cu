@@ -545,6 +545,7 @@ static void gpt2_free(GPT2* model) {
     if (model->master_memory) { cudaCheck(cudaFree(model->master_memory)); }
     cudaCheck(cudaFree(model->grads_memory));
     cudaCheck(cudaFree(model->params_memory));
+    encoder_backward_free();
     cudaCheck(cudaStreamDestroy(model->stream));
     matmul_free();
     if (model->flash) { attention_cudnn_free(); }

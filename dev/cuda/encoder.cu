@@ -21,7 +21,9 @@
      in the next binade (ulp twice as large) when the sum lies just below a power of two.
  bf16 also checks that stochastic rounding is unbiased: many increments far below half an ulp of
  the gradient must raise its mean by their sum (round to nearest would drop them all). And: the
- same inputs and seed give the same bits (determinism), and the launchers' precondition checks.
+ same inputs and seed give the same bits (determinism), three backward calls queued without a
+ synchronization give the bits of the same calls synchronized one by one (the pinned staging of
+ their uploads), and the launchers' precondition checks.
  --bench: B = 8, T = 1024, C = 768, Vp = 50304 (tokens drawn with Zipf-like frequencies), median
  of -r repeats after an L2 flush; GB/s of the minimum traffic against a device-to-device copy. The
  backward time includes the host-side grouping of positions (also shown alone).
@@ -156,6 +158,31 @@ static bool check_case(const Version& v, const Case& cs, Rng& rng) {
         printf("      backward: a second run on the same inputs and seed gave different bits\n");
         bad++;
     }
+    // three calls queued back to back (no synchronization between), each on other tokens, give the
+    // bits of the same calls with a synchronization after each: the host must not rewrite a call's
+    // pinned staging before its upload has run (under the harness, a queued copy from pinned memory
+    // reads it when it runs)
+    std::vector<int> toks[3] = {tok, std::vector<int>(tok.rbegin(), tok.rend()), tok};
+    std::rotate(toks[2].begin(), toks[2].begin() + N / 2, toks[2].end());
+    int* d_toks[3];
+    for (int k = 0; k < 3; k++) d_toks[k] = upload_i(toks[k]);
+    std::vector<uint8_t> bits[2][2]; // [queued][dwte, dwpe]
+    for (int queued = 0; queued < 2; queued++) {
+        copy_to_X(d_dwte, dwte0);
+        copy_to_X(d_dwpe, dwpe0);
+        for (int k = 0; k < 3; k++) {
+            v.backward(d_dwte, d_dwpe, d_scratch, d_dout, d_toks[k], toks[k].data(), B, T, C, seed + k, 0);
+            if (!queued) cudaCheck(cudaDeviceSynchronize());
+        }
+        cudaCheck(cudaDeviceSynchronize());
+        bits[queued][0] = download_bytes(d_dwte, wte_bits.size());
+        bits[queued][1] = download_bytes(d_dwpe, wpe_bits.size());
+    }
+    if (bits[0][0] != bits[1][0] || bits[0][1] != bits[1][1]) {
+        printf("      backward: three calls queued without a synchronization differ from the same calls synchronized\n");
+        bad++;
+    }
+    for (int* d : d_toks) cudaCheck(cudaFree(d));
     for (void* p : {(void*)d_tok, (void*)d_wte, (void*)d_wpe, (void*)d_out, (void*)d_dout, (void*)d_dwte,
                     (void*)d_dwpe, (void*)d_scratch}) {
         cudaCheck(cudaFree(p));
@@ -257,9 +284,9 @@ static int run_bench(const std::vector<const Version*>& versions, int repeats) {
     lab_bench_header(10, "the minimum traffic");
     for (const Version* v : versions) {
         float* scratch = dev_alloc<float>(v->scratch_bytes(B, T, C) / sizeof(float));
-        std::vector<int> staging;
+        std::vector<int> staging(2 * (size_t)N + 1);
         auto h0 = std::chrono::steady_clock::now();
-        for (int r = 0; r < repeats; r++) encoder_group_positions(staging, tok.data(), N);
+        for (int r = 0; r < repeats; r++) encoder_group_positions(staging.data(), tok.data(), N);
         const double host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h0).count() / repeats;
         unsigned seed = 0;
         BenchOp ops[2] = {

@@ -173,7 +173,8 @@ static const CheckCase kChecks[] = {
     {100, 64, 192, true, false, "N not a multiple of 64"},
     {37, 48, 256, true, true, "GELU, N = 37"},
     {200, 64, 72, false, true, "GELU without bias"},
-    {300, 40, 264, true, false, "3 dbias slices, OC cuts a column tile"},
+    {300, 40, 264, true, false, "5 dbias slices, OC cuts a column tile"},
+    {4100, 16, 1024, true, false, "dbias: 8 rows in flight per thread, then a tail row"},
     {16, 64, 1024, false, false, "wide OC (classifier-like)"},
 };
 
@@ -316,6 +317,27 @@ static int bench(const std::vector<const Version*>& versions, int N, int C, int 
         }
         floatX* bufs[] = {inp, w, b, dout, pre_in, out, pre, dinp, dw, db};
         for (floatX* p : bufs) cudaCheck(cudaFree(p));
+        cudaCheck(cudaFree(scratch));
+    }
+    // the bias gradient alone (memory-bound: dout read once, after an L2 flush) against the device copy
+    const double copy = copy_gbs((size_t)N * 4 * C * sizeof(floatX), repeats);
+    printf("  bias gradient (matmul_backward_bias), vs device copy %.0f GB/s (read + write):\n", copy);
+    printf("  %-8s %6s %6s %6s %9s %9s %7s\n", "layer", "N", "OC", "splits", "ms", "GB/s", "% copy");
+    for (const BenchLayer& L : layers) {
+        if (!L.bias) continue;
+        const int OC = L.cout_mult * C;
+        floatX *dout = device_random((size_t)N * OC, 24, 1.0f), *db = dev_alloc<floatX>(OC);
+        cudaCheck(cudaMemset(db, 0, (size_t)OC * sizeof(floatX)));
+        float* scratch;
+        cudaCheck(cudaMalloc(&scratch, matmul_backward_scratch_bytes(N, OC)));
+        const float ms = time_ms(repeats, [&] {
+            matmul_backward_bias(db, scratch, dout, N, OC, 0);
+        }, L2_FLUSHED);
+        const double gbs = gbs_of((double)N * OC * sizeof(floatX), ms);
+        printf("  %-8s %6d %6d %6d %9.4f %9.0f %6.1f%%\n", L.name, N, OC, matmul_dbias_splits(N, OC), ms, gbs,
+               100.0 * gbs / copy);
+        cudaCheck(cudaFree(dout));
+        cudaCheck(cudaFree(db));
         cudaCheck(cudaFree(scratch));
     }
     return 0;

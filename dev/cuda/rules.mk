@@ -7,8 +7,9 @@
 #                            orders (forward, reverse), then cuda-compile-check
 #   make test-cuda-san       the same under ASan+UBSan (build/san/cuda/); also catches the planted
 #                            out-of-bounds writes
-#   make cuda-compile-check  nvcc, warnings as errors: the BF16 labs (dev/cuda/Makefile) and the
-#                            FP32 ones for sm_90, the FP16 ones for sm_75 (CUDA 13's oldest)
+#   make cuda-compile-check  nvcc, warnings as errors, every lab in every precision it is built in
+#                            (dev/cuda/Makefile: BF16 and FP32 for sm_90, FP16 for sm_75, CUDA 13's
+#                            oldest), each object then linked with the real CUDA libraries
 #   make cuda-gpu            nvcc builds for the local GPU (dev/cuda/Makefile, needs a GPU)
 # `make test` runs test-cuda (TEST_PHONY), `make test-san` runs test-cuda-san (TEST_SAN_PHONY).
 # A new lab file dev/cuda/foo.cu is picked up by every target, and its --check runs in test-cuda.
@@ -64,65 +65,34 @@ TEST_TARGETS += $(CUDA_HARNESS_BINS)
 TEST_PHONY += test-cuda
 TEST_SAN_PHONY += test-cuda-san
 
-# --- the labs built in both precisions: encoder, layernorm, gelu, fused_classifier -------------
+# --- the labs built in every precision (dev/cuda/labs.mk: LAB_PRECISION_LABS) -------------------
 # $(BUILD)/cuda/<lab> (the rule above) is the default precision, BF16 (llmc/cuda/cuda_precision.h);
-# $(BUILD)/cuda/<lab>_fp32 is the PRECISION=FP32 build (-DENABLE_FP32). test-cuda runs --check of
-# both and a --bench smoke run (small shapes on the harness); cuda-compile-check also compiles the
-# FP32 builds with nvcc (same flags as dev/cuda/Makefile's compile-check).
+# $(BUILD)/cuda/<lab>_fp32 and <lab>_fp16 are the other two (-DENABLE_FP32, -DENABLE_FP16). test-cuda
+# runs --check of each and a --bench smoke run of some (small shapes on the harness); the nvcc
+# compile check of every precision build is dev/cuda/Makefile's.
+include dev/cuda/labs.mk
 CUDA_PRECISION_LABS := encoder layernorm gelu fused_classifier
-# (muon: both precisions' --check; its bench is GPT-2 124M's matrices, for a GPU only)
-CUDA_FP32_LABS := $(CUDA_PRECISION_LABS) muon
-CUDA_FP32_BINS := $(patsubst %,$(BUILD)/cuda/%_fp32,$(CUDA_FP32_LABS))
-# The other precisions' builds of a lab: <lab>_fp32 and <lab>_fp16 (harness, and nvcc's compile
-# check for the precision's oldest GPU: fp32 sm_90 as the BF16 labs, fp16 sm_75, the T4/RTX 20xx).
-CUDA_CHECK_ARCH_fp32 := 90
-CUDA_CHECK_ARCH_fp16 := 75
 define CUDA_PRECISION_RULES
 $$(BUILD)/cuda/%_$(1): dev/cuda/%.cu
 	@mkdir -p $$(@D)
 	@echo "  CXX   $$@ (CPU harness, $(1))"
 	$$(Q)$$(CXX) $$(CXXFLAGS) $$(CUDA_HARNESS_FLAGS) $$(PFLAGS_$(1)) -MMD -MP -MF $$@.d $$< -o $$@ $$(CUDA_HARNESS_LIBS)
-build/cuda-check/%_$(1).o: dev/cuda/%.cu $$(LLMC_HEADERS) $$(LLMC_CUDA_HEADERS) $$(wildcard dev/cuda/*.h)
-	@mkdir -p $$(@D)
-	@command -v $$(NVCC) >/dev/null || { echo "error: $$(NVCC) not found (CUDA toolkit needed for the compile check)"; exit 1; }
-	@echo "  NVCC  $$< ($(1), sm_$$(CUDA_CHECK_ARCH_$(1)), warnings are errors)"
-	$$(Q)$$(NVCC) -std=c++17 -O3 -lineinfo -Xptxas=--warn-on-spills -Xcompiler -Wall,-Wextra,-fopenmp -I. \
-		-Werror all-warnings -Xcompiler -Werror -gencode arch=compute_$$(CUDA_CHECK_ARCH_$(1)),code=sm_$$(CUDA_CHECK_ARCH_$(1)) \
-		$$(PFLAGS_$(1)) -c $$< -o $$@
 endef
 $(foreach p,fp32 fp16,$(eval $(call CUDA_PRECISION_RULES,$(p))))
-cuda-harness test-cuda: $(CUDA_FP32_BINS)
-TEST_TARGETS += $(CUDA_FP32_BINS)
-CUDA_TEST_CMDS += $(foreach l,$(CUDA_PRECISION_LABS),&& $(BUILD)/cuda/$(l)_fp32 --check -q && \
-	$(BUILD)/cuda/$(l) --bench -r 2 >/dev/null)
-CUDA_TEST_CMDS += && $(BUILD)/cuda/muon_fp32 --check -q
+CUDA_FP32_BINS := $(patsubst %,$(BUILD)/cuda/%_fp32,$(LAB_PRECISION_LABS))
+CUDA_FP16_BINS := $(patsubst %,$(BUILD)/cuda/%_fp16,$(LAB_PRECISION_LABS))
+cuda-harness test-cuda: $(CUDA_FP32_BINS) $(CUDA_FP16_BINS)
+TEST_TARGETS += $(CUDA_FP32_BINS) $(CUDA_FP16_BINS)
+CUDA_TEST_CMDS += $(foreach l,$(LAB_PRECISION_LABS),&& $(BUILD)/cuda/$(l)_fp32 --check -q && $(BUILD)/cuda/$(l)_fp16 --check -q)
+CUDA_TEST_CMDS += $(foreach l,$(CUDA_PRECISION_LABS),&& $(BUILD)/cuda/$(l) --bench -r 2 >/dev/null)
 
-CUDA_FP32_CHECK_OBJS := $(patsubst %,build/cuda-check/%_fp32.o,$(CUDA_FP32_LABS))
-cuda-compile-check: $(CUDA_FP32_CHECK_OBJS)
-
-# --- matmul and attention (llmc/kernels/matmul.cuh: cuBLASLt or its CPU fallback; attention.cuh) --
-# The same two precisions through the rules above: $(BUILD)/cuda/<lab> (BF16) and <lab>_fp32. Both
-# --check in both thread orders; --bench once per build on tiny shapes (the code path only).
-CUDA_MM_FP32_BINS := $(BUILD)/cuda/matmul_fp32 $(BUILD)/cuda/attention_fp32
-cuda-harness test-cuda: $(CUDA_MM_FP32_BINS)
-TEST_TARGETS += $(CUDA_MM_FP32_BINS)
-CUDA_TEST_CMDS += $(foreach l,matmul attention,&& $(BUILD)/cuda/$(l)_fp32 --check -q)
+# --- matmul and attention (llmc/kernels/matmul.cuh, attention.cuh): --bench once per build on tiny
+# shapes (the code path only)
 CUDA_TEST_CMDS += $(foreach p,matmul matmul_fp32,&& $(BUILD)/cuda/$(p) --bench -n 40 -c 32 --vocab 96 -s 64 -r 1 >/dev/null)
 CUDA_TEST_CMDS += $(foreach p,attention attention_fp32,&& $(BUILD)/cuda/$(p) --bench -b 1 -t 24 -c 32 --nh 2 -s 64 -r 1 >/dev/null)
-cuda-compile-check: build/cuda-check/matmul_fp32.o build/cuda-check/attention_fp32.o
 
 # --- the optimizer family (llmc/optim/kernels.cuh, dev/cuda/optimizers.cu) ---------------------------
 # Every optimizer x state precision x parameter format through optim_step_gpu, against the CPU
 # updates of llmc/optim/optim.h bit for bit and against float64, in both thread orders; --bench once on
 # a tiny problem (the code path only).
 CUDA_TEST_CMDS += && $(BUILD)/cuda/optimizers --bench -r 1 -n 5000 >/dev/null
-
-# --- PRECISION=FP16 (GPUs without bf16: T4, RTX 20xx) -------------------------------------------
-# The labs whose kernels read or write floatX, in fp16: --check in both thread orders under the
-# harness (tolerances from fp16's 11 significant bits, dev/cuda/lab.h), and nvcc for sm_75.
-CUDA_FP16_LABS := $(CUDA_FP32_LABS) matmul attention
-CUDA_FP16_BINS := $(patsubst %,$(BUILD)/cuda/%_fp16,$(CUDA_FP16_LABS))
-cuda-harness test-cuda: $(CUDA_FP16_BINS)
-TEST_TARGETS += $(CUDA_FP16_BINS)
-CUDA_TEST_CMDS += $(foreach l,$(CUDA_FP16_LABS),&& $(BUILD)/cuda/$(l)_fp16 --check -q)
-cuda-compile-check: $(patsubst %,build/cuda-check/%_fp16.o,$(CUDA_FP16_LABS))

@@ -21,12 +21,13 @@
  T <= rows of wpe.
 
  Scratch (device, encoder_backward_scratch_bytes(B, T, C) bytes, 16-byte aligned): (2·B·T + 1)
- ints: the positions grouped by token, then the groups' start offsets. The host side keeps one
- staging vector that grows to the largest B·T seen (no allocation in the steady state); the
- upload is a cudaMemcpyAsync from that pageable buffer: the runtime stages it before returning (so
- the buffer can be reused at once), after waiting for the stream's earlier work: the host waits
- here for the rest of the backward pass, and the GPU idles for the copy and two launches (tens of
- microseconds per step). The grouping itself runs on the host before that wait.
+ ints: the positions grouped by token, then the groups' start offsets. The host groups into one of
+ two pinned staging buffers, used in turn (they grow to the largest B·T seen: no allocation in the
+ steady state), and the upload is an asynchronous copy from it: the host does not wait for the
+ backward pass queued before it (a copy from pageable memory would), so the GPU does not idle
+ while the host groups and launches. A buffer is written again only after its last copy has run
+ (an event per buffer; in a steady state it ran a whole step ago). encoder_backward_free()
+ releases them (the trainer's teardown).
 */
 #ifndef LLMC_ENCODER_CUH
 #define LLMC_ENCODER_CUH
@@ -168,9 +169,10 @@ static inline int encoder_backward_warps(int C) {
     return w < ENCODER_BWD_MAX_WARPS ? w : ENCODER_BWD_MAX_WARPS;
 }
 
-// Groups positions 0..N-1 by token into staging = [order (N) | start (ngroups + 1)], groups in
-// decreasing size (ties: ascending token), positions ascending within a group. Returns ngroups.
-static inline int encoder_group_positions(std::vector<int>& staging, const int* tokens, int N) {
+// Groups positions 0..N-1 by token into staging (room for 2N + 1 ints) = [order (N) | start
+// (ngroups + 1)], groups in decreasing size (ties: ascending token), positions ascending within a
+// group. Returns ngroups.
+static inline int encoder_group_positions(int* staging, const int* tokens, int N) {
     static std::vector<int> count, groups; // grow once to the vocabulary size
     int max_token = 0;
     for (int n = 0; n < N; n++) {
@@ -184,8 +186,7 @@ static inline int encoder_group_positions(std::vector<int>& staging, const int* 
     std::sort(groups.begin(), groups.end(),
               [](int a, int b) { return count[a] != count[b] ? count[a] > count[b] : a < b; });
     const int ngroups = (int)groups.size();
-    staging.resize((size_t)N + ngroups + 1);
-    int* start = staging.data() + N;
+    int* start = staging + N;
     int off = 0;
     for (int g = 0; g < ngroups; g++) {
         start[g] = off;
@@ -196,6 +197,49 @@ static inline int encoder_group_positions(std::vector<int>& staging, const int* 
     start[ngroups] = off;
     for (int n = 0; n < N; n++) staging[count[tokens[n]]++] = n;
     return ngroups;
+}
+
+// The pinned staging of the grouping's upload: two buffers of `cap` ints used in turn, each with the
+// event recorded after the copy that last read it.
+typedef struct {
+    int* host[2];
+    size_t cap;
+    cudaEvent_t copied[2];
+    int next;
+} EncoderStaging;
+
+static inline EncoderStaging& encoder_staging(void) {
+    static EncoderStaging st;
+    return st;
+}
+
+// Releases the staging buffers (after the work that reads them: cudaFreeHost waits for the device).
+static inline void encoder_backward_free(void) {
+    EncoderStaging& st = encoder_staging();
+    if (st.cap == 0) return;
+    for (int i = 0; i < 2; i++) {
+        cudaCheck(cudaEventSynchronize(st.copied[i]));
+        cudaCheck(cudaFreeHost(st.host[i]));
+        cudaCheck(cudaEventDestroy(st.copied[i]));
+    }
+    memset(&st, 0, sizeof st);
+}
+
+// The next staging buffer with room for n ints, once the copy that last read it has run.
+static inline int* encoder_staging_next(size_t n, int* which) {
+    EncoderStaging& st = encoder_staging();
+    if (n > st.cap) { // first use, or a larger B*T: allocate both anew
+        encoder_backward_free();
+        for (int i = 0; i < 2; i++) {
+            cudaCheck(cudaMallocHost((void**)&st.host[i], n * sizeof(int)));
+            cudaCheck(cudaEventCreateWithFlags(&st.copied[i], cudaEventDisableTiming));
+        }
+        st.cap = n;
+    }
+    *which = st.next;
+    st.next ^= 1;
+    cudaCheck(cudaEventSynchronize(st.copied[*which]));
+    return st.host[*which];
 }
 
 // dwte (Vp,C) += dout summed by token; dwpe (maxT,C) += dout summed over the batch. dout (B,T,C),
@@ -217,11 +261,13 @@ static inline void encoder_backward(floatX* dwte, floatX* dwpe, float* scratch, 
     if ((long long)B * T > (1LL << 30)) ls_fatal("%s: B*T=%lld positions is too many", what, (long long)B * T);
     const int N = B * T;
 
-    static std::vector<int> staging; // grows to the largest N; reused
+    int which;
+    int* staging = encoder_staging_next(2 * (size_t)N + 1, &which);
     const int ngroups = encoder_group_positions(staging, inp_cpu, N);
     int* d_order = reinterpret_cast<int*>(scratch);
     int* d_start = d_order + N;
-    cudaCheck(cudaMemcpyAsync(d_order, staging.data(), staging.size() * sizeof(int), cudaMemcpyHostToDevice, stream));
+    cudaCheck(cudaMemcpyAsync(d_order, staging, ((size_t)N + ngroups + 1) * sizeof(int), cudaMemcpyHostToDevice, stream));
+    cudaCheck(cudaEventRecord(encoder_staging().copied[which], stream));
 
     // independent random streams for the two tensors
     const unsigned long long seed_wte = 2ULL * seed, seed_wpe = 2ULL * seed + 1;

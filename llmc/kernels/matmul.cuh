@@ -15,7 +15,8 @@
    matmul_gemm(d, a, b, shape, epilogue, bias, aux, stream)   the general (batched) GEMM
 
  Where the work is done
-   GPU build (nvcc): cuBLASLt, fp32 accumulation. BF16 build: bf16 in/out, CUBLAS_COMPUTE_32F.
+   GPU build (nvcc): cuBLASLt, fp32 accumulation (split-K too: its partials are fp32, the
+   reduction-scheme preference). BF16 build: bf16 in/out, CUBLAS_COMPUTE_32F.
    FP32 build: fp32 in/out, CUBLAS_COMPUTE_32F (exact fp32 FMAs; TF32 only after
    matmul_set_tf32(1)). Epilogues: BIAS, GELU_AUX_BIAS (forward GELU, writes pre_gelu) and DGELU
    (backward GELU). The bias gradient is this file's own two-kernel column sum (not cuBLASLt's
@@ -437,6 +438,12 @@ static inline GemmPlan* gemm_lt_plan(const GemmKey& key, const void* bias, const
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
+    // split-K only with fp32 partials (in the workspace, added in a separate step): the default also
+    // allows partials in the output type or added into the output itself, bf16/fp16 roundings that
+    // the single-pass product does not make
+    uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction,
+                                                     sizeof reduction));
     cublasLtMatmulHeuristicResult_t heur;
     memset(&heur, 0, sizeof heur);
     int found = 0;
@@ -541,22 +548,34 @@ static inline void matmul_gemm_batched(int trans_a, int trans_b, int M, int N, i
 // kernels: the deterministic bias gradient
 
 // Bias gradient in two deterministic passes. Pass 1: the N rows are cut into `splits` interleaved
-// slices (a fixed function of N, so the summation order depends on the shape only, never on the
-// device or the thread schedule); block (x, y) sums the 32 * x128::size columns of tile x over
-// slice y into fp32 partials (OC per slice). Pass 2: one thread per column adds the partials in
-// slice order and accumulates into dbias.
-#define MATMUL_DBIAS_ROWS_PER_SPLIT 128
-#define MATMUL_DBIAS_MAX_SPLITS 64
-#define MATMUL_DBIAS_BLOCK_Y 8 // block (32, 8): 8 rows of threads walk the rows of the slice
+// slices (a fixed function of N and OC, so the summation order depends on the shape only, never on
+// the device or the thread schedule); block (x, y) sums the 32 * x128::size columns of tile x over
+// slice y into fp32 partials (OC per slice). Pass 2: per column, 8 threads add every 8th slice's
+// partial, then one adds their 8 sums in order, and accumulates into dbias.
+// The pass is memory-bound (dout is read once); what limits it is the bytes in flight: each thread
+// issues MATMUL_DBIAS_UNROLL independent 128-bit loads before it adds them (in row order, so the
+// sums are those of one load at a time), and the split count aims at MATMUL_DBIAS_TARGET_BLOCKS
+// blocks whatever OC is: 256 blocks x 256 threads x 8 x 16 B = 8 MiB in flight, above the
+// bandwidth x latency product of an H100/H200 (about 3 MB). GPT-2 124M's OC = 768 layers (3 column
+// tiles in bf16) get 64 splits, its 3072 ones 22.
+#define MATMUL_DBIAS_BLOCK_Y 8          // block (32, 8): 8 rows of threads walk the rows of the slice
+#define MATMUL_DBIAS_UNROLL 8           // row loads in flight per thread
+#define MATMUL_DBIAS_MIN_ROWS (MATMUL_DBIAS_BLOCK_Y * MATMUL_DBIAS_UNROLL) // rows per slice, at least
+#define MATMUL_DBIAS_TARGET_BLOCKS 256
+#define MATMUL_DBIAS_MAX_SPLITS 64      // pass 2 reads at most 8 partials per thread
 
-static inline int matmul_dbias_splits(int N) {
-    int s = CEIL_DIV(N, MATMUL_DBIAS_ROWS_PER_SPLIT);
-    return s < 1 ? 1 : (s > MATMUL_DBIAS_MAX_SPLITS ? MATMUL_DBIAS_MAX_SPLITS : s);
+static inline int matmul_dbias_splits(int N, int OC) {
+    const int tiles = CEIL_DIV(OC, 32 * x128::size);
+    int s = CEIL_DIV(MATMUL_DBIAS_TARGET_BLOCKS, tiles);
+    if (s > CEIL_DIV(N, MATMUL_DBIAS_MIN_ROWS)) s = CEIL_DIV(N, MATMUL_DBIAS_MIN_ROWS);
+    if (s > MATMUL_DBIAS_MAX_SPLITS) s = MATMUL_DBIAS_MAX_SPLITS;
+    return s < 1 ? 1 : s;
 }
 
 // partial (splits, OC) fp32; dout (N, OC); grid (CEIL_DIV(OC, 32 * x128::size), splits), block (32, 8).
+// Thread (x, y) of block (bx, by) sums x128::size columns over the rows by * 8 + y + k * splits * 8.
 static __global__ void matmul_dbias_partial_kernel(float* partial, const floatX* dout, int N, int OC) {
-    constexpr int V = x128::size;
+    constexpr int V = x128::size, U = MATMUL_DBIAS_UNROLL;
     __shared__ float sums[MATMUL_DBIAS_BLOCK_Y][32 * V];
     const int tile = blockIdx.x * 32 * V;
     const int col = tile + threadIdx.x * V;
@@ -564,7 +583,19 @@ static __global__ void matmul_dbias_partial_kernel(float* partial, const floatX*
 #pragma unroll
     for (int e = 0; e < V; e++) acc[e] = 0.0f;
     if (col < OC) {
-        for (int r = blockIdx.y * MATMUL_DBIAS_BLOCK_Y + threadIdx.y; r < N; r += gridDim.y * MATMUL_DBIAS_BLOCK_Y) {
+        const int stride = gridDim.y * MATMUL_DBIAS_BLOCK_Y;
+        int r = blockIdx.y * MATMUL_DBIAS_BLOCK_Y + threadIdx.y;
+        for (; r + (U - 1) * stride < N; r += U * stride) { // U rows at a time: loads first, then the sums
+            x128 x[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) x[u] = load128(dout + (size_t)(r + u * stride) * OC + col);
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+#pragma unroll
+                for (int e = 0; e < V; e++) acc[e] += to_float(x[u][e]);
+            }
+        }
+        for (; r < N; r += stride) { // the last rows of the slice, fewer than U
             x128 x = load128(dout + (size_t)r * OC + col);
 #pragma unroll
             for (int e = 0; e < V; e++) acc[e] += to_float(x[e]);
@@ -581,28 +612,46 @@ static __global__ void matmul_dbias_partial_kernel(float* partial, const floatX*
     }
 }
 
-// dbias (OC) += sum over slices of partial (splits, OC).
+// dbias (OC) += sum over slices of partial (splits, OC): grid CEIL_DIV(OC, 32), block (32, 8); thread
+// (x, y) sums the slices y, y + 8, ... of its column (at most 8 loads, all in flight), then thread
+// (x, 0) adds the 8 sums in y order.
 static __global__ void matmul_dbias_reduce_kernel(floatX* dbias, const float* partial, int splits, int OC) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= OC) return;
+    __shared__ float sums[MATMUL_DBIAS_BLOCK_Y][32];
+    const int c = blockIdx.x * 32 + threadIdx.x;
     float s = 0.0f;
-    for (int i = 0; i < splits; i++) s += partial[(size_t)i * OC + c];
-    dbias[c] = from_float(to_float(dbias[c]) + s);
+    if (c < OC) {
+#pragma unroll
+        for (int i = 0; i < MATMUL_DBIAS_MAX_SPLITS / MATMUL_DBIAS_BLOCK_Y; i++) {
+            const int slice = threadIdx.y + i * MATMUL_DBIAS_BLOCK_Y;
+            if (slice < splits) s += partial[(size_t)slice * OC + c];
+        }
+    }
+    sums[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < OC) {
+        float t = 0.0f;
+        for (int y = 0; y < MATMUL_DBIAS_BLOCK_Y; y++) t += sums[y][threadIdx.x];
+        dbias[c] = from_float(to_float(dbias[c]) + t);
+    }
 }
 
-// Bytes of `scratch` matmul_backward needs for the bias gradient of an (N, OC) dout.
+// Bytes of `scratch` matmul_backward needs for the bias gradient of an (N, OC) dout: enough for every
+// OC' <= OC too (the split count's cap, not the shape's count, which falls as OC grows), so a caller
+// sizes one scratch for all its layers from the widest.
 static inline size_t matmul_backward_scratch_bytes(int N, int OC) {
-    return (size_t)matmul_dbias_splits(N) * (size_t)OC * sizeof(float);
+    int cap = CEIL_DIV(N, MATMUL_DBIAS_MIN_ROWS);
+    if (cap > MATMUL_DBIAS_MAX_SPLITS) cap = MATMUL_DBIAS_MAX_SPLITS;
+    return (size_t)(cap < 1 ? 1 : cap) * (size_t)OC * sizeof(float);
 }
 
 // dbias (OC) += column sums of dout (N, OC). OC % x128::size == 0.
 static inline void matmul_backward_bias(floatX* dbias, float* scratch, const floatX* dout, int N, int OC,
                                         cudaStream_t stream) {
-    const int splits = matmul_dbias_splits(N);
+    const int splits = matmul_dbias_splits(N, OC);
     launch(matmul_dbias_partial_kernel, dim3((unsigned)CEIL_DIV(OC, 32 * x128::size), (unsigned)splits),
            dim3(32, MATMUL_DBIAS_BLOCK_Y), 0, stream, scratch, dout, N, OC);
-    launch(matmul_dbias_reduce_kernel, dim3((unsigned)CEIL_DIV(OC, 256)), dim3(256), 0, stream, dbias,
-           (const float*)scratch, splits, OC);
+    launch(matmul_dbias_reduce_kernel, dim3((unsigned)CEIL_DIV(OC, 32)), dim3(32, MATMUL_DBIAS_BLOCK_Y), 0, stream,
+           dbias, (const float*)scratch, splits, OC);
 }
 
 // ----------------------------------------------------------------------------
