@@ -277,7 +277,12 @@ PREC_LC := $(shell echo $(PRECISION) | tr A-Z a-z)
 PFLAGS_fp32 := -DENABLE_FP32
 PFLAGS_bf16 := -DENABLE_BF16
 PFLAGS_fp16 := -DENABLE_FP16
-GPU_ARCH ?= native
+# native: this machine's GPU. A machine without one (nvidia-smi lists none) builds for Hopper, sm_90,
+# and its build line says so (nvcc's native would quietly fall back to its oldest architecture,
+# where bf16 does not run): set GPU_ARCH=sm_80 etc. for another GPU. (Evaluated once, when used.)
+GPU_ARCH ?= $(gpu_arch_default)
+gpu_arch_default = $(eval gpu_arch_default := $(if $(shell nvidia-smi -L 2>/dev/null),native,sm_90))$(gpu_arch_default)
+gpu_arch_note = $(if $(filter command line environment,$(origin GPU_ARCH)),,$(if $(filter sm_90,$(GPU_ARCH)), (no GPU here: GPU_ARCH=sm_80 etc. for another)))
 # EXTRA_INC / ZLIB_LIB: a machine without zlib's headers builds with the copy `make gpu-carry` made
 EXTRA_INC ?=
 ZLIB_LIB ?= -lz
@@ -384,11 +389,11 @@ build/train_gpt2cu.config build/test_gpt2cu.config: FORCE
 	@echo '$(gpu_config)' | cmp -s - $@ || echo '$(gpu_config)' >$@
 
 train_gpt2cu: $(CUDA_TRAIN_DEPS) build/train_gpt2cu.config $(CUDNN_DEPS)
-	@echo "  NVCC  $@ ($(PRECISION), $(GPU_ARCH), $(NCCL_STATE))"
+	@echo "  NVCC  $@ ($(PRECISION), $(GPU_ARCH)$(gpu_arch_note), $(NCCL_STATE))"
 	$(Q)$(NVCC) $(NVCC_TRAIN_FLAGS) $(NCCL_FLAGS) -arch=$(GPU_ARCH) $< -o $@ $(NVCC_LIBS) $(CUDNN_LIBS) $(NCCL_LIBS)
 
 test_gpt2cu: test_gpt2.cu dev/test/test_common.h dev/test/shape_sweep.h $(CUDA_TRAIN_DEPS) build/test_gpt2cu.config $(CUDNN_DEPS)
-	@echo "  NVCC  $@ ($(PRECISION), $(GPU_ARCH))"
+	@echo "  NVCC  $@ ($(PRECISION), $(GPU_ARCH)$(gpu_arch_note))"
 	$(Q)$(NVCC) $(NVCC_TRAIN_FLAGS) -arch=$(GPU_ARCH) $< -o $@ $(NVCC_LIBS) $(CUDNN_LIBS)
 
 # compile (no GPU needed) for the precision's architectures (GPU_CHECK_ARCHS_*) with warnings as
