@@ -61,8 +61,8 @@
 #      the GPU's), NVCC, TORCH_PYTHON (default python3), GPU_CHECK_BUDGET (seconds, default 420),
 #      GPU_CHECK_EMU (--dry-run: the folder of train_gpt2cu_emu_bf16 and _fp16),
 #      GPU_CHECK_FAIL / GPU_CHECK_PAUSE (a step name: that step fails on purpose / waits a minute
-#      first) and GPU_CHECK_PLANT=fetch (a step that calls `make data`): this script's tests,
-#      dev/test/test_gpu_check.py
+#      first), GPU_CHECK_PLANT=fetch (a step that calls `make data`) and GPU_CHECK_DECODE_ONLY=1
+#      (the steps as for a decode-only build): this script's tests, dev/test/test_gpu_check.py
 # Exit status: 0 when no step failed, 1 otherwise.
 set -uo pipefail  # not -e: a failing step must not stop the others or the summary
 
@@ -161,7 +161,7 @@ write_archive() {
 
 # row NAME SECONDS STATUS: one line of the table (FAILED... also lists NAME as failed)
 row() {
-    STEP_NOTE=
+    STEP_NOTE='' CURRENT=''
     [ -e "$LOGS/$1.log" ] || echo "$1: $3" >"$LOGS/$1.log"
     local pred=-
     [ -n "${PRED[$1]:-}" ] && pred=${PRED[$1]}s
@@ -174,12 +174,13 @@ skip() { row "$1" 0 "skipped ($2)"; }
 # Stopped from outside (a time limit, Ctrl-C): the step in flight and the background jobs are
 # ended, and the summary says so, also on stdout (where a device run's output tail shows it).
 CHILD=
+CURRENT=  # the step in flight
 declare -A BG_PID=() BG_LIMIT=() RAN=()
 on_signal() {
     local p
     [ -n "$CHILD" ] && kill -TERM "$CHILD" 2>/dev/null
     for p in "${BG_PID[@]}"; do kill -TERM "$p" 2>/dev/null; done
-    row interrupted "$(elapsed)" "FAILED (signal): this step and the later ones did not finish"
+    row interrupted "$(elapsed)" "FAILED (signal${CURRENT:+ during $CURRENT}): it and the later steps did not finish"
     print_summary
     cleanup
     exit 1
@@ -210,6 +211,7 @@ step() {
     local t0 rc=0
     t0=$(date +%s)
     RAN[$name]=1
+    CURRENT=$name
     echo "== $name ($(elapsed) s): $*"
     if [ "${GPU_CHECK_FAIL:-}" = "$name" ]; then
         echo "error: $name fails on purpose (GPU_CHECK_FAIL=$name)" >"$LOGS/$name.log"
@@ -265,6 +267,7 @@ bg_running() { [ -n "${BG_PID[$1]:-}" ] && kill -0 "${BG_PID[$1]}" 2>/dev/null; 
 bg_wait() {
     local name=$1 limit=$2 t0 rc=0 status
     t0=$(date +%s)
+    CURRENT=$name
     while bg_running "$name" && [ $(($(date +%s) - t0)) -lt "$limit" ] && [ "$(elapsed)" -lt "$BUDGET" ]; do
         sleep 0.5
     done
@@ -393,6 +396,7 @@ export BG_JOBS
 # are here (the Makefile's decision, read from its command line)
 ENCODER=0
 make -n -B --no-print-directory "${OLD[@]}" "${MAKE_VARS[@]}" "$GB/train_gpt2cu_bf16" 2>/dev/null | grep -q -- -DLS_ENCODE && ENCODER=1
+[ "${GPU_CHECK_DECODE_ONLY:-}" = 1 ] && ENCODER=0  # tests: the decode-only path where the encoder is
 export ENCODER
 
 env_report() {
@@ -458,6 +462,7 @@ unmet() {
 DRY_RUNNABLE=" profile-d12 train-d12 profile-d12-muon train-fp16 train-modes sample-eval "
 gpu_step() {
     if [ "${GPU_CHECK_PAUSE:-}" = "$1" ]; then  # tests: a run to stop from outside
+        CURRENT=$1
         sleep 60 &
         CHILD=$!
         wait "$CHILD"
@@ -465,7 +470,7 @@ gpu_step() {
     fi
     if [ $DRY = 1 ]; then
         if [ -n "${GPU_CHECK_EMU:-}" ] && [[ $DRY_RUNNABLE == *" $1 "* ]]; then
-            STEP_NOTE="dry run: the harness trainer's --dry-run took every flag"
+            STEP_NOTE="${STEP_NOTE:+$STEP_NOTE; }dry run: the harness trainer's --dry-run took every flag"
             step "$@"
         else
             echo "dry run: on the GPU: ${*:3}" >"$LOGS/$1.log"
@@ -519,10 +524,11 @@ plan() {
         return 1
     fi
 }
-# (in front; the library, when it is not kept, beside it: both before the labs need it)
+# (in front; the library, when it is not kept, beside it: both before the labs need it; -k: one
+# failing does not stop the other)
 build_front() {
     # shellcheck disable=SC2086  # MAKE_ARGS: words
-    make -j2 $MAKE_ARGS "$@"
+    make -k -j2 $MAKE_ARGS "$@"
     local rc=$?
     touch "$LIB_READY"
     return $rc
@@ -532,12 +538,12 @@ build_front() {
 build_rest() {
     # shellcheck disable=SC2086  # words
     if [ "$LIB_OK" = 1 ]; then
-        make -j"$BG_JOBS" $MAKE_ARGS -o "$LIB" $BG_BINS gpu-lab-build
+        make -k -j"$BG_JOBS" $MAKE_ARGS -o "$LIB" $BG_BINS gpu-lab-build
     else
         local rc=0
-        make -j"$BG_JOBS" $MAKE_ARGS -o "$LIB" $BG_BINS || rc=$?
+        make -k -j"$BG_JOBS" $MAKE_ARGS -o "$LIB" $BG_BINS || rc=$?
         while [ ! -e "$LIB_READY" ]; do sleep 1; done
-        make -j"$BG_JOBS" $MAKE_ARGS -o "$LIB" gpu-lab-build || rc=$?
+        make -k -j"$BG_JOBS" $MAKE_ARGS -o "$LIB" gpu-lab-build || rc=$?
         return $rc
     fi
 }
@@ -564,6 +570,7 @@ else
     fi
     bg_start build-rest 400 build_rest
     step build-bf16 200 build_front "${FG_TARGETS[@]}"
+    touch "$LIB_READY"  # (also when the front build was ended: the labs then build without waiting)
 fi
 
 # ---------------------------------------------------------------------------------------------

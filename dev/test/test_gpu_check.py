@@ -13,7 +13,8 @@ summary.txt and logs.tar.gz come back, the archive holding every step's log. Pla
 fail it: a carried path missing, a source of the library changed after its stamp, a step that
 calls `make data`, a mistyped trainer flag (with --emu), a step failing (GPU_CHECK_FAIL: FAILED
 with its last error line, the later steps still reported), and a run stopped by SIGTERM (its rows
-kept, the interruption named, the summary on stdout). shellcheck finds nothing in either script
+kept, the interruption named, the summary on stdout). A decode-only build's sample-eval (no
+encoder: a plain sample, its flags checked with --emu) passes. shellcheck finds nothing in either script
 (when CI=true, a missing shellcheck is a failure).
 
 usage: test_gpu_check.py --torch-python PY [--emu DIR]   (DIR: train_gpt2cu_emu_bf16 and _fp16)
@@ -209,6 +210,12 @@ def main():
             ck(rc == 1 and rows(summary).get("train-modes", ("", ""))[1].startswith("FAILED"),
                "a mistyped flag in train-modes fails the dry run: %s" % (rows(summary).get("train-modes"),))
 
+        # a decode-only build (no PCRE2/cJSON headers): sample-eval samples without a prompt
+        rc, summary, _ = run(tree, os.path.join(root, "decode"), {"GPU_CHECK_DECODE_ONLY": "1"})
+        status = rows(summary).get("sample-eval", ("", ""))[1]
+        ck(rc == 0 and status.startswith("passed (decode-only build: a plain sample"),
+           "a decode-only build's sample-eval passes with a plain sample: %s" % status)
+
         # a failing step
         rc, summary, _ = run(tree, os.path.join(root, "fail"), {"GPU_CHECK_FAIL": "build-bf16"})
         table = rows(summary)
@@ -235,6 +242,8 @@ def main():
         ck(p.returncode != 0, "a run stopped by SIGTERM exits non-zero (got %d)" % p.returncode)
         ck("adamw-bench" in table and "interrupted" in table,
            "a run stopped by SIGTERM keeps its rows and says it was interrupted: %s" % list(table))
+        ck("FAILED (signal during labs)" in table.get("interrupted", ("", ""))[1],
+           "the interruption names the step in flight: %s" % (table.get("interrupted"),))
         ck("interrupted" in rows(stdout), "the stopped run prints its summary on stdout")
         ck("env.log" in archive_names(out), "the stopped run leaves the log archive")
         ck(sorted(os.listdir(out)) == ["logs.tar.gz", "summary.txt"], "no temp file left in OUT: %s" % os.listdir(out))
