@@ -402,7 +402,9 @@ export ENCODER
 env_report() {
     echo "GPU: $GPU_INFO (arch $GPU_ARCH)"
     echo "nvcc: $($NVCC --version 2>/dev/null | tail -n 1 || echo missing)"
-    echo "cuDNN: ${CUDNN_HOME:-not found}; the library: $([ $LIB_OK = 1 ] && echo "carried, stamp matches, loads" || echo "rebuilt here: $LIB_WHY")"
+    local h=${CUDNN_HOME:-/none}/include/cudnn_version.h
+    echo "cuDNN: ${CUDNN_HOME:-not found}$([ -f "$h" ] && awk '/#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) / {v = v (v == "" ? " " : ".") $3} END {print v}' "$h")"
+    echo "the cuDNN library: $([ $LIB_OK = 1 ] && echo "carried, its stamp matches its sources, it loads" || echo "rebuilt here: $LIB_WHY")"
     echo "torch: ${TORCH_VERSION:-not importable} ($TORCH_PYTHON; CUDA: $([ $TORCH_CUDA = 1 ] && echo yes || echo no))"
     echo "encoder (--prompt, --hellaswag): $([ $ENCODER = 1 ] && echo yes || echo 'no: decode-only build (no PCRE2/cJSON headers)')"
     echo "carried: $([ ${#MISSING[@]} = 0 ] && echo 'every path in dev/gpu_carry.txt' || echo "MISSING ${MISSING[*]}"); ${CARRIED}"
