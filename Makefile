@@ -460,10 +460,10 @@ else
 	@:
 endif
 
-# Both precisions side by side for a GPU machine (dev/gpu_check.sh builds them all at once, -j):
+# Both precisions side by side for a GPU machine (dev/gpu_check.sh builds the bf16 trainer first and
+# the rest beside it):
 #   make -j gpu-build    the labs (build/cuda-gpu/) and build/gpu/{train,test}_gpt2cu_{bf16,fp32,fp16}
-#   make gpu-carry       what a GPU machine without network needs from here: data/, the cuDNN
-#                        frontend headers and zlib's (build/deps/), the PyTorch reference (build/ref/)
+#   make gpu-carry       what a GPU machine without network needs from here (see below)
 GPU_BUILD := build/gpu
 GPU_BINS := $(foreach p,bf16 fp32 fp16,$(GPU_BUILD)/train_gpt2cu_$(p) $(GPU_BUILD)/test_gpt2cu_$(p))
 # (the bf16 builds open cuDNN's flash attention at run time, build/libleanstep_cudnn.so, found
@@ -483,11 +483,21 @@ $(GPU_BUILD)/test_gpt2cu_%: test_gpt2.cu dev/test/test_common.h dev/test/shape_s
 gpu-lab-build:
 	$(Q)$(MAKE) --no-print-directory -C dev/cuda gpu NVCC=$(NVCC) GPU_ARCH=$(GPU_ARCH) Q=$(Q)
 gpu-build: $(GPU_BINS) gpu-lab-build $(CUDNN_ATT_LIB)
+# the PyTorch reference of the CI config (dev/gpu_check.sh makes it on the GPU machine with its torch)
 ref: $(REF_DIR)/$(REF_DESC)_state.bin $(REF_DIR)/$(REF_DESC)_muon_state.bin
-gpu-carry: data ref cudnn-frontend
+# What a GPU machine without network needs beyond the tracked files, one path a line in
+# dev/gpu_carry.txt: the data's token files and the tokenizer file, build/deps/ (the cuDNN
+# frontend's headers and zlib's), the cuDNN library built here (host code) and build/gpu_carry.stamp,
+# the hash of the library's sources (dev/gpu_carry.sh), so that dev/gpu_check.sh uses it as it is
+# while they match. Prints each path and the size with the tracked files (at most 48 MiB).
+gpu-carry: data cudnn-frontend $(CUDNN_ATT_LIB)
 	@mkdir -p build/deps/include
 	$(Q)cp -f $(wildcard /usr/include/zlib.h /usr/include/zconf.h /usr/include/$(MULTIARCH)/zconf.h) build/deps/include/
-	@echo "carry to the GPU machine: data build/deps build/ref (then: dev/gpu_check.sh)"
+	$(Q)CUDNN_HOME=$(CUDNN_HOME) CXX=$(CXX) bash dev/gpu_carry.sh stamp
+	$(Q)bash dev/gpu_carry.sh size
+	@echo "then on the GPU machine, with those paths carried: OUT=... dev/gpu_check.sh"
+# (the library's object is rebuilt when any header of this tree it includes changes: its stamp's files)
+$(CUDNN_ATT_PIC): $(shell bash dev/gpu_carry.sh closure)
 .PHONY: gpu-build gpu-lab-build gpu-carry ref
 
 # the harness builds: g++, every CUDA thread a fiber, cuBLASLt replaced by a CPU matmul. Both
@@ -654,7 +664,7 @@ help:
 	@echo "make test-train-loop the training loop (loss, norm, lr, val loss) against the PyTorch reference"
 	@echo "make test-ref-mutants the model checks must fail against a reference with a planted bug"
 	@echo "make gpu-build       (GPU machine) the labs and both precisions of the GPU trainer, make -j"
-	@echo "make gpu-carry       data, cuDNN frontend and reference files for a GPU machine without network"
+	@echo "make gpu-carry       what a GPU machine without network needs (dev/gpu_carry.txt), and its size"
 	@echo "make quality-table   the same CPU training run in every optimizer-memory mode (minutes)"
 	@echo "make fuzz            every file reader under libFuzzer, FUZZ_SECONDS each"
 	@echo "make lint            cppcheck + clang-tidy"

@@ -27,8 +27,10 @@ TEST_TARGETS += $(BUILD)/test_optim
 TEST_PHONY += test-optim
 TEST_SAN_PHONY += test-optim
 
-# dev/gpu_check.sh rehearsed without a GPU (--dry-run): the summary is always written, a failing or
-# interrupted step is reported, shellcheck is clean. A few seconds.
-test-gpu-check:
-	$(PYTHON) dev/test/test_gpu_check.py
+# dev/gpu_check.sh rehearsed as a GPU machine without network would run it (--dry-run in a copy of
+# the tree and the carry: every step's prerequisites, the builds' plans, each trainer run's flags
+# through the harness builds' --dry-run, nothing fetched), with planted faults that must fail it;
+# the carry's size (dev/gpu_carry.sh). Seconds, on what make test builds anyway.
+test-gpu-check: gpu-carry $(BUILD)/train_gpt2cu_emu_bf16 $(BUILD)/train_gpt2cu_emu_fp16
+	$(PYTHON) dev/test/test_gpu_check.py --torch-python $(TORCH_PYTHON) --emu $(BUILD)
 TEST_PHONY += test-gpu-check
