@@ -100,13 +100,15 @@ CUDA_TEST_CMDS += && $(BUILD)/cuda/muon_fp32 --check -q
 CUDA_FP32_CHECK_OBJS := $(patsubst %,build/cuda-check/%_fp32.o,$(CUDA_FP32_LABS))
 cuda-compile-check: $(CUDA_FP32_CHECK_OBJS)
 
-# --- matmul and attention (llmc/kernels/matmul.cuh: cuBLASLt or its CPU fallback; attention.cuh) --
+# --- matmul and attention (llmc/kernels/matmul.cuh: cuBLASLt, under the harness its CPU stand-in; attention.cuh)
 # The same two precisions through the rules above: $(BUILD)/cuda/<lab> (BF16) and <lab>_fp32. Both
 # --check in both thread orders; --bench once per build on tiny shapes (the code path only).
 CUDA_MM_FP32_BINS := $(BUILD)/cuda/matmul_fp32 $(BUILD)/cuda/attention_fp32
 cuda-harness test-cuda: $(CUDA_MM_FP32_BINS)
 TEST_TARGETS += $(CUDA_MM_FP32_BINS)
 CUDA_TEST_CMDS += $(foreach l,matmul attention,&& $(BUILD)/cuda/$(l)_fp32 --check -q)
+# (and the launchers' fallback to the separate GELU kernels, with a cuBLASLt that has no GELU epilogues)
+CUDA_TEST_CMDS += && LEANSTEP_HARNESS_CUBLASLT_GELU=0 $(BUILD)/cuda/matmul --check -q --gelu-fallback
 CUDA_TEST_CMDS += $(foreach p,matmul matmul_fp32,&& $(BUILD)/cuda/$(p) --bench -n 40 -c 32 --vocab 96 -s 64 -r 1 >/dev/null)
 CUDA_TEST_CMDS += $(foreach p,attention attention_fp32,&& $(BUILD)/cuda/$(p) --bench -b 1 -t 24 -c 32 --nh 2 -s 64 -r 1 >/dev/null)
 cuda-compile-check: build/cuda-check/matmul_fp32.o build/cuda-check/attention_fp32.o
