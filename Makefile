@@ -500,9 +500,9 @@ gpu-carry: data cudnn-frontend $(CUDNN_ATT_LIB)
 $(CUDNN_ATT_PIC): $(shell bash dev/gpu_carry.sh closure)
 .PHONY: gpu-build gpu-lab-build gpu-carry ref
 
-# the harness builds: g++, every CUDA thread a fiber, cuBLASLt replaced by a CPU matmul. Both
-# precisions are targets of every make (not only $(PRECISION)'s), so one make -j builds them all
-# without recursive makes racing on the same file.
+# the harness builds: g++, every CUDA thread a fiber, cuBLASLt's calls and cuDNN's attention on the
+# CPU. Both precisions are targets of every make (not only $(PRECISION)'s), so one make -j builds
+# them all without recursive makes racing on the same file.
 # (fp16: outside these lists, built by the tests that run it: model-fp16, compare-fp16, cli-fp16, guards-fp16)
 EMU_TRAIN := $(BUILD)/train_gpt2cu_emu_fp32 $(BUILD)/train_gpt2cu_emu_bf16
 EMU_TEST := $(BUILD)/test_gpt2cu_emu_fp32 $(BUILD)/test_gpt2cu_emu_bf16
@@ -518,12 +518,13 @@ $(EMU_TEST) $(BUILD)/test_gpt2cu_emu_fp16: $(BUILD)/test_gpt2cu_emu_%: test_gpt2
 train_gpt2cu_emu: $(BUILD)/train_gpt2cu_emu_$(PREC_LC)
 test_gpt2cu_emu: $(BUILD)/test_gpt2cu_emu_$(PREC_LC)
 
-# the harness build with MPI: NCCL's calls over MPI between CPU processes (dev/harness/nccl.h),
-# so `mpirun -np 2` runs the GPU trainer's -z 0 / -z 1 code; needs mpicxx and nccl.h (declarations)
+# the harness build with MPI: NCCL's calls over MPI between CPU processes (dev/harness/nccl.h, what
+# -DUSE_NCCL includes there), so `mpirun -np 2` runs the GPU trainer's -z 0 / -z 1 code; needs mpicxx
+# and nccl.h (declarations)
 $(EMU_MPI): $(BUILD)/train_gpt2cu_emu_mpi_%: $(CUDA_TRAIN_DEPS) $(HARNESS_HEADERS)
 	@mkdir -p $(@D)
 	@echo "  MPICXX $@ (CPU harness, NCCL over MPI)"
-	$(Q)OMPI_CXX=$(CXX) $(MPICXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS_$*) -DUSE_MPI $(MPI_SKIP_CXX) $< -o $@ $(CUDA_HARNESS_LIBS) -lz
+	$(Q)OMPI_CXX=$(CXX) $(MPICXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS_$*) -DUSE_MPI -DUSE_NCCL $(MPI_SKIP_CXX) $< -o $@ $(CUDA_HARNESS_LIBS) -lz
 train_gpt2cu_emu_mpi: $(BUILD)/train_gpt2cu_emu_mpi_$(PREC_LC)
 ifeq ($(HAVE_MPI)$(if $(NCCL_INC),1),11)
 test-mpi: $(EMU_MPI) $(EMU_TRAIN)  # test_mpi_gpu.py's binaries

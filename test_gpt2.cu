@@ -495,7 +495,11 @@ int main(int argc, char** argv) {
         return 2;
     }
     cudaCheck(cudaSetDevice(0));
-    printf("test_gpt2cu (%s%s)\n", PRECISION_NAME, LS_HARNESS ? ", CPU harness" : "");
+#if defined(LS_HARNESS)  // the CPU-harness build (dev/harness/cuda_harness.h)
+    printf("test_gpt2cu (%s, CPU harness)\n", PRECISION_NAME);
+#else
+    printf("test_gpt2cu (%s)\n", PRECISION_NAME);
+#endif
     if (sweep) {
         sweep_run();
         printf("%s: %d failed check(s)\n", failures ? "FAILED" : "OK", failures);

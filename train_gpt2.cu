@@ -22,10 +22,11 @@
  own; llmc/optim/views.h optim_view_parts): unequal, so they move in groups of NCCL reduces and
  broadcasts.
 
- The same source also builds for the CPU execution harness (make train_gpt2cu_emu): each CUDA
- thread runs as a fiber, cuBLASLt is replaced by a CPU matmul, and CI runs the whole training
- step that way (test_gpt2.cu); with MPI (build/train_gpt2cu_emu_mpi_*) NCCL is provided over MPI
- between CPU processes (dev/harness/cuda_harness_nccl.h).
+ The same source, unchanged, also builds for the CPU execution harness (make train_gpt2cu_emu):
+ its include path supplies the CUDA runtime (each CUDA thread a fiber), cuBLASLt and the cuDNN
+ attention entry points on the CPU, and CI runs the whole training step that way (test_gpt2.cu);
+ with MPI (build/train_gpt2cu_emu_mpi_*) NCCL is provided over MPI between CPU processes
+ (dev/harness/cuda_harness_nccl.h).
 
  Shapes: B batch, T time, C channels, NH heads, L layers, V vocab, Vp padded vocab; Linear
  weights (out, in). floatX is the storage type (llmc/cuda/cuda_precision.h); statistics are fp32.
@@ -1114,15 +1115,9 @@ static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOpti
 static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o, int accum) {
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    char blas[64];  // the library the matmuls run in
-#if LS_HARNESS
-    snprintf(blas, sizeof(blas), "the harness's CPU GEMM");
-#else
-    size_t v = cublasLtGetVersion();  // major * 10000 + minor * 100 + patch
-    snprintf(blas, sizeof(blas), "cuBLASLt %zu.%zu.%zu", v / 10000, v / 100 % 100, v % 100);
-#endif
-    printf("leanstep train_gpt2cu (%s%s), device: %s%s, matmuls: %s\n", PRECISION_NAME, LS_HARNESS ? ", CPU harness" : "",
-           prop.name, gpu_peak_flops() > 0 ? "" : " (peak FLOP/s unknown: no MFU)", blas);
+    size_t v = cublasLtGetVersion();  // the library the matmuls run in: major * 10000 + minor * 100 + patch
+    printf("leanstep train_gpt2cu (%s), device: %s%s, matmuls: cuBLASLt %zu.%zu.%zu\n", PRECISION_NAME, prop.name,
+           gpu_peak_flops() > 0 ? "" : " (peak FLOP/s unknown: no MFU)", v / 10000, v / 100 % 100, v % 100);
     gpt2_describe(&model->config, model->num_parameters, o, accum);
     printf("recompute %d, master weights %s, attention %s", model->recompute, model->use_master ? "on" : "off",
            model->flash ? attention_choices[model->flash == 1 ? ATTENTION_CUDNN : ATTENTION_CUDNN_FAST] : "matmul");
@@ -1146,9 +1141,11 @@ static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o,
 // --profile: events around every kernel family's calls during one step (llmc/cuda/profile.cuh).
 static LS_UNUSED void trainer_profile(GPT2* model, const TrainOptions* o, int begin) {
     if (begin) { profile_start(model->stream); return; }
-    char title[200];
-    snprintf(title, sizeof(title), "one training step of %s, B %d, T %d, %d micro-step(s), %s%s; device time per kernel family",
-             o->model, o->B, o->T, model->accum, PRECISION_NAME, LS_HARNESS ? ", CPU harness: host-timed" : "");
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    char title[400];
+    snprintf(title, sizeof(title), "one training step of %s, B %d, T %d, %d micro-step(s), %s, on %s; device time per kernel family",
+             o->model, o->B, o->T, model->accum, PRECISION_NAME, prop.name);
     profile_finish(model->stream, stdout, title);
     profile_free();
 }

@@ -28,15 +28,8 @@
 #define LS_UNUSED
 #endif
 
-// Every exit of this file goes through ls_exit(status). Fuzz builds (dev/fuzz, compiled with
-// -DLS_FUZZING) define ls_fuzz_exit() in the fuzz target to jump back into it, so that a cleanly
-// rejected input is not reported as a crash; in every other build ls_exit is plain exit().
-#ifdef LS_FUZZING
-LS_NORETURN void ls_fuzz_exit(int status);
-#define ls_exit(status) ls_fuzz_exit(status)
-#else
+// Every exit of this file goes through ls_exit(status): exit().
 #define ls_exit(status) exit(status)
-#endif
 
 // Temp files of the atomic writes in progress (AtomicFile below). ls_fatal removes them before
 // exiting, so a failed write (full disk, unwritable directory) leaves no temp file behind.

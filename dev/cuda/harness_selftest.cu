@@ -28,6 +28,7 @@
 #include <vector>
 #if LS_HARNESS
 #include <sys/wait.h>
+#include <cublasLt.h> // the harness's cuBLASLt on the CPU (dev/harness/cublasLt.h): its refusals below
 #endif
 
 static int g_failures = 0;
@@ -832,7 +833,44 @@ static __global__ void k_stack_hog(float* out, int n) {
     out[threadIdx.x] = big[n - 1];
 }
 
+// The harness's cuBLASLt stops on what it does not model (an epilogue) and on a matrix less aligned
+// than the algorithm was chosen for.
+#define cublasCheck(call) \
+    do { if ((call) != CUBLAS_STATUS_SUCCESS) ls_fatal("%s failed", #call); } while (0)
+static void child_cublaslt(const char* name) {
+    cublasLtHandle_t h;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t l;
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtCreate(&h));
+    cublasCheck(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    if (strcmp(name, "lt-epilogue") == 0) {
+        const cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_RELU;
+        cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
+        return;
+    }
+    // D (8,8) = A (8,8) B (8,8) in fp32, the algorithm chosen for 16-byte aligned matrices; A is 4 bytes off
+    cublasCheck(cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, 8, 8, 8));
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    const uint32_t align = 16;
+    for (int a = CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES; a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES; a++) {
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, (cublasLtMatmulPreferenceAttributes_t)a, &align, sizeof align));
+    }
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    cublasCheck(cublasLtMatmulAlgoGetHeuristic(h, op, l, l, l, l, pref, 1, &heur, &found));
+    DevBuf<float> m(4 * 64);
+    const float one = 1.0f, zero = 0.0f;
+    cublasCheck(cublasLtMatmul(h, op, &one, m.d + 1, l, m.d + 64, l, &zero, m.d + 128, l, m.d + 128, l, &heur.algo,
+                               nullptr, 0, 0));
+}
+
 static void child(const char* name) {
+    if (strncmp(name, "lt-", 3) == 0) {
+        child_cublaslt(name);
+        printf("child %s: finished without an error\n", name);
+        return;
+    }
     DevBuf<float> f(64);
     DevBuf<int> i(64);
     if (strcmp(name, "divergent-barrier") == 0) launch(k_divergent_barrier, 1, 32, 0, 0, i.d);
@@ -860,7 +898,7 @@ struct DeathTest {
     const char* must[4];  // texts the child's output must contain
 };
 static const DeathTest kDeathTests[] = {
-    {"divergent-barrier", "", false, {"deadlock", "divergent", "k_divergent_barrier"}},
+    {"divergent-barrier", "", false, {"deadlock", "divergent", "k_divergent_barrier", "launched from: child ["}},
     {"warp-vs-barrier", "", false, {"deadlock", "__shfl_xor_sync", "block (0,0,0)"}},
     {"mask-missing-self", "", false, {"bad warp mask", "must be in the mask", "k_mask_missing_self", "by thread ("}},
     {"mask-exited", "", false, {"bad warp mask", "exited", "k_mask_exited"}},
@@ -872,6 +910,9 @@ static const DeathTest kDeathTests[] = {
     {"oob-write", "", true, {"AddressSanitizer", "heap-buffer-overflow", "k_oob_write", "thread (64,0,0)"}},
     {"smem-oob", "", true, {"AddressSanitizer", "heap-buffer-overflow", "k_smem_oob"}},
     {"stack-overflow", "", false, {"", "", ""}},
+    {"lt-epilogue", "", false, {"harness: cuBLASLt: cublasLtMatmulDescSetAttribute", "CUBLASLT_MATMUL_DESC_EPILOGUE = 2 (RELU", ""}},
+    {"lt-misaligned", "", false, {"harness: cuBLASLt: cublasLtMatmul: A = ", "aligned to 4 bytes",
+                                  "CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES"}},
     {"ok", "LEANSTEP_HARNESS_ORDER=sideways", false, {"LEANSTEP_HARNESS_ORDER='sideways'", "forward", ""}},
     {"ok", "LEANSTEP_HARNESS_WORKERS=0", false, {"LEANSTEP_HARNESS_WORKERS='0'", "", ""}},
     {"ok", "LEANSTEP_HARNESS_STREAMS=eager", false, {"LEANSTEP_HARNESS_STREAMS='eager'", "deferred or sync", ""}},

@@ -1,12 +1,14 @@
 /*
- matmul.cu: the lab of llmc/kernels/matmul.cuh (the Linear layers: cuBLASLt on a GPU, its CPU fallback under
- the harness, the header's own bias-gradient kernels, llmc/kernels/gelu.cuh when GELU is not fused).
+ matmul.cu: the lab of llmc/kernels/matmul.cuh (the Linear layers: cuBLASLt, on the CPU under the harness,
+ the header's own bias-gradient kernels, llmc/kernels/gelu.cuh when GELU is not fused).
  One driver, two modes:
    --check  small shapes against a float64 CPU reference: forward (bias or not, GELU epilogue or
             not), backward (dinp with and without the GELU derivative, dweight and dbias
             accumulating into non-zero buffers), N not a multiple of 64, column tiles cut by OC;
             every backward twice (bitwise identical: determinism); and the reference itself
-            against central finite differences.
+            against central finite differences. Under the harness version 2 must find every GELU
+            epilogue; with --gelu-fallback it must take the separate kernels instead (CI runs
+            that under LEANSTEP_HARNESS_CUBLASLT_GELU=0: a cuBLASLt without those kernels).
    --bench  TFLOP/s of the GPT-2 124M layer shapes (N = B*T = 8192, C = 768: qkv 768->2304,
             attproj 768->768, fc 768->3072 + GELU, fcproj 3072->768 (+ GELU backward), lm_head
             768->50304), forward and backward, against a large square GEMM measured in the same
@@ -262,6 +264,14 @@ static bool check_case(const CheckCase& k, const Version& ver, uint64_t seed) {
     return bad == 0;
 }
 
+// GELU GEMMs cuBLASLt had no algorithm for (the launchers used the separate kernels instead).
+static int unfused_gelu_plans() {
+    const MatmulState& st = matmul_state();
+    int n = 0;
+    for (int i = 0; i < st.nplans; i++) n += !st.plans[i].supported && st.plans[i].key.epilogue != GEMM_EPI_NONE;
+    return n;
+}
+
 // ----------------------------------------------------------------------------
 // bench
 
@@ -347,13 +357,15 @@ static int bench(const std::vector<const Version*>& versions, int N, int C, int 
 
 static void usage(const char* prog) {
     fprintf(stderr,
-            "usage: %s [--check | --bench] [-v VERSION] [--seed S] [-q]\n"
+            "usage: %s [--check | --bench] [-v VERSION] [--seed S] [-q] [--gelu-fallback]\n"
             "          [-n N] [-c C] [--vocab VP] [-s S] [-r REPEATS] [--tf32]   (--bench only)\n"
             "  --check      small shapes against a float64 reference (default)\n"
             "  --bench      GPT-2 layer shapes: time and TFLOP/s against an S^3 GEMM\n"
             "  -v VERSION   1 (unfused GELU), 2 (cuBLASLt GELU epilogues) or all (default)\n"
             "  --seed S     seed of the random inputs, 0..2^62 (default: a fresh one per run, printed)\n"
             "  -q           --check prints failures and the summary only\n"
+            "  --gelu-fallback  --check: version 2 must fall back to the separate GELU kernels (a cuBLASLt\n"
+            "               without GELU epilogues: LEANSTEP_HARNESS_CUBLASLT_GELU=0 under the harness)\n"
             "  -n N         rows B*T, 1..1048576 (default 8192)\n"
             "  -c C         channels, a multiple of 8 in 8..16384 (default 768)\n"
             "  --vocab VP   padded vocabulary of lm_head, a multiple of 8 in 8..262144 (default 50304)\n"
@@ -365,7 +377,7 @@ static void usage(const char* prog) {
 }
 
 int main(int argc, char** argv) {
-    bool do_bench = false, tf32 = false, bench_flag = false;
+    bool do_bench = false, tf32 = false, bench_flag = false, gelu_fallback = false;
     const char* version = "all";
     long long N = 8192, C = 768, Vp = 50304, S = 8192, repeats = 20, seed = -1;
     LabArgv args(argc, argv, usage);
@@ -373,6 +385,7 @@ int main(int argc, char** argv) {
         if (args.mode(&do_bench)) continue;
         if (args.is("-v")) version = args.value();
         else if (args.is("--seed")) seed = args.integer(0, 1LL << 62);
+        else if (args.is("--gelu-fallback")) gelu_fallback = true;
         else if (args.is("-n")) { N = args.integer(1, 1 << 20); bench_flag = true; }
         else if (args.is("-c")) { C = args.integer(8, 16384, 8); bench_flag = true; }
         else if (args.is("--vocab")) { Vp = args.integer(8, 262144, 8); bench_flag = true; }
@@ -383,6 +396,7 @@ int main(int argc, char** argv) {
     }
     if (bench_flag && !do_bench) args.fail("-n, -c, --vocab, -s, -r and --tf32 apply to --bench");
     if (tf32 && FLOATX_IS_BF16) args.fail("--tf32 applies to the FP32 build");
+    if (gelu_fallback && do_bench) args.fail("--gelu-fallback applies to --check");
     std::vector<const Version*> versions;
     for (const Version& v : kVersions)
         if (strcmp(version, "all") == 0 || strcmp(version, v.id) == 0) versions.push_back(&v);
@@ -391,6 +405,7 @@ int main(int argc, char** argv) {
     if (seed < 0) seed = lab_fresh_seed();
     matmul_init(MATMUL_WORKSPACE_DEFAULT);
     if (tf32) matmul_set_tf32(1);
+    if (gelu_fallback) matmul_state().fusion_noted = 1; // the fallback's one-line note is expected here
     int rc = 0;
     if (do_bench) {
         rc = bench(versions, (int)N, (int)C, (int)Vp, (int)S, (int)repeats);
@@ -406,6 +421,18 @@ int main(int argc, char** argv) {
                 if (v != versions[0] && !k.gelu) continue; // the versions differ only with GELU
                 total++;
                 if (!check_case(k, *v, case_seed)) failed++;
+            }
+        }
+        // which path version 2's GELU layers took: the fallback exactly when it is expected (on a GPU
+        // without --gelu-fallback either is right)
+        if (versions.back()->gelu_fusion > 0 && (gelu_fallback || LS_HARNESS)) {
+            total++;
+            const int n = unfused_gelu_plans();
+            const bool ok = gelu_fallback ? n > 0 : n == 0;
+            if (!ok) failed++;
+            if (!ok || !g_quiet) {
+                printf("  v2: %d GELU GEMM shape(s) without a cuBLASLt algorithm (separate kernels), %s expected  %s\n", n,
+                       gelu_fallback ? "some" : "none", ok ? "ok" : "FAIL");
             }
         }
         printf("matmul --check (%s): %d of %d checks passed (seed %lld)\n", PRECISION_NAME, total - failed, total, seed);

@@ -86,8 +86,10 @@ TEST_TARGETS += $(CUDA_FP32_BINS) $(CUDA_FP16_BINS)
 CUDA_TEST_CMDS += $(foreach l,$(LAB_PRECISION_LABS),&& $(BUILD)/cuda/$(l)_fp32 --check -q && $(BUILD)/cuda/$(l)_fp16 --check -q)
 CUDA_TEST_CMDS += $(foreach l,$(CUDA_PRECISION_LABS),&& $(BUILD)/cuda/$(l) --bench -r 2 >/dev/null)
 
-# --- matmul and attention (llmc/kernels/matmul.cuh, attention.cuh): --bench once per build on tiny
-# shapes (the code path only)
+# --- matmul and attention (llmc/kernels/matmul.cuh: cuBLASLt, under the harness its CPU stand-in;
+# attention.cuh): --bench once per build on tiny shapes (the code path only); the matmul lab again
+# with a cuBLASLt that has no GELU epilogues (the launchers' fallback to the separate GELU kernels)
+CUDA_TEST_CMDS += && LEANSTEP_HARNESS_CUBLASLT_GELU=0 $(BUILD)/cuda/matmul --check -q --gelu-fallback
 CUDA_TEST_CMDS += $(foreach p,matmul matmul_fp32,&& $(BUILD)/cuda/$(p) --bench -n 40 -c 32 --vocab 96 -s 64 -r 1 >/dev/null)
 CUDA_TEST_CMDS += $(foreach p,attention attention_fp32,&& $(BUILD)/cuda/$(p) --bench -b 1 -t 24 -c 32 --nh 2 -s 64 -r 1 >/dev/null)
 

@@ -8,14 +8,12 @@
  into argv[1..] (at most 48 arguments).
 
  cli.h and train_options.h report usage errors with exit(2) directly (they do not include
- utils.h); here exit is redefined to ls_fuzz_exit before they are included, so a rejected command
- line jumps back too.
+ utils.h): the fuzz build's exit jumps back too (fuzz_common.h), so a rejected command line is a
+ clean rejection.
 */
 #include "dev/fuzz/fuzz_common.h"
-#define exit(status) ls_fuzz_exit(status)
 #include "llmc/params.h"
 #include "llmc/run/train_options.h"
-#undef exit
 #include "llmc/run/step_guard.h"
 
 #define MAX_ARGS 48

@@ -1,10 +1,12 @@
 /*
  fuzz_common.h: what every leanstep fuzz target shares (dev/fuzz/fuzz_*.c, built by rules.mk
- with clang -fsanitize=fuzzer,address,undefined -DLS_FUZZING).
+ with clang -fsanitize=fuzzer,address,undefined -Dexit=fuzz_exit).
 
- The readers report bad input through ls_fatal() and the checked libc calls of llmc/utils.h,
- which exit. With -DLS_FUZZING they call ls_fuzz_exit() (defined here) instead, which jumps back
- into the target: a clean rejection is a normal outcome, not a crash. Whatever the reader held
+ The readers report bad input through ls_fatal() and the checked libc calls of llmc/utils.h, and
+ the flag parser (llmc/run/cli.h) with exit(2): all of them exit. The fuzz build renames every
+ exit() of its translation unit, <stdlib.h>'s declaration included, to fuzz_exit() (defined
+ here), which jumps back into the target: a clean rejection is a normal outcome, not a crash. The
+ product code does not know (libFuzzer's own exit, in its library, is untouched). Whatever the reader held
  at that moment would leak, so while a guarded call runs this file records
    - every heap block allocated and not yet freed (the sanitizer's malloc/free hooks), and
    - every FILE opened by the headers (fopen/fclose are routed here by the macros below),
@@ -34,8 +36,8 @@
 #ifndef DEV_FUZZ_FUZZ_COMMON_H
 #define DEV_FUZZ_FUZZ_COMMON_H
 
-#ifndef LS_FUZZING
-#error "fuzz targets are built with -DLS_FUZZING (see dev/fuzz/rules.mk)"
+#ifndef exit
+#error "fuzz targets are built with -Dexit=fuzz_exit (see dev/fuzz/rules.mk)"
 #endif
 
 #include <setjmp.h>
@@ -49,12 +51,12 @@
 #define FUZZ_UNUSED __attribute__((unused))
 
 // ----------------------------------------------------------------------------
-// the jump back from ls_exit()
+// the jump back from exit() (fuzz_exit, by the build's -Dexit=fuzz_exit)
 
 static jmp_buf fuzz_env;
 static int fuzz_armed;      // 1 inside a guarded call
 
-__attribute__((noreturn)) void ls_fuzz_exit(int status) {
+__attribute__((noreturn)) void fuzz_exit(int status) {
     if (!fuzz_armed) {
         fprintf(stderr, "fuzz: exit(%d) outside a guarded call: a crash\n", status);
         abort();

@@ -4,8 +4,8 @@
 # shards (dataloader), the tokenizer decoder file, encoder.json + vocab.bpe, the BPE encoder on
 # arbitrary bytes (real GPT-2 tokenizer, needs `make data`), the command line, safetensors and the
 # HellaSwag JSONL.
-# Built with clang -fsanitize=fuzzer,address,undefined -DLS_FUZZING (see dev/fuzz/fuzz_common.h
-# for how rejected inputs return instead of exiting).
+# Built with clang -fsanitize=fuzzer,address,undefined -Dexit=fuzz_exit (see dev/fuzz/fuzz_common.h
+# for how rejected inputs return instead of exiting; the product code is unchanged).
 #   make fuzz          each target for FUZZ_SECONDS (default 60) from the committed seeds in
 #                      dev/fuzz/corpus/<target>/; new inputs and crashes go to build/fuzz/
 #   make fuzz-ci       each target for FUZZ_CI_SECONDS (default 6); inputs and crashes go to a
@@ -20,7 +20,7 @@ FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_CI_SECONDS ?= 6
 FUZZ_CFLAGS := -g -O1 -std=gnu11 -Wall -Wextra -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	-DLS_FUZZING -I.
+	-Dexit=fuzz_exit -I.
 FUZZ_NAMES := model_file state_file shard tokenizer_file tokenizer_bpe encode cli safetensors hellaswag
 FUZZ_BINS := $(addprefix build/fuzz/fuzz_,$(FUZZ_NAMES))
 # the largest input each target tries (a bf16 model file of the smallest model is ~12 KB)

@@ -42,7 +42,10 @@
 
  Files: this one holds the execution model (fibers, scheduler, barriers, warp operations, launch);
  cuda_harness_api.h, included at its end, the rest of the API (atomics, intrinsics, math, runtime
- calls); cuda_harness_streams.h, included last, streams, events, copies and the launch primitive.
+ calls); cuda_harness_streams.h, streams, events, copies and the launch primitive;
+ cuda_harness_cudnn.h, included last, the cuDNN attention library's entry points. The libraries
+ the product includes by name are stand-ins in this folder too: cublasLt.h (cuBLASLt's calls,
+ cuda_harness_cublaslt.h) and nccl.h (NCCL over MPI, cuda_harness_nccl.h).
  To add a synchronizing operation, extend Worker here; stream work goes there (stream_task); anything
  else goes in cuda_harness_api.h.
 */
@@ -52,7 +55,7 @@
 #if defined(__CUDACC__)
 #error "cuda_harness.h is the CPU build; nvcc uses the real CUDA runtime (include cuda_compat.h)"
 #endif
-#define LS_HARNESS 1 // llmc/cuda/cuda_compat.h: the CPU build
+#define LS_HARNESS 1 // for tests and labs (smaller shapes, harness-only checks); llmc/ never reads it
 
 #include <math.h>
 #include <stdarg.h>
@@ -80,6 +83,7 @@
 
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <boost/context/fiber.hpp>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -194,7 +198,10 @@ inline void set_order(Order o) { config().order = o; }
 // ----------------------------------------------------------------------------
 // names of kernels and call sites (only on error paths: runs addr2line)
 
-inline std::string symbolize(const void* addr) {
+// addr's function and source line. A call site's address (in_launch) lies in the code of launch()
+// (llmc/cuda/cuda_compat.h), always inlined into its caller: the inlining chain (addr2line -i)
+// then names that caller and the line of its launch() call.
+inline std::string symbolize(const void* addr, bool in_launch = false) {
     char fallback[64];
     snprintf(fallback, sizeof fallback, "%p", addr);
     Dl_info di;
@@ -211,18 +218,21 @@ inline std::string symbolize(const void* addr) {
         exe[n] = '\0';
         file = exe;
     }
-    snprintf(cmd, sizeof cmd, "addr2line -f -C -e '%s' 0x%lx 2>/dev/null", file, (unsigned long)a);
+    snprintf(cmd, sizeof cmd, "addr2line -i -f -C -e '%s' 0x%lx 2>/dev/null", file, (unsigned long)a);
     FILE* p = popen(cmd, "r");
     if (p == nullptr) return fallback;
-    char fn[800] = "", loc[400] = "";
-    if (fgets(fn, sizeof fn, p) == nullptr) fn[0] = '\0';
-    if (fgets(loc, sizeof loc, p) == nullptr) loc[0] = '\0';
+    std::vector<std::string> lines; // function, location, function, location, ... innermost first
+    char line[800];
+    while (fgets(line, sizeof line, p) != nullptr) {
+        line[strcspn(line, "\n")] = '\0';
+        lines.emplace_back(line);
+    }
     pclose(p);
-    fn[strcspn(fn, "\n")] = '\0';
-    loc[strcspn(loc, "\n")] = '\0';
-    if (fn[0] == '\0' || strcmp(fn, "??") == 0) return fallback;
-    std::string s = fn;
-    if (loc[0] != '\0' && strncmp(loc, "??", 2) != 0) s += std::string(" [") + loc + "]";
+    size_t f = 0;
+    while (in_launch && f + 3 < lines.size() && lines[f + 1].find("llmc/cuda/cuda_compat.h:") != std::string::npos) f += 2;
+    if (f >= lines.size() || lines[f].empty() || lines[f] == "??") return fallback;
+    std::string s = lines[f];
+    if (f + 1 < lines.size() && !lines[f + 1].empty() && lines[f + 1].compare(0, 2, "??") != 0) s += " [" + lines[f + 1] + "]";
     return s;
 }
 
@@ -430,7 +440,7 @@ struct Worker {
     }
     [[noreturn]] void fault(const std::string& what) const {
         std::string k = symbolize(launch->kernel);
-        std::string s = symbolize(launch->site);
+        std::string s = symbolize(launch->site, true);
         die("%s\n  kernel: %s\n  launched from: %s\n  %s (order %s)", what.c_str(), k.c_str(), s.c_str(),
             where().c_str(), order_name(config().order));
     }
@@ -946,9 +956,6 @@ inline void execute_launch(const Launch& L) {
     }
 }
 
-// Set by launch() (cuda_compat.h) to its caller, so reports name the code that launched.
-inline thread_local const void* launch_site = nullptr;
-
 template <typename... KP>
 struct Bound {
     void (*kernel)(KP...);
@@ -1078,8 +1085,10 @@ LS_WARP_REDUCE(__reduce_xor_sync, unsigned, OP_RED_XOR)
 
 #undef LS_SITE
 
-// Atomics, intrinsics, math and the runtime API shims; then streams, copies and the launch primitive.
+// Atomics, intrinsics, math and the runtime API shims; then streams, copies and the launch primitive;
+// then the cuDNN attention library's entry points, on the CPU.
 #include "dev/harness/cuda_harness_api.h"
 #include "dev/harness/cuda_harness_streams.h"
+#include "dev/harness/cuda_harness_cudnn.h"
 
 #endif // LLMC_CUDA_HARNESS_H

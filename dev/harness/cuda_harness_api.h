@@ -173,8 +173,10 @@ inline float max(float a, float b) { return fmaxf(a, b); }
 inline double min(double a, double b) { return fmin(a, b); }
 inline double max(double a, double b) { return fmax(a, b); }
 
-// Dynamic shared memory of the running block (see DYNAMIC_SHARED in cuda_compat.h).
+// Dynamic shared memory of the running block: DYNAMIC_SHARED(T, name), the host build's form of
+// llmc/cuda/cuda_compat.h's `extern __shared__` declaration.
 inline void* ls_dynamic_smem() { return ls_harness::device_worker("DYNAMIC_SHARED").smem; }
+#define DYNAMIC_SHARED(T, name) T* name = reinterpret_cast<T*>(ls_dynamic_smem())
 
 // ----------------------------------------------------------------------------
 // runtime API shims (exact prototypes of cuda_runtime_api.h, C linkage)
@@ -424,5 +426,20 @@ template <typename T>
 inline cudaError_t cudaFuncGetName(const char** name, T* func) {
     return cudaFuncGetName(name, (const void*)func);
 }
+
+// ----------------------------------------------------------------------------
+// element conversions of the library stand-ins (cuda_harness_cublaslt.h, cuda_harness_cudnn.h):
+// exact widening to fp32, and rounding to nearest even, as the product's to_float / from_float
+// (llmc/cuda/cuda_precision.h) for every floatX
+
+namespace ls_harness {
+inline float elem_to_float(float x) { return x; }
+inline float elem_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+inline float elem_to_float(__half x) { return __half2float(x); }
+template <typename T> inline T elem_from_float(float x);
+template <> inline float elem_from_float<float>(float x) { return x; }
+template <> inline __nv_bfloat16 elem_from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> inline __half elem_from_float<__half>(float x) { return __float2half_rn(x); }
+} // namespace ls_harness
 
 #endif // LLMC_CUDA_HARNESS_API_H

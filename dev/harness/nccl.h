@@ -1,7 +1,8 @@
 /*
  nccl.h (dev/harness): the harness build's <nccl.h>: NCCL's own declarations, then their
  implementation over MPI between CPU processes (cuda_harness_nccl.h). Reached through the include
- path of the harness builds with -DUSE_MPI (llmc/dist/nccl_comm.cuh includes <nccl.h>).
+ path of the harness build with -DUSE_MPI -DUSE_NCCL (llmc/dist/nccl_comm.cuh includes <nccl.h>
+ under USE_NCCL).
 */
 #ifndef LS_HARNESS_NCCL_H
 #define LS_HARNESS_NCCL_H

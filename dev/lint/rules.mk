@@ -6,8 +6,8 @@
 #               checked by the nvcc/g++ builds with -Wall -Wextra instead; run/run.h needs a
 #               trainer and is checked through train_gpt2.c.
 # Checks: .clang-tidy (the groups and the exclusions, with reasons) and, for cppcheck, the
-# warning/performance/portability classes with dev/lint/leanstep.cfg. A false positive is silenced
-# on its line, with the reason: `// NOLINT(check-name): why` or `// cppcheck-suppress id ; why`.
+# warning/performance/portability classes. A false positive is silenced on its line, with the
+# reason: `// NOLINT(check-name): why` or `// cppcheck-suppress id ; why`.
 
 CPPCHECK ?= cppcheck
 CLANG_TIDY ?= clang-tidy
@@ -23,12 +23,12 @@ build/lint/all_headers.c: $(LINT_C_HEADERS) dev/lint/rules.mk
 .PHONY: lint
 # Both tools always run (all findings in one go); the exit status is 1 if either found anything.
 # cppcheck checks the default preprocessor configuration only (--max-configs=1: 10 s instead of
-# minutes; the other configurations are the fuzz and decode-only builds). clang-tidy runs one
-# file per process (clang-tidy 14 can crash when given several).
+# minutes; the other configuration is the decode-only build). clang-tidy runs one file per process
+# (clang-tidy 14 can crash when given several).
 lint: build/lint/all_headers.c
 	$(Q)status=0; echo "  CPPCHECK $(LINT_TUS)"; \
 	$(CPPCHECK) --quiet --std=c11 --language=c --enable=warning,performance,portability --inline-suppr \
-		--library=dev/lint/leanstep.cfg --suppress=missingIncludeSystem --max-configs=1 --error-exitcode=1 \
+		--suppress=missingIncludeSystem --max-configs=1 --error-exitcode=1 \
 		-I. $(LINT_TUS) || status=1; \
 	for f in $(LINT_TUS); do echo "  TIDY  $$f"; $(CLANG_TIDY) --quiet $$f -- $(LINT_CFLAGS) 2>/dev/null || status=1; done; \
 	if [ $$status -eq 0 ]; then echo "lint: cppcheck and clang-tidy clean"; else echo "lint: findings above"; fi; \

@@ -2,12 +2,11 @@
  cuda_compat.h: one CUDA source, two builds.
 
    nvcc  (the GPU build)   : the real <cuda_runtime.h> and <cuda_bf16.h>.
-   g++ -std=c++17 -x c++   : the same headers for types and host-side bf16 conversions, plus the CPU
-                             execution harness: every CUDA thread is a fiber. The harness is test
-                             machinery outside the product (dev/harness/): the harness build puts
-                             that folder first on its include path, where its own cuda_runtime.h
-                             adds the CPU execution to the toolkit's (the Makefile's
-                             CUDA_HARNESS_FLAGS, CUDA_HARNESS_LIBS: -lboost_context).
+   g++ -std=c++17 -x c++   : the same headers for types and host-side bf16 conversions, plus a CPU
+                             execution of kernels that the include path supplies: a
+                             <cuda_runtime.h> first on it that also defines ls_launch_raw() and
+                             DYNAMIC_SHARED (the test builds' dev/harness/, the Makefile's
+                             CUDA_HARNESS_FLAGS). Nothing here depends on which one.
 
  What a kernel file may use, in both builds:
    - launch(kernel, grid, block, smem_bytes, stream, args...): the ONE way to start a kernel. It is
@@ -15,16 +14,17 @@
      a launch error (block > 1024 threads, too much dynamic shared memory, ...) is fatal and names
      the kernel. LEANSTEP_CUDA_SYNC=1 also synchronizes after every launch, so asynchronous faults
      are reported at the kernel that caused them. ls_launch_raw() is the unchecked primitive, for
-     tests of the error path only.
+     tests of the error path only. launch() is always inlined, so the primitive's return address
+     is the code that launched (what a report of a kernel's failure names).
    - DYNAMIC_SHARED(T, name): declares `T* name` pointing at the block's dynamic shared memory
      (16-byte aligned). Never write `extern __shared__` directly: the harness cannot emulate it.
    - static __shared__ arrays, __syncthreads*, __shfl*_sync, __all/__any/__ballot_sync, __syncwarp,
      __reduce_*_sync, atomics, threadIdx/blockIdx/blockDim/gridDim/warpSize, bf16 from
      <cuda_bf16.h>, __ldcs/__stcs-style cache hints, fmaf/sqrtf/__expf..., printf.
-   - LS_HARNESS is 1 in the CPU build, 0 under nvcc (for host code only: tests, shapes; kernels
-     must not branch on it).
- Not available: see the banner of dev/harness/cuda_harness.h (inline PTX, tensor cores, cooperative
- groups, ...): keep such code out of kernels that must run in CI, or give it a fallback.
+ The product code is the same in both builds: nothing in llmc/ branches on which one it is (tests
+ that need to, for smaller shapes on the CPU, ask the harness's own headers).
+ Not available on the CPU: see the banner of dev/harness/cuda_harness.h (inline PTX, tensor cores,
+ cooperative groups, ...): keep such code out of kernels that must run in CI, or give it a fallback.
 */
 #ifndef LLMC_CUDA_COMPAT_H
 #define LLMC_CUDA_COMPAT_H
@@ -35,8 +35,6 @@
 #include <cuda_bf16.h>
 
 #if defined(__CUDACC__)
-
-#define LS_HARNESS 0
 
 #define DYNAMIC_SHARED(T, name)                                        \
     extern __shared__ __align__(16) unsigned char ls_dynamic_smem_[]; \
@@ -50,12 +48,8 @@ inline void ls_launch_raw(void (*kernel)(KP...), dim3 grid, dim3 block, size_t s
     kernel<<<grid, block, smem, stream>>>(std::forward<A>(args)...);
 }
 
-#elif defined(LS_HARNESS) // 1: the harness is in (dev/harness/cuda_harness.h, by its cuda_runtime.h)
-
-#define DYNAMIC_SHARED(T, name) T* name = reinterpret_cast<T*>(ls_dynamic_smem())
-
-#else
-#error "CUDA code under a host compiler needs the CPU harness first on the include path: -Idev/harness (the Makefile's CUDA_HARNESS_FLAGS)"
+#elif !defined(DYNAMIC_SHARED)
+#error "CUDA code under a host compiler needs a <cuda_runtime.h> that runs kernels on the CPU first on the include path (the Makefile's CUDA_HARNESS_FLAGS)"
 #endif
 
 // True when LEANSTEP_CUDA_SYNC=1: synchronize and check after every launch (debugging aid; the
@@ -79,17 +73,9 @@ inline bool ls_sync_launches() {
 
 // launch(kernel, grid, block, smem_bytes, stream, args...): see the banner. Arguments convert to
 // the kernel's parameter types as in a <<<>>> launch.
-#if LS_HARNESS
-#define LS_LAUNCH_INLINE __attribute__((noinline)) // keeps the caller's address for harness reports
-#else
-#define LS_LAUNCH_INLINE inline
-#endif
 template <typename... KP, typename... A>
-LS_LAUNCH_INLINE void launch(void (*kernel)(KP...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                             A&&... args) {
-#if LS_HARNESS
-    ls_harness::launch_site = __builtin_return_address(0);
-#endif
+__attribute__((always_inline)) inline void launch(void (*kernel)(KP...), dim3 grid, dim3 block, size_t smem,
+                                                  cudaStream_t stream, A&&... args) {
     ls_launch_raw(kernel, grid, block, smem, stream, std::forward<A>(args)...);
     cudaError_t err = cudaGetLastError();
     if (err == cudaSuccess && ls_sync_launches()) err = cudaDeviceSynchronize();

@@ -9,9 +9,9 @@
  (local rank % visible devices), the local rank from the launcher's environment
  (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID or LOCAL_RANK), else the rank.
 
- Builds: nvcc with -DUSE_NCCL links the real NCCL; the CPU-harness build with -DUSE_MPI gets the
- same functions over MPI (dev/harness/cuda_harness_nccl.h); any other build has one process only and these
- functions are never reached (nccl_comm_init says what to build instead).
+ Builds: -DUSE_NCCL includes <nccl.h> (nvcc links the real NCCL; the CPU-harness build with MPI gets
+ the same functions over MPI from its own nccl.h, dev/harness/); any other build has one process
+ only and these functions are never reached (nccl_comm_init says what to build instead).
 
  A dead or hung rank: every wait that needs the other ranks (init, the gradient reduction, the
  host sums) runs under llmc/dist/watchdog.h, so after --comm-timeout seconds the surviving ranks stop
@@ -34,8 +34,8 @@
 #include "llmc/cuda/cuda_precision.h"
 #include "llmc/cuda/profile.cuh"
 
-#if (LS_HARNESS && defined(USE_MPI)) || (!LS_HARNESS && defined(USE_NCCL))
-#include <nccl.h> // the harness build's is dev/harness/nccl.h: NCCL's calls over MPI
+#if defined(USE_NCCL)
+#include <nccl.h>
 #define LS_NCCL 1
 #else
 #define LS_NCCL 0
@@ -158,8 +158,10 @@ static inline void nccl_comm_init(NcclComm* nc, Comm* comm, const CommOptions* o
     if (hang && sscanf(hang, "%d:%d", &hr, &hs) == 2 && hr == comm->rank) { nc->hang_step = hs; }  // NOLINT(cert-err34-c): testing only
     int version = 0;
     ncclCheck(ncclGetVersion(&version));
-    printf("NCCL %d.%d.%d: %d processes (-pi %s), rank 0 on device %d%s\n", version / 10000, version / 100 % 100, version % 100,
-           comm->size, init_method_choices[o->init_method], nc->device, LS_HARNESS ? " (CPU harness: NCCL over MPI)" : "");
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, nc->device));
+    printf("NCCL %d.%d.%d: %d processes (-pi %s), rank 0 on device %d (%s)\n", version / 10000, version / 100 % 100,
+           version % 100, comm->size, init_method_choices[o->init_method], nc->device, prop.name);
 }
 
 // buf (n) = its sum over the processes, in place, on `stream`.

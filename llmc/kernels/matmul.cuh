@@ -22,11 +22,9 @@
    (backward GELU). The bias gradient is this file's own two-kernel column sum (not cuBLASLt's
    BGRADB: that epilogue overwrites instead of accumulating, and its reduction order is the
    library's), so dbias is deterministic and accumulates across micro-steps.
-   CPU harness build (g++, LS_HARNESS): no cuBLAS. matmul_gemm_cpu() below does the library's
-   part on the CPU: fp32 accumulation, epilogue in fp32, one rounding to floatX per output
-   element, exactly what the GPU writes (its GELU is llmc/kernels/gelu.cuh's gelu_value/gelu_derivative).
-   Everything else (this file's bias-gradient kernels, the unfused GELU kernels of
-   llmc/kernels/gelu.cuh) runs as real kernels through the harness.
+   The CPU-harness builds run this same code: their <cublasLt.h> (dev/harness/) implements the
+   cuBLASLt calls below on the CPU, so the plan cache, the heuristic query and the epilogue
+   fallback are exercised in CI too.
 
  GELU fusion (matmul_set_gelu_fusion): 2 = GELU forward and backward in cuBLASLt epilogues
  (the BF16 default), 1 = forward only, 0 = the separate kernels of llmc/kernels/gelu.cuh (the FP32
@@ -42,8 +40,8 @@
    - every pointer 16-byte aligned; out must not overlap inp, weight or pre_gelu, nor dinp dout,
      inp or weight.
    - scratch: matmul_backward_scratch_bytes(N, OC) bytes of device memory when dbias != NULL.
- To add an epilogue: a GemmEpilogue value, its cuBLASLt mapping in gemm_lt_epilogue(), and its
- arithmetic in matmul_gemm_cpu().
+ To add an epilogue: a GemmEpilogue value and its cuBLASLt mapping in gemm_lt_epilogue() (and, for
+ the CI builds, its arithmetic in the harness's cuBLASLt, dev/harness/cuda_harness_cublaslt.h).
 */
 #ifndef LLMC_MATMUL_CUH
 #define LLMC_MATMUL_CUH
@@ -55,13 +53,9 @@
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/cuda/cuda_precision.h"
 #include "llmc/cuda/profile.cuh"
-#include "llmc/kernels/gelu.cuh" // the unfused path, and the GELU of the CPU fallback
-#if LS_HARNESS
-#include <vector>
-#else
+#include "llmc/kernels/gelu.cuh" // the unfused path
 #include <cublasLt.h>
 #include <cublas_api.h>
-#endif
 
 // cuBLASLt workspace the trainer should ask for: 32 MiB (NVIDIA's recommendation for Hopper; more
 // than enough for Ampere).
@@ -116,7 +110,6 @@ typedef enum {
 // ----------------------------------------------------------------------------
 // state
 
-#if !LS_HARNESS
 static inline void cublas_check(cublasStatus_t status, const char* what, const char* file, int line) {
     if (status != CUBLAS_STATUS_SUCCESS) {
         ls_fatal("%s:%d: cuBLAS error: %s (%s) in %s", file, line, cublasGetStatusName(status),
@@ -143,20 +136,17 @@ typedef struct {
 } GemmPlan;
 
 #define MATMUL_MAX_PLANS 64
-#endif
 
 typedef struct {
     int initialized;
     size_t workspace_bytes;
-    void* workspace;   // device, workspace_bytes (also allocated under the harness: same memory table)
+    void* workspace;   // device, workspace_bytes
     int gelu_fusion;   // 0, 1, 2 (see the banner)
     int tf32;          // FP32 build: 1 = TF32 tensor cores
     int fusion_noted;  // the fallback note was printed
-#if !LS_HARNESS
     cublasLtHandle_t handle;
     GemmPlan plans[MATMUL_MAX_PLANS];
     int nplans, next_evict;
-#endif
 } MatmulState;
 
 static inline MatmulState& matmul_state(void) {
@@ -168,7 +158,6 @@ static inline void matmul_require_init(const char* fn) {
     if (!matmul_state().initialized) ls_fatal("%s: call matmul_init() first", fn);
 }
 
-#if !LS_HARNESS
 static inline void matmul_plans_clear(MatmulState& st) {
     for (int i = 0; i < st.nplans; i++) {
         GemmPlan& p = st.plans[i];
@@ -180,9 +169,8 @@ static inline void matmul_plans_clear(MatmulState& st) {
     st.nplans = 0;
     st.next_evict = 0;
 }
-#endif
 
-// Creates the cuBLASLt handle (GPU build) and allocates the workspace. Calling it again with the same
+// Creates the cuBLASLt handle and allocates the workspace. Calling it again with the same
 // size does nothing; with another size it reallocates the workspace (at start-up only).
 static inline void matmul_init(size_t workspace_bytes) {
     MatmulState& st = matmul_state();
@@ -190,14 +178,10 @@ static inline void matmul_init(size_t workspace_bytes) {
     if (!st.initialized) {
         st.gelu_fusion = FLOATX_IS_BF16 ? 2 : 0;
         st.tf32 = 0;
-#if !LS_HARNESS
         cublasCheck(cublasLtCreate(&st.handle));
-#endif
     } else {
-#if !LS_HARNESS
         cudaCheck(cudaDeviceSynchronize()); // the old workspace may be in use
         matmul_plans_clear(st);             // plans were chosen for the old workspace size
-#endif
         cudaCheck(cudaFree(st.workspace));
     }
     st.workspace = NULL;
@@ -209,10 +193,8 @@ static inline void matmul_init(size_t workspace_bytes) {
 static inline void matmul_free(void) {
     MatmulState& st = matmul_state();
     if (!st.initialized) return;
-#if !LS_HARNESS
     matmul_plans_clear(st);
     cublasCheck(cublasLtDestroy(st.handle));
-#endif
     cudaCheck(cudaFree(st.workspace));
     memset(&st, 0, sizeof st);
 }
@@ -228,14 +210,14 @@ static inline void matmul_set_gelu_fusion(int level) {
 }
 
 // FP32 build: 1 lets cuBLASLt use TF32 tensor cores (10-bit mantissa products). No effect in the BF16
-// build or under the harness (whose fallback is exact fp32).
+// build.
 static inline void matmul_set_tf32(int on) {
     matmul_require_init("matmul_set_tf32");
     matmul_state().tf32 = on != 0;
 }
 
 // ----------------------------------------------------------------------------
-// the library call: cuBLASLt on the GPU, a CPU loop under the harness
+// the library call
 
 static inline void gemm_check_shape(const GemmShape& s, GemmEpilogue epi, const char* who) {
     if (s.M <= 0 || s.N <= 0 || s.K <= 0 || s.batch <= 0 || s.repeat <= 0) {
@@ -251,112 +233,6 @@ static inline void gemm_check_shape(const GemmShape& s, GemmEpilogue epi, const 
     }
 }
 
-#if LS_HARNESS
-// for (i < n) f(i), shared out among the threads of the enclosing OpenMP team when `team` (an
-// orphaned worksharing loop: every thread of the team must call it), else by the calling thread.
-template <typename F>
-static inline void gemm_cpu_for(int n, bool team, F f) {
-    if (team) {
-#pragma omp for schedule(static)
-        for (int i = 0; i < n; i++) f(i);
-    } else {
-        for (int i = 0; i < n; i++) f(i);
-    }
-}
-
-// One matrix of a GEMM on the CPU: op(A), op(B) to fp32 row-major buffers A32 (M,K), B32 (K,N), then
-// D in blocks of 8 rows x 256 columns: for each k the block's rows add a_ik * B32[k, cols] to
-// accumulators that stay in L1 (the inner loop runs along a contiguous row and vectorizes, and
-// each row of B32 is read once per 8 rows of D), then the epilogue in fp32 and one rounding per
-// output element.
-#define MATMUL_CPU_MR 8
-#define MATMUL_CPU_NB 256
-static inline void matmul_gemm_cpu_one(floatX* D, const floatX* A, const floatX* Bm, const GemmShape& s,
-                                       GemmEpilogue epi, const floatX* bias, floatX* aux, float* __restrict__ A32,
-                                       float* __restrict__ B32, bool team) {
-    const int M = s.M, N = s.N, K = s.K;
-    if (s.trans_a) { // A stored (K,M): read rows, write columns
-        gemm_cpu_for(K, team, [&](int k) {
-            for (int m = 0; m < M; m++) A32[(size_t)m * K + k] = to_float(A[k * s.lda + m]);
-        });
-    } else {
-        gemm_cpu_for(M, team, [&](int m) {
-            for (int k = 0; k < K; k++) A32[(size_t)m * K + k] = to_float(A[m * s.lda + k]);
-        });
-    }
-    if (s.trans_b) { // B stored (N,K)
-        gemm_cpu_for(N, team, [&](int n) {
-            for (int k = 0; k < K; k++) B32[(size_t)k * N + n] = to_float(Bm[n * s.ldb + k]);
-        });
-    } else {
-        gemm_cpu_for(K, team, [&](int k) {
-            for (int n = 0; n < N; n++) B32[(size_t)k * N + n] = to_float(Bm[k * s.ldb + n]);
-        });
-    }
-    // (the worksharing loops above end with a barrier: A32 and B32 are complete)
-    const int mblocks = CEIL_DIV(M, MATMUL_CPU_MR), nblocks = CEIL_DIV(N, MATMUL_CPU_NB);
-    gemm_cpu_for(mblocks * nblocks, team, [&](int job) {
-        const int m0 = job / nblocks * MATMUL_CPU_MR, n0 = job % nblocks * MATMUL_CPU_NB;
-        const int mr = M - m0 < MATMUL_CPU_MR ? M - m0 : MATMUL_CPU_MR;
-        const int nb = N - n0 < MATMUL_CPU_NB ? N - n0 : MATMUL_CPU_NB;
-        float acc[MATMUL_CPU_MR][MATMUL_CPU_NB];
-        for (int i = 0; i < mr; i++)
-            for (int n = 0; n < nb; n++) acc[i][n] = 0.0f;
-        for (int k = 0; k < K; k++) {
-            const float* __restrict__ brow = B32 + (size_t)k * N + n0;
-            for (int i = 0; i < mr; i++) {
-                const float av = A32[(size_t)(m0 + i) * K + k];
-                float* __restrict__ ai = acc[i];
-                for (int n = 0; n < nb; n++) ai[n] += av * brow[n];
-            }
-        }
-        for (int i = 0; i < mr; i++) {
-            floatX* drow = D + (m0 + i) * s.ldd + n0;
-            floatX* xrow = aux != NULL ? aux + (m0 + i) * s.ldd + n0 : NULL;
-            const floatX* brow = bias != NULL && epi != GEMM_EPI_DGELU ? bias + n0 : NULL;
-            for (int n = 0; n < nb; n++) {
-                float v = s.alpha * acc[i][n];
-                if (s.beta != 0.0f) v += s.beta * to_float(drow[n]);
-                if (brow != NULL) v += to_float(brow[n]);
-                if (epi == GEMM_EPI_GELU) {
-                    xrow[n] = from_float(v);
-                    v = gelu_value(v);
-                } else if (epi == GEMM_EPI_DGELU) {
-                    v *= gelu_derivative(to_float(xrow[n]));
-                }
-                drow[n] = from_float(v);
-            }
-        }
-    });
-}
-
-// The CPU stand-in for cublasLtMatmul. One OpenMP team per call, and only for enough work (the
-// team's threads would otherwise spin next to the harness): a single matrix is split by blocks of
-// D, a batch by matrices.
-static inline void matmul_gemm_cpu(floatX* d, const floatX* a, const floatX* b, const GemmShape& s, GemmEpilogue epi,
-                                   const floatX* bias, floatX* aux) {
-    const int nmat = s.repeat * s.batch;
-    const bool par = (double)nmat * s.M * s.N * s.K >= 2097152.0;
-    const size_t na = (size_t)s.M * s.K, nb = (size_t)s.K * s.N;
-    auto mat = [&](int j, float* A32, float* B32, bool team) {
-        const int r = j / s.batch, i = j % s.batch;
-        matmul_gemm_cpu_one(d + r * s.repeat_d + i * s.stride_d, a + r * s.repeat_a + i * s.stride_a,
-                            b + r * s.repeat_b + i * s.stride_b, s, epi, bias, aux, A32, B32, team);
-    };
-    if (nmat == 1) {
-        std::vector<float> A32(na), B32(nb);
-#pragma omp parallel if (par)
-        mat(0, A32.data(), B32.data(), true);
-    } else {
-#pragma omp parallel if (par)
-        {
-            std::vector<float> A32(na), B32(nb);
-#pragma omp for schedule(static)
-            for (int j = 0; j < nmat; j++) mat(j, A32.data(), B32.data(), false);
-        }
-    }
-}
-#else
 static inline cudaDataType_t gemm_lt_dtype(void) { return FLOATX_IS_BF16 ? CUDA_R_16BF : FLOATX_IS_FP16 ? CUDA_R_16F : CUDA_R_32F; }
 
 // Largest power of two <= 256 that divides the address and every stride (bytes) a call adds to it.
@@ -507,22 +383,15 @@ static inline int matmul_gemm_lt(floatX* d, const floatX* a, const floatX* b, co
     }
     return 1;
 }
-#endif
 
 // The general GEMM (see GemmShape). Returns 1, or 0 when a GELU epilogue is not available from the
-// library (GPU build only): then nothing was computed and the caller uses the separate kernels.
+// library: then nothing was computed and the caller uses the separate kernels.
 static inline int matmul_gemm(floatX* d, const floatX* a, const floatX* b, const GemmShape& s, GemmEpilogue epi,
                               const floatX* bias, floatX* aux, cudaStream_t stream) {
     matmul_require_init("matmul_gemm");
     gemm_check_shape(s, epi, "matmul_gemm");
     if (epi != GEMM_EPI_NONE && aux == NULL) ls_fatal("matmul_gemm: a GELU epilogue needs the aux matrix");
-#if LS_HARNESS
-    // stream work, like the library call: it runs in `stream`'s order with the kernels
-    ls_harness::stream_task(stream, "matmul_gemm (CPU cuBLASLt)", [=] { matmul_gemm_cpu(d, a, b, s, epi, bias, aux); });
-    return 1;
-#else
     return matmul_gemm_lt(d, a, b, s, epi, bias, aux, stream);
-#endif
 }
 
 // The strided-batched product as a plain function of void pointers to floatX matrices (Muon's
