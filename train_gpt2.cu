@@ -174,6 +174,13 @@ struct GPT2 {
     size_t kernel_scratch_bytes;
     float* d_norm_scratch;    // (GLOBAL_NORM_MAX_BLOCKS + 3): partials, sum of squares, norm, scale
     int* inputs_cpu;          // (B,T) host copy of the last inputs (the encoder backward groups by token)
+    // a forward's inputs and targets go up from pinned staging (2, B, T), two buffers used in turn: an
+    // upload from pageable memory would first wait for the stream's queued work, so the host would
+    // stall on every micro-step's backward pass. io_copied[k]: recorded after the upload from
+    // io_pinned[k], which is rewritten only once that has passed (a whole micro-step earlier).
+    int* io_pinned[2];
+    cudaEvent_t io_copied[2];
+    int io_next;
     float* losses_cpu;        // (B,T) host
     float* logits_row_cpu;    // (Vp) host, for sampling
     MemCounter mem;           // what was really allocated on the device, per category
@@ -492,6 +499,10 @@ static void gpt2_alloc_activations(GPT2* model, int B, int T) {
     model->d_norm_scratch = (float*)cuda_malloc_counted(&small, MEM_SCRATCH, (GLOBAL_NORM_MAX_BLOCKS + 3) * sizeof(float));
     model->d_loss_sum = (double*)cuda_malloc_counted(&small, MEM_SCRATCH, sizeof(double));
     model->inputs_cpu = (int*)mallocCheck((size_t)B * T * sizeof(int));
+    for (int k = 0; k < 2; k++) {
+        cudaCheck(cudaMallocHost((void**)&model->io_pinned[k], 2 * (size_t)B * T * sizeof(int)));
+        cudaCheck(cudaEventCreateWithFlags(&model->io_copied[k], cudaEventDisableTiming));
+    }
     model->losses_cpu = (float*)mallocCheck((size_t)B * T * sizeof(float));
     model->logits_row_cpu = (float*)mallocCheck((size_t)c->padded_vocab_size * sizeof(float));
 }
@@ -547,6 +558,11 @@ static void gpt2_free(GPT2* model) {
     cudaCheck(cudaFree(model->grads_memory));
     cudaCheck(cudaFree(model->params_memory));
     encoder_backward_free();
+    for (int k = 0; k < 2; k++) {
+        cudaCheck(cudaEventSynchronize(model->io_copied[k]));
+        cudaCheck(cudaEventDestroy(model->io_copied[k]));
+        cudaCheck(cudaFreeHost(model->io_pinned[k]));
+    }
     cudaCheck(cudaStreamDestroy(model->stream));
     matmul_free();
     if (model->flash) { attention_cudnn_free(); }
@@ -579,8 +595,17 @@ static float gpt2_forward_pass(GPT2* model, const int* inputs, const int* target
         if (targets && (targets[i] < 0 || targets[i] >= V)) { ls_fatal("forward: target token %d at %d is outside [0, %d)", targets[i], i, V); }
     }
     memcpy(model->inputs_cpu, inputs, (size_t)BT * sizeof(int));
-    cudaCheck(cudaMemcpyAsync(a->inputs, inputs, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, s));
-    if (targets) { cudaCheck(cudaMemcpyAsync(a->targets, targets, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, s)); }
+    const int k = model->io_next;  // the staging buffer of this call (see GPT2.io_pinned)
+    model->io_next ^= 1;
+    int* staged = model->io_pinned[k];
+    cudaCheck(cudaEventSynchronize(model->io_copied[k]));
+    memcpy(staged, inputs, (size_t)BT * sizeof(int));
+    cudaCheck(cudaMemcpyAsync(a->inputs, staged, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, s));
+    if (targets) {
+        memcpy(staged + BT, targets, (size_t)BT * sizeof(int));
+        cudaCheck(cudaMemcpyAsync(a->targets, staged + BT, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, s));
+    }
+    cudaCheck(cudaEventRecord(model->io_copied[k], s));
     size_t ln_stride = model->recompute >= 2 ? 0 : BTC;
     size_t gelu_stride = model->recompute >= 1 ? 0 : 4 * BTC;
 
@@ -1116,7 +1141,9 @@ static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o,
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     size_t v = cublasLtGetVersion();  // the library the matmuls run in: major * 10000 + minor * 100 + patch
-    printf("leanstep train_gpt2cu (%s), device: %s%s, matmuls: cuBLASLt %zu.%zu.%zu\n", PRECISION_NAME, prop.name,
+    const char* archs = cuda_build_archs();
+    printf("leanstep train_gpt2cu (%s%s%s), device: %s (sm_%d%d)%s, matmuls: cuBLASLt %zu.%zu.%zu\n", PRECISION_NAME,
+           archs[0] ? ", kernels for " : "", archs, prop.name, prop.major, prop.minor,
            gpu_peak_flops() > 0 ? "" : " (peak FLOP/s unknown: no MFU)", v / 10000, v / 100 % 100, v % 100);
     gpt2_describe(&model->config, model->num_parameters, o, accum);
     printf("recompute %d, master weights %s, attention %s", model->recompute, model->use_master ? "on" : "off",

@@ -1,7 +1,8 @@
 /*
  cuda_common.h: what every CUDA file of leanstep shares, in both builds (nvcc and the CPU harness).
    - cudaCheck(call): the one fatal path for CUDA runtime calls (file, line, the call's text).
-   - CEIL_DIV, cuda_sm_count(): launch geometry helpers.
+   - CEIL_DIV, cuda_sm_count(): launch geometry helpers; cuda_build_archs(): what the kernels were
+     compiled for.
    - Vec128<T>: 16 bytes of T for 128-bit loads/stores (load128/store128 and the streaming
      variants load128cs/store128cs, which do not keep the data in L1/L2 on a GPU).
  Include this (it includes cuda_compat.h and utils.h) rather than the runtime headers.
@@ -28,6 +29,25 @@ static inline int cuda_sm_count(void) {
     static int n = 0;
     if (n == 0) cudaCheck(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0));
     return n;
+}
+
+// The GPU architectures this binary's kernels were compiled for, as nvcc lists them in
+// __CUDA_ARCH_LIST__ ("sm_80 sm_90"; -arch=native resolved to the build machine's GPU), or "" in a
+// build by the host compiler alone. The start-up banner prints it beside the device's own.
+static inline const char* cuda_build_archs(void) {
+#ifdef __CUDA_ARCH_LIST__
+    static char buf[128] = "";
+    if (buf[0] == '\0') {
+        static const int archs[] = {__CUDA_ARCH_LIST__};  // e.g. 800, 900
+        size_t used = 0;
+        for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]) && used + 12 < sizeof(buf); i++) {
+            used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%ssm_%d", i ? " " : "", archs[i] / 10);
+        }
+    }
+    return buf;
+#else
+    return "";
+#endif
 }
 
 // 16 bytes of T, 16-byte aligned: one 128-bit memory transaction per thread.
