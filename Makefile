@@ -331,7 +331,7 @@ cudnn-frontend: $(CUDNN_FRONTEND_H)
 $(CUDNN_FRONTEND_H):
 	$(Q)bash dev/get_cudnn_frontend.sh $(CUDNN_FRONTEND_DIR) $(CUDNN_FRONTEND_VERSION)
 
-# (llmc/kernels/cudnn_att.map: only the three extern "C" entry points are exported; -z defs: every symbol
+# (llmc/kernels/cudnn_att.map: only the four extern "C" entry points are exported; -z defs: every symbol
 # resolved at link time, so a dlopen that finds cuDNN cannot fail on a missing symbol later; the
 # frontend's few CUDA runtime calls link the static runtime, as the nvcc builds do)
 CUDNN_ATT_PIC := build/cudnn_att.pic.o
@@ -540,7 +540,7 @@ EMU_REF := --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DES
 EMU_RUN := OMP_NUM_THREADS=1
 GPU_EMU_TESTS := $(addprefix test-gpu-emu-,model-fp32 model-bf16 model-bf16-matmul model-fp16 mutants-fp32 mutants-bf16 \
 	compare-1 compare-2 compare-3 compare-fp16 cli-fp32 cli-bf16 cli-fp16 sweep-fp32 sweep-bf16 modes cross-resume first-run \
-	guards-fp32 guards-bf16 guards-fp16 train-loop optim-matrix) gpu-compile-check-all
+	guards-fp32 guards-bf16 guards-fp16 train-loop optim-matrix cudnn-graphs) gpu-compile-check-all
 .PHONY: test-gpu-emu $(GPU_EMU_TESTS)
 test-gpu-emu: $(GPU_EMU_TESTS)
 $(filter test-gpu-emu-%,$(GPU_EMU_TESTS)): $(EMU_TRAIN)
@@ -592,6 +592,12 @@ test-gpu-emu-first-run: $(BUILD)/prepare_data data
 	$(EMU_RUN) $(PYTHON) dev/test/test_first_run.py --gpu-bin $(BUILD)/train_gpt2cu_emu_fp32
 test-gpu-emu-guards-fp32 test-gpu-emu-guards-bf16 test-gpu-emu-guards-fp16: test-gpu-emu-guards-%: data
 	$(EMU_RUN) $(PYTHON) dev/test/test_guards.py --bin $(BUILD)/train_gpt2cu_emu_$*
+# sampling and HellaSwag in the bf16 build (cuDNN attention): a bounded number of cuDNN graphs (the
+# forwards padded to a small set of shapes, gpt2_eval_shape), and the same samples and answers as at
+# the exact shapes (LEANSTEP_EVAL_SHAPES=exact) and as the CPU trainer's (dev/test/test_cudnn_graphs.py)
+test-gpu-emu-cudnn-graphs: $(BUILD)/train_gpt2 $(REF_DIR)/$(REF_DESC)_model.bin data
+	$(EMU_RUN) $(PYTHON) dev/test/test_cudnn_graphs.py --bin $(BUILD)/train_gpt2cu_emu_bf16 --cpu-bin $(BUILD)/train_gpt2 \
+		--model $(REF_DIR)/$(REF_DESC)_model.bin --tokenizer data/gpt2_tokenizer.bin --data-dir data
 test-gpu-emu-train-loop: $(REF_DIR)/$(REF_DESC)_model.bin data
 	$(EMU_RUN) $(PYTHON) dev/test/test_train_loop.py --bin $(BUILD)/train_gpt2cu_emu_fp32 --model $(REF_DIR)/$(REF_DESC)_model.bin \
 		--torch-python $(TORCH_PYTHON) --no-schedules

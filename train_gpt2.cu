@@ -983,6 +983,35 @@ static LS_UNUSED const float* gpt2_logits_row(GPT2* model, int t) {
 // (gpt2_forward with targets copied them to the host)
 static LS_UNUSED const float* gpt2_token_losses(GPT2* model) { return model->losses_cpu; }
 
+// LEANSTEP_EVAL_SHAPES=exact: gpt2_eval_shape keeps every shape (a set of cuDNN graphs each), to
+// compare with the padded forwards; =padded (or unset): the default.
+static int eval_shapes_exact(void) {
+    static int exact = -1;
+    if (exact < 0) {
+        const char* s = getenv("LEANSTEP_EVAL_SHAPES");
+        if (s != NULL && s[0] != '\0' && strcmp(s, "exact") != 0 && strcmp(s, "padded") != 0) {
+            ls_fatal("LEANSTEP_EVAL_SHAPES='%s': exact or padded expected", s);
+        }
+        exact = s != NULL && strcmp(s, "exact") == 0;
+    }
+    return exact;
+}
+
+// With cuDNN attention every new (B, T) builds cuDNN graphs (hundreds of ms each), so a forward
+// outside training runs at T rounded up to a power of two from 64 (at most the model's T) and at B =
+// 1 or the model's B: sampling (B = 1, T = 1..gen_T) and HellaSwag (its last batch short) then
+// build a handful of graphs, not one per length. The matmul attention builds nothing: (B, T).
+static LS_UNUSED void gpt2_eval_shape(const GPT2* model, int B, int T, int* Bp, int* Tp) {
+    *Bp = B;
+    *Tp = T;
+    if (!model->flash || eval_shapes_exact()) { return; }
+    int t = 64;
+    while (t < T) { t *= 2; }
+    if (t > model->T) { t = model->T; }
+    if (t > T) { *Tp = t; }
+    if (B > 1 && B < model->B) { *Bp = model->B; }
+}
+
 // The model file holds the parameters exactly as trained: fp32 (version 3) in the fp32 build,
 // bf16 (version 5) in the bf16 build, by rank 0; the state file (one per process) holds the
 // engine's block of the current view (llmc/io/checkpoint.h, version 2: the CPU trainer's layout)
@@ -1217,6 +1246,10 @@ int main(int argc, char** argv) {
             if (!skip) { gpt2_update(&model, &run.hyper, step + 1); }  // clip, optimizer step
             if (!run_step_end(&run, &model, step, loss, norm, skip)) { break; }  // step line; --max-skips
         }
+    }
+    if (model.flash && !run.o.dry_run) {
+        const int graphs = attention_cudnn_graphs();
+        printf("cuDNN attention: %d graph%s built\n", graphs, graphs == 1 ? "" : "s");
     }
     return run_finish(&run, &model);
 }

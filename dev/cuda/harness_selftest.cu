@@ -833,8 +833,8 @@ static __global__ void k_stack_hog(float* out, int n) {
     out[threadIdx.x] = big[n - 1];
 }
 
-// The harness's cuBLASLt stops on what it does not model (an epilogue) and on a matrix less aligned
-// than the algorithm was chosen for.
+// The harness's cuBLASLt stops on what it does not model (an epilogue, an attribute) and on a matrix
+// less aligned than the algorithm was chosen for (the reduction scheme mask is accepted on the way).
 #define cublasCheck(call) \
     do { if ((call) != CUBLAS_STATUS_SUCCESS) ls_fatal("%s failed", #call); } while (0)
 static void child_cublaslt(const char* name) {
@@ -849,9 +849,17 @@ static void child_cublaslt(const char* name) {
         cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
         return;
     }
+    if (strcmp(name, "lt-attribute") == 0) {
+        const int32_t fill = CUBLAS_FILL_MODE_LOWER;
+        cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FILL_MODE, &fill, sizeof fill));
+        return;
+    }
     // D (8,8) = A (8,8) B (8,8) in fp32, the algorithm chosen for 16-byte aligned matrices; A is 4 bytes off
     cublasCheck(cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, 8, 8, 8));
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    const uint32_t fp32_reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE | CUBLASLT_REDUCTION_SCHEME_INPLACE;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &fp32_reduction,
+                                                     sizeof fp32_reduction));
     const uint32_t align = 16;
     for (int a = CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES; a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES; a++) {
         cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, (cublasLtMatmulPreferenceAttributes_t)a, &align, sizeof align));
@@ -911,6 +919,7 @@ static const DeathTest kDeathTests[] = {
     {"smem-oob", "", true, {"AddressSanitizer", "heap-buffer-overflow", "k_smem_oob"}},
     {"stack-overflow", "", false, {"", "", ""}},
     {"lt-epilogue", "", false, {"harness: cuBLASLt: cublasLtMatmulDescSetAttribute", "CUBLASLT_MATMUL_DESC_EPILOGUE = 2 (RELU", ""}},
+    {"lt-attribute", "", false, {"harness: cuBLASLt: cublasLtMatmulDescSetAttribute", "CUBLASLT_MATMUL_DESC_FILL_MODE (6)", ""}},
     {"lt-misaligned", "", false, {"harness: cuBLASLt: cublasLtMatmul: A = ", "aligned to 4 bytes",
                                   "CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES"}},
     {"ok", "LEANSTEP_HARNESS_ORDER=sideways", false, {"LEANSTEP_HARNESS_ORDER='sideways'", "forward", ""}},

@@ -105,6 +105,77 @@ inline const char* epilogue_name(uint32_t e) {
         default: return "unknown";
     }
 }
+// The names of the attributes, for the one-line refusals.
+#define LS_LT_NAME(x) \
+    case x: return #x;
+inline const char* desc_attr_name(cublasLtMatmulDescAttributes_t a) {
+    switch (a) {
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_COMPUTE_TYPE)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_SCALE_TYPE)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_POINTER_MODE)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_TRANSA)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_TRANSB)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_TRANSC)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_FILL_MODE)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_EPILOGUE)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_BIAS_POINTER)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_ALPHA_VECTOR_BATCH_STRIDE)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_C_SCALE_POINTER)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_D_SCALE_POINTER)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_AMAX_D_POINTER)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_SCALE_POINTER)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_AMAX_POINTER)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_FAST_ACCUM)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_A_SCALE_MODE)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_B_SCALE_MODE)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_C_SCALE_MODE)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_D_SCALE_MODE)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_SCALE_MODE)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_D_OUT_SCALE_POINTER)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_D_OUT_SCALE_MODE)
+        LS_LT_NAME(CUBLASLT_MATMUL_DESC_EMULATION_DESCRIPTOR)
+        default: return "an attribute this cuBLASLt does not know";
+    }
+}
+inline const char* layout_attr_name(cublasLtMatrixLayoutAttribute_t a) {
+    switch (a) {
+        LS_LT_NAME(CUBLASLT_MATRIX_LAYOUT_TYPE)
+        LS_LT_NAME(CUBLASLT_MATRIX_LAYOUT_ORDER)
+        LS_LT_NAME(CUBLASLT_MATRIX_LAYOUT_ROWS)
+        LS_LT_NAME(CUBLASLT_MATRIX_LAYOUT_COLS)
+        LS_LT_NAME(CUBLASLT_MATRIX_LAYOUT_LD)
+        LS_LT_NAME(CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT)
+        LS_LT_NAME(CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET)
+        LS_LT_NAME(CUBLASLT_MATRIX_LAYOUT_PLANE_OFFSET)
+        LS_LT_NAME(CUBLASLT_MATRIX_LAYOUT_BATCH_MODE)
+        default: return "an attribute this cuBLASLt does not know";
+    }
+}
+inline const char* pref_attr_name(cublasLtMatmulPreferenceAttributes_t a) {
+    switch (a) {
+        LS_LT_NAME(CUBLASLT_MATMUL_PREF_SEARCH_MODE)
+        LS_LT_NAME(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES)
+        LS_LT_NAME(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK)
+        LS_LT_NAME(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES)
+        LS_LT_NAME(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES)
+        LS_LT_NAME(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES)
+        LS_LT_NAME(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES)
+        LS_LT_NAME(CUBLASLT_MATMUL_PREF_MAX_WAVES_COUNT)
+        LS_LT_NAME(CUBLASLT_MATMUL_PREF_IMPL_MASK)
+        default: return "an attribute this cuBLASLt does not know";
+    }
+}
+#undef LS_LT_NAME
+
 inline bool epilogue_has_bias(uint32_t e) { return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
 inline bool epilogue_gelu(uint32_t e) { return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
 inline bool epilogue_aux(uint32_t e) { return epilogue_gelu(e) || e == CUBLASLT_EPILOGUE_DGELU; }
@@ -442,8 +513,7 @@ inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, 
         case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: ok = lt::attr_read(&d->aux, buf, bytes); break;
         case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: ok = lt::attr_read(&d->aux_ld, buf, bytes); break;
         default:
-            die("cuBLASLt: %s: matmul descriptor attribute %d (cublasLtMatmulDescAttributes_t) is not implemented by the "
-                "harness", fn, (int)attr);
+            die("cuBLASLt: %s: %s (%d) is not implemented by the harness", fn, lt::desc_attr_name(attr), (int)attr);
     }
     return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
 }
@@ -496,8 +566,7 @@ inline cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t la
             break;
         }
         default:
-            die("cuBLASLt: %s: matrix layout attribute %d (cublasLtMatrixLayoutAttribute_t) is not implemented by the "
-                "harness", fn, (int)attr);
+            die("cuBLASLt: %s: %s (%d) is not implemented by the harness", fn, lt::layout_attr_name(attr), (int)attr);
     }
     return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
 }
@@ -550,8 +619,7 @@ inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPrefere
             break;
         }
         default:
-            die("cuBLASLt: %s: preference attribute %d (cublasLtMatmulPreferenceAttributes_t) is not implemented by the "
-                "harness", fn, (int)attr);
+            die("cuBLASLt: %s: %s (%d) is not implemented by the harness", fn, lt::pref_attr_name(attr), (int)attr);
     }
     return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
 }

@@ -8,6 +8,7 @@
    attention_forward_cudnn_{bf16,fp16,fp32}(out, stats, qkv, B, T, NH, C, scratch, scratch_bytes, stream)
    attention_backward_cudnn_{bf16,fp16,fp32}(dqkv, dout, qkv, out, stats, B, T, NH, C, deterministic, ...)
    attention_cudnn_free_gpu()
+   attention_cudnn_graphs_gpu()
 
  The contract of cudnn_att.cuh, computed in fp32 from the stored inputs: scores s = q.k / sqrt(hs),
  stats = LSE(s), p = exp(s - stats), out = p @ v rounded once; the backward recomputes p from the
@@ -15,7 +16,9 @@
  dv = p^T dout, ds = p (dout.v - D), dq = ds k / sqrt(hs), dk = ds^T q / sqrt(hs), each rounded
  once. Deterministic (both backward modes): each (b, h) is summed in a fixed order. The work is
  queued on the stream like a kernel (cuda_harness_streams.h): it runs after the work that writes
- its inputs. No workspace: scratch is not used.
+ its inputs. No workspace: scratch is not used. There are no graphs to build, but the count is
+ kept as the library keeps it: a "graph" per distinct (direction, B, T, NH, C) since the last
+ attention_cudnn_free_gpu, so CI checks how many shapes the trainer asks for.
 */
 #ifndef LLMC_CUDA_HARNESS_CUDNN_H
 #define LLMC_CUDA_HARNESS_CUDNN_H
@@ -26,6 +29,22 @@
 
 namespace ls_harness {
 namespace cudnn {
+
+// The library's graph cache, keys only: (0 forward, 1 backward, 2 deterministic backward), B, T, NH, C.
+struct Graphs {
+    std::mutex mu;
+    std::set<std::tuple<int, int, int, int, int>> keys;
+    int built = 0;
+};
+inline Graphs& graphs() {
+    static Graphs g;
+    return g;
+}
+inline void graph_use(int direction, int B, int T, int NH, int C) {
+    Graphs& g = graphs();
+    std::lock_guard<std::mutex> lk(g.mu);
+    if (g.keys.insert(std::make_tuple(direction, B, T, NH, C)).second) g.built++;
+}
 
 // One (b, h): q, k, v rows of head h are qkv[(b*T + t)*3C + {0, C, 2C} + h*hs]; dq/dk/dv likewise.
 // Forward: out rows, stats (T). s (T) is a work row.
@@ -109,6 +128,7 @@ inline void backward_head(X* dqkv, const X* dout, const X* qkv, const X* out, co
 
 template <typename X>
 inline void forward(X* out, float* stats, const X* qkv, int B, int T, int NH, int C, cudaStream_t stream) {
+    graph_use(0, B, T, NH, C);
     stream_task(stream, "attention_forward_cudnn (CPU)", [=] {
         const size_t C3 = 3 * (size_t)C;
 #pragma omp parallel for collapse(2) schedule(static)
@@ -123,7 +143,8 @@ inline void forward(X* out, float* stats, const X* qkv, int B, int T, int NH, in
 
 template <typename X>
 inline void backward(X* dqkv, const X* dout, const X* qkv, const X* out, const float* stats, int B, int T, int NH, int C,
-                     cudaStream_t stream) {
+                     int deterministic, cudaStream_t stream) {
+    graph_use(deterministic ? 2 : 1, B, T, NH, C);
     stream_task(stream, "attention_backward_cudnn (CPU)", [=] {
         const size_t C3 = 3 * (size_t)C;
         const int hs = C / NH;
@@ -155,14 +176,23 @@ inline void backward(X* dqkv, const X* dout, const X* qkv, const X* out, const f
     inline void attention_backward_cudnn_##suffix(X* dqkv, const X* dout, const X* qkv, const X* out, const float* stats, \
                                            int B, int T, int NH, int C, int deterministic, void* scratch,           \
                                            size_t scratch_bytes, cudaStream_t stream) {                             \
-        (void)deterministic, (void)scratch, (void)scratch_bytes; /* always deterministic here */                    \
-        ls_harness::cudnn::backward(dqkv, dout, qkv, out, stats, B, T, NH, C, stream);                               \
+        (void)scratch, (void)scratch_bytes; /* always deterministic here */                                          \
+        ls_harness::cudnn::backward(dqkv, dout, qkv, out, stats, B, T, NH, C, deterministic, stream);                \
     }
 extern "C" {
 LS_CUDNN_ENTRY_POINTS(__nv_bfloat16, bf16)
 LS_CUDNN_ENTRY_POINTS(__half, fp16)
 LS_CUDNN_ENTRY_POINTS(float, fp32)
-inline void attention_cudnn_free_gpu(void) {} // nothing cached
+inline void attention_cudnn_free_gpu(void) { // the graph cache emptied (the count stays)
+    ls_harness::cudnn::Graphs& g = ls_harness::cudnn::graphs();
+    std::lock_guard<std::mutex> lk(g.mu);
+    g.keys.clear();
+}
+inline int attention_cudnn_graphs_gpu(void) {
+    ls_harness::cudnn::Graphs& g = ls_harness::cudnn::graphs();
+    std::lock_guard<std::mutex> lk(g.mu);
+    return g.built;
+}
 }
 #undef LS_CUDNN_ENTRY_POINTS
 

@@ -5,14 +5,16 @@
  Its own translation unit, compiled once with the host compiler against the CUDA and cuDNN
  headers (no device code here), so that the frontend's heavy headers do not slow down every
  build of the trainer; built as a shared library linked with cuDNN (build/libleanstep_cudnn.so,
- only the three extern "C" entry points exported) that the BF16 nvcc builds open at run time on
+ only the four extern "C" entry points exported) that the BF16 nvcc builds open at run time on
  the first cudnn call (llmc/kernels/cudnn_load.h), so that they do not need libcudnn to start. The frontend's headers come
  from PyPI's nvidia-cudnn-frontend: `make cudnn-frontend` puts them in
  build/deps/cudnn_frontend/include.
 
- Graphs: one per (direction, B, T, NH, C), built on first use (validate, heuristics, plan) and kept
- for the life of the process; the trainer uses a few shapes (training, sampling). Tensors are
- described with the strides of the trainer's layouts, so nothing is permuted:
+ Graphs: one per (direction, B, T, NH, C), built on first use (validate, heuristics, plan: hundreds
+ of ms) and kept until attention_cudnn_free_gpu; attention_cudnn_graphs_gpu counts the builds. The
+ trainer keeps the shapes few: training's, and a small set for sampling and HellaSwag
+ (gpt2_eval_shape in train_gpt2.cu). Tensors are described with the strides of the trainer's
+ layouts, so nothing is permuted:
    Q, K, V  (B,NH,T,hs) views of qkv (B,T,3,NH,hs): strides (3C*T, hs, 3C, 1), offsets 0, C, 2C
    O, dO    (B,NH,T,hs) views of (B,T,NH,hs): strides (C*T, hs, C, 1)
    Stats    (B,NH,T,1) fp32, contiguous: the natural-log LSE of each row of scaled scores
@@ -48,6 +50,7 @@ using AttKey = std::tuple<int, int, int, int, int>;
 struct CudnnAttState {
     cudnnHandle_t handle = nullptr;
     std::map<AttKey, AttGraph> graphs;
+    int built = 0; // graphs built since the process started
 };
 
 // Never destroyed at exit (plans must go before the CUDA context does): attention_cudnn_free().
@@ -108,10 +111,13 @@ const AttGraph& cudnn_att_graph(bool backward, bool deterministic, int B, int T,
     auto K = att_tensor(*g, "K", UID_K, dim, qkv_stride);
     auto V = att_tensor(*g, "V", UID_V, dim, qkv_stride);
     if (!backward) {
+        // causal: query i sees keys j <= i (the band's right bound 0 from the top-left diagonal; Q and K
+        // have the same length)
         auto attrs = fe::graph::SDPA_attributes()
                          .set_name("attention_forward")
                          .set_generate_stats(true)
-                         .set_causal_mask(true)
+                         .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                         .set_diagonal_band_right_bound(0)
                          .set_attn_scale(scale);
         auto [O, stats] = g->sdpa(Q, K, V, attrs);
         O->set_output(true).set_dim(dim).set_stride(o_stride).set_uid(UID_O);
@@ -124,7 +130,8 @@ const AttGraph& cudnn_att_graph(bool backward, bool deterministic, int B, int T,
         stats->set_data_type(fe::DataType_t::FLOAT);
         auto attrs = fe::graph::SDPA_backward_attributes()
                          .set_name("attention_backward")
-                         .set_causal_mask(true)
+                         .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                         .set_diagonal_band_right_bound(0)
                          .set_deterministic_algorithm(deterministic)
                          .set_attn_scale(scale);
         auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, stats, attrs);
@@ -151,6 +158,7 @@ const AttGraph& cudnn_att_graph(bool backward, bool deterministic, int B, int T,
         cudnn_att_fail(fn, B, T, NH, C, "cuDNN needs " + std::to_string(entry.workspace) +
                                             " bytes of workspace, the caller passed " + std::to_string(scratch_bytes));
     }
+    st.built++;
     return st.graphs.emplace(key, entry).first->second;
 }
 
@@ -199,6 +207,8 @@ void attention_backward_cudnn_bf16(__nv_bfloat16* dqkv, const __nv_bfloat16* dou
     };
     cudnn_att_execute("attention_backward_cudnn", ag, pack, scratch, stream, B, T, NH, C);
 }
+
+int attention_cudnn_graphs_gpu(void) { return cudnn_att_state().built; }
 
 void attention_cudnn_free_gpu(void) {
     CudnnAttState& st = cudnn_att_state();

@@ -16,6 +16,9 @@
        device bytes the caller passes as scratch (cuDNN's workspace), at most what a shape needs.
    attention_cudnn_free()
        releases cuDNN's cached graphs and handle (before the CUDA context goes).
+   attention_cudnn_graphs()
+       graphs built so far (one per direction and shape, each hundreds of ms; 0 before the first
+       call), for the end of a run.
 
  Where the work is done
    GPU build: cuDNN's fused scaled-dot-product attention through the cuDNN frontend graph API,
@@ -77,6 +80,7 @@ __attribute__((visibility("default"))) void attention_backward_cudnn_bf16(
     const float* stats, int B, int T, int NH, int C, int deterministic, void* scratch, size_t scratch_bytes,
     cudaStream_t stream);
 __attribute__((visibility("default"))) void attention_cudnn_free_gpu(void);
+__attribute__((visibility("default"))) int attention_cudnn_graphs_gpu(void);
 }
 #else
 // The program's view of the entry points for floatX: weak references, NULL unless the program
@@ -100,6 +104,7 @@ __attribute__((weak)) void CUDNN_ATT_ENTRY(attention_backward_cudnn)(floatX* dqk
                                                                      int deterministic, void* scratch,
                                                                      size_t scratch_bytes, cudaStream_t stream);
 __attribute__((weak)) void attention_cudnn_free_gpu(void);
+__attribute__((weak)) int attention_cudnn_graphs_gpu(void);
 }
 #if FLOATX_IS_BF16
 #include "llmc/kernels/cudnn_load.h"
@@ -109,10 +114,11 @@ struct CudnnAttLib {
     decltype(&CUDNN_ATT_ENTRY(attention_forward_cudnn)) forward;
     decltype(&CUDNN_ATT_ENTRY(attention_backward_cudnn)) backward;
     decltype(&attention_cudnn_free_gpu) free_gpu;
+    decltype(&attention_cudnn_graphs_gpu) graphs;
 };
 
 static inline CudnnAttLib& cudnn_att_lib_state(void) {
-    static CudnnAttLib lib = {NULL, NULL, NULL};
+    static CudnnAttLib lib = {NULL, NULL, NULL, NULL};
     return lib;
 }
 
@@ -121,8 +127,8 @@ static inline const CudnnAttLib& cudnn_att_lib(const char* fn, int B, int T, int
     CudnnAttLib& lib = cudnn_att_lib_state();
     if (lib.forward != NULL) return lib;
     CudnnAttLib linked = {&CUDNN_ATT_ENTRY(attention_forward_cudnn), &CUDNN_ATT_ENTRY(attention_backward_cudnn),
-                          &attention_cudnn_free_gpu};
-    if (linked.forward != NULL && linked.backward != NULL && linked.free_gpu != NULL) {
+                          &attention_cudnn_free_gpu, &attention_cudnn_graphs_gpu};
+    if (linked.forward != NULL && linked.backward != NULL && linked.free_gpu != NULL && linked.graphs != NULL) {
         lib = linked;
         return lib;
     }
@@ -132,6 +138,7 @@ static inline const CudnnAttLib& cudnn_att_lib(const char* fn, int B, int T, int
     lib.forward = (decltype(lib.forward))syms[0];
     lib.backward = (decltype(lib.backward))syms[1];
     lib.free_gpu = (decltype(lib.free_gpu))syms[2];
+    lib.graphs = (decltype(lib.graphs))syms[3];
 #else
     ls_fatal("%s: cuDNN attention needs the BF16 build (B=%d T=%d NH=%d C=%d; use --attention matmul)", fn, B, T, NH, C);
 #endif
@@ -184,6 +191,12 @@ static inline void attention_backward_cudnn(floatX* dqkv, const floatX* dout, co
 static inline void attention_cudnn_free(void) {
     const CudnnAttLib& lib = cudnn_att_lib_state();
     if (lib.free_gpu != NULL) lib.free_gpu(); // NULL: no call yet, nothing to free
+}
+
+// cuDNN graphs built so far (0 before the first call).
+static inline int attention_cudnn_graphs(void) {
+    const CudnnAttLib& lib = cudnn_att_lib_state();
+    return lib.graphs != NULL ? lib.graphs() : 0;
 }
 
 #endif // !LS_CUDNN_ATT_IMPL

@@ -29,10 +29,10 @@
 #include "llmc/utils.h"
 
 #define CUDNN_LIB_NAME "libleanstep_cudnn.so"
-#define CUDNN_LIB_NSYMS 3
+#define CUDNN_LIB_NSYMS 4
 // the library's extern "C" entry points (llmc/kernels/cudnn_att.cuh declares them), in this order
 static const char* const cudnn_lib_symbols[CUDNN_LIB_NSYMS] = {
-    "attention_forward_cudnn_bf16", "attention_backward_cudnn_bf16", "attention_cudnn_free_gpu"};
+    "attention_forward_cudnn_bf16", "attention_backward_cudnn_bf16", "attention_cudnn_free_gpu", "attention_cudnn_graphs_gpu"};
 
 static inline void** cudnn_lib_handle(void) {
     static void* handle = NULL;

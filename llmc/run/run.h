@@ -115,14 +115,17 @@ static LS_UNUSED int sample_logits(const float* logits, int V, float temperature
 // the model continues it with, printed decoded (or as ids without a tokenizer).
 static LS_UNUSED void gpt2_sample(GPT2* model, const Tokenizer* tok, const SampleOptions* so, int gen_T, uint64_t* rng) {
     int T = gen_T < model->T ? gen_T : model->T;
-    int* tokens = (int*)mallocCheck((size_t)T * sizeof(int));
+    // (B, T) of the model: room for the padded shapes of gpt2_eval_shape, token 0 beyond the sample's
+    int* tokens = (int*)callocCheck((size_t)model->B * model->T, sizeof(int));
     int* heap = (int*)mallocCheck((size_t)(so->top_k > 0 ? so->top_k : 1) * sizeof(int));
     tokens[0] = GPT2_EOT < model->config.vocab_size ? GPT2_EOT : 0;
     const int start = 1 + so->n_prompt < T ? 1 + so->n_prompt : T;
     for (int t = 1; t < start; t++) { tokens[t] = so->prompt[t - 1]; }
     printf("generating:\n---\n");
     for (int t = start; t < T; t++) {
-        gpt2_forward(model, tokens, NULL, 1, t);
+        int Bp, Tp;
+        gpt2_eval_shape(model, 1, t, &Bp, &Tp);
+        gpt2_forward(model, tokens, NULL, Bp, Tp);  // row 0: the sample's first t tokens, then padding
         const float* logits = gpt2_logits_row(model, t - 1);
         tokens[t] = sample_logits(logits, model->config.vocab_size, so->temperature, so->top_k, xorshift_f32(rng), heap);
     }
@@ -477,9 +480,10 @@ static LS_UNUSED void run_hellaswag_load(Run* r, const GPT2* model) {
 
 #ifndef TOKENIZER_DECODE_ONLY
 // HellaSwag's accuracy (llmc/io/hellaswag.h): process k of P scores examples k, k + P, ...; rows go
-// through the model in batches of its B rows, each batch as long as its longest row. A row's
-// score is its loss summed over the ending's tokens; the answer is the lowest sum (acc) or the
-// lowest mean per token (acc_norm), the first ending on a tie. Prints and logs both.
+// through the model in batches of its B rows, each batch as long as its longest row (or padded to
+// the trainer's shape for it, gpt2_eval_shape). A row's score is its loss summed over the ending's
+// tokens; the answer is the lowest sum (acc) or the lowest mean per token (acc_norm), the first
+// ending on a tie. Prints and logs both.
 static LS_UNUSED void run_hellaswag(Run* r, GPT2* model, int step) {
     const Hellaswag* h = &r->hella;
     const int B = model->B, P = r->comm.size, E = HELLASWAG_ENDINGS;
@@ -500,20 +504,22 @@ static LS_UNUSED void run_hellaswag(Run* r, GPT2* model, int step) {
             const int len = hellaswag_row_len(h, batch[b] / E, batch[b] % E) - 1;
             if (len > Tb) { Tb = len; }
         }
-        for (int b = 0; b < nb; b++) {
-            const int e = batch[b] / E, i = batch[b] % E, len = hellaswag_row_len(h, e, i) - 1;
-            const int* row = hellaswag_row(h, e, i);
-            for (int t = 0; t < Tb; t++) {
-                inputs[b * Tb + t] = t < len ? row[t] : 0;
-                targets[b * Tb + t] = t < len ? row[t + 1] : 0;
+        int Bp, Tp;  // (nb, Tb) or a padded shape (gpt2_eval_shape): token 0 beyond the rows
+        gpt2_eval_shape(model, nb, Tb, &Bp, &Tp);
+        for (int b = 0; b < Bp; b++) {
+            const int len = b < nb ? hellaswag_row_len(h, batch[b] / E, batch[b] % E) - 1 : 0;
+            const int* row = b < nb ? hellaswag_row(h, batch[b] / E, batch[b] % E) : NULL;
+            for (int t = 0; t < Tp; t++) {
+                inputs[b * Tp + t] = t < len ? row[t] : 0;
+                targets[b * Tp + t] = t < len ? row[t + 1] : 0;
             }
         }
-        gpt2_forward(model, inputs, targets, nb, Tb);
+        gpt2_forward(model, inputs, targets, Bp, Tp);
         const float* losses = gpt2_token_losses(model);
         for (int b = 0; b < nb; b++) {
             const int e = batch[b] / E, len = hellaswag_row_len(h, e, batch[b] % E) - 1;
             double sum = 0.0;  // the ending's tokens: targets ctx_len .. len, at positions ctx_len - 1 ..
-            for (int t = h->ctx_len[e] - 1; t < len; t++) { sum += losses[b * Tb + t]; }
+            for (int t = h->ctx_len[e] - 1; t < len; t++) { sum += losses[b * Tp + t]; }
             sums[batch[b]] = sum;
         }
         nb = 0;

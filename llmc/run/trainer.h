@@ -40,6 +40,12 @@ static LS_UNUSED float gpt2_forward(GPT2* model, const int* inputs, const int* t
 static LS_UNUSED const float* gpt2_logits_row(GPT2* model, int t);
 // After gpt2_forward with targets: the loss of each position, (B, T) of that call, host fp32.
 static LS_UNUSED const float* gpt2_token_losses(GPT2* model);
+// The shape (*Bp, *Tp) >= (B, T), within the model's, at which a forward pass outside training
+// (sampling, HellaSwag) should run a batch of (B, T): (B, T) itself, or a padded shape from a small
+// set where each new shape costs (the GPU trainer's cuDNN graphs). The caller fills the positions
+// beyond its own with valid tokens; causal attention keeps them from its own, whose logits and
+// losses are then at b * Tp + t.
+static LS_UNUSED void gpt2_eval_shape(const GPT2* model, int B, int T, int* Bp, int* Tp);
 
 // ----------------------------------------------------------------------------
 // one training step
