@@ -257,6 +257,15 @@ TEST_TARGETS += $(BUILD)/test_blas_env
 TEST_PHONY += test-blas-env
 .PHONY: test-blas-env
 
+# A run directory and -y as job scripts meet them, in both trainers (the GPU one under the harness):
+# one run per -o (a second exits 1 naming the owner, a dead owner's lock is taken over; mpirun too),
+# -y 1 without a checkpoint starts fresh, -y 1 at or past -x ends at once (dev/test/test_run_dir.py)
+test-run-dir: $(BUILD)/train_gpt2 $(BUILD)/train_gpt2cu_emu_fp32 $(if $(HAVE_MPI),$(BUILD)/train_gpt2_mpi)
+	$(EMU_RUN) $(PYTHON) dev/test/test_run_dir.py --bin $(BUILD)/train_gpt2 --bin $(BUILD)/train_gpt2cu_emu_fp32 \
+		$(if $(HAVE_MPI),--mpi-bin $(BUILD)/train_gpt2_mpi)
+TEST_PHONY += test-run-dir
+.PHONY: test-run-dir
+
 # ----------------------------------------------------------------------------
 # the GPU trainer: nvcc builds (need a GPU to run), and the CPU-harness builds that CI runs.
 # PRECISION=BF16 (default) or FP32, as llm.c; the output names carry no precision for the nvcc
