@@ -266,6 +266,19 @@ test-run-dir: $(BUILD)/train_gpt2 $(BUILD)/train_gpt2cu_emu_fp32 $(if $(HAVE_MPI
 TEST_PHONY += test-run-dir
 .PHONY: test-run-dir
 
+# README's commands as written, in a fresh copy of the tree (dev/test/test_readme.py): Quick start
+# (make train with TEST_TRAIN_STEPS, its follow-ups on out/), the corpus example and the command
+# prepare_corpus prints, the AdamW lab; the train_gpt2cu lines' flags through the harness build; and
+# README's memory figures against the programs. About 40 s of CPU.
+TEST_TRAIN_STEPS ?= 5
+test-readme: $(BUILD)/train_gpt2 $(BUILD)/prepare_corpus $(BUILD)/prepare_data $(BUILD)/memory_table $(BUILD)/cuda/adamw \
+		$(BUILD)/train_gpt2cu_emu_fp32 data
+	$(PYTHON) dev/test/test_readme.py --bin $(BUILD)/train_gpt2 --prepare-corpus $(BUILD)/prepare_corpus \
+		--memory-table $(BUILD)/memory_table --lab $(BUILD)/cuda/adamw --gpu-bin $(BUILD)/train_gpt2cu_emu_fp32 \
+		--steps $(TEST_TRAIN_STEPS)
+TEST_PHONY += test-readme
+.PHONY: test-readme
+
 # ----------------------------------------------------------------------------
 # the GPU trainer: nvcc builds (need a GPU to run), and the CPU-harness builds that CI runs.
 # PRECISION=BF16 (default) or FP32, as llm.c; the output names carry no precision for the nvcc
@@ -749,6 +762,10 @@ bench: $(BUILD)/bench_train $(BUILD)/adamw_bench $(if $(PEER),$(BUILD)/train_gpt
 bench-peer: $(BUILD)/train_gpt2 data
 	$(Q)if [ -z "$(PEER)" ]; then echo "make bench-peer: set PEER=/path/to/llm.c/train_gpt2" >&2; exit 2; fi
 	$(PYTHON) dev/cpu/bench_peer.py --bin $(BUILD)/train_gpt2 --peer $(PEER)
+
+# One lab for this machine's GPU (nvcc; all of them: make cuda-gpu): make build/cuda-gpu/adamw
+build/cuda-gpu/%: FORCE
+	$(Q)$(MAKE) --no-print-directory -C dev/cuda ../../build/cuda-gpu/$* NVCC=$(NVCC) GPU_ARCH=$(GPU_ARCH) Q=$(Q)
 
 # the optimizer-memory quality table: the same training run in each mode (CPU trainer; minutes)
 quality-table: $(BUILD)/train_gpt2 data

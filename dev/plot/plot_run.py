@@ -114,8 +114,10 @@ def mark_clipped(ax, points, top, color, what):
     ax.plot([st for st, _ in over], [top] * len(over), "^", color=color, markersize=6, clip_on=False, zorder=5)
     st, v = max(over, key=lambda sv: sv[1])
     label = f"{what} {v:.4g} at step {st} (off the scale)"
-    ax.annotate(label, xy=(st, top), xytext=(0, -14), textcoords="offset points", ha="center", va="top", fontsize=8,
-                color=color)
+    first, last = points[0][0], points[-1][0]
+    left = st - first <= (last - first) / 2  # the label runs into the panel, away from its edge
+    ax.annotate(label, xy=(st, top), xytext=(6 if left else -6, -8), textcoords="offset points",
+                ha="left" if left else "right", va="top", fontsize=8, color=color)
     return label
 
 
