@@ -257,6 +257,28 @@ TEST_TARGETS += $(BUILD)/test_blas_env
 TEST_PHONY += test-blas-env
 .PHONY: test-blas-env
 
+# A run directory and -y as job scripts meet them, in both trainers (the GPU one under the harness):
+# one run per -o (a second exits 1 naming the owner, a dead owner's lock is taken over; mpirun too),
+# -y 1 without a checkpoint starts fresh, -y 1 at or past -x ends at once (dev/test/test_run_dir.py)
+test-run-dir: $(BUILD)/train_gpt2 $(BUILD)/train_gpt2cu_emu_fp32 $(if $(HAVE_MPI),$(BUILD)/train_gpt2_mpi)
+	$(EMU_RUN) $(PYTHON) dev/test/test_run_dir.py --bin $(BUILD)/train_gpt2 --bin $(BUILD)/train_gpt2cu_emu_fp32 \
+		$(if $(HAVE_MPI),--mpi-bin $(BUILD)/train_gpt2_mpi)
+TEST_PHONY += test-run-dir
+.PHONY: test-run-dir
+
+# README's commands as written, in a fresh copy of the tree (dev/test/test_readme.py): Quick start
+# (make train with TEST_TRAIN_STEPS, its follow-ups on out/), the corpus example and the command
+# prepare_corpus prints, the AdamW lab; the train_gpt2cu lines' flags through the harness build; and
+# README's memory figures against the programs. About 40 s of CPU.
+TEST_TRAIN_STEPS ?= 5
+test-readme: $(BUILD)/train_gpt2 $(BUILD)/prepare_corpus $(BUILD)/prepare_data $(BUILD)/memory_table $(BUILD)/cuda/adamw \
+		$(BUILD)/train_gpt2cu_emu_fp32 data
+	$(PYTHON) dev/test/test_readme.py --bin $(BUILD)/train_gpt2 --prepare-corpus $(BUILD)/prepare_corpus \
+		--memory-table $(BUILD)/memory_table --lab $(BUILD)/cuda/adamw --gpu-bin $(BUILD)/train_gpt2cu_emu_fp32 \
+		--steps $(TEST_TRAIN_STEPS)
+TEST_PHONY += test-readme
+.PHONY: test-readme
+
 # ----------------------------------------------------------------------------
 # the GPU trainer: nvcc builds (need a GPU to run), and the CPU-harness builds that CI runs.
 # PRECISION=BF16 (default) or FP32, as llm.c; the output names carry no precision for the nvcc
@@ -640,11 +662,16 @@ test-san: data $(REF_DIR)/$(REF_DESC)_state.bin $(HF_VENV)/.done
 	$(MAKE) --no-print-directory SAN=1 test-gpu-emu-san $(filter-out test-gpu-emu-san,$(TEST_SAN_PHONY))
 
 # The README's first command, the main job: the dependency step, the data, then training on the
-# CPU. TRAIN_STEPS: how many steps (`make test` runs it with a few).
+# CPU into TRAIN_OUT: main.log, log.jsonl (make plot RUN=out) and the model at the end
+# (TRAIN_OUT/model_<TRAIN_STEPS>.bin). Run again, it continues from TRAIN_OUT's checkpoint (-y 1;
+# a SIGINT writes one), or ends at once when that is at TRAIN_STEPS. TRAIN_STEPS: how many steps
+# (the README's test runs it with a few).
 TRAIN_STEPS ?= 200
+TRAIN_OUT ?= out
 train: deps
 	$(Q)$(MAKE) --no-print-directory train_gpt2 data
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} ./train_gpt2 -e L4C256H4 -b 4 -t 64 -x $(TRAIN_STEPS) -v 50 -s 100 -l 1e-3 -u 20 -c 0.1 -k cosine -q 0.1
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} ./train_gpt2 -e L4C256H4 -b 4 -t 64 -x $(TRAIN_STEPS) -v 50 -s 100 -l 1e-3 -u 20 \
+		-c 0.1 -k cosine -q 0.1 -o $(TRAIN_OUT) -n $(TRAIN_STEPS) -y 1
 
 # installs what is missing (apt, pip); only checks when everything is there
 deps:
@@ -656,16 +683,16 @@ help:
 	@echo "make corpus CORPUS=P any corpus (.txt, .jsonl, .gz, directories) into shards (CORPUS_OUT, CORPUS_FLAGS)"
 	@echo "make hellaswag       HellaSwag's validation JSONL into data/hellaswag/ (for --hellaswag 1)"
 	@echo "make deps            install what is missing (apt, pip); make train and make test run it"
-	@echo "make train           make deps and data, then train GPT-2 on TinyShakespeare on the CPU (TRAIN_STEPS=200)"
+	@echo "make train           make deps and data, then train GPT-2 on TinyShakespeare on the CPU into out/ (TRAIN_STEPS=200)"
 	@echo "make test            make deps, then the whole test suite side by side (TEST_JOBS=cores; the README's test command)"
 	@echo "make test-san        the C tests again under ASan+UBSan"
-	@echo "make bench           CPU benchmarks: trainer tokens/s and MFU, AdamW vs bandwidth"
+	@echo "make bench           CPU benchmarks: trainer tokens/s and MFU, AdamW vs bandwidth (PEER=llm.c/train_gpt2: measured beside it)"
 	@echo "make bench-corpus    corpus tokenizer throughput against tiktoken at equal threads"
 	@echo "make bench-peer PEER=llm.c/train_gpt2  the CPU trainer against llm.c's, ms/step on this machine"
 	@echo "make memory-table    published memory figures vs their formulas vs our memory model"
 	@echo "make optim-cost-table  bytes per parameter of every optimizer x state x placement (README)"
 	@echo "make gpu-sm70-check    the FP16 trainer's PTX assembled for Volta (sm_70) by CUDA 12.9's ptxas (PyPI)"
-	@echo "make train_gpt2cu    the GPU trainer (PRECISION=BF16|FP32, GPU_ARCH=native|sm_90...)"
+	@echo "make train_gpt2cu    the GPU trainer (PRECISION=BF16|FP16|FP32, GPU_ARCH=native|sm_90...)"
 	@echo "make cudnn-frontend  the cuDNN frontend headers (pip) for the BF16 GPU trainer's flash attention"
 	@echo "make test-gpu-emu    the GPU trainer's tests under the CPU harness"
 	@echo "make test-train-loop the training loop (loss, norm, lr, val loss) against the PyTorch reference"
@@ -675,7 +702,7 @@ help:
 	@echo "make quality-table   the same CPU training run in every optimizer-memory mode (minutes)"
 	@echo "make fuzz            every file reader under libFuzzer, FUZZ_SECONDS each"
 	@echo "make lint            cppcheck + clang-tidy"
-	@echo "make plot RUN=DIR    loss and throughput curves of a run to DIR/plot.png"
+	@echo "make plot RUN=DIR    loss and throughput curves of a run to DIR/plot.png (make train's: RUN=out)"
 	@echo "make hf_convert      the Hugging Face safetensors export/import tool"
 	@echo "make clean           remove build outputs (not data/)"
 
@@ -720,16 +747,31 @@ $(BUILD)/adamw_bench: dev/cpu/adamw_bench.c dev/cpu/bench_util.h $(LLMC_HEADERS)
 bench-build: $(BUILD)/bench_train $(BUILD)/adamw_bench
 TEST_PHONY += bench-build
 
-bench: $(BUILD)/bench_train $(BUILD)/adamw_bench
-	$(BUILD)/bench_train
-	$(BUILD)/adamw_bench --torch-python $(TORCH_PYTHON)
+# what they print does not mislead: quoted figures labelled, no percentage above 100% (seconds)
+test-bench: $(BUILD)/bench_train $(BUILD)/adamw_bench
+	$(PYTHON) dev/cpu/test_bench.py --bench-train $(BUILD)/bench_train --adamw-bench $(BUILD)/adamw_bench
+TEST_PHONY += test-bench
+.PHONY: test-bench
 
-# the CPU trainer against llm.c's train_gpt2.c on this machine (PEER: that binary, built from a
-# checkout of karpathy/llm.c outside this repository with its `make train_gpt2`)
+# PEER: llm.c's CPU trainer (its train_gpt2, built from a checkout of karpathy/llm.c outside this
+# repository with its `make train_gpt2`). With it, `make bench` measures it in the same run (as
+# bench-peer); without, bench_train's llm.c column holds quoted figures and says so.
+PEER ?=
+bench: $(BUILD)/bench_train $(BUILD)/adamw_bench $(if $(PEER),$(BUILD)/train_gpt2 data)
+	$(BUILD)/bench_train $(if $(PEER),--peer none)
+	$(BUILD)/adamw_bench --torch-python $(TORCH_PYTHON)
+	$(if $(PEER),$(PYTHON) dev/cpu/bench_peer.py --bin $(BUILD)/train_gpt2 --peer $(PEER),@echo "llm.c's CPU trainer: \
+		not measured in this run (make bench PEER=/path/to/llm.c/train_gpt2 measures it beside ours)")
+
+# the CPU trainer against llm.c's train_gpt2.c on this machine, ms per step, taking turns
 .PHONY: bench-peer
 bench-peer: $(BUILD)/train_gpt2 data
 	$(Q)if [ -z "$(PEER)" ]; then echo "make bench-peer: set PEER=/path/to/llm.c/train_gpt2" >&2; exit 2; fi
 	$(PYTHON) dev/cpu/bench_peer.py --bin $(BUILD)/train_gpt2 --peer $(PEER)
+
+# One lab for this machine's GPU (nvcc; all of them: make cuda-gpu): make build/cuda-gpu/adamw
+build/cuda-gpu/%: FORCE
+	$(Q)$(MAKE) --no-print-directory -C dev/cuda ../../build/cuda-gpu/$* NVCC=$(NVCC) GPU_ARCH=$(GPU_ARCH) Q=$(Q)
 
 # the optimizer-memory quality table: the same training run in each mode (CPU trainer; minutes)
 quality-table: $(BUILD)/train_gpt2 data

@@ -26,8 +26,9 @@ static int mismatches = 0;
 // A row: what, formula text, our value, the formula's value, the published value, unit.
 static void row(const char* what, const char* formula, double ours, double formula_value, double published,
                 const char* unit) {
-    if (isnan(published)) {  // our own setting: nothing published to compare with
-        printf("| %-44s | %-34s | %12.1f | %12.1f | %10s %-3s | %s |\n", what, formula, ours, formula_value, "-", unit, "-");
+    if (isnan(published)) {  // our own setting, or a figure nothing published: nothing to compare with
+        printf("| %-44s | %-34s | %10.1f %-3s | %10.1f %-3s | %14s | %s |\n", what, formula, ours, unit, formula_value, unit,
+               "-", "-");
         return;
     }
     // "matches" = the formula rounds to the published figure at the source's precision
@@ -36,8 +37,8 @@ static void row(const char* what, const char* formula, double ours, double formu
     int match = fabs(formula_value - published) <= tol + 1e-9 * published;
     if (strcmp(unit, "MiB") == 0 && floor(formula_value) == published) { match = 1; }  // llm.c prints whole MiB, truncated
     if (!match) { mismatches++; }
-    printf("| %-44s | %-34s | %12.1f | %12.1f | %10.1f %-3s | %s |\n", what, formula, ours, formula_value, published, unit,
-           match ? "yes" : "NO");
+    printf("| %-44s | %-34s | %10.1f %-3s | %10.1f %-3s | %10.1f %-3s | %s |\n", what, formula, ours, unit, formula_value,
+           unit, published, unit, match ? "yes" : "NO");
 }
 
 // llm.c's activations (bytes) for bf16, cuDNN attention (fp32 stats L*B*NH*T instead of the T x T
@@ -85,7 +86,8 @@ int main(void) {
     double N124 = (double)gpt2_num_parameters(&d12), N1558 = (double)gpt2_num_parameters(&d48);
     printf("leanstep memory table: published figures vs their formulas vs ours\n");
     printf("GPT-2 124M (d12) has %.0f parameters with the padded vocabulary; GPT-2 1558M (d48) %.0f.\n\n", N124, N1558);
-    printf("| %-44s | %-34s | %12s | %12s | %14s | %s |\n", "quantity", "formula", "ours", "formula", "published", "formula = published");
+    printf("| %-44s | %-34s | %14s | %14s | %14s | %s |\n", "quantity", "formula", "ours", "formula", "published",
+           "formula = published");
     printf("|---|---|---|---|---|---|\n");
 
     // 1. the seed documents: GPT-2 124M fp32 AdamW (they round N to 124M)
@@ -93,7 +95,9 @@ int main(void) {
     MemoryReport cpu = memory_model_cpu(&d12, 4, 64, &co);
     double opt_side = (double)(cpu.bytes[MEM_GRADS] + cpu.bytes[MEM_OPT_STATE]);  // the state row: m and v
     row("124M fp32: parameters", "4 B x 124M", MB(cpu.bytes[MEM_PARAMS]), MB(4 * 124e6), 496, "MB");
+    row("124M fp32: AdamW m and v", "8 B x 124M", MB(cpu.bytes[MEM_OPT_STATE]), MB(8 * 124e6), NAN, "MB");
     row("124M fp32: optimizer side (grad + m + v)", "12 B x 124M", MB(opt_side), MB(12 * 124e6), 1488, "MB");
+    row("124M fp32: parameter-related total", "16 B x 124M", MB(cpu.bytes[MEM_PARAMS] + opt_side), MB(16 * 124e6), NAN, "MB");
     row("124M fp32: parameter-related total", "16 B x 124M", GB(cpu.bytes[MEM_PARAMS] + opt_side), GB(16 * 124e6), 2.0, "GB");
     row("124M fp32: optimizer share", "12 / 16 (%)", 100.0 * opt_side / (opt_side + cpu.bytes[MEM_PARAMS]), 75.0, 75, "%");
 
@@ -145,7 +149,9 @@ int main(void) {
            "  %.0f MiB. Ours (%.0f MiB, -r 1) keeps the full (L,B,NH,T,T) attention matrices of our own attention\n"
            "  kernels (no cuDNN): %.0f MiB of it.\n", llmc_acts_r1 / 1048576.0, mib(gz.bytes[MEM_ACTS]),
            48.0 * 16 * 25 * 1024 * 1024 * 2 / 1048576.0);
-    printf("- 124M seed rows: the seed rounds N to 124M; ours is the exact 124,475,904 (with the padded vocab).\n");
+    printf("- 124M seed rows: the seed rounds N to 124M; ours is the exact 124,475,904 (with the padded vocab), and\n"
+           "  the optimizer engine aligns each tensor's m and v to 64 bytes. Units: MB = 1e6 bytes, MiB = 2^20 bytes,\n"
+           "  GB = 1e9 bytes, the same unit in the three columns of a row.\n");
     printf("- BAdam's 18 M GB counts fp16 weights (2 M) plus fp32 weights, gradients, m, v (16 M); BAdam keeps\n"
            "  the last four for one of D blocks only.\n");
     printf("\n%s: %d row(s) where the formula does not give the published figure\n", mismatches ? "MISMATCH" : "OK", mismatches);

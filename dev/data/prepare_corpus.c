@@ -6,14 +6,20 @@
    *.jsonl, *.ndjson, *.json
                     one document per line, its text in field "text" (--field NAME for another);
                     blank lines are skipped
-   any of these with .gz: gzip-compressed (zlib). In a directory, other files are skipped
-   (counted); a file named on the command line that is neither is read as .txt.
+   any of these with .gz: gzip-compressed (zlib). In a directory, other files are skipped (counted;
+   --all-files reads them as .txt), and so are dangling links and files or directories that cannot
+   be opened (counted); a file named on the command line that is neither is read as .txt.
  Output, in OUT_DIR (default data/corpus), named NAME (default: OUT_DIR's last component):
    NAME_val_000000.bin, NAME_train_000001.bin, NAME_train_000002.bin, ...
  llm.c token shards (llmc/io/shard.h). Every document is its end-of-text token (50256) followed
  by encode_ordinary(text) (tiktoken's, id for id); documents are concatenated in input order and
  cut into shards of --shard-tokens tokens (default 100M, as llm.c's FineWeb shards; the last one
- shorter). By default the first shard is val and the rest train (llm.c's FineWeb layout); with
+ shorter). By default the first shard is val and the rest train (llm.c's FineWeb layout); a corpus
+ that does not fill two shards would leave train empty or shorter than val, so it is split by
+ documents instead: k = max(1, round(n / 10)) of its n documents, evenly spaced (document i is val
+ when floor((i+1)k/n) > floor(ik/n): the last one always), go to val, the rest to train; a corpus
+ of one document gives val its last tenth of tokens. Until two shards are full the tokens wait in
+ memory (the two shard buffers), so nothing is written that the split would change. With
  --val-fraction F, F of the documents (evenly spaced: document i is val when floor((i+1)F) >
  floor(iF)) go to val shards and the rest to train shards, each cut in the same way. The shard
  number counts all shards in the order they are completed. The trainers read them with
@@ -45,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -71,6 +78,7 @@ typedef struct {
     int threads;
     int skip_bad;
     int force;
+    int all_files;  // --all-files: files of other names in directories are read as .txt
 } Options;
 
 // ----------------------------------------------------------------------------
@@ -88,7 +96,10 @@ typedef struct {
 typedef struct {
     InputFile* files;
     int n, cap;
-    int n_other;  // files in directories that are not corpus files
+    int n_other;       // files in directories that are not corpus files
+    int n_dangling;    // links in directories whose target is not there
+    int n_unreadable;  // files and directories in directories that cannot be opened
+    int all_files;     // --all-files
 } InputList;
 
 static int ends_with(const char* s, const char* suffix) {
@@ -127,10 +138,22 @@ static int compare_names(const void* a, const void* b) {
 
 static void inputs_add(InputList* l, const char* path, int top) {  // NOLINT(misc-no-recursion): one level per directory
     struct stat st;
-    if (stat(path, &st) != 0) { ls_fatal("input %s: %s", path, strerror(errno)); }
+    if (stat(path, &st) != 0) {
+        if (top) { ls_fatal("input %s: %s", path, strerror(errno)); }
+        struct stat lst;  // inside a directory: a dangling link (or one in a loop) is skipped
+        if (lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode)) { l->n_dangling++; } else { l->n_unreadable++; }
+        return;
+    }
     if (S_ISREG(st.st_mode)) {
         int fmt = format_of(path);
-        if (fmt < 0 && !top) { l->n_other++; return; }
+        if (fmt < 0 && !top && !l->all_files) { l->n_other++; return; }
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            if (top) { ls_fatal("input %s: cannot open: %s", path, strerror(errno)); }
+            l->n_unreadable++;
+            return;
+        }
+        close(fd);
         inputs_add_file(l, path, fmt < 0 ? FMT_TXT : fmt, &st);
         return;
     }
@@ -140,7 +163,11 @@ static void inputs_add(InputList* l, const char* path, int top) {  // NOLINT(mis
         return;
     }
     DIR* d = opendir(path);
-    if (d == NULL) { ls_fatal("input %s: cannot open directory: %s", path, strerror(errno)); }
+    if (d == NULL) {
+        if (top) { ls_fatal("input %s: cannot open directory: %s", path, strerror(errno)); }
+        l->n_unreadable++;
+        return;
+    }
     char** names = NULL;
     size_t n = 0, cap = 0;
     struct dirent* e;
@@ -413,6 +440,10 @@ typedef struct {
     char** written;       // names of the shards made, for the record
     long n_written, n_unchanged;
     size_t total_tokens;
+    size_t smallest;      // tokens of the smallest shard written
+    uint16_t* block;      // (2 * shard_tokens,): val's buffer, then train's
+    int waiting;          // default split: the corpus has not filled two shards yet
+    size_t pending;       // while waiting: its tokens so far, at the start of block
 } Writer;
 
 // Does path already hold exactly this shard?
@@ -443,6 +474,7 @@ static void writer_flush(Writer* w, Stream* s) {
     if (w->written[w->n_written] == NULL) { ls_fatal("out of host memory"); }
     w->n_written++;
     w->next_index++;
+    if (w->n_written == 1 || s->n < w->smallest) { w->smallest = s->n; }
     s->n_shards++;
     s->n = 0;
 }
@@ -457,6 +489,84 @@ static void writer_add(Writer* w, Stream* s, const int* toks, size_t n) {
         n -= k;
         if (s->n == cap) { writer_flush(w, s); }
     }
+}
+
+// Writes toks[0..n) as shards of s's split, cut at shard_tokens (s's own buffer is not used).
+static void writer_put(Writer* w, Stream* s, uint16_t* toks, size_t n) {
+    uint16_t* own = s->toks;
+    for (size_t at = 0; at < n; at += (size_t)w->o->shard_tokens) {
+        s->toks = toks + at;
+        s->n = n - at < (size_t)w->o->shard_tokens ? n - at : (size_t)w->o->shard_tokens;
+        writer_flush(w, s);
+    }
+    s->toks = own;
+}
+
+// Default split: a document's tokens while the corpus has not filled two shards (they wait in
+// block); once it does, llm.c's layout from the start: the first shard_tokens tokens are val, the
+// rest train, and from then on the streams take every document as it comes.
+static void writer_add_default(Writer* w, const int* toks, size_t n) {
+    const size_t cap = (size_t)w->o->shard_tokens;
+    if (w->waiting && w->pending + n <= 2 * cap) {
+        for (size_t i = 0; i < n; i++) { w->block[w->pending + i] = (uint16_t)toks[i]; }  // ids < 50257
+        w->pending += n;
+        return;
+    }
+    if (w->waiting) {  // two shards full: the waiting tokens are val's buffer, then train's
+        w->waiting = 0;
+        w->val.n = w->pending < cap ? w->pending : cap;
+        if (w->val.n == cap) { writer_flush(w, &w->val); }
+        if (w->pending > cap) { w->train.n = w->pending - cap; }
+    }
+    if (w->val.n_shards == 0) {  // the document that fills val continues in train
+        size_t room = cap - w->val.n, k = n < room ? n : room;
+        writer_add(w, &w->val, toks, k);
+        toks += k;
+        n -= k;
+    }
+    writer_add(w, &w->train, toks, n);
+}
+
+// A corpus that ended before filling two shards, split by documents (each begins with the
+// end-of-text token, which encode_ordinary never produces): k = max(1, round(n / 10)) of its n
+// documents go to val, evenly spaced, the last one always; one document: val is its last tenth.
+static void writer_split_small(Writer* w, uint32_t eot) {
+    uint16_t* t = w->block;
+    const size_t p = w->pending;
+    size_t n_docs = 0;
+    for (size_t i = 0; i < p; i++) { n_docs += t[i] == eot; }
+    size_t n_val = 0, n_train = 0, k = 0;
+    uint16_t* val = NULL;
+    if (n_docs >= 2) {
+        k = (n_docs + 5) / 10 > 0 ? (n_docs + 5) / 10 : 1;
+        for (int pass = 0; pass < 2; pass++) {  // 0: count val's tokens; 1: val's documents out, train's to the front
+            size_t doc = 0, nv = 0, nt = 0;
+            for (size_t start = 0; start < p; doc++) {
+                size_t end = start + 1;
+                while (end < p && t[end] != eot) { end++; }
+                int is_val = (doc + 1) * k / n_docs > doc * k / n_docs;
+                if (pass == 1 && is_val) { memcpy(val + nv, t + start, (end - start) * sizeof(uint16_t)); }
+                if (pass == 1 && !is_val) { memmove(t + nt, t + start, (end - start) * sizeof(uint16_t)); }
+                *(is_val ? &nv : &nt) += end - start;
+                start = end;
+            }
+            n_val = nv;
+            n_train = nt;
+            if (pass == 0) { val = (uint16_t*)mallocCheck((n_val > 0 ? n_val : 1) * sizeof(uint16_t)); }
+        }
+        printf("prepare_corpus: %zu tokens do not fill two shards (--shard-tokens %ld): split by documents, %zu of %zu "
+               "to val (%zu tokens), the rest to train (%zu tokens)\n", p, w->o->shard_tokens, k, n_docs, n_val, n_train);
+        writer_put(w, &w->val, val, n_val);
+        writer_put(w, &w->train, t, n_train);
+        free(val);
+        return;
+    }
+    n_val = p / 10 > 0 ? p / 10 : 1;
+    n_train = p - n_val;
+    printf("prepare_corpus: %zu tokens do not fill two shards (--shard-tokens %ld), in one document: its last %zu tokens "
+           "to val, the first %zu to train\n", p, w->o->shard_tokens, n_val, n_train);
+    writer_put(w, &w->val, t + n_train, n_val);
+    writer_put(w, &w->train, t, n_train);
 }
 
 // ----------------------------------------------------------------------------
@@ -594,11 +704,20 @@ static void usage(const char* argv0, int status) {
             "  --val-fraction F    this fraction of the documents to val shards (default 0: the first shard is val)\n"
             "  --threads N         encoding threads (default: all cores / OMP_NUM_THREADS)\n"
             "  --skip-bad          skip and count malformed JSONL lines and invalid UTF-8 documents (default: stop)\n"
+            "  --all-files         in directories, read files of any other name as .txt (default: skip them)\n"
             "  --encoder FILE      GPT-2's encoder.json (default data/gpt2/encoder.json, from `make data`)\n"
             "  --vocab FILE        GPT-2's vocab.bpe (default data/gpt2/vocab.bpe)\n"
             "  -f                  make the shards even if OUT_DIR/NAME.done says they are up to date\n",
             argv0);
     exit(status);
+}
+
+// A command line it cannot run: one line, exit 2 (as the trainers' flags).
+static void usage_error(const char* fmt, const char* arg) {
+    fprintf(stderr, "leanstep: error: prepare_corpus: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, " (see --help)\n");
+    exit(2);
 }
 
 static long parse_long(const char* flag, const char* v, long lo, long hi) {
@@ -614,8 +733,9 @@ static long parse_long(const char* flag, const char* v, long lo, long hi) {
 int main(int argc, char** argv) {
     openmp_prefer_passive_wait(argv);  // workers wait passively while the main thread reads and writes
     Options o = {"data/corpus", NULL, "text", "data/gpt2/encoder.json", "data/gpt2/vocab.bpe",
-                 DEFAULT_SHARD_TOKENS, 0.0, 0, 0, 0};
-    InputList in = {NULL, 0, 0, 0};
+                 DEFAULT_SHARD_TOKENS, 0.0, 0, 0, 0, 0};
+    InputList in;
+    memset(&in, 0, sizeof(in));
     const char** paths = (const char**)mallocCheck((size_t)argc * sizeof(char*));
     int n_paths = 0;
     for (int i = 1; i < argc; i++) {
@@ -624,7 +744,8 @@ int main(int argc, char** argv) {
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { usage(argv[0], 0); }
         else if (strcmp(a, "-f") == 0) { o.force = 1; }
         else if (strcmp(a, "--skip-bad") == 0) { o.skip_bad = 1; }
-        else if (a[0] == '-' && a[1] != '\0' && !has_value) { ls_fatal("flag %s: missing its value", a); }
+        else if (strcmp(a, "--all-files") == 0) { o.all_files = 1; }
+        else if (a[0] == '-' && a[1] != '\0' && !has_value) { usage_error("flag %s needs a value", a); }
         else if (strcmp(a, "-o") == 0) { o.out_dir = argv[++i]; }
         else if (strcmp(a, "-n") == 0) { o.name = argv[++i]; }
         else if (strcmp(a, "--field") == 0) { o.field = argv[++i]; }
@@ -639,10 +760,11 @@ int main(int argc, char** argv) {
                 ls_fatal("flag --val-fraction: '%s' is not a number in [0, 1)", argv[i]);
             }
         }
-        else if (a[0] == '-' && a[1] != '\0') { fprintf(stderr, "%s: unknown flag %s\n", argv[0], a); usage(argv[0], 2); }
+        else if (a[0] == '-' && a[1] != '\0') { usage_error("unknown flag %s", a); }
         else { paths[n_paths++] = a; }
     }
-    if (n_paths == 0) { fprintf(stderr, "%s: no INPUT given\n", argv[0]); usage(argv[0], 2); }
+    if (n_paths == 0) { usage_error("no INPUT given (files or directories)%s", ""); }
+    in.all_files = o.all_files;
     if (strlen(o.out_dir) > 3000) { ls_fatal("-o %s: path too long", o.out_dir); }
     if (o.name == NULL) {
         const char* slash = strrchr(o.out_dir, '/');
@@ -653,7 +775,10 @@ int main(int argc, char** argv) {
     }
     for (int i = 0; i < n_paths; i++) { inputs_add(&in, paths[i], 1); }
     free(paths);
-    if (in.n == 0) { ls_fatal("no .txt/.jsonl(.gz) files in the inputs (%d other files skipped)", in.n_other); }
+    if (in.n == 0) {
+        ls_fatal("no .txt/.jsonl(.gz) files in the inputs (%d other files skipped: --all-files reads them as text; "
+                 "%d dangling links, %d unreadable)", in.n_other, in.n_dangling, in.n_unreadable);
+    }
     int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
 
     // the output directory (mkdir -p), and the up-to-date check
@@ -691,7 +816,11 @@ int main(int argc, char** argv) {
     for (int i = 0; i < in.n; i++) { total_in += in.files[i].size; }
     printf("prepare_corpus: %d files (%.1f MB), %d threads -> %s/%s_{val,train}_*.bin, %ld tokens per shard\n",
            in.n, (double)total_in / 1e6, threads, o.out_dir, o.name, o.shard_tokens);
-    if (in.n_other > 0) { printf("prepare_corpus: skipped %d files that are not .txt/.jsonl(.gz)\n", in.n_other); }
+    if (in.n_other + in.n_dangling + in.n_unreadable > 0) {
+        printf("prepare_corpus: skipped %d files that are not .txt/.jsonl(.gz)%s, %d dangling links, %d that cannot be "
+               "opened\n", in.n_other, in.n_other > 0 ? " (--all-files reads them as text)" : "", in.n_dangling,
+               in.n_unreadable);
+    }
     fflush(stdout);
 
     Writer w;
@@ -699,8 +828,10 @@ int main(int argc, char** argv) {
     w.o = &o;
     w.val.split = "val";
     w.train.split = "train";
-    w.val.toks = (uint16_t*)mallocCheck((size_t)o.shard_tokens * sizeof(uint16_t));
-    w.train.toks = (uint16_t*)mallocCheck((size_t)o.shard_tokens * sizeof(uint16_t));
+    w.block = (uint16_t*)mallocCheck(2 * (size_t)o.shard_tokens * sizeof(uint16_t));
+    w.val.toks = w.block;
+    w.train.toks = w.block + o.shard_tokens;
+    w.waiting = o.val_fraction == 0.0;
     Reader r;
     memset(&r, 0, sizeof(r));
     r.file = -1;
@@ -746,18 +877,13 @@ int main(int argc, char** argv) {
                 continue;
             }
             double f_val = o.val_fraction;
-            int to_val = f_val > 0.0 && (long long)((double)(doc_index + 1) * f_val) > (long long)((double)doc_index * f_val);
-            doc_index++;
-            Stream* s = f_val > 0.0 ? (to_val ? &w.val : &w.train) : (w.val.n_shards == 0 ? &w.val : &w.train);
-            if (f_val == 0.0 && s == &w.val) {
-                // the first shard is val: the document that fills it continues in train
-                size_t room = (size_t)o.shard_tokens - w.val.n;
-                size_t k = d->toks.len < room ? d->toks.len : room;
-                writer_add(&w, &w.val, d->toks.data, k);
-                writer_add(&w, &w.train, d->toks.data + k, d->toks.len - k);
+            if (f_val > 0.0) {
+                int to_val = (long long)((double)(doc_index + 1) * f_val) > (long long)((double)doc_index * f_val);
+                writer_add(&w, to_val ? &w.val : &w.train, d->toks.data, d->toks.len);
             } else {
-                writer_add(&w, s, d->toks.data, d->toks.len);
+                writer_add_default(&w, d->toks.data, d->toks.len);
             }
+            doc_index++;
             w.total_tokens += d->toks.len;
             n_docs++;
             if (d->toks.cap > KEEP_TOKENS) { tokenlist_free(&d->toks); }  // a very long document's
@@ -766,8 +892,12 @@ int main(int argc, char** argv) {
         meter_show(&m, n_docs, w.total_tokens, bytes_in / 1e6, done > 1.0 ? 1.0 : done, 0);
     }
     meter_show(&m, n_docs, w.total_tokens, bytes_in / 1e6, 1.0, 1);
-    writer_flush(&w, &w.val);
-    writer_flush(&w, &w.train);
+    if (w.waiting) {
+        writer_split_small(&w, toks[0].eot_token);
+    } else {
+        writer_flush(&w, &w.val);
+        writer_flush(&w, &w.train);
+    }
     if (w.n_written == 0) { ls_fatal("no documents in the inputs: nothing to write"); }
     long removed = remove_stale_shards(&o, &w);
     record_write(record_path, inputs, &w);
@@ -776,17 +906,25 @@ int main(int argc, char** argv) {
            "%lld skipped, %.1f MB in %.2f s (%.1f MB/s)\n", n_docs, w.total_tokens, w.val.n_shards, w.train.n_shards,
            w.n_unchanged, n_skipped, bytes_in / 1e6, el, el > 0 ? bytes_in / 1e6 / el : 0.0);
     if (removed > 0) { printf("prepare_corpus: removed %ld shards of an earlier run\n", removed); }
+    // the command that trains on them: the CPU trainer's B = 4, T = 64 need 257 tokens in every shard
+    char bt[64] = "";
+    if (w.smallest < 4 * 64 + 1) { snprintf(bt, sizeof(bt), " -b 1 -t %zu", w.smallest - 1 < 64 ? w.smallest - 1 : 64); }
     if (w.train.n_shards == 0) {
-        printf("prepare_corpus: warning: no train shard (all %zu tokens fit the val shard): use a smaller --shard-tokens "
-               "or --val-fraction\n", w.total_tokens);
+        printf("prepare_corpus: warning: no train shard (all %zu tokens are val): use a larger --val-fraction\n", w.total_tokens);
+    } else if (w.val.n_shards == 0) {
+        printf("prepare_corpus: warning: no val shard (--val-fraction too small)\n");
+    } else if (w.smallest < 2) {
+        printf("prepare_corpus: warning: a shard of %zu token: too short to train on (a smaller --shard-tokens leaves "
+               "a short last shard: delete it, or change --shard-tokens)\n", w.smallest);
+    } else {
+        printf("prepare_corpus: train with ./train_gpt2 -i '%s/%s_train_*.bin' -j '%s/%s_val_*.bin'%s\n", o.out_dir, o.name,
+               o.out_dir, o.name, bt);
     }
-    if (w.val.n_shards == 0) { printf("prepare_corpus: warning: no val shard (--val-fraction too small)\n"); }
-    printf("prepare_corpus: train with -i '%s/%s_train_*.bin' -j '%s/%s_val_*.bin'\n", o.out_dir, o.name, o.out_dir, o.name);
     for (int t = 0; t < threads; t++) { tokenizer_free(&toks[t]); }
     for (int i = 0; i < b.cap_docs; i++) { tokenlist_free(&b.docs[i].toks); }
     for (long i = 0; i < w.n_written; i++) { free(w.written[i]); }
     for (int i = 0; i < in.n; i++) { free(in.files[i].path); }
-    free(w.written); free(w.val.toks); free(w.train.toks); free(r.buf); free(b.arena); free(b.docs);
+    free(w.written); free(w.block); free(r.buf); free(b.arena); free(b.docs);
     free(toks); free(in.files); free(inputs);
     return 0;
 }

@@ -13,8 +13,8 @@
 #   make bench-corpus     prepare_corpus's MB/s against tiktoken's encode_ordinary_batch (BENCH_CORPUS_MB)
 #   make test-first-run   a run as on a fresh machine (dev/test/test_first_run.py): the CPU trainer
 #                         makes missing default data itself (`make data` from the mirror), missing
-#                         -i/-j/--tokenizer paths are named, the Makefile's NCCL detection, and
-#                         `make train` with TEST_TRAIN_STEPS steps (the README's first command).
+#                         -i/-j/--tokenizer paths are named, and the Makefile's NCCL detection
+#                         (`make train` itself: test-readme, which runs README's commands).
 #                         test-gpu-emu runs it on the GPU trainer's harness build (+ its no-GPU line).
 # `make test` runs test-tokenizer, test-corpus, test-full-disk and test-first-run (TEST_PHONY), `make test-san`
 # test-tokenizer and test-corpus again under ASan+UBSan (TEST_SAN_PHONY).
@@ -96,9 +96,8 @@ TEST_SAN_PHONY += test-corpus
 TEST_PHONY += test-tokenizer
 TEST_SAN_PHONY += test-tokenizer
 
-TEST_TRAIN_STEPS ?= 5
 .PHONY: test-first-run
 test-first-run: $(BUILD)/train_gpt2 $(BUILD)/prepare_data data
-	$(Q)$(PYTHON) dev/test/test_first_run.py --bin $(BUILD)/train_gpt2 --make-train $(TEST_TRAIN_STEPS)
+	$(Q)$(PYTHON) dev/test/test_first_run.py --bin $(BUILD)/train_gpt2
 
 TEST_PHONY += test-first-run

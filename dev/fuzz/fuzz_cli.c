@@ -41,7 +41,7 @@ static void after_parse(const TrainOptions* o) {
     if (!gpt2_config_from_descriptor(o->model, &c)) { return; }  // a model file: not this target's
     char err[200];
     if (!gpt2_config_valid(&c, err, sizeof(err))) { ls_fatal("flag -e: '%s': %s", o->model, err); }
-    int accum = train_options_accum_steps("train_gpt2", o, &c, 1);
+    int accum = train_options_accum_steps(o, &c, 1);
     fuzz_check(accum >= 1, "accumulation steps");
     gpt2_describe(&c, gpt2_num_parameters(&c), o, accum);
     ParamTable pt;

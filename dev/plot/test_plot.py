@@ -3,7 +3,10 @@
 test_plot.py: make test-plot. Writes a synthetic log.jsonl (with a resumed stretch and a last line
 cut short) and a main.log into temporary run directories, plots them with plot_run.py, and checks
 that each gives a PNG of the expected layout, that JSONL is preferred when both exist, and that a
-missing or malformed log is one line on stderr with exit status 1.
+missing or malformed log is one line on stderr with exit status 1. Also what the plot marks: a
+gradient-norm spike off the scale is labelled with its value and step, the resume (the trainer's
+record, and a step that goes back in main.log) is found, and a constant learning rate's axis
+starts at 0.
 """
 import json
 import math
@@ -34,10 +37,16 @@ def png_size(path):
     return struct.unpack(">II", head[16:24])
 
 
+SPIKE = (57, 176.8)  # a gradient-norm spike: (step, norm)
+
+
 def write_jsonl(path, steps):
     with open(path, "w") as f:
-        for s in list(range(steps)) + list(range(steps - 20, steps)):  # resumed: steps repeat
-            rec = {"step": s, "loss": 4 + 6 * math.exp(-s / 30), "lr": 1e-3, "norm": 1.0, "ms": 100.0, "tok_s": 2560.0,
+        for k, s in enumerate(list(range(steps)) + list(range(steps - 20, steps))):  # resumed: steps repeat
+            if k == steps:
+                f.write(json.dumps({"step": steps - 21, "resumed": True}) + "\n")
+            norm = SPIKE[1] if s == SPIKE[0] else 1.0 + 0.1 * math.sin(s)
+            rec = {"step": s, "loss": 4 + 6 * math.exp(-s / 30), "lr": 1e-3, "norm": norm, "ms": 100.0, "tok_s": 2560.0,
                    "val_loss": 4.1 + 6 * math.exp(-s / 30) if s % 25 == 0 else None}
             f.write(json.dumps(rec) + "\n")
         f.write('{"step": 9')  # a killed run's last line
@@ -63,17 +72,32 @@ def main():
         write_jsonl(os.path.join(a, "log.jsonl"), 120)
         write_main_log(os.path.join(a, "main.log"), 10)  # ignored: the JSONL log wins
         write_main_log(os.path.join(b, "main.log"), 120)
-        source, series = plot_run.read_run(a)
+        source, series, resumes = plot_run.read_run(a)
         check(source.endswith("log.jsonl") and len(series["loss"]) == 120 and len(series["val_loss"]) == 5,
               "JSONL: preferred, repeated steps merged, nulls and the cut last line skipped")
+        check(resumes == [99], f"JSONL: the resume at step 99 found once, got {resumes}")
+        PASSED.append(1)
+        src, drawn = plot_run.plot(a, os.path.join(a, "direct.png"))
+        label = f"grad norm {SPIKE[1]:.4g} at step {SPIKE[0]}"
+        check(any(c.startswith(label) for c in drawn["clipped"]), f"the spike off the scale is labelled: {drawn['clipped']}")
+        check(drawn["lr_ylim"][0] == 0.0 and 1e-3 < drawn["lr_ylim"][1] < 2e-3,
+              f"a constant lr of 1e-3 on an axis from 0: {drawn['lr_ylim']}")
+        check(plot_run.lr_limits([3e-4, 6e-4, 1e-4]) == (0.0, 6e-4 * 1.15), "lr axis: 0 to the largest rate + 15%")
         PASSED.append(1)
         p = run(a)
         check(p.returncode == 0, f"plot of a JSONL run failed: {p.stderr}")
         w, h = png_size(os.path.join(a, "plot.png"))
         check(w > 2.5 * h, f"JSONL run: expected three panels side by side, got {w}x{h}")
         PASSED.append(1)
+        _, _, resumes = plot_run.read_run(b)
+        check(resumes == [], f"main.log without a resume: none found, got {resumes}")
+        with open(os.path.join(b, "main.log"), "a") as f:  # resumed from step 100: steps 101.. again
+            for s in range(101, 110):
+                f.write(f"s:{s} trl:{4 + 6 * math.exp(-s / 30):f}\n")
+        _, _, resumes = plot_run.read_run(b)
+        check(resumes == [100], f"main.log: a step that goes back is a resume (at 100), got {resumes}")
         p = run(b)
-        check(p.returncode == 0, f"plot of a main.log run failed: {p.stderr}")
+        check(p.returncode == 0 and "resumed at step 100" in p.stdout, f"plot of a main.log run failed: {p.stderr} {p.stdout}")
         w, h = png_size(os.path.join(b, "plot.png"))
         check(w < 2 * h, f"main.log run: expected one panel, got {w}x{h}")
         PASSED.append(1)

@@ -9,7 +9,9 @@ the shards of each must hold, in order, [EOT] + encode_ordinary(doc) for every d
 changed input; stale shards removed), and the error paths: malformed JSON, a missing field,
 invalid UTF-8 (file and line in a one-line error, exit 1; --skip-bad counts them), an unwritable
 output directory and a full disk (RLIMIT_FSIZE): exit 1, no shard under a final name, no temp file;
-SIGTERM while writing shards: no temp file, every shard whole.
+SIGTERM while writing shards: no temp file, every shard whole. A corpus smaller than two shards
+(split by documents, or one document's last tenth to val) and the command printed to train on it;
+a directory with a dangling link, an unreadable file and files of other names (--all-files).
 
 usage: python3 dev/test/corpus_check.py --bin build/prepare_corpus [--data data]
        python3 dev/test/corpus_check.py --bin build/prepare_corpus --bench MB [--threads N]
@@ -225,9 +227,9 @@ def check_errors(args, enc, tmp, docs, fails):
     open(p, "wb").write((good + "\n").encode() + b'{"text": "\xff"}\n{oops\n' + (json.dumps({"text": docs[3]}) + "\n").encode())
     out = os.path.join(tmp, "out_skip")
     r = run(args, "-o", out, "--skip-bad", p)
-    got = [t for _, _, ts in read_shards(out, "out_skip") for t in ts]
-    if got != expected_tokens(enc, ["fine", docs[3]]) or "2 skipped" not in r.stdout:
-        fails.append(f"--skip-bad: expected 2 skipped and the 2 good documents; got {r.stdout!r}")
+    got = {s: [t for s2, _, ts in read_shards(out, "out_skip") if s2 == s for t in ts] for s in ("train", "val")}
+    if got != {"train": expected_tokens(enc, ["fine"]), "val": expected_tokens(enc, [docs[3]])} or "2 skipped" not in r.stdout:
+        fails.append(f"--skip-bad: expected 2 skipped and the 2 good documents (train, val); got {r.stdout!r}")
     # an output directory that cannot be created (a file is in the way; root ignores permissions)
     blocker = os.path.join(tmp, "blocker")
     open(blocker, "w").write("x")
@@ -246,6 +248,100 @@ def check_errors(args, enc, tmp, docs, fails):
         fails.append(f"full disk: expected one line naming the temp file; got {r.stderr!r}")
     no_leftovers(out, "full disk", fails)
     print(f"  full disk: {r.stderr.strip()}")
+
+
+def split_of(args, out, name):
+    """{split: tokens} of a run's shards"""
+    got = {"train": [], "val": []}
+    for split, _, ts in read_shards(out, name):
+        got[split] += ts
+    return got
+
+
+def check_small_corpus(args, enc, tmp, docs, fails):
+    """A corpus that does not fill two shards: split by documents (k = max(1, round(n/10)) evenly
+    spaced, the last always val), said in one line; one document: its last tenth is val; the
+    printed command has -b/-t only where a shard is shorter than B*T+1 = 257 tokens."""
+    small = [d for d in docs if d] * 3  # 24 documents: 2 to val (11 and 23)
+    p = os.path.join(tmp, "small.jsonl")
+    with open(p, "w", encoding="utf-8") as f:
+        for d in small:
+            f.write(json.dumps({"text": d}) + "\n")
+    out = os.path.join(tmp, "out_small")
+    r = run(args, "-o", out, p)
+    n, k = len(small), max(1, (len(small) + 5) // 10)
+    is_val = [(i + 1) * k // n > i * k // n for i in range(n)]
+    want = {"val": expected_tokens(enc, [d for d, v in zip(small, is_val) if v]),
+            "train": expected_tokens(enc, [d for d, v in zip(small, is_val) if not v])}
+    said = [ln for ln in r.stdout.splitlines() if "do not fill two shards" in ln]
+    if split_of(args, out, "out_small") != want or len(said) != 1 or f"{k} of {n} to val" not in said[0]:
+        fails.append(f"small corpus: expected {k} of {n} documents to val, said in one line: {r.stdout!r}")
+    hint = [ln for ln in r.stdout.splitlines() if "train with" in ln]
+    if len(hint) != 1 or not hint[0].endswith(f"./train_gpt2 -i '{out}/out_small_train_*.bin' -j '{out}/out_small_val_*.bin'"):
+        fails.append(f"small corpus: the command to train with: {hint}")
+    one = os.path.join(tmp, "one_doc.txt")
+    open(one, "w", encoding="utf-8").write(docs[9])
+    out = os.path.join(tmp, "out_one")
+    r = run(args, "-o", out, one)
+    toks = expected_tokens(enc, [docs[9]])
+    n_val = max(1, len(toks) // 10)
+    if split_of(args, out, "out_one") != {"train": toks[:-n_val], "val": toks[-n_val:]} or "in one document" not in r.stdout:
+        fails.append(f"one document: expected its last {n_val} tokens to val: {r.stdout!r}")
+    tiny = os.path.join(tmp, "tiny.jsonl")  # val: one short document (< 257 tokens): -b 1 -t in the command
+    with open(tiny, "w", encoding="utf-8") as f:
+        f.write(json.dumps({"text": docs[9]}) + "\n" + json.dumps({"text": "a short one"}) + "\n")
+    r = run(args, "-o", os.path.join(tmp, "out_tiny"), tiny)
+    short = len(expected_tokens(enc, ["a short one"]))
+    if not re.search(r"train with \./train_gpt2 -i .* -b 1 -t %d$" % (short - 1), r.stdout, re.M):
+        fails.append(f"a val shard of {short} tokens: the command to train with has -b 1 -t {short - 1}: {r.stdout!r}")
+    print(f"  small corpus: {k} of {n} documents to val; one document: its last {n_val} tokens; "
+          f"a {short}-token shard: -b 1 -t {short - 1}")
+
+
+def check_directories(args, enc, tmp, fails):
+    """In a directory: a dangling link and a file that cannot be opened are skipped and counted;
+    files of other names are skipped, or read as text with --all-files. (Opening as root ignores
+    permissions: that part runs as nobody when the test runs as root.)"""
+    d = os.path.join(tmp, "tree")
+    os.makedirs(os.path.join(d, "docs"))
+    texts = {"a.txt": "first text", "LICENSE": "a license text without an extension", "docs/b.txt": "second text",
+             "secret.txt": "not readable", "notes.md": "markdown"}
+    for name, text in texts.items():
+        open(os.path.join(d, name), "w", encoding="utf-8").write(text)
+    os.symlink(os.path.join(tmp, "nowhere"), os.path.join(d, "dangling.txt"))
+    os.chmod(os.path.join(d, "secret.txt"), 0)
+    out = os.path.join(tmp, "out_tree")
+    os.makedirs(out)
+    for p in (tmp, d, os.path.join(d, "docs"), out):
+        os.chmod(p, 0o777)
+    nobody = None
+    if os.geteuid() == 0:
+        def nobody():
+            os.setgid(65534)
+            os.setuid(65534)
+    else:
+        nobody = None
+    r = run(args, "-o", out, "-n", "plain", d, expect_rc=None, preexec=nobody)
+    got = sorted(t for ts in split_of(args, out, "plain").values() for t in ts)
+    want = sorted(expected_tokens(enc, [texts["a.txt"], texts["docs/b.txt"]]))
+    if r.returncode != 0 or got != want or "skipped 2 files that are not" not in r.stdout or \
+            "1 dangling links, 1 that cannot be opened" not in r.stdout:
+        fails.append(f"a directory with a dangling link, an unreadable file and other names: exit {r.returncode}, "
+                     f"{r.stdout!r} {r.stderr!r}")
+    r = run(args, "-o", out, "-n", "all", "--all-files", d, expect_rc=None, preexec=nobody)
+    got = sorted(t for ts in split_of(args, out, "all").values() for t in ts)
+    want = sorted(expected_tokens(enc, [texts[n] for n in ("LICENSE", "a.txt", "docs/b.txt", "notes.md")]))
+    if r.returncode != 0 or got != want:
+        fails.append(f"--all-files: expected the 4 readable files: exit {r.returncode}, {r.stdout!r} {r.stderr!r}")
+    r = run(args, "-o", out, os.path.join(d, "secret.txt"), expect_rc=None, preexec=nobody)
+    if r.returncode != 1 or "secret.txt" not in r.stderr:
+        fails.append(f"an unreadable file named on the command line: exit 1 naming it; got {r.returncode} {r.stderr!r}")
+    for cli, what in ((["--bogus", "x.txt"], "unknown flag --bogus"), ([], "no INPUT given")):
+        r = run(args, *cli, expect_rc=None)
+        lines = r.stderr.strip().splitlines()
+        if r.returncode != 2 or len(lines) != 1 or not lines[0].startswith("leanstep: error:") or what not in lines[0]:
+            fails.append(f"{cli}: exit 2 and one line '{what}'; got {r.returncode} {r.stderr!r}")
+    print("  directories: a dangling link and an unreadable file skipped and counted; --all-files; usage errors")
 
 
 def check_signal(args, tmp, fails):
@@ -333,6 +429,8 @@ def main():
         check_val_fraction_and_field(args, enc, tmp, docs, fails)
         check_rerun(args, enc, tmp, forms, fails)
         check_errors(args, enc, tmp, docs, fails)
+        check_small_corpus(args, enc, tmp, docs, fails)
+        check_directories(args, enc, tmp, fails)
         check_signal(args, tmp, fails)
     except AssertionError as e:
         fails.append(str(e))

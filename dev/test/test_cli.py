@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """test_cli.py: the trainer's command line, end to end.
 
-  --help lists flags, and every listed flag parses with a valid value (--dry-run);
-  bad values, unknown flags and out-of-range configs fail with exit 2 and a one-line message
-  naming the flag; a missing or corrupt model file or missing data fails with exit 1 naming
-  the file; a tiny training run with a checkpoint resumes bit-exactly (-y 1).
+  --help lists flags, and every listed flag parses with a valid value (--dry-run), a 0|1 flag also
+  alone; bad values, unknown flags and out-of-range configs fail with exit 2 and a one-line message
+  "leanstep: error: ..." naming the flag (an unknown flag near a known one: "did you mean"); a
+  missing or corrupt model file, missing data, a missing HellaSwag file or an output directory that
+  cannot be made fail with exit 1 naming the file, before the banner; a tiny training run with a
+  checkpoint resumes bit-exactly (-y 1).
 Usage: test_cli.py --bin build/train_gpt2. Exit status 1 if any check failed.
 """
 import argparse
@@ -173,7 +175,8 @@ def main():
             bad = ["bogus"]
         for value in bad:
             rr = run(binary, ["--dry-run", "1", "-e", SMALL, "-t", "16", name, value])
-            ok = rr.returncode == 2 and name in rr.stderr and len(rr.stderr.strip().splitlines()) == 1
+            ok = rr.returncode == 2 and name in rr.stderr and len(rr.stderr.strip().splitlines()) == 1 and \
+                rr.stderr.startswith("leanstep: error: ")
             check(ok, "bad value %s %s fails with exit 2 and a one-line message naming the flag (exit %d: %r)" % (name, value, rr.returncode, rr.stderr))
     # config errors that need the model
     for args, flag in ((["-t", "65"], "-t"), (["-g", "100"], "-g"), (["-b", "0"], "-b"), (["-d", "100"], "-d"),
@@ -184,6 +187,22 @@ def main():
     for args in (["-zz", "1"], ["--nope", "1"], ["-b"]):
         rr = run(binary, args)
         check(rr.returncode == 2 and args[0] in rr.stderr, "%s fails with exit 2 (exit %d)" % (args, rr.returncode))
+    # an unknown flag near a known one names it; one that is near none does not guess
+    for arg, near in (("-lr", "-l, --lr"), ("--dry", "--dry-run"), ("-dry-run", "--dry-run"), ("--seq-length", "-t, --seq-len"),
+                      ("--batchsize", "-b, --batch-size"), ("-x0", "-x, --max-steps")):
+        rr = run(binary, ["--dry-run", "1", "-e", SMALL, "-t", "16", arg, "1"])
+        check(rr.returncode == 2 and ("did you mean %s?" % near) in rr.stderr and len(rr.stderr.strip().splitlines()) == 1,
+              "unknown %s: one line, did you mean %s (exit %d): %s" % (arg, near, rr.returncode, rr.stderr.strip()))
+    rr = run(binary, ["--dry-run", "1", "-e", SMALL, "-t", "16", "--zebra", "1"])
+    check(rr.returncode == 2 and "did you mean" not in rr.stderr, "unknown --zebra: no guess: %s" % rr.stderr.strip())
+    # a 0|1 flag alone means 1, before another flag or at the end; with a value it takes the value
+    for args in (["--dry-run", "-e", SMALL, "-t", "16"], ["-e", SMALL, "-t", "16", "--dry-run"],
+                 ["-e", SMALL, "-t", "16", "--dry-run", "--amsgrad"], ["--dry-run=1", "-e", SMALL, "-t", "16", "-a"]):
+        rr = run(binary, args)
+        check(rr.returncode == 0 and "memory" in rr.stdout and not re.search(r"^step ", rr.stdout, re.M),
+              "%s: a 0|1 flag alone is on (exit %d: %s)" % (" ".join(args), rr.returncode, rr.stderr.strip()))
+    rr = run(binary, ["--dry-run", "-e", SMALL, "-t", "16", "--amsgrad"])
+    check(rr.returncode == 0 and "AMSGrad" in rr.stdout, "--amsgrad alone turns AMSGrad on: %s" % rr.stdout[-300:])
     if os.path.basename(binary).startswith("train_gpt2") and not os.path.basename(binary).startswith("train_gpt2cu"):
         rr = run(binary, ["--dry-run", "1", "-e", SMALL, "-t", "16", "-r", "1"])
         check(rr.returncode == 2 and "GPU trainer" in rr.stderr, "a GPU-only flag names the GPU trainer: %s" % rr.stderr.strip())
@@ -258,6 +277,18 @@ def main():
         # missing data
         rr = run(binary, ["-e", SMALL, "-t", "16", "-i", os.path.join(tmp, "none_*.bin"), "-x", "1"])
         check(rr.returncode == 1 and "make data" in rr.stderr, "missing data says how to get it: %s" % rr.stderr.strip())
+        # bad paths stop the run before its banner: one line naming the flag, nothing on stdout
+        blocker = os.path.join(tmp, "blocker")
+        with open(blocker, "w") as fh:
+            fh.write("x")
+        for args, flag in ((["-i", os.path.join(tmp, "none_*.bin")], "flag -i:"), (["-o", os.path.join(blocker, "out")], "flag -o:"),
+                           (["--hellaswag", "--hellaswag-file", os.path.join(tmp, "no.jsonl")], "flag --hellaswag-file:"),
+                           (["-e", os.path.join(tmp, "none.bin")], "flag -e:")):
+            rr = run(binary, ["-e", SMALL, "-t", "16", "-x", "1"] + args)
+            lines = rr.stderr.strip().splitlines()
+            check(rr.returncode == 1 and len(lines) == 1 and lines[0].startswith("leanstep: error: " + flag) and rr.stdout == "",
+                  "%s: one line naming the flag before the banner (exit %d): %s | stdout %r"
+                  % (" ".join(args), rr.returncode, rr.stderr.strip(), rr.stdout[:200]))
 
         # training, checkpoints and a bit-exact resume
         import random
@@ -298,7 +329,8 @@ def main():
             losses = [float(x[1]) for x in losses_a]
             check(losses[-1] < losses[0], "%s: loss decreases over 6 steps: %s" % (tag, losses))
         rr = run(binary, common + ["-o", os.path.join(tmp, "empty"), "-y", "1"])
-        check(rr.returncode == 1 and "no complete checkpoint" in rr.stderr, "-y 1 without checkpoints fails clearly")
+        check(rr.returncode == 0 and "no complete checkpoint" in rr.stdout and "starting from step 0" in rr.stdout,
+              "-y 1 without checkpoints starts fresh, saying so: %s" % rr.stderr.strip()[-300:])
         check_refused(binary, "gpt2cu" in os.path.basename(binary))
         if "gpt2cu" in os.path.basename(binary):
             check_profile(binary, os.path.join(tmp, "train.bin"), os.path.join(tmp, "val.bin"))

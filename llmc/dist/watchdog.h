@@ -47,8 +47,8 @@ static void* watchdog_main(void* arg) {
         pthread_mutex_unlock(&watchdog_state.mu);
         if (deadline > 0.0 && watchdog_now() > deadline) {
             fflush(stdout);
-            fprintf(stderr, "rank %d: error: %s did not complete within %.0f s (--comm-timeout): another rank died or hangs; "
-                    "exiting\n", watchdog_state.rank, what ? what : "a collective", watchdog_state.timeout_s);
+            fprintf(stderr, "leanstep: error: rank %d: %s did not complete within %.0f s (--comm-timeout): another rank "
+                    "died or hangs; exiting\n", watchdog_state.rank, what ? what : "a collective", watchdog_state.timeout_s);
             fflush(stderr);
             _exit(1);
         }

@@ -279,7 +279,8 @@ static inline void blas_env_verify(char** argv, const char* core, const char* wa
     setenv(BLAS_ENV_MARK, mark, 1);
     if (!took) { return; }  // the kernels in this process are OpenBLAS's own already
     execv("/proc/self/exe", argv);
-    fprintf(stderr, "error: cannot run again without OPENBLAS_CORETYPE=%s; set OPENBLAS_CORETYPE to %s and rerun\n", core, was);
+    fprintf(stderr, "leanstep: error: cannot run again without OPENBLAS_CORETYPE=%s; set OPENBLAS_CORETYPE to %s and rerun\n",
+            core, was);
     exit(1);
 }
 

@@ -3,9 +3,11 @@
  and --help, so the help text cannot drift from what is parsed.
 
  Flags take llm.c's form `-x value` (short names may have two letters, like -nk), or the long
- form `--name value` / `--name=value`. Every value is checked: integers and floats must parse
- completely and lie in [min, max]; a choice must be one of its listed words. A bad flag prints
- one line naming the flag and what was expected, and the program exits with status 2.
+ form `--name value` / `--name=value`; a 0|1 flag alone (`--dry-run`, `-y`, no value after it)
+ means 1. Every value is checked: integers and floats must parse completely and lie in [min, max];
+ a choice must be one of its listed words. A bad flag prints one line "leanstep: error: ..."
+ naming the flag and what was expected (an unknown one: the nearest known name), and the program
+ exits with status 2.
  To add a flag: add a field to the options struct and a row to the table (train_options.h).
 */
 #ifndef LLMC_CLI_H
@@ -13,6 +15,7 @@
 
 #include <errno.h>
 #include <float.h>
+#include <stdarg.h>
 #include <limits.h>
 #include <math.h>
 #include <stddef.h>
@@ -37,11 +40,17 @@ typedef struct {
     const char* help;
 } CliFlag;
 
-static void cli_usage_error(const char* prog, const char* fmt, const char* flag, const char* detail) {
+// "leanstep: error: <message> (see --help)" on one line, exit status 2: a command line the
+// program cannot run (the prefix is llmc/utils.h's ls_fatal's, which exits 1 on bad files).
+static void cli_error(const char* fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void cli_error(const char* fmt, ...) {
     fflush(stdout);
-    fprintf(stderr, "%s: error: ", prog);
-    fprintf(stderr, fmt, flag, detail);
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "leanstep: error: ");
+    vfprintf(stderr, fmt, ap);
     fprintf(stderr, " (see --help)\n");
+    va_end(ap);
     exit(2);
 }
 
@@ -89,7 +98,7 @@ static inline void cli_print_help(FILE* out, const char* prog, const char* summa
     fprintf(out, "  %-26s %-5s %s\n", "-h, --help", "", "print this help and exit");
 }
 
-static inline void cli_set(const char* prog, const CliFlag* f, const char* flagname, const char* value, void* opts) {
+static inline void cli_set(const CliFlag* f, const char* flagname, const char* value, void* opts) {
     void* base = (char*)opts + f->offset;
     char* end = NULL;
     switch (f->type) {
@@ -97,11 +106,11 @@ static inline void cli_set(const char* prog, const CliFlag* f, const char* flagn
             errno = 0;
             long long v = strtoll(value, &end, 10);
             double lo = f->type == CLI_SWITCH ? 0 : f->min, hi = f->type == CLI_SWITCH ? 1 : f->max;
-            if (end == value || *end != '\0' || errno != 0) { cli_usage_error(prog, "flag %s expects an integer, got '%s'", flagname, value); }
+            if (end == value || *end != '\0' || errno != 0) { cli_error("flag %s expects an integer, got '%s'", flagname, value); }
             if ((double)v < lo || (double)v > hi) {
                 char detail[200];
                 snprintf(detail, sizeof(detail), "%lld is outside [%.0f, %.0f]", v, lo, hi);
-                cli_usage_error(prog, "flag %s: %s", flagname, detail);
+                cli_error("flag %s: %s", flagname, detail);
             }
             *(int*)base = (int)v;
             break;
@@ -109,17 +118,17 @@ static inline void cli_set(const char* prog, const CliFlag* f, const char* flagn
         case CLI_FLOAT: {
             errno = 0;
             double v = strtod(value, &end);
-            if (end == value || *end != '\0' || errno != 0 || !isfinite(v)) { cli_usage_error(prog, "flag %s expects a number, got '%s'", flagname, value); }
+            if (end == value || *end != '\0' || errno != 0 || !isfinite(v)) { cli_error("flag %s expects a number, got '%s'", flagname, value); }
             if (v < f->min || v > f->max) {
                 char detail[200];
                 snprintf(detail, sizeof(detail), "%g is outside [%g, %g]", v, f->min, f->max);
-                cli_usage_error(prog, "flag %s: %s", flagname, detail);
+                cli_error("flag %s: %s", flagname, detail);
             }
             *(float*)base = (float)v;
             break;
         }
         case CLI_STRING:
-            if (value[0] == '\0') { cli_usage_error(prog, "flag %s expects a non-empty value%s", flagname, ""); }
+            if (value[0] == '\0') { cli_error("flag %s expects a non-empty value", flagname); }
             *(const char**)base = value;
             break;
         case CLI_CHOICE: {
@@ -130,15 +139,68 @@ static inline void cli_set(const char* prog, const CliFlag* f, const char* flagn
             size_t used = (size_t)snprintf(detail, sizeof(detail), "'%s' is not one of", value);
             // snprintf returns the length it wanted: stop once the buffer is full (a long value)
             for (int k = 0; f->choices[k] && used < sizeof(detail); k++) { used += (size_t)snprintf(detail + used, sizeof(detail) - used, " %s", f->choices[k]); }
-            cli_usage_error(prog, "flag %s: %s", flagname, detail);
+            cli_error("flag %s: %s", flagname, detail);
         }
     }
+}
+
+// Edit distance between a and b (insertions, deletions, substitutions; names are short).
+static inline int cli_distance(const char* a, const char* b) {
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > 40 || lb > 40) { return 99; }
+    int row[41];
+    for (int j = 0; j <= lb; j++) { row[j] = j; }
+    for (int i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = i;
+        for (int j = 1; j <= lb; j++) {
+            int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) { best = up + 1; }
+            if (row[j - 1] + 1 < best) { best = row[j - 1] + 1; }
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[lb];
+}
+
+// The trainer's flag nearest to the unknown `arg` (its dashes and any "=value" left out): the
+// same name with the other number of dashes, a long name it begins or that begins it, or one or
+// two edits away (one for names of up to 3 letters); NULL if none is that near. Ties: the fewer
+// edits, the first letter equal, then the table's order.
+static inline const CliFlag* cli_nearest(const char* arg, const CliFlag* flags, int n, unsigned trainer) {
+    char name[64];
+    const char* a = arg;
+    while (*a == '-') { a++; }
+    size_t len = strcspn(a, "=");
+    if (len == 0 || len >= sizeof(name)) { return NULL; }
+    memcpy(name, a, len);
+    name[len] = '\0';
+    const CliFlag* best = NULL;
+    int best_score = 1 << 30;
+    for (int k = 0; k < n; k++) {
+        const CliFlag* f = &flags[k];
+        if (!(f->trainers & trainer)) { continue; }
+        int raw = cli_distance(name, f->long_name);
+        if (f->short_name) {
+            int ds = cli_distance(name, f->short_name);
+            if (ds < raw) { raw = ds; }
+        }
+        int d = raw;
+        size_t lf = strlen(f->long_name);
+        if (len >= 3 && strncmp(f->long_name, name, len) == 0) { d = 0; }  // a long name's beginning
+        if (lf >= 3 && len > lf && strncmp(f->long_name, name, lf) == 0 && d > 1) { d = 1; }  // or the name with more
+        if (d > (len <= 3 ? 1 : 2)) { continue; }
+        int other_letter = name[0] != f->long_name[0] && (!f->short_name || name[0] != f->short_name[0]);
+        int score = 64 * d + 2 * (raw < 31 ? raw : 31) + other_letter;
+        if (score < best_score) { best = f; best_score = score; }
+    }
+    return best;
 }
 
 // Parses argv into opts (which holds the defaults) for `trainer` (CLI_CPU or CLI_GPU). Returns 1
 // if --help was asked for.
 static inline int cli_parse(int argc, char** argv, const CliFlag* flags, int n, unsigned trainer, void* opts) {
-    const char* prog = argv[0];
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) { return 1; }
@@ -157,16 +219,24 @@ static inline int cli_parse(int argc, char** argv, const CliFlag* flags, int n, 
                 if (flags[k].short_name && strcmp(flags[k].short_name, arg + 1) == 0) { f = &flags[k]; }
             }
         }
-        if (f == NULL) { cli_usage_error(prog, "unknown flag '%s'%s", arg, ""); }
+        if (f == NULL) {
+            const CliFlag* near = arg[0] == '-' ? cli_nearest(arg, flags, n, trainer) : NULL;
+            if (near == NULL) { cli_error("unknown flag '%s'", arg); }
+            if (near->short_name) { cli_error("unknown flag '%s' (did you mean -%s, --%s?)", arg, near->short_name, near->long_name); }
+            cli_error("unknown flag '%s' (did you mean --%s?)", arg, near->long_name);
+        }
         if (!(f->trainers & trainer)) {
-            cli_usage_error(prog, "flag %s %s", arg, trainer == CLI_CPU ? "applies to the GPU trainer (train_gpt2cu) only"
-                                                                       : "applies to the CPU trainer (train_gpt2) only");
+            cli_error("flag %s %s", arg, trainer == CLI_CPU ? "applies to the GPU trainer (train_gpt2cu) only"
+                                                        : "applies to the CPU trainer (train_gpt2) only");
+        }
+        if (value == NULL && f->type == CLI_SWITCH && (i + 1 >= argc || argv[i + 1][0] == '-')) {
+            value = "1";  // a 0|1 flag alone: on
         }
         if (value == NULL) {
-            if (i + 1 >= argc) { cli_usage_error(prog, "flag %s needs a value%s", arg, ""); }
+            if (i + 1 >= argc) { cli_error("flag %s needs a value", arg); }
             value = argv[++i];
         }
-        cli_set(prog, f, arg, value, opts);
+        cli_set(f, arg, value, opts);
     }
     return 0;
 }

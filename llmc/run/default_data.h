@@ -75,11 +75,16 @@ static inline void default_data_run_make(const char* missing) {
     }
 }
 
-// Checks the trainer's input files before the run uses them. d holds the options as they were
-// before the flags were parsed: a path still pointing at d's string is the default (not given).
-// -x 0 trains nothing: no train data is read.
+// Checks the trainer's input files before the run uses them (before its banner). d holds the
+// options as they were before the flags were parsed: a path still pointing at d's string is the
+// default (not given). -x 0 trains nothing: no train data is read.
 static inline void data_check_inputs(const TrainOptions* o, const TrainOptions* d, const Comm* comm) {
-    int use_train = o->max_steps != 0, use_val = o->val_every > 0, use_tok = o->sample_every > 0 || o->prompt != NULL;
+    int use_train = o->max_steps != 0, use_val = o->val_every > 0;
+    int use_tok = o->sample_every > 0 || o->prompt != NULL || o->hellaswag;
+    if (o->hellaswag && !file_exists(o->hellaswag_file)) {
+        ls_fatal("flag --hellaswag-file: '%s' not found (`make hellaswag` downloads HellaSwag's validation set)",
+                 o->hellaswag_file);
+    }
     if (use_train && o->train_data != d->train_data && !data_pattern_matches(o->train_data)) {
         ls_fatal("flag -i: no files match '%s' (the default data, TinyShakespeare, is made by `make data`)", o->train_data);
     }

@@ -3,8 +3,9 @@
 
  main.log (llm.c's format): "s:<step> trl:<train loss>" and "s:<step> tel:<val loss>".
  log.jsonl: one JSON object per line, {"step":..,"loss":..,"lr":..,"norm":..,"ms":..,"tok_s":..,
-   "mem_mib":..} for a training step, {"step":..,"val_loss":..} for an evaluation, and
-   {"step":..,"skipped":"<why>"} for a step whose update was skipped. `make plot RUN=DIR` reads it.
+   "mem_mib":..} for a training step, {"step":..,"val_loss":..} for an evaluation,
+   {"step":..,"skipped":"<why>"} for a step whose update was skipped, and {"step":..,"resumed":true}
+   where a run resumed (-y) from the checkpoint of that step. `make plot RUN=DIR` reads it.
  Both are appended to, so a resumed run continues the same files.
 */
 #ifndef LLMC_LOGGER_H
@@ -96,6 +97,10 @@ static inline void logger_hellaswag(Logger* lg, int step, double acc, double acc
 
 static inline void logger_skip(Logger* lg, int step, const char* why) {
     if (lg->jsonl) { fprintf(lg->jsonl, "{\"step\":%d,\"skipped\":\"%s\"}\n", step, why); fflush(lg->jsonl); }
+}
+
+static inline void logger_resume(Logger* lg, int step) {
+    if (lg->jsonl) { fprintf(lg->jsonl, "{\"step\":%d,\"resumed\":true}\n", step); fflush(lg->jsonl); }
 }
 
 static inline void logger_free(Logger* lg) {

@@ -299,8 +299,9 @@ static inline void memory_report_print(FILE* out, const MemoryReport* r, size_t 
     fprintf(out, "| total                 | %10.1f |             |\n", mib(total));
     fprintf(out, "+-----------------------+------------+-------------+\n");
     if (r->host_pinned) { fprintf(out, "offloaded to pinned host memory: %.1f MiB (optimizer state, master weights)\n", mib(r->host_pinned)); }
-    fprintf(out, "parameters: %zu; optimizer side (master weights, gradients, optimizer state): %.1f MiB = %.0f%% of parameter-related memory\n",
-            num_params, mib(optimizer_side), 100.0 * (double)optimizer_side / (double)param_related);
+    fprintf(out, "parameters: %zu; optimizer side (master weights, gradients, optimizer state): %.1f MiB (%.1f MB) = %.0f%% of "
+            "parameter-related memory\n", num_params, mib(optimizer_side), (double)optimizer_side / 1e6,
+            100.0 * (double)optimizer_side / (double)param_related);
 }
 
 // ----------------------------------------------------------------------------

@@ -36,6 +36,7 @@
 #include "llmc/io/hellaswag.h"
 #endif
 #include "llmc/run/default_data.h"
+#include "llmc/run/run_dir.h"
 #include "llmc/run/train_options.h"
 #include "llmc/run/trainer.h"
 
@@ -283,16 +284,10 @@ static LS_UNUSED float evaluate_val_loss(GPT2* model, DataLoader* val, int max_s
     return steps ? (float)(sum / (double)steps) : NAN;
 }
 
-static LS_UNUSED void usage_error(const char* prog, const char* msg) {
-    fprintf(stderr, "%s: error: %s (see --help)\n", prog, msg);
-    exit(2);
-}
-
 // ----------------------------------------------------------------------------
 // the run
 
 typedef struct {
-    const char* prog;            // argv[0], for messages
     Comm comm;                   // the processes (o.comm points here: a Run is never copied)
     TrainOptions o;              // the flags
     TrainOptions defaults;       // before the flags: data_check_inputs tells given paths from defaults
@@ -328,6 +323,7 @@ typedef struct {
     int timed_steps, steps_done;
     float best_val;
     char last_checkpoint[1200];
+    RunDirLock dir_lock;         // -o, owned by this run (rank 0 holds the lock)
 } Run;
 
 // --memory-report: the memory model's table for the flags (-pn N: of one of N processes); nothing
@@ -341,16 +337,51 @@ static LS_UNUSED void run_memory_report(Run* r) {
     if (!gpt2_config_from_descriptor(o.model, &mc)) { model_file_read_header(o.model, &mc); }
     char err[200];
     if (!gpt2_config_valid(&mc, err, sizeof(err))) { ls_fatal("flag -e: '%s': %s", o.model, err); }
-    int accum = train_options_accum_steps(r->prog, &o, &mc, report_comm.size);
+    int accum = train_options_accum_steps(&o, &mc, report_comm.size);
     gpt2_describe(&mc, gpt2_num_parameters(&mc), &o, accum);
     trainer_memory_report(&mc, &o);
 }
 
-// The flags, the processes, the trainer's device, and the model source (the newest complete
-// checkpoint with -y). Returns 0 when the run ends here (--help, --memory-report; exit_code 0).
+// The train and val shards (their headers and sizes checked now) and the number of steps.
+static LS_UNUSED void run_open_data(Run* r, int vocab) {
+    const TrainOptions* o = &r->o;
+    r->do_train = o->max_steps != 0;
+    if (r->do_train) {
+        dataloader_init(&r->train, o->train_data, o->B, o->T, r->comm.rank, r->comm.size, !o->overfit, (uint64_t)o->seed, vocab);
+    }
+    r->do_val = o->val_every > 0;
+    if (r->do_val) { dataloader_init(&r->val, o->val_data, o->B, o->T, r->comm.rank, r->comm.size, 0, (uint64_t)o->seed, vocab); }
+    r->total_steps = o->max_steps >= 0 ? o->max_steps : (int)(dataloader_steps_per_epoch(&r->train) / (size_t)r->accum);
+    if (r->total_steps < 1 && o->max_steps != 0) { r->total_steps = 1; }
+}
+
+// -o: the run directory, owned by this run from here on (llmc/run/run_dir.h). Rank 0 takes the
+// lock; every process learns the outcome, so a refused run ends on every rank with one line (rank
+// 0's), exit 1.
+static LS_UNUSED void run_dir_open(Run* r) {
+    const char* dir = r->o.output_dir;
+    int held = 1;
+    if (r->comm.rank == 0) {
+        held = run_dir_lock(&r->dir_lock, dir);
+        if (held && r->dir_lock.owner[0]) {
+            printf("run directory %s: taking over run.lock from %s, a run that did not end normally\n", dir, r->dir_lock.owner);
+        }
+    }
+    if (comm_allreduce_sum_f64(&r->comm, held ? 0.0 : 1.0) == 0.0) { return; }
+    if (r->comm.rank == 0) {
+        ls_fatal("flag -o: %s is in use by another run (%s, run.lock): wait for it to end, or pass another -o", dir,
+                 r->dir_lock.owner[0] ? r->dir_lock.owner : "pid not written yet");
+    }
+    fflush(stdout);
+    exit(1);
+}
+
+// The flags, the processes, the trainer's device, then (not for --dry-run) the input files and the
+// run directory, checked before the banner, and the model source (the newest complete checkpoint
+// with -y). Returns 0 when the run ends here (--help, --memory-report; exit_code 0).
 static LS_UNUSED int run_setup(Run* r, int argc, char** argv) {
     memset(r, 0, sizeof(*r));
-    r->prog = argv[0];
+    r->dir_lock.fd = -1;
     comm_init(&r->comm, &argc, &argv);
     TrainOptions* o = &r->o;
     train_options_defaults(o);
@@ -362,14 +393,19 @@ static LS_UNUSED int run_setup(Run* r, int argc, char** argv) {
         comm_finalize(&r->comm);
         return 0;
     }
-    train_options_processes(argv[0], o, &r->comm);  // -pi fs|tcp: the count and rank from -pn, -pr
+    train_options_processes(o, &r->comm);  // -pi fs|tcp: the count and rank from -pn, -pr
     if (r->comm.rank != 0 && freopen("/dev/null", "w", stdout) == NULL) { ls_fatal("cannot silence rank %d", r->comm.rank); }
     // mpirun's processes compare flags now, over MPI; the others once trainer_init has connected them
     if (o->init_method == INIT_MPI) { comm_check_same_args(&r->comm, argc, argv, per_rank_flags); }
-    if (o->checkpoint_every > 0 && o->output_dir == NULL) { usage_error(argv[0], "flag -n needs -o (where to write checkpoints)"); }
-    if (o->resume && o->output_dir == NULL) { usage_error(argv[0], "flag -y needs -o (where the checkpoints are)"); }
+    if (o->checkpoint_every > 0 && o->output_dir == NULL) { cli_error("flag -n needs -o (where to write checkpoints)"); }
+    if (o->resume && o->output_dir == NULL) { cli_error("flag -y needs -o (where the checkpoints are)"); }
     if (!step_list_parse(o->inject_nan, r->nan_steps, 64, &r->num_nan_steps)) {
-        usage_error(argv[0], "flag --inject-nan: expected a comma list of at most 64 steps >= 1, e.g. 3,5");
+        cli_error("flag --inject-nan: expected a comma list of at most 64 steps >= 1, e.g. 3,5");
+    }
+    GPT2Config probe;  // -e: a descriptor, or a model file that must be there
+    if (!gpt2_config_from_descriptor(o->model, &probe) && !file_exists(o->model)) {
+        ls_fatal("flag -e: '%s' is neither a model file (no such file) nor a descriptor (d6 d12 d24 d36 d48, or e.g. "
+                 "L4C256H4)", o->model);
     }
     if (o->memory_report) {
         run_memory_report(r);
@@ -378,20 +414,29 @@ static LS_UNUSED int run_setup(Run* r, int argc, char** argv) {
     }
     trainer_init(o);  // may install a backend for the collectives (comm.ops: the GPU trainer's NCCL)
     if (o->init_method != INIT_MPI) { comm_check_same_args(&r->comm, argc, argv, per_rank_flags); }
+    if (!o->dry_run) {
+        data_check_inputs(o, &r->defaults, &r->comm);  // given paths must be there; missing defaults: `make data` now
+        if (o->output_dir) { run_dir_open(r); }
+    }
     r->model_source = o->model;
     if (o->resume) {
         char done_path[1200];
-        checkpoint_remove_temporaries(o->output_dir);
+        if (!o->dry_run) { checkpoint_remove_temporaries(o->output_dir); }
         r->start_step = checkpoint_latest(o->output_dir);
-        if (r->start_step < 0) { ls_fatal("-y 1: no complete checkpoint (DONE_* file) in '%s'", o->output_dir); }
-        checkpoint_paths(o->output_dir, r->start_step, r->comm.rank, r->model_path, r->state_path, done_path,
-                         sizeof(r->model_path));
-        r->model_source = r->model_path;
+        if (r->start_step >= 0) {
+            checkpoint_paths(o->output_dir, r->start_step, r->comm.rank, r->model_path, r->state_path, done_path,
+                             sizeof(r->model_path));
+            r->model_source = r->model_path;
+        } else {  // llm.c's -y: nothing to resume is a fresh start
+            printf("-y 1: no complete checkpoint in %s: starting from step 0\n", o->output_dir);
+            r->start_step = 0;
+            o->resume = 0;
+        }
     }
-    GPT2Config probe;  // check T and the batch against the model before it is built
     if (!gpt2_config_from_descriptor(r->model_source, &probe)) { model_file_read_header(r->model_source, &probe); }
-    r->accum = train_options_accum_steps(argv[0], o, &probe, r->comm.size);
+    r->accum = train_options_accum_steps(o, &probe, r->comm.size);  // T and the batch against the model
     r->loss_scale = 1.0f / (float)(r->accum * r->comm.size);
+    if (!o->dry_run) { run_open_data(r, probe.vocab_size); }
     return 1;
 }
 
@@ -411,6 +456,8 @@ static LS_UNUSED void run_resume(Run* r, GPT2* model) {
         r->scaler.scale = rs.loss_scale;
         r->scaler.good = rs.loss_scale_good;
     }
+    snprintf(r->last_checkpoint, sizeof(r->last_checkpoint), "%s", r->model_path);
+    logger_resume(&r->logger, r->start_step);
     printf("resumed from step %d\n", r->start_step);
 }
 
@@ -558,16 +605,6 @@ static LS_UNUSED int run_start(Run* r, GPT2* model) {
         printf("data parallel: %d processes, %s\n", r->comm.size, o->zero_stage ? "ZeRO-1 (optimizer state sharded)" : "gradients all-reduced");
     }
     if (o->dry_run) { return 0; }
-    data_check_inputs(o, &r->defaults, &r->comm);  // a missing default: `make data` runs now
-    int vocab = model->config.vocab_size;
-    r->do_train = o->max_steps != 0;
-    if (r->do_train) {
-        dataloader_init(&r->train, o->train_data, o->B, o->T, r->comm.rank, r->comm.size, !o->overfit, (uint64_t)o->seed, vocab);
-    }
-    r->do_val = o->val_every > 0;
-    if (r->do_val) { dataloader_init(&r->val, o->val_data, o->B, o->T, r->comm.rank, r->comm.size, 0, (uint64_t)o->seed, vocab); }
-    r->total_steps = o->max_steps >= 0 ? o->max_steps : (int)(dataloader_steps_per_epoch(&r->train) / (size_t)r->accum);
-    if (r->total_steps < 1 && o->max_steps != 0) { r->total_steps = 1; }
     if (o->profile) {  // a warm-up step, then the profiled one; no val loss, samples or checkpoints
         r->total_steps = r->start_step + 2;
         r->do_val = 0;
@@ -591,10 +628,14 @@ static LS_UNUSED int run_start(Run* r, GPT2* model) {
     r->sched = (LrSchedule){(LrScheduleType)o->lr_schedule, o->lr, o->final_lr_frac, o->warmup, r->total_steps};
     r->hyper = (AdamWHyper){o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->grad_clip};
     r->sample_rng = 1337 + (uint64_t)o->seed;
-    if (o->output_dir) { ensure_dir(o->output_dir); }
+    snprintf(r->last_checkpoint, sizeof(r->last_checkpoint), "(none)");
     logger_init(&r->logger, r->comm.rank == 0 ? o->output_dir : NULL, o->resume);  // every rank writes its state file
     loss_scale_init(&r->scaler, o->loss_scale, o->loss_scale_window);  // (a resume continues its state)
     if (o->resume) { run_resume(r, model); }
+    if (r->do_train && r->start_step >= r->total_steps) {  // (the loop ends before its first step)
+        printf("-y 1: the checkpoint of step %d is at or past the last step (%d, -x %d): nothing to train; the val loss and "
+               "sample of the run's end follow\n", r->start_step, r->total_steps, o->max_steps);
+    }
     if (r->scaler.on) {
         printf("loss scaling: S = %g, %s\n", r->scaler.scale, o->loss_scale_window > 0 ? "dynamic" : "static");
         r->scale_shown = r->scaler.scale;
@@ -605,7 +646,6 @@ static LS_UNUSED int run_start(Run* r, GPT2* model) {
     step_guard_init(&r->guard, o->skip_loss_z, o->skip_norm_z, o->outlier_window, o->max_skips);
     r->t_start = wall_seconds();
     r->best_val = INFINITY;
-    snprintf(r->last_checkpoint, sizeof(r->last_checkpoint), "(none)");
     return 1;
 }
 
@@ -613,7 +653,7 @@ static LS_UNUSED int run_start(Run* r, GPT2* model) {
 // the end), a sample (-s), a checkpoint (-n, the end, a stop). Returns 0 when the loop ends.
 static LS_UNUSED int run_between_steps(Run* r, GPT2* model, int step) {
     const TrainOptions* o = &r->o;
-    int last_step = step == r->total_steps;
+    int last_step = step >= r->total_steps;  // (past it: a resumed run whose checkpoint is at or past -x)
     // every process stops at the same step, or the collectives would wait forever
     r->stopping = comm_allreduce_sum_f64(&r->comm, train_stop_signal != 0 ? 1.0 : 0.0) > 0.0;
     if (r->stopping) {
@@ -623,7 +663,7 @@ static LS_UNUSED int run_between_steps(Run* r, GPT2* model, int step) {
     if (r->do_val && !r->stopping && (step % o->val_every == 0 || last_step)) {
         double tv = wall_seconds();
         float val_loss = (float)(comm_allreduce_sum_f64(&r->comm, evaluate_val_loss(model, &r->val, o->val_max_steps)) / r->comm.size);
-        printf("val loss %f (%.1f s)\n", val_loss, wall_seconds() - tv);
+        printf("val loss %f at step %d (%.1f s)\n", val_loss, step, wall_seconds() - tv);
         logger_val(&r->logger, step, val_loss);
         if (val_loss < r->best_val) { r->best_val = val_loss; }
     }
@@ -731,8 +771,8 @@ static LS_UNUSED int run_step_end(Run* r, GPT2* model, int step, double loss, fl
            "last good checkpoint %s\n", g->in_a_row, o->max_skips, step + 1 - g->in_a_row, r->last_checkpoint);
     fflush(stdout);
     if (r->comm.rank == 0) {  // every rank decides the same (the loss and the norm are global)
-        fprintf(stderr, "%s: error: %d updates in a row skipped (NaN/Inf or outliers), stopped at step %d; last good checkpoint %s\n",
-                r->prog, g->in_a_row, step + 1, r->last_checkpoint);
+        fprintf(stderr, "leanstep: error: %d updates in a row skipped (NaN/Inf or outliers), stopped at step %d; last good "
+                "checkpoint %s\n", g->in_a_row, step + 1, r->last_checkpoint);
     }
     r->exit_code = 3;
     return 0;
@@ -764,6 +804,7 @@ static LS_UNUSED int run_finish(Run* r, GPT2* model) {
         if (r->do_val) { dataloader_free(&r->val); }
         if (r->do_train) { dataloader_free(&r->train); }
     }
+    run_dir_unlock(&r->dir_lock);
     gpt2_free(model);
     comm_finalize(&r->comm);
     return r->exit_code;

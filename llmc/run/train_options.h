@@ -243,12 +243,11 @@ static inline void train_options_defaults(TrainOptions* o) {
 
 // -pi fs|tcp: the processes were not started by mpirun, so the count and this rank come from -pn
 // and -pr. Exits 2 naming the flag.
-static inline void train_options_processes(const char* prog, const TrainOptions* o, Comm* comm) {
+static inline void train_options_processes(const TrainOptions* o, Comm* comm) {
     if (o->init_method == INIT_MPI) {
         if (o->num_processes != 1 && !o->memory_report && o->num_processes != comm->size) {
-            fprintf(stderr, "%s: error: flag -pn: %d, but %d process%s running (start them with mpirun -np %d) (see --help)\n",
-                    prog, o->num_processes, comm->size, comm->size == 1 ? " is" : "es are", o->num_processes);
-            exit(2);
+            cli_error("flag -pn: %d, but %d process%s running (start them with mpirun -np %d)", o->num_processes, comm->size,
+                      comm->size == 1 ? " is" : "es are", o->num_processes);
         }
         return;
     }
@@ -274,10 +273,7 @@ static inline void train_options_processes(const char* prog, const TrainOptions*
         snprintf(msg, sizeof(msg), "flag -pn: %d, but mpirun started %d processes", o->num_processes, comm->size);
         bad = msg;
     }
-    if (bad) {
-        fprintf(stderr, "%s: error: %s (see --help)\n", prog, bad);
-        exit(2);
-    }
+    if (bad) { cli_error("%s", bad); }
     comm->rank = rank;
     comm->size = o->num_processes;
 }
@@ -289,24 +285,17 @@ static inline CommOptions train_options_comm(const TrainOptions* o) {
 }
 
 // Checks that need the model: T against max_seq_len, the total batch. Exits 2 naming the flag.
-static inline int train_options_accum_steps(const char* prog, const TrainOptions* o, const GPT2Config* c,
-                                            int num_processes) {
+static inline int train_options_accum_steps(const TrainOptions* o, const GPT2Config* c, int num_processes) {
     if (o->T > c->max_seq_len) {
-        fprintf(stderr, "%s: error: flag -t: %d is above the model's max sequence length %d (see --help)\n", prog, o->T,
-                c->max_seq_len);
-        exit(2);
+        cli_error("flag -t: %d is above the model's max sequence length %d", o->T, c->max_seq_len);
     }
     if (o->gen_T > c->max_seq_len) {
-        fprintf(stderr, "%s: error: flag -g: %d is above the model's max sequence length %d (see --help)\n", prog,
-                o->gen_T, c->max_seq_len);
-        exit(2);
+        cli_error("flag -g: %d is above the model's max sequence length %d", o->gen_T, c->max_seq_len);
     }
     long long per_step = (long long)o->B * o->T * num_processes;
     if (o->total_batch == -1) { return 1; }
     if (o->total_batch <= 0 || o->total_batch % per_step != 0) {
-        fprintf(stderr, "%s: error: flag -d: %d is not a positive multiple of B*T*processes = %lld (see --help)\n", prog,
-                o->total_batch, per_step);
-        exit(2);
+        cli_error("flag -d: %d is not a positive multiple of B*T*processes = %lld", o->total_batch, per_step);
     }
     return (int)(o->total_batch / per_step);
 }
