@@ -75,10 +75,10 @@ static inline void default_data_run_make(const char* missing) {
     }
 }
 
-// Checks the trainer's input files before the run uses them (before its banner). d holds the
+// Checks the input files the user named before the run uses them (before its banner). d holds the
 // options as they were before the flags were parsed: a path still pointing at d's string is the
 // default (not given). -x 0 trains nothing: no train data is read.
-static inline void data_check_inputs(const TrainOptions* o, const TrainOptions* d, const Comm* comm) {
+static inline void data_check_inputs(const TrainOptions* o, const TrainOptions* d) {
     int use_train = o->max_steps != 0, use_val = o->val_every > 0;
     int use_tok = o->sample_every > 0 || o->prompt != NULL || o->hellaswag;
     if (o->hellaswag && !file_exists(o->hellaswag_file)) {
@@ -100,8 +100,15 @@ static inline void data_check_inputs(const TrainOptions* o, const TrainOptions* 
             ls_fatal("flag -j: the default '%s' is not there (pass -j with -i, or -v 0 for no val loss; `make data` "
                      "makes TinyShakespeare's)", o->val_data);
         }
-        return;
     }
+}
+
+// The default files this run reads (TinyShakespeare, the tokenizer) are made by `make data` when
+// missing: the long step, so it comes after every flag and path has been checked.
+static inline void data_make_defaults(const TrainOptions* o, const TrainOptions* d, const Comm* comm) {
+    int use_train = o->max_steps != 0, use_val = o->val_every > 0;
+    int use_tok = o->sample_every > 0 || o->prompt != NULL || o->hellaswag;
+    if (use_train && o->train_data != d->train_data) { return; }  // the user's data: nothing is made for it
     const char* missing = NULL;  // the first default file that is missing
     if (use_train && !data_pattern_matches(o->train_data)) { missing = o->train_data; }
     else if (use_val && o->val_data == d->val_data && !data_pattern_matches(o->val_data)) { missing = o->val_data; }

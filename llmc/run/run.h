@@ -415,8 +415,9 @@ static LS_UNUSED int run_setup(Run* r, int argc, char** argv) {
     trainer_init(o);  // may install a backend for the collectives (comm.ops: the GPU trainer's NCCL)
     if (o->init_method != INIT_MPI) { comm_check_same_args(&r->comm, argc, argv, per_rank_flags); }
     if (!o->dry_run) {
-        data_check_inputs(o, &r->defaults, &r->comm);  // given paths must be there; missing defaults: `make data` now
+        data_check_inputs(o, &r->defaults);  // the paths given must be there
         if (o->output_dir) { run_dir_open(r); }
+        data_make_defaults(o, &r->defaults, &r->comm);  // missing default data: `make data` now
     }
     r->model_source = o->model;
     if (o->resume) {
