@@ -5,8 +5,8 @@
  measured here, in the same run, as the best of several large cblas_sgemm calls (the same BLAS,
  kernel and thread count the trainer uses), so the ratio says how close the whole step gets to
  what BLAS alone can do on this machine. The trainer's own best FLOP/s is a lower bound on the
- peak too: the peak is the larger of the two, so MFU never exceeds 100% (issue 15 saw 113%
- with the sgemm peak measured low). Each configuration: warm-up steps,
+ peak too: the peak is the larger of the two, so MFU never exceeds 100% (it would read
+ 113% on a machine whose sgemm peak measured low). Each configuration: warm-up steps,
  then the median of timed steps (forward + backward + AdamW on a fixed batch).
 
    bench_train [--steps N] [--configs d12,L4C256H4] [--B 4] [--T 64] [--peer d12=55,...|none]

@@ -4,7 +4,8 @@
 #               of llmc/ (through a generated file that includes them all) and dev/export/hf_convert.c.
 #               Exits non-zero on any finding. The CUDA platform (llmc/cuda/) is C++, not C, and is
 #               checked by the nvcc/g++ builds with -Wall -Wextra instead; run/run.h needs a
-#               trainer and is checked through train_gpt2.c.
+#               trainer and is checked through train_gpt2.c. Also: no tracked text speaks of the
+#               project's development history ("issue N", "session"); it describes the software.
 # Checks: .clang-tidy (the groups and the exclusions, with reasons) and, for cppcheck, the
 # warning/performance/portability classes. A false positive is silenced on its line, with the
 # reason: `// NOLINT(check-name): why` or `// cppcheck-suppress id ; why`.
@@ -31,7 +32,10 @@ lint: build/lint/all_headers.c
 		--suppress=missingIncludeSystem --max-configs=1 --error-exitcode=1 \
 		-I. $(LINT_TUS) || status=1; \
 	for f in $(LINT_TUS); do echo "  TIDY  $$f"; $(CLANG_TIDY) --quiet $$f -- $(LINT_CFLAGS) 2>/dev/null || status=1; done; \
-	if [ $$status -eq 0 ]; then echo "lint: cppcheck and clang-tidy clean"; else echo "lint: findings above"; fi; \
+	echo "  HISTORY  the tracked text"; \
+	if git grep -n -I -i -E '\<issues? #?[0-9]+|\<sessions?\>' -- . ':!dev/lint/rules.mk' 2>/dev/null; then \
+		echo "lint: the tree speaks of its development history above (describe the software as it is)"; status=1; fi; \
+	if [ $$status -eq 0 ]; then echo "lint: cppcheck, clang-tidy and the history check clean"; else echo "lint: findings above"; fi; \
 	exit $$status
 
 TEST_PHONY += lint

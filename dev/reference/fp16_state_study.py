@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """
-fp16_state_study.py: can AdamW's m and v be stored in fp16 (issue 16's `--opt-state fp16`), and is
+fp16_state_study.py: can AdamW's m and v be stored in fp16 (`--opt-state fp16`), and is
 it true that "fp16 momentum needs beta1 > 0.9 to avoid underflow"?
 
 Trains GPT-2 (default: d12, 124M parameters, the trainers' random init) with fp32 AdamW on

@@ -123,7 +123,7 @@ ACCEPTED = [
     (["--optimizer", "muon", "--badam", "2", "--muon-qkv", "joined", "--muon-plain", "1"], False),
     (["--optimizer", "muon", "-pn", "2", "-z", "0", "--muon-adamw-lr", "0.003"], False),
     (["--optimizer", "muon", "--opt-state", "int8", "--badam", "2"], False),
-    (["--optimizer", "muon", "-pn", "2", "-z", "1"], False),  # parts of whole matrices (issue 14)
+    (["--optimizer", "muon", "-pn", "2", "-z", "1"], False),  # Muon needs whole matrices, not shards
     (["--optimizer", "muon", "-pn", "8", "-z", "1", "--opt-state", "bf16", "--badam", "2"], False),
     (["--optimizer", "muon", "-pn", "2", "-z", "1", "--offload", "1"], True),
 ]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""test_optim_matrix.py: every optimizer x state precision x placement cell of the optimizer engine
-(issue 13), run for a few steps by the CPU trainer and, when given, the harness GPU trainer.
+"""test_optim_matrix.py: every optimizer x state precision x placement cell of the optimizer engine,
+run for a few steps by the CPU trainer and, when given, the harness GPU trainer.
 
   test_optim_matrix.py --bin build/train_gpt2 --mpi-bin build/train_gpt2_mpi \
       [--gpu-bin build/train_gpt2cu_emu_fp32] [--gpu-mpi-bin build/train_gpt2cu_emu_mpi_fp32] [--quick]
@@ -57,7 +57,7 @@ OPTIMIZERS = [  # name, flags
     ("sgd+nesterov", ["--optimizer", "sgd", "--nesterov", "1"]),
     ("lamb", ["--optimizer", "lamb"]),
     ("lion", ["--optimizer", "lion"]),
-    ("muon", ["--optimizer", "muon"]),  # Muon for the blocks' matrices, AdamW for the rest (issue 14)
+    ("muon", ["--optimizer", "muon"]),  # Muon for the blocks' matrices, AdamW for the rest
 ]
 STATES = ["fp32", "bf16", "int8", "fp16"]
 PLACEMENTS = {  # name: (flags, processes)
@@ -73,7 +73,7 @@ PLACEMENTS = {  # name: (flags, processes)
 # The cells that are refused, and why: (optimizers, states, placements, trainers, kind, reason, flags).
 # "*" matches every value; placements match when the cell's placement contains every part named
 # ("z1" matches z1, z1+badam and z1+offload). kind: "no meaning" (the cell has nothing to do) or
-# "not yet" (to be implemented: issue 13 wants this list down to the "no meaning" rows). A refusal
+# "not yet" (to be implemented; the goal is only "no meaning" rows). A refusal
 # must name one of the flags of a matching row. The first row that matches names the kind, except
 # that "no meaning" wins over "not yet".
 EXPECTED_REFUSED = [

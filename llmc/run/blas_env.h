@@ -5,7 +5,7 @@
  OpenBLAS built with DYNAMIC_ARCH (Debian's libopenblas0-openmp / -pthread) picks its kernels
  from the CPU's family and model when it is loaded. On virtual machines that hide the model it
  falls back to an old core: on a 2-core Xeon VM with AVX-512 it chose Prescott (SSE3), and
- sgemm ran at 44 GFLOP/s against 254 with OPENBLAS_CORETYPE=SkylakeX (issue 15). The core can
+ sgemm ran at 44 GFLOP/s against 254 with OPENBLAS_CORETYPE=SkylakeX. The core can
  only be chosen through OPENBLAS_CORETYPE, read at load time, so cpu_env_apply() sets it from
  cpuid and runs the program again, once. After that run starts, a small sgemm self-check
  against a plain loop confirms the choice; when it disagrees, crashes, or OpenBLAS did not take
@@ -65,7 +65,7 @@ static inline int blas_core_level(const char* core) {
 // The core to set with OPENBLAS_CORETYPE, or NULL to keep OpenBLAS's own choice: the best core
 // the CPU runs (AVX-512 + BF16: Cooperlake, AVX-512: SkylakeX, AVX2 + FMA: Haswell, or Zen on
 // AMD) when OpenBLAS detected a weaker one. Only AVX2 and better are chosen (the machines whose
-// loss is large, issue 15); a core name not in the table is never overridden.
+// loss is large); a core name not in the table is never overridden.
 static inline const char* blas_choose_core(unsigned features, const char* detected) {
     const char* best = NULL;
     if ((features & BLAS_CPU_AVX512) && (features & BLAS_CPU_AVX512_BF16)) { best = "Cooperlake"; }
