@@ -266,10 +266,11 @@ test-run-dir: $(BUILD)/train_gpt2 $(BUILD)/train_gpt2cu_emu_fp32 $(if $(HAVE_MPI
 TEST_PHONY += test-run-dir
 .PHONY: test-run-dir
 
-# README's commands as written, in a fresh copy of the tree (dev/test/test_readme.py): Quick start
-# (make train with TEST_TRAIN_STEPS, its follow-ups on out/), the corpus example and the command
-# prepare_corpus prints, the AdamW lab; the train_gpt2cu lines' flags through the harness build; and
-# README's memory figures against the programs. About 40 s of CPU.
+# The documented commands as written, in a fresh copy of the tree (dev/test/test_readme.py): every
+# command of README.md (make train with TEST_TRAIN_STEPS, its follow-ups on out/, the memory
+# reports, the AdamW lab; the train_gpt2cu lines' flags through the harness build), docs/data.md's
+# corpus example and the command prepare_corpus prints, and every line of docs/ on out/; and the
+# memory figures README.md and docs/ quote, against the programs. About 2 min on 2 cores.
 TEST_TRAIN_STEPS ?= 5
 test-readme: $(BUILD)/train_gpt2 $(BUILD)/prepare_corpus $(BUILD)/prepare_data $(BUILD)/memory_table $(BUILD)/cuda/adamw \
 		$(BUILD)/train_gpt2cu_emu_fp32 data
@@ -690,7 +691,7 @@ help:
 	@echo "make bench-corpus    corpus tokenizer throughput against tiktoken at equal threads"
 	@echo "make bench-peer PEER=llm.c/train_gpt2  the CPU trainer against llm.c's, ms/step on this machine"
 	@echo "make memory-table    published memory figures vs their formulas vs our memory model"
-	@echo "make optim-cost-table  bytes per parameter of every optimizer x state x placement (README)"
+	@echo "make optim-cost-table  bytes per parameter of every optimizer x state x placement (docs/optimizers.md)"
 	@echo "make gpu-sm70-check    the FP16 trainer's PTX assembled for Volta (sm_70) by CUDA 12.9's ptxas (PyPI)"
 	@echo "make train_gpt2cu    the GPU trainer (PRECISION=BF16|FP16|FP32, GPU_ARCH=native|sm_90...)"
 	@echo "make cudnn-frontend  the cuDNN frontend headers (pip) for the BF16 GPU trainer's flash attention"
@@ -702,6 +703,7 @@ help:
 	@echo "make quality-table   the same CPU training run in every optimizer-memory mode (minutes)"
 	@echo "make fuzz            every file reader under libFuzzer, FUZZ_SECONDS each"
 	@echo "make lint            cppcheck + clang-tidy"
+	@echo "make test-docs       README.md and docs/: links, anchors, tables of contents, line lengths"
 	@echo "make plot RUN=DIR    loss and throughput curves of a run to DIR/plot.png (make train's: RUN=out)"
 	@echo "make hf_convert      the Hugging Face safetensors export/import tool"
 	@echo "make clean           remove build outputs (not data/)"
@@ -720,7 +722,7 @@ $(BUILD)/memory_table: dev/memory_table.c $(LLMC_HEADERS)
 memory-table: $(BUILD)/memory_table
 	$(Q)$(BUILD)/memory_table
 
-# what each optimizer x state precision x placement costs per parameter (the README's table)
+# what each optimizer x state precision x placement costs per parameter (docs/optimizers.md's table)
 $(BUILD)/optim_cost_table: dev/optim_cost_table.c $(LLMC_HEADERS)
 	@mkdir -p $(BUILD)
 	@echo "  CC    $@"

@@ -3,7 +3,7 @@
  state per parameter of GPT-2 124M (d12), GPU and host, computed by the engine itself
  (train_options_optim_sizes: the sizes the trainers allocate and their memory models check).
 
-   make optim-cost-table      (prints the Markdown table that README.md shows)
+   make optim-cost-table      (prints the Markdown table that docs/optimizers.md shows)
 
  Columns: the state on the device for one process; per process with ZeRO-1 over 2 and 8
  processes; with --badam 4 (the largest block's state; d12's largest block is the embeddings);

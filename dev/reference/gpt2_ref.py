@@ -102,8 +102,8 @@ class Config:
 # model file I/O
 
 def init_params(cfg, seed):
-    """The initialisation contract (see README): one torch.Generator seeded with `seed`, walked
-    tensor by tensor in file order and layer by layer inside each tensor. Layernorm weights = 1 and
+    """The initialisation contract (dev/reference/README.md): one torch.Generator seeded with
+    `seed`, walked tensor by tensor in file order and layer by layer inside each tensor. Layernorm weights = 1 and
     all biases = 0 consume no random numbers; each weight block is a contiguous float32 tensor filled
     with .normal_(0, std, generator=g): wte's first V rows as one (V, C) block (rows V..Vp-1 stay
     zero), wpe as one (maxT, C) block, and the per-layer matrices one (out, in) block per layer.
@@ -410,7 +410,7 @@ def cmd_init(a):
 
 # Biases and layernorm biases ~ N(0, PERTURB_STD), layernorm gains ~ 1 + N(0, PERTURB_STD): large
 # enough that ignoring any of them, or taking layer 0's for every layer, moves the loss by far more
-# than the trainers' tolerance (README: tests), small enough to leave the model an ordinary GPT-2.
+# than the trainers' tolerance (docs/tests.md), small enough to leave the model an ordinary GPT-2.
 PERTURB_STD = 0.1
 PERTURBED = {"ln1w", "ln1b", "qkvb", "attprojb", "ln2w", "ln2b", "fcb", "fcprojb", "lnfw", "lnfb"}
 
@@ -552,9 +552,9 @@ def read_shard(path):
 
 def lr_at(a, step):
     """The learning rate of step `step` (from 0) of a run of a.steps steps, from the schedule's
-    definition (README: learning-rate schedules): linear warmup lr*(step+1)/warmup, then cosine or
-    linear decay to lr*final_frac over the remaining steps, constant, or wsd (flat, then the last
-    20% of the run cooling down with the 1-sqrt shape)."""
+    definition (docs/cpu-trainer.md, llmc/optim/schedulers.h): linear warmup lr*(step+1)/warmup,
+    then cosine or linear decay to lr*final_frac over the remaining steps, constant, or wsd (flat,
+    then the last 20% of the run cooling down with the 1-sqrt shape)."""
     lr, lr_min = a.lr, a.lr * a.final_frac
     if step < a.warmup:
         return lr * (step + 1) / a.warmup

@@ -34,3 +34,11 @@ TEST_SAN_PHONY += test-optim
 test-gpu-check: gpu-carry $(BUILD)/train_gpt2cu_emu_bf16 $(BUILD)/train_gpt2cu_emu_fp16
 	$(PYTHON) dev/test/test_gpu_check.py --torch-python $(TORCH_PYTHON) --emu $(BUILD)
 TEST_PHONY += test-gpu-check
+
+# README.md and docs/*.md hold together (dev/test/check_docs.py): relative links and #anchors
+# resolve, every docs file has a one-line summary and a table of contents of its ## headings, no
+# line over 100 characters, README.md at most 260 lines. A second.
+test-docs:
+	$(PYTHON) dev/test/check_docs.py
+TEST_PHONY += test-docs
+.PHONY: test-docs

@@ -5,7 +5,7 @@ With the same total batch, `mpirun -np 2` with -z 0 (gradient all-reduce) and wi
 reduce-scatter, sharded AdamW, all-gather) must give the losses of one process for 10 steps:
 within 1e-5 relative per step (fp32: only the order of the gradient sums differs between one
 process accumulating two micro-batches and two processes reducing theirs, a few ulps that AdamW
-can amplify a little over 10 steps; measured in the README). ZeRO-1 halves the per-process
+can amplify a little over 10 steps; docs/distributed.md, "Tests"). ZeRO-1 halves the per-process
 optimizer state (fp32 AdamW's m and v: 8 bytes/param, 4 per process), exactly as the memory model says; a checkpoint written by 2 ranks resumes with 2 ranks
 bit-exactly; mismatched flags and a wrong process count are refused with a message; a rank killed
 with SIGKILL ends the job (mpirun exits non-zero naming the rank) instead of hanging it.

@@ -1,20 +1,24 @@
 #!/usr/bin/env python3
-"""test_readme.py: README.md's commands, run as written, in a fresh copy of the source tree.
+"""test_readme.py: the documented commands, run as written, in a fresh copy of the source tree.
 
-The commands come from README.md itself, so that a change there changes what runs here: every line
-of the code blocks of "Quick start", of the first block of "Any corpus: prepare_corpus", of the
-AdamW lab's block, and every `./train_gpt2` or `make plot` line elsewhere that uses make train's
-out/. Each line must match one rule below (a line no rule knows fails the test): it runs as
-written in the copy, or is checked another way, or is skipped for a stated reason. Bounds on time,
-the only changes: `make train` runs with TRAIN_STEPS=N from the environment (the Makefile's
-variable; the model file is then out/model_<N>.bin, which the follow-up lines are read with), and
-a trainer line that trains gets `-x 2 -m 2 -g 8` appended (later flags win). The copy gets the
-built binaries (make finds them up to date), the data from the mirror (`make data`), notes/,
-books/ and fineweb/ for the corpus lines (a dangling link and a file without an extension among
-them), and a HellaSwag file of three examples in the official format.
+The commands come from README.md and docs/*.md themselves, so that a change there changes what runs
+here: every line of every code block of README.md (its "Quick start" among them), the first block of
+the section "Any corpus: `prepare_corpus`" (docs/data.md), the AdamW lab's block (the one block that
+starts a line with `make build/cuda/adamw`), and every `./train_gpt2` or `make plot` line anywhere
+that uses make train's out/. A line ending in a backslash continues on the next. Each line must
+match one rule below (a line no rule knows fails the test): it runs as written in the copy, or is
+checked another way, or is skipped for a stated reason. Bounds on time, the only changes:
+`make train` runs with TRAIN_STEPS=N from the environment (the Makefile's variable; the model file
+is then out/model_<N>.bin, which the follow-up lines are read with), and a trainer line that trains
+gets `-x 2 -m 2 -g 8` appended (later flags win). The copy gets the built binaries (make finds them
+up to date), the data from the mirror (`make data`), notes/, books/ and fineweb/ for the corpus
+lines (a dangling link and a file without an extension among them), and a HellaSwag file of three
+examples in the official format.
 
-Also: prepare_corpus's printed command trains as printed; the figures README quotes from the
-memory model equal what `train_gpt2 --memory-report 1` and `make memory-table` print.
+Also: prepare_corpus's printed command trains as printed; every place in README.md and docs/*.md
+that quotes the memory model's figures (d12's optimizer side, the 124M fp32 figures of
+`make memory-table`, ZeRO-1 over 8 GPUs) quotes what `train_gpt2 --memory-report 1` and
+`make memory-table` print, and each is quoted at least once.
 Usage: test_readme.py --bin build/train_gpt2 --prepare-corpus build/prepare_corpus
        --memory-table build/memory_table [--lab build/cuda/adamw] [--gpu-bin build/train_gpt2cu_emu_fp32]
        [--steps 5]. Run from the repository root. Exit 1 if any check failed.
@@ -56,7 +60,7 @@ def sh(line, cwd, env, timeout=600):
 
 
 # ----------------------------------------------------------------------------
-# README's commands
+# the documented commands
 
 def sections(text):
     """{heading: body} of every ## and ### heading."""
@@ -75,7 +79,8 @@ def sections(text):
 
 
 def blocks(text):
-    """The lines of each fenced code block (``` or ```bash, indented or not)."""
+    """The lines of each fenced code block (``` or ```bash, indented or not); a line ending in a
+    backslash is joined with the next, as the shell reads it."""
     out, cur, fenced = [], None, False
     for line in text.splitlines():
         s = line.strip()
@@ -87,31 +92,42 @@ def blocks(text):
             fenced = not fenced
             continue
         if fenced and cur is not None:
-            cur.append(s)
+            if cur and cur[-1].endswith("\\"):
+                cur[-1] = cur[-1][:-1].rstrip() + " " + s
+            else:
+                cur.append(s)
     return out
 
 
 def command(line):
-    """A shell line without its trailing comment (README writes `cmd   # what it does`)."""
+    """A shell line without its trailing comment (the docs write `cmd   # what it does`)."""
     return re.sub(r"\s+#\s.*$", "", line).strip()
 
 
-def readme_commands(text):
-    sec = sections(text)
-    need = ["Quick start", "Any corpus: `prepare_corpus`"]
-    for n in need:
-        check(n in sec, "README has the section %r" % n)
+def doc_files():
+    """README.md first, then docs/*.md: {path relative to the root: text}."""
+    names = ["README.md"] + sorted(os.path.join("docs", f) for f in os.listdir(os.path.join(ROOT, "docs"))
+                                   if f.endswith(".md"))
+    return {n: open(os.path.join(ROOT, n), encoding="utf-8").read() for n in names}
+
+
+def readme_commands(docs):
+    readme = docs["README.md"]
+    check("Quick start" in sections(readme), "README.md has the section 'Quick start'")
     lines = []
-    for b in blocks(sec.get("Quick start", "")):
+    for b in blocks(readme):  # README's every command
         lines += b
-    corpus = blocks(sec.get("Any corpus: `prepare_corpus`", ""))
-    check(bool(corpus), "README's corpus section has its example block")
-    lines += corpus[0] if corpus else []
-    labs = [b for b in blocks(text) if any(ln.startswith("make build/cuda/adamw") for ln in b)]
-    check(len(labs) == 1, "README has the AdamW lab's block")
+    corpus_name = "Any corpus: `prepare_corpus`"
+    corpus = [blocks(sections(t)[corpus_name]) for t in docs.values() if corpus_name in sections(t)]
+    check(len(corpus) == 1, "one file of README.md and docs/ has the section %r (%d)" % (corpus_name, len(corpus)))
+    check(bool(corpus and corpus[0]), "the corpus section has its example block")
+    lines += corpus[0][0] if corpus and corpus[0] else []
+    labs = [b for t in docs.values() for b in blocks(t) if any(ln.startswith("make build/cuda/adamw") for ln in b)]
+    check(len(labs) == 1, "README.md and docs/ have the AdamW lab's block, once (%d)" % len(labs))
     lines += labs[0] if labs else []
-    for b in blocks(text):  # the follow-ups of make train elsewhere
-        lines += [ln for ln in b if re.match(r"^(\./train_gpt2 |make plot )", ln) and ("out/" in ln or "RUN=out" in ln)]
+    for t in docs.values():  # the follow-ups of make train anywhere
+        for b in blocks(t):
+            lines += [ln for ln in b if re.match(r"^(\./train_gpt2 |make plot )", ln) and ("out/" in ln or "RUN=out" in ln)]
     seen, out = set(), []
     for ln in map(command, lines):
         if ln and not ln.startswith("#") and ln not in seen:
@@ -128,14 +144,14 @@ def copy_tree(tmp, a):
     os.makedirs(os.path.join(tree, "build"))
     for f in ("Makefile", "README.md", "train_gpt2.c", "test_gpt2.c", "train_gpt2.cu", "test_gpt2.cu"):
         shutil.copy2(os.path.join(ROOT, f), tree)
-    for d in ("llmc", "dev"):
+    for d in ("llmc", "dev", "docs"):
         shutil.copytree(os.path.join(ROOT, d), os.path.join(tree, d), ignore=shutil.ignore_patterns("__pycache__"))
     if os.path.isdir(os.path.join(ROOT, "build", "deps")):  # the cuDNN frontend headers: the dependency step finds them
         shutil.copytree(os.path.join(ROOT, "build", "deps"), os.path.join(tree, "build", "deps"))
     # the built programs, newer than their sources: make finds them up to date
     now = time.time()
     built = [(a.bin, "train_gpt2"), (a.prepare_corpus, "build/prepare_corpus"),
-             (os.path.join(ROOT, "build", "prepare_data"), "build/prepare_data")]
+             (os.path.join(ROOT, "build", "prepare_data"), "build/prepare_data"), (a.memory_table, "build/memory_table")]
     if a.lab:
         built += [(a.lab, "build/cuda/adamw")] + ([(a.lab + ".d", "build/cuda/adamw.d")] if os.path.exists(a.lab + ".d") else [])
     for src, dst in built:
@@ -187,7 +203,7 @@ class Runner:
         args = shlex.split(line)
         trains = not re.search(r"(^| )-x 0( |$)", line)
         cmd = " ".join(shlex.quote(x) for x in args + (CAPS if trains else []))
-        if cmd in self.trained:  # (README's fineweb line is prepare_corpus's printed command: run once)
+        if cmd in self.trained:  # (docs/data.md's fineweb line is prepare_corpus's printed command: run once)
             return self.trained[cmd]
         r = sh(cmd, self.tree, self.env)
         self.trained[cmd] = r
@@ -241,13 +257,30 @@ class Runner:
             self.skipped.append((line, "needs a GPU (no harness build given)"))
             return
         args = [a for a in shlex.split(line.split("&&")[-1].strip())[1:]]
-        r = sh(" ".join(shlex.quote(x) for x in [self.a.gpu_bin] + args + ["--memory-report", "1"]), self.tree, self.env)
+        report = [] if "--memory-report 1" in line else ["--memory-report", "1"]
+        r = sh(" ".join(shlex.quote(x) for x in [self.a.gpu_bin] + args + report), self.tree, self.env)
         check(r.returncode == 0 and "GPU memory" in r.stdout,
               "%s: its flags pass the harness build's --memory-report: %s" % (line, r.stderr.strip()[-300:]))
 
     def make_dry(self, line):
         r = sh(line.replace("make ", "make -n ", 1), self.tree, self.env)
         check(r.returncode == 0 and "nvcc" in r.stdout, "%s: make -n resolves to an nvcc build: %s" % (line, r.stderr[-300:]))
+
+    def report(self, line):
+        """A --memory-report line: the table, nothing trained."""
+        r = sh(line, self.tree, self.env)
+        check(r.returncode == 0 and "optimizer side" in r.stdout and not step_losses(r.stdout),
+              "%s: the memory table (exit %s): %s" % (line, r.returncode, (r.stdout + r.stderr).strip()[-400:]))
+
+    def memory_table(self, line):
+        r = sh(line, self.tree, self.env)
+        check(r.returncode == 0 and "OK: 0 row(s)" in r.stdout,
+              "%s: every formula gives its published figure (exit %s): %s" % (line, r.returncode, r.stdout.strip()[-400:]))
+
+    def lab_bench(self, line):
+        r = sh(line, self.tree, self.env)
+        check(r.returncode == 0 and "prod fp32" in r.stdout,
+              "%s: the bench table (exit %s): %s" % (line, r.returncode, (r.stdout + r.stderr).strip()[-400:]))
 
     def shell(self, line):
         r = sh(line, self.tree, self.env)
@@ -258,12 +291,15 @@ class Runner:
             (r"^make train$", self.make_train),
             (r"^make test$", "the whole suite, which runs this test"),
             (r"^\./train_gpt2 -e gpt2_124M\.bin", "needs GPT-2's published weights from the Hugging Face hub (network)"),
+            (r"^\./train_gpt2 .*--memory-report 1", self.report),
             (r"^\./train_gpt2 ", self.trainer),
+            (r"^make memory-table$", self.memory_table),
             (r"^make plot RUN=out$", self.plot),
             (r"^(make train_gpt2cu && )?\./train_gpt2cu( |$)", self.gpu),
             (r"^make data build/prepare_corpus$", self.shell),
             (r"^build/prepare_corpus ", self.corpus),
             (r"^make build/cuda/adamw && build/cuda/adamw --check$", self.shell if self.a.lab else "no harness lab given"),
+            (r"^build/cuda/adamw --bench( |$)", self.lab_bench if self.a.lab else "no harness lab given"),
             (r"^make build/cuda-gpu/adamw$", self.make_dry),
             (r"^build/cuda-gpu/adamw ", "needs a GPU"),
         ]
@@ -277,41 +313,53 @@ class Runner:
                     what(line)
                     self.ran.append(line)
                 return
-        check(False, "README command no rule of this test knows (add one): %s" % line)
+        check(False, "a documented command no rule of this test knows (add one): %s" % line)
 
 
 # ----------------------------------------------------------------------------
-# README's memory figures against the programs
+# the memory figures of README.md and docs/ against the programs
 
 def number(s):
     return float(s.replace(",", ""))
 
 
-def check_memory_figures(text, a):
-    text = " ".join(text.split())  # README's line breaks fall anywhere
+def check_memory_figures(docs, a):
+    """Every quote of each figure, in every file, is what the programs print; each is quoted."""
     rep = subprocess.run([a.bin, "--memory-report", "1", "-e", "d12", "-b", "4", "-t", "64"], capture_output=True,
                          text=True, timeout=300).stdout
     table = subprocess.run([a.memory_table], capture_output=True, text=True, timeout=300).stdout
     m = re.search(r"optimizer side \(master weights, gradients, optimizer state\): ([\d.]+) MiB \(([\d.]+) MB\)", rep)
-    r = re.search(r"AdamW m \+ v add 12 bytes per parameter \(([\d,.]+) MiB = ([\d,.]+) MB\)", text)
-    check(m and r and number(r.group(1)) == float(m.group(1)) and number(r.group(2)) == float(m.group(2)),
-          "README's d12 optimizer side (%s) is what --memory-report prints (%s)" % (r and r.groups(), m and m.groups()))
     rows = {}
     for line in table.splitlines():
         c = [x.strip() for x in line.split("|")[1:-1]]
         if len(c) == 6 and c[2].endswith(("MB", "MiB", "GB")):
             rows[(c[0], c[2].split()[-1])] = c[2]
-    quoted = re.search(r"it prints ([\d.,]+) MB of parameters, ([\d.,]+) MB for AdamW's m and v alone, ([\d.,]+) MB with the "
-                       r"gradients, and ([\d.,]+) MB in all", text)
     want = [rows.get((k, "MB")) for k in ("124M fp32: parameters", "124M fp32: AdamW m and v",
                                           "124M fp32: optimizer side (grad + m + v)", "124M fp32: parameter-related total")]
-    check(quoted and all(w for w in want) and [number(x) for x in quoted.groups()] == [float(w.split()[0]) for w in want],
-          "README's 124M figures %s are make memory-table's %s" % (quoted and quoted.groups(), want))
-    z = re.search(r"ZeRO-1 over 8 GPUs holds .*?: ([\d.,]+) MB per GPU instead of ([\d.,]+) MB", text)
     zero = rows.get(("ours: 124M bf16 ZeRO-1 x8, per GPU", "MB"))
-    check(z and zero and want[3] and number(z.group(1)) == float(zero.split()[0]) and
-          number(z.group(2)) == float(want[3].split()[0]),
-          "README's ZeRO-1 x8 figures %s are make memory-table's (%s, %s)" % (z and z.groups(), zero, want[3]))
+    check(m and all(want) and zero, "the programs print the figures: %s %s %s" % (m and m.groups(), want, zero))
+    if not (m and all(want) and zero):
+        return
+    figures = [  # (what, pattern, the values the quote must hold)
+        ("d12's optimizer side (--memory-report)",
+         r"AdamW m \+ v add 12 bytes per parameter \(([\d,.]+) MiB = ([\d,.]+) MB\)",
+         [float(m.group(1)), float(m.group(2))]),
+        ("the 124M fp32 figures (make memory-table)",
+         r"it prints ([\d.,]+) MB of parameters, ([\d.,]+) MB for AdamW's m and v alone, ([\d.,]+) MB with the "
+         r"gradients, and ([\d.,]+) MB in all", [float(w.split()[0]) for w in want]),
+        ("ZeRO-1 x8 per GPU (make memory-table)",
+         r"ZeRO-1 over 8 GPUs holds [^.]*?: ([\d.,]+) MB per GPU instead of ([\d.,]+) MB",
+         [float(zero.split()[0]), float(want[3].split()[0])]),
+    ]
+    for what, pattern, values in figures:
+        quotes = 0
+        for name, text in docs.items():
+            for q in re.finditer(pattern, " ".join(text.split())):  # line breaks fall anywhere
+                quotes += 1
+                check([number(x) for x in q.groups()] == values,
+                      "%s quotes %s as %s; the program prints %s" % (name, what, list(q.groups()), values))
+        check(quotes > 0, "README.md or docs/ quotes %s" % what)
+        print("  %d quote(s) of %s checked" % (quotes, what))
 
 
 def main():
@@ -331,8 +379,8 @@ def main():
     if not os.path.exists(os.path.join(mirror, "tinyshakespeare", "input.txt")):
         print("FAIL: %s is no data mirror (run `make data` first)" % mirror)
         return 1
-    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    lines = readme_commands(text)
+    docs = doc_files()
+    lines = readme_commands(docs)
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         tree = copy_tree(tmp, a)
@@ -341,11 +389,11 @@ def main():
         order = sorted(range(len(lines)), key=lambda i: not lines[i].startswith("make train"))  # make train first
         for i in order:
             runner.run(lines[i])
-    check_memory_figures(text, a)
+    check_memory_figures(docs, a)
     for line, why in runner.skipped:
         print("  skipped  %s  (%s)" % (line, why))
-    check(len(runner.ran) >= 8, "most of README's commands ran (%d)" % len(runner.ran))
-    print("test_readme: %d README commands run, %d skipped, %.0f s; %s" % (len(runner.ran), len(runner.skipped), time.time() - t0,
+    check(len(runner.ran) >= 8, "most of the documented commands ran (%d)" % len(runner.ran))
+    print("test_readme: %d documented commands run, %d skipped, %.0f s; %s" % (len(runner.ran), len(runner.skipped), time.time() - t0,
           "%d failed" % len(failures) if failures else "all checks passed"))
     return 1 if failures else 0
 
