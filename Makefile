@@ -208,14 +208,16 @@ test-d12: $(BUILD)/test_gpt2
 	TORCH_PYTHON=$(TORCH_PYTHON) $(BUILD)/test_gpt2 --d12
 
 # The training loop against the PyTorch reference: loss, gradient norm, lr per step, val loss;
-# gradient accumulation, 2 processes (-z 0, -z 1), every schedule, -m (dev/test/test_train_loop.py).
+# gradient accumulation, 2 processes (-z 0, -z 1), clipping from step 1, every schedule, -m
+# (dev/test/test_train_loop.py).
 test-train-loop: $(BUILD)/train_gpt2 $(REF_DIR)/$(REF_DESC)_model.bin $(if $(HAVE_MPI),$(BUILD)/train_gpt2_mpi)
 	$(PYTHON) dev/test/test_train_loop.py --bin $(BUILD)/train_gpt2 --model $(REF_DIR)/$(REF_DESC)_model.bin \
 		--torch-python $(TORCH_PYTHON) $(if $(HAVE_MPI),--mpi-bin $(BUILD)/train_gpt2_mpi)
 TEST_PHONY += test-train-loop
 
 # Sampling a checkpoint without training (-x 0, --prompt, --temperature, --top-k) in both trainers:
-# the prompt as tiktoken encodes it, the greedy continuation as PyTorch's (dev/test/test_sample.py)
+# the prompt as tiktoken encodes it, the greedy continuation as PyTorch's, the draws at --temperature 2
+# --top-k 40 against softmax(logits / 2) of the reference's logits (chi-square; dev/test/test_sample.py)
 test-sample: $(BUILD)/train_gpt2 $(BUILD)/train_gpt2cu_emu_fp32 $(REF_DIR)/$(REF_DESC)_model.bin data
 	$(EMU_RUN) $(PYTHON) dev/test/test_sample.py --bin $(BUILD)/train_gpt2 --gpu-bin $(BUILD)/train_gpt2cu_emu_fp32 \
 		--model $(REF_DIR)/$(REF_DESC)_model.bin --tokenizer data/gpt2_tokenizer.bin --data-dir data --torch-python $(TORCH_PYTHON)

@@ -461,7 +461,8 @@ int main(int argc, char** argv) {
             total++;
             if (!check_case(k, case_seed)) failed++;
         }
-        printf("attention --check (%s): %d of %d checks passed (seed %lld)\n", PRECISION_NAME, total - failed, total, seed);
+        printf("attention --check (%s): %d of %d checks passed, %s (seed %lld)\n", PRECISION_NAME, total - failed, total,
+               lab_worst_note().c_str(), seed);
         rc = failed ? 1 : 0;
     }
     attention_cudnn_free();

@@ -98,6 +98,7 @@ static bool check_size(const Version& ver, size_t n) {
     }
     bool ok = true;
     double rel = fabs((double)got[0] - ref) / ref;
+    lab_note_worst(rel / 1e-5);
     if (!(rel <= 1e-5)) {
         printf("  FAIL %s n=%zu: sum of squares %.9g, float64 %.9g (relative error %.3g > 1e-5)\n", ver.name, n, got[0], ref, rel);
         ok = false;
@@ -150,7 +151,7 @@ static void bench(int vmin, int vmax, int repeats) {
 
 int main(int argc, char** argv) {
     int mode_bench = 0, vmin = 0, vmax = kNumVersions - 1, repeats = 20;
-    uint64_t seed = (uint64_t)time(NULL);
+    uint64_t seed = (uint64_t)lab_fresh_seed();
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--check") == 0) { mode_bench = 0; }
         else if (strcmp(argv[i], "--bench") == 0) { mode_bench = 1; }
@@ -188,6 +189,7 @@ int main(int argc, char** argv) {
             failed += !check_size(kVersions[v], n);
         }
     }
-    printf("global_norm --check (%s): %d of %d cases passed\n", PRECISION_NAME, total - failed, total);
+    printf("global_norm --check (%s): %d of %d cases passed, %s (seed %llu)\n", PRECISION_NAME, total - failed, total,
+           lab_worst_note().c_str(), (unsigned long long)seed);
     return failed ? 1 : 0;
 }

@@ -4,8 +4,9 @@
  compiles under nvcc and under the CPU harness (g++, dev/harness/cuda_harness.h). Everything is static
  inline (or a template): a lab uses what it needs without unused-function warnings.
 
-   random inputs      mix64 (splitmix64's output function); lab_fresh_seed (clock and pid; the
-                      lab prints it, its seed flag reproduces the run); Rng (a splitmix64 stream:
+   random inputs      mix64 (splitmix64's output function); lab_fresh_seed (LEANSTEP_LAB_SEED when
+                      set, as make test's deciding runs set it, else clock and pid; the lab prints
+                      it, its seed flag reproduces the run); Rng (a splitmix64 stream:
                       uniform, normal) and random_floatX (normals rounded to floatX); uniform_floatX
                       (uniforms whose element i depends on (seed, i) only).
    floatX on the host as_floatX (the value a floatX stores), ulp_floatX; dev_alloc, upload_X,
@@ -14,7 +15,9 @@
    comparison         compare: flat index, |got - ref| <= rel * max(max|ref|, scale) + ulps *
                       ulp(ref), the caller rounds ref; compare_shaped: row-major indices, ref
                       rounded to floatX here, |got - ref| <= rel_max * max|ref| + rel * |ref| +
-                      1 ulp (bf16, fp16). Both print the first 10 mismatches and count them.
+                      1 ulp (bf16, fp16). Both print the first 10 mismatches and count them,
+                      and note their largest err/tol (lab_note_worst, as the labs' own
+                      comparisons do): g_lab_worst, which the last line of every --check prints.
    expected failures  expect_fatal: a launcher's precondition check must end a child process with
                       an error.
    timing             median; time_ms (events on the default stream, one warm-up, median of the
@@ -80,9 +83,18 @@ static inline uint64_t mix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-// A seed for a run without -s/--seed: the clock and the process id, in [0, 2^62) (every lab's seed
-// flag takes it). Printed by the lab, so that a failure can be reproduced.
+// A seed for a run without -s/--seed: LEANSTEP_LAB_SEED when it is set (make test's deciding runs set
+// it: the same inputs every run, whatever each lab's seed flag is called), else the clock and the
+// process id, in [0, 2^62) (every lab's seed flag takes it). Printed by the lab, so that a failure can
+// be reproduced.
 static inline long long lab_fresh_seed() {
+    const char* env = getenv("LEANSTEP_LAB_SEED");
+    if (env != nullptr && *env != '\0') {
+        char* end = nullptr;
+        const long long s = strtoll(env, &end, 10);
+        if (*end != '\0' || s < 0) ls_fatal("LEANSTEP_LAB_SEED='%s': a seed >= 0 expected", env);
+        return s;
+    }
     const uint64_t t = (uint64_t)std::chrono::high_resolution_clock::now().time_since_epoch().count();
     return (long long)(mix64(t ^ ((uint64_t)getpid() << 32)) >> 2);
 }
@@ -187,11 +199,22 @@ static inline int* upload_i(const std::vector<int>& h) {
 // ----------------------------------------------------------------------------
 // comparison
 
+// The largest error / tolerance of every comparison this run made (a NaN counts as infinite): the
+// last line of every --check prints it (lab_worst_note), so that a tolerance far above what the
+// kernel needs shows, and a failure says by how much.
+inline double g_lab_worst = 0.0;
+static inline void lab_note_worst(double ratio) { g_lab_worst = std::max(g_lab_worst, ratio == ratio ? ratio : INFINITY); }
+static inline std::string lab_worst_note() {
+    char b[48];
+    snprintf(b, sizeof b, "worst err/tol %.3f", g_lab_worst);
+    return b;
+}
+
 // |got - ref| <= rel * max(max|ref|, scale) + ulps * ulp_floatX(ref) for every element (NaN fails);
 // ref is what the device should store (rounded to floatX by the caller where the output is floatX).
 // scale: the magnitude of the terms the outputs are computed from, where that can exceed the
 // outputs (cancellation). Prints the first 10 mismatches; returns the number of mismatches;
-// *worst = max error / tolerance (infinite after a mismatch).
+// *worst = max error / tolerance (infinite for a NaN).
 static inline int compare(const char* what, const std::vector<double>& got, const std::vector<double>& ref, double rel,
                           double ulps, double* worst, double scale = 0.0) {
     double maxref = scale;
@@ -208,10 +231,11 @@ static inline int compare(const char* what, const std::vector<double>& got, cons
             }
             bad++;
         }
-        if (err == err) w = std::max(w, err / tol);
+        w = std::max(w, err == err ? err / tol : INFINITY);
     }
     if (bad > 10) printf("      %s: %d mismatches in all\n", what, bad);
-    *worst = std::max(*worst, bad ? INFINITY : w);
+    *worst = std::max(*worst, w);
+    lab_note_worst(w);
     return bad;
 }
 
@@ -252,6 +276,7 @@ static inline long compare_shaped(const char* what, const std::vector<float>& go
     }
     if (bad > 10) printf("      %s: %ld mismatches in all (of %zu)\n", what, bad, ref.size());
     *worst = std::max(*worst, w);
+    lab_note_worst(w);
     return bad;
 }
 
@@ -420,7 +445,7 @@ static inline std::string lab_device() {
 
 // The bookkeeping of a ladder lab's --check: the first line (not with -q), "gelu --check (bf16, GPU,
 // seed 42)"; a count of the checks and of the failures; the last line, "gelu --check (bf16): 7 of 7
-// checks passed", after a failure with how to reproduce it (with -q the seed too).
+// checks passed, worst err/tol 0.123 (seed 42)", after a failure with how to reproduce it.
 struct LabCheck {
     const char* lab;
     uint64_t seed;
@@ -449,9 +474,8 @@ struct LabCheck {
     }
     // Prints the last line; returns the exit status.
     int end() const {
-        printf("%s --check (%s): %d of %d checks passed%s\n", lab, PRECISION_NAME, total - failed, total,
-               failed ? " (reproduce with -s <the seed above>)" : "");
-        if (failed && g_quiet) printf("  seed %llu\n", (unsigned long long)seed);
+        printf("%s --check (%s): %d of %d checks passed, %s (seed %llu)%s\n", lab, PRECISION_NAME, total - failed, total,
+               lab_worst_note().c_str(), (unsigned long long)seed, failed ? " (reproduce with -s and this seed)" : "");
         return failed ? 1 : 0;
     }
 };

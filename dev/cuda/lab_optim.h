@@ -7,9 +7,15 @@
                  add_seg; gpt2_problem (GPT-2's tensors in PyTorch's named_parameters order, weight
                  decay on the 2-D ones); random_problem (tensors of random sizes, 40% tiny: tensor
                  boundaries inside 128-bit words); optlab_problems (what the flags ask for: the
-                 --check set of small problems with odd sizes, -n N, --gpt2, or the --bench default).
+                 --check set of small problems with odd sizes and one of GPT-2's shapes whose
+                 int8-sized tensors start on 16-byte boundaries, -n N, --gpt2, or the --bench default).
    data          unit (uniform in [0, 1) from (seed, i) only), normalish (unit variance, bounded),
                  ulp_bf16; RefState (the float64 reference's state, ref_state_init).
+   references    written here from the definitions, not by calling the code under test: the
+                 random bits of stochastic rounding (lab_sr_key, lab_sr_bits: llmc/optim/srng.h's
+                 hash) and bf16 stochastic rounding (lab_sr_bf16); the 8-bit maps (lab_quant8_maps:
+                 llmc/optim/quant8.h's dynamic tree code) and lab_maps_match (the device's maps
+                 against them).
    views         ViewPart, view_build (the parts of a placement: ZeRO-1 shards, BAdam blocks,
                  offload chunks, pieces of tensors; offset rebased, param global), view_gather,
                  whole_segment.
@@ -104,6 +110,66 @@ static inline Problem random_problem(size_t n, uint64_t seed) {
     return pb;
 }
 
+// ----------------------------------------------------------------------------
+// references written from the definitions (not llmc/optim/srng.h's or quant8.h's code)
+
+// The key of optimizer step `step` (1, 2, ...) of a run seeded with `seed`, and the 32 random bits of
+// element i (the parameter's global index) in stream salt (0 bf16 parameters, 1 m, 2 v, 3 vmax): a
+// splitmix64 hash (lab.h's mix64) of the seed and the step, then of the key, the index and the salt.
+static inline uint64_t lab_sr_key(uint64_t seed, int step) { return mix64(seed * 0x9e3779b97f4a7c15ULL + (uint64_t)step); }
+static inline uint32_t lab_sr_bits(uint64_t key, size_t i, unsigned salt) {
+    return (uint32_t)(mix64(key ^ ((uint64_t)i * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)salt << 58)) >> 32);
+}
+
+// x rounded stochastically to bf16 with `bits`: the low 16 random bits added below the 16 kept, then
+// truncated (x rounds away from zero with probability equal to the discarded fraction); a finite x.
+static inline float lab_sr_bf16(float x, uint32_t bits) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u = (u + (bits & 0xffffu)) & 0xffff0000u;
+    float y;
+    memcpy(&y, &u, 4);
+    return y;
+}
+
+// The two 8-bit maps (signed then unsigned, 256 floats each, ascending): a code's bits are [sign]
+// [E zeros] [1] [F fraction bits] with value +-10^-E (0.1 + 0.9 (f + 1) / 2^F), F = 6 - E signed
+// (E = 0..6; -0 and +0 in the middle), F = 7 - E unsigned (E = 0..7, after the code of 0); each
+// value computed in double and rounded once to float.
+static inline std::vector<float> lab_quant8_maps() {
+    std::vector<double> pos, upos;
+    for (int e = 6; e >= 0; e--)
+        for (int f = 0; f < (1 << (6 - e)); f++) pos.push_back(pow(10.0, -e) * (0.1 + 0.9 * (f + 1) / (double)(1 << (6 - e))));
+    for (int e = 7; e >= 0; e--)
+        for (int f = 0; f < (1 << (7 - e)); f++) upos.push_back(pow(10.0, -e) * (0.1 + 0.9 * (f + 1) / (double)(1 << (7 - e))));
+    std::sort(pos.begin(), pos.end());
+    std::sort(upos.begin(), upos.end());
+    std::vector<float> maps;
+    for (size_t k = pos.size(); k-- > 0;) maps.push_back(-(float)pos[k]);
+    maps.push_back(-0.0f);
+    maps.push_back(0.0f);
+    for (double x : pos) maps.push_back((float)x);
+    maps.push_back(0.0f);
+    for (double x : upos) maps.push_back((float)x);
+    if (maps.size() != 512) ls_fatal("lab_quant8_maps: %zu values, 512 expected", maps.size());
+    return maps;
+}
+
+// Whether the 512 map values the device's state holds are lab_quant8_maps', bit for bit (prints the
+// first difference).
+static inline bool lab_maps_match(const float* device_maps) {
+    const std::vector<float> want = lab_quant8_maps();
+    std::vector<float> got(512);
+    cudaCheck(cudaMemcpy(got.data(), device_maps, 512 * sizeof(float), cudaMemcpyDeviceToHost));
+    for (size_t k = 0; k < 512; k++) {
+        if (memcmp(&got[k], &want[k], 4) != 0) {
+            printf("      8-bit map entry %zu: %.9g on the device, %.9g by definition\n", k, got[k], want[k]);
+            return false;
+        }
+    }
+    return true;
+}
+
 // The options of optlab_main.
 struct OptLabArgs {
     bool bench = false; // --bench (else --check)
@@ -113,7 +179,11 @@ struct OptLabArgs {
 };
 
 // The problems the options ask for: --gpt2, -n N, the --bench default (n = 124,475,904 on a GPU,
-// 100,000 under the CPU harness), or the --check set: one element, odd sizes, a mini GPT-2.
+// 100,000 under the CPU harness), or the --check set: one element, odd sizes, a mini GPT-2, and GPT-2's
+// shapes at C = 32 (n = 17,376): wte, fcw and fcprojw of 4096 elements (QUANT8_MIN_ELEMS: int8 state)
+// at offsets that are multiples of 8, the only problem where the int8 kernels' 128-bit branch runs, as
+// it does for every large tensor in training (the random tensors start anywhere, the mini GPT-2's are
+// under the threshold).
 static inline std::vector<Problem> optlab_problems(const OptLabArgs& o) {
     std::vector<Problem> problems;
     if (o.gpt2) problems.push_back(gpt2_problem("GPT-2 124M", 50304, 768, 12, 1024));
@@ -128,6 +198,7 @@ static inline std::vector<Problem> optlab_problems(const OptLabArgs& o) {
         problems.push_back(random_problem(4099, 2));
         problems.push_back(gpt2_problem("mini GPT-2 (V=101 C=20 L=2 T=16)", 101, 20, 2, 16));
         problems.push_back(random_problem(50001, 3));
+        problems.push_back(gpt2_problem("GPT-2 shapes (V=128 C=32 L=1 T=16)", 128, 32, 1, 16));
     }
     return problems;
 }
@@ -271,16 +342,43 @@ struct LabOmpLimit {
 // ----------------------------------------------------------------------------
 // --check and --bench
 
+// The groups of 8 elements of a problem's int8-sized tensors (QUANT8_MIN_ELEMS) that the blockwise
+// int8 kernels (llmc/optim/adamw_lowp.cuh, kernels.cuh) move with 128-bit loads: 8 whole elements of
+// a block, starting on a multiple of 8 both in the step's buffers and in the parameters (blocks start
+// at the tensor's first element, threads at multiples of 8 in the block).
+static inline size_t optlab_vector_groups(const Problem& pb) {
+    size_t groups = 0;
+    for (const OptimSegment& sg : pb.segs) {
+        if (sg.tensor_count < QUANT8_MIN_ELEMS || sg.offset % 8 != 0 || sg.param % 8 != 0) continue;
+        for (size_t rel = 0; rel < sg.count; rel += OPT_BLOCK) groups += std::min<size_t>(OPT_BLOCK, sg.count - rel) / 8;
+    }
+    return groups;
+}
+
 // Every case on every problem, check_one(case, problem, steps) -> ok. Prints the first line
 // ("adamw --check (CPU harness, order forward)"), a line per problem and the failures (with -q
-// only the failures), and the last line; returns the exit status.
+// only the failures), and the last line; returns the exit status. The --check set (must_vectorize)
+// must reach the int8 kernels' 128-bit branch (optlab_vector_groups), as every large tensor in
+// training does: a set that only took the element-wise branch would leave the other untested.
 template <typename Case, typename Check>
 static inline int optlab_check(const char* lab, const std::vector<Problem>& problems,
-                               const std::vector<const Case*>& cases, int steps, Check check_one) {
+                               const std::vector<const Case*>& cases, int steps, Check check_one, bool must_vectorize) {
     if (!g_quiet) printf("%s --check (%s)\n", lab, lab_where(true).c_str());
     int failed = 0, total = 0;
+    size_t groups = 0;
+    for (const Problem& pb : problems) groups += optlab_vector_groups(pb);
+    if (must_vectorize) {
+        total++;
+        if (groups == 0) {
+            failed++;
+            printf("  FAILED: no problem has int8-sized tensors on 16-byte boundaries (the int8 kernels' 128-bit branch)\n");
+        }
+    }
     for (const Problem& pb : problems) {
-        if (!g_quiet) printf("  problem: %s (n = %zu, %zu tensors), %d steps\n", pb.name.c_str(), pb.n, pb.segs.size(), steps);
+        if (!g_quiet) {
+            printf("  problem: %s (n = %zu, %zu tensors, %zu int8 128-bit groups), %d steps\n", pb.name.c_str(), pb.n,
+                   pb.segs.size(), optlab_vector_groups(pb), steps);
+        }
         for (const Case* c : cases) {
             total++;
             if (!check_one(*c, pb, steps)) {
@@ -289,8 +387,8 @@ static inline int optlab_check(const char* lab, const std::vector<Problem>& prob
             }
         }
     }
-    printf("%s --check: %d of %d cases passed (%zu problems x %zu cases, %d steps)\n", lab, total - failed, total,
-           problems.size(), cases.size(), steps);
+    printf("%s --check: %d of %d cases passed (%zu problems x %zu cases, %d steps), %s\n", lab, total - failed, total,
+           problems.size(), cases.size(), steps, lab_worst_note().c_str());
     return failed ? 1 : 0;
 }
 
@@ -354,7 +452,7 @@ static inline int optlab_main(int argc, char** argv, const char* lab, LabUsage u
     if (cases.empty()) args.fail("%s '%s': expected one of %s, or all", select, which, ids.c_str());
     const std::vector<Problem> problems = optlab_problems(o);
     if (o.bench) return bench(cases, problems[0], o);
-    return optlab_check(lab, problems, cases, (int)o.steps, check_one);
+    return optlab_check(lab, problems, cases, (int)o.steps, check_one, !o.gpt2 && o.n == 0);
 }
 
 #endif // DEV_CUDA_LAB_OPTIM_H

@@ -435,7 +435,8 @@ int main(int argc, char** argv) {
                        gelu_fallback ? "some" : "none", ok ? "ok" : "FAIL");
             }
         }
-        printf("matmul --check (%s): %d of %d checks passed (seed %lld)\n", PRECISION_NAME, total - failed, total, seed);
+        printf("matmul --check (%s): %d of %d checks passed, %s (seed %lld)\n", PRECISION_NAME, total - failed, total,
+               lab_worst_note().c_str(), seed);
         rc = failed ? 1 : 0;
     }
     matmul_free();

@@ -163,6 +163,7 @@ static bool check_orthogonalize(int r, int c, int batch, uint64_t seed) {
     for (size_t i = 0; i < ref.size(); i++) worst = fmax(worst, fabs(got[i] - ref[i]));
     const double tol = FLOATX_IS_LOWP ? 0.15 : 2e-5;
     const bool ok = worst <= tol * top;
+    lab_note_worst(worst / (tol * top));
     if (!ok || !g_quiet) {
         printf("  newton-schulz %4d x %-4d batch %2d: max|x - ref| = %.2e of max|ref| (tolerance %.0e)  %s\n", r, c,
                batch, worst / top, tol, ok ? "ok" : "FAIL");
@@ -230,6 +231,7 @@ static bool check_step(OptimStatePrecision prec, uint64_t seed) {
     const bool same_state = cpu.bytes == dev.bytes && download_bytes(dev.memory, dev.bytes) ==
                             std::vector<uint8_t>((uint8_t*)cpu.memory, (uint8_t*)cpu.memory + cpu.bytes);
     const bool ok = worst <= 1.0 && same_state;
+    lab_note_worst(worst);
     if (!ok || !g_quiet) {
         printf("  step, %s state, %d steps vs optim_step_cpu: worst error %.3f of the tolerance, state block %s  %s\n",
                optim_precision_name(prec), steps, worst, same_state ? "bit-identical" : "DIFFERS", ok ? "ok" : "FAIL");
@@ -320,7 +322,8 @@ int main(int argc, char** argv) {
             total++;
             if (!check_step(prec, s += 7)) failed++;
         }
-        printf("muon --check (%s): %d of %d checks passed (seed %lld)\n", PRECISION_NAME, total - failed, total, seed);
+        printf("muon --check (%s): %d of %d checks passed, %s (seed %lld)\n", PRECISION_NAME, total - failed, total,
+               lab_worst_note().c_str(), seed);
         rc = failed ? 1 : 0;
     }
     matmul_free();

@@ -10,7 +10,11 @@
          one fixed order, the 8-bit codes come from one map (llmc/optim/quant8.h) and the random bits of
          stochastic rounding from one hash (llmc/optim/srng.h). bf16 parameters: the CPU twin keeps fp32
          parameters = the master weights, and without master weights rounds them after each step
-         with the device's rule (the same bits), so the kernel's inputs stay identical.
+         with the device's rule (the same bits), so the kernel's inputs stay identical. The rounding
+         of the bf16 parameters (and the twin's) uses the step's random bits as lab_optim.h computes
+         them from srng.h's definition, and the device's 8-bit maps must be the ones quant8.h defines
+         (lab_quant8_maps): a key or a map wrong on both sides alike does not pass. The problem set
+         includes GPT-2's shapes at C = 32 (the int8 kernels' 128-bit branch; lab_optim.h).
      (2) against a float64 reference written here from the formulas, with the tolerances below.
      (3) views: the same steps through states that each hold a part of the model, with the
          segments' offset (grads, state, master) rebased and param (the parameters) global, give
@@ -388,6 +392,7 @@ static void tally(Worst& w, double& slot, const char* what, size_t i, double got
         w.bad++;
     }
     slot = std::max(slot, r);
+    lab_note_worst(r);
 }
 
 static long long diff_bytes(const void* a, const void* b, size_t bytes) {
@@ -421,11 +426,10 @@ static bool check_one(const Case& c, const Problem& pb, int steps) {
         dev_step(c, d, t, 0);
         cudaCheck(cudaDeviceSynchronize());
         optim_step_cpu(&cs, tw.data(), g.data(), c.lr, t, scale);
-        if (c.bf16 && !c.master) { // the twin reads back what the device stored
-            const unsigned long long key = srng_step_key(c.cfg.seed, t);
+        if (c.bf16 && !c.master) { // the twin reads back what the device stored (the rounding by definition)
+            const uint64_t key = lab_sr_key(c.cfg.seed, t);
             for (size_t i = 0; i < n; i++)
-                tw[i] = bf16_bits_to_float(c.stochastic ? bf16_bits_round_stochastic(tw[i], srng_bits(key, i, 0))
-                                                        : bf16_bits_round_nearest(tw[i]));
+                tw[i] = c.stochastic ? lab_sr_bf16(tw[i], lab_sr_bits(key, i, 0)) : __bfloat162float(__float2bfloat16_rn(tw[i]));
         }
         ref_step(r, pb, c.cfg, g, (double)scale, (double)c.lr, t);
         ref_m_bounds(r, pb, c.cfg, cs, t);
@@ -440,17 +444,19 @@ static bool check_one(const Case& c, const Problem& pb, int steps) {
         long long dparam = 0;
         if (c.master) {
             dparam = diff_bytes(dm.data(), tw.data(), n * 4);
-            const unsigned long long key = srng_step_key(c.cfg.seed, t);
+            const uint64_t key = lab_sr_key(c.cfg.seed, t); // step t's random bits by definition (lab_optim.h)
             for (size_t i = 0; i < n; i++) {
-                float want = bf16_bits_to_float(c.stochastic ? bf16_bits_round_stochastic(tw[i], srng_bits(key, i, 0))
-                                                             : bf16_bits_round_nearest(tw[i]));
+                float want = c.stochastic ? lab_sr_bf16(tw[i], lab_sr_bits(key, i, 0)) : __bfloat162float(__float2bfloat16_rn(tw[i]));
                 dparam += memcmp(&dp[i], &want, 4) != 0;
             }
         } else {
             dparam = diff_bytes(dp.data(), tw.data(), n * 4);
         }
         const long long dstate = diff_bytes(blk.data(), cs.memory, cs.bytes);
-        const bool same = dparam == 0 && dstate == 0 && cs.bytes == d.st.bytes;
+        // (int8 state: the maps the codes index, against their definition; the float64 comparison
+        // below reads the state through them)
+        const bool maps_ok = d.st.maps == nullptr || lab_maps_match(d.st.maps);
+        const bool same = dparam == 0 && dstate == 0 && cs.bytes == d.st.bytes && maps_ok;
         // (2) against float64
         Worst w;
         const std::vector<float>& pf = c.master ? dm : dp; // the fp32 parameters (or the bf16 ones)

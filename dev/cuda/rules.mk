@@ -3,8 +3,10 @@
 # The CUDA lab files built for the CPU execution harness (dev/harness/: every CUDA thread is a
 # Boost.Context fiber), so that CI runs every kernel without a GPU:
 #   make cuda-harness        g++ builds of dev/cuda/*.cu into $(BUILD)/cuda/
-#   make test-cuda           harness self-tests and every AdamW version (--check) in two thread
-#                            orders (forward, reverse), then cuda-compile-check
+#   make test-cuda           harness self-tests and every lab's --check in two thread orders
+#                            (forward, reverse) on a fixed seed (CUDA_LAB_SEED), then each lab with
+#                            random inputs once on a fresh seed (reported, not deciding); and
+#                            cuda-compile-check
 #   make test-cuda-san       the same under ASan+UBSan (build/san/cuda/), in one thread order and
 #                            without the FP16 builds (bf16's element size: the same indexing); also
 #                            catches the planted out-of-bounds writes
@@ -23,6 +25,12 @@ CUDA_HARNESS_BINS := $(patsubst dev/cuda/%.cu,$(BUILD)/cuda/%,$(CUDA_SOURCES))
 # The thread orders CI runs every kernel test in (a race shows as a difference between them). The
 # sanitizer builds run one: ASan+UBSan look for memory errors, which do not depend on the order.
 CUDA_ORDERS := $(if $(filter 1,$(SAN)),forward,forward reverse)
+# The deciding runs: every lab's --check on one fixed seed (lab.h's LEANSTEP_LAB_SEED, whatever the
+# lab's seed flag is called), so that a pass or a failure does not depend on the draw. Then the labs
+# with random inputs (CUDA_SEEDED_LABS) once more each on a fresh seed, in the forward order, not
+# under the sanitizers: what they print and their seed are reported, their exit status decides
+# nothing (a failure there is reproduced with -s and the printed seed, then fixed or given a reason).
+CUDA_LAB_SEED ?= 1
 # Every lab file's --check runs (the list comes from the files, so a new lab cannot be forgotten);
 # the blocks below add the FP32 builds' checks and --bench smoke runs.
 CUDA_LABS := $(filter-out harness_selftest,$(patsubst dev/cuda/%.cu,%,$(CUDA_SOURCES)))
@@ -45,9 +53,9 @@ cuda-harness: $(CUDA_HARNESS_BINS)
 # (the compile check is a prerequisite, not a step: make -j runs it beside the harness tests)
 test-cuda: $(CUDA_HARNESS_BINS) $(if $(filter 1,$(SAN)),,cuda-compile-check)
 	$(Q)for order in $(CUDA_ORDERS); do \
-		echo "  TEST  dev/cuda under the CPU harness, $$order order$(if $(filter 1,$(SAN)), (ASan+UBSan))"; \
-		export LEANSTEP_HARNESS_ORDER=$$order; { $(CUDA_TEST_CMDS); } || exit 1; \
-	done
+		echo "  TEST  dev/cuda under the CPU harness, $$order order, seed $(CUDA_LAB_SEED)$(if $(filter 1,$(SAN)), (ASan+UBSan))"; \
+		export LEANSTEP_HARNESS_ORDER=$$order LEANSTEP_LAB_SEED=$(CUDA_LAB_SEED); { $(CUDA_TEST_CMDS); } || exit 1; \
+	done$(if $(filter 1,$(SAN)),,; $(CUDA_SEEDED_CMDS))
 
 # The ASan+UBSan run: the same tests on the sanitizer builds (build/san/cuda/).
 ifeq ($(SAN),1)
@@ -87,6 +95,13 @@ CUDA_FP16_BINS := $(if $(filter 1,$(SAN)),,$(patsubst %,$(BUILD)/cuda/%_fp16,$(L
 cuda-harness test-cuda: $(CUDA_FP32_BINS) $(CUDA_FP16_BINS)
 TEST_TARGETS += $(CUDA_FP32_BINS) $(CUDA_FP16_BINS)
 CUDA_TEST_CMDS += $(foreach l,$(LAB_PRECISION_LABS),&& $(BUILD)/cuda/$(l)_fp32 --check -q $(if $(CUDA_FP16_BINS),&& $(BUILD)/cuda/$(l)_fp16 --check -q))
+# (the fresh-seed runs: each lab with random inputs in its default build, and gelu_fp32, the tightest
+# relative tolerance (gelu.cu); about 5 s of CPU. The optimizer labs' data is fixed.)
+CUDA_SEEDED_LABS := global_norm $(LAB_PRECISION_LABS) gelu_fp32
+CUDA_SEEDED_CMDS := unset LEANSTEP_LAB_SEED; \
+	echo "  TEST  dev/cuda under the CPU harness, forward order, a fresh seed each (reported, not deciding)"; \
+	$(foreach l,$(CUDA_SEEDED_LABS),LEANSTEP_HARNESS_ORDER=forward $(BUILD)/cuda/$(l) --check -q || \
+		echo "    $(l): FAILED on a fresh seed (not deciding; reproduce with -s and the seed above)";)
 CUDA_TEST_CMDS += $(foreach l,$(CUDA_PRECISION_LABS),&& $(BUILD)/cuda/$(l) --bench -r 2 >/dev/null)
 
 # --- matmul and attention (llmc/kernels/matmul.cuh: cuBLASLt, under the harness its CPU stand-in;

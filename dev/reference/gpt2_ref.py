@@ -446,6 +446,32 @@ def cmd_generate(a):
     print(json.dumps({"tokens": tokens[1:], "margin": margin}))
 
 
+def cmd_logits(a):
+    """The next-token logits in float64 at every position of token sequences (--tokens: a JSON file,
+    a list of lists of ids, each at most maxT long): a JSON line, per sequence a list with, per
+    position t, [ids, logits] of the --top largest logits of the token after tokens[0..t] (largest
+    first; the lower id first among equal values). A sampler's choices are checked against softmax(logits /
+    temperature) over its top-k with these (dev/test/test_sample.py)."""
+    import json
+    cfg, params = read_model(a.model)
+    P = {k: v.double() for k, v in params.items()}
+    with open(a.tokens) as f:
+        seqs = json.load(f)
+    out = []
+    with torch.no_grad():
+        for seq in seqs:
+            if not seq or len(seq) > cfg.maxT or any(t < 0 or t >= cfg.V for t in seq):
+                raise RefError(f"logits: a sequence of {len(seq)} tokens, or ids outside the vocabulary (maxT {cfg.maxT})")
+            logits = gpt2_forward(cfg, P, torch.tensor([seq], dtype=torch.int64))[0]
+            vals, ids = torch.topk(logits, min(a.top + 1, cfg.V), dim=1)  # (one more: equals across the cut)
+            rows = []
+            for v, i in zip(vals.tolist(), ids.tolist()):
+                top = sorted(zip(v, i), key=lambda e: (-e[0], e[1]))[:a.top]
+                rows.append([[e[1] for e in top], [e[0] for e in top]])
+            out.append(rows)
+    print(json.dumps(out))
+
+
 def cmd_hellaswag(a):
     """HellaSwag scoring in float64 of already tokenized examples (a JSON file: a list of
     {"ctx": [ids], "endings": [[ids] x 4], "label": k}): each ending after the context, its loss
@@ -966,6 +992,10 @@ def parse_args(argv):
     p.add_argument("--model", required=True)
     p.add_argument("--prompt", required=True, help="comma-separated token ids after <|endoftext|>")
     p.add_argument("--length", type=int, required=True, help="tokens in all, <|endoftext|> included (the trainers' -g)")
+    p = sub.add_parser("logits", help="the largest next-token logits at every position of token sequences, float64 (JSON line)")
+    p.add_argument("--model", required=True)
+    p.add_argument("--tokens", required=True, help="JSON: a list of token id lists")
+    p.add_argument("--top", type=int, required=True, help="how many of the largest logits per position")
     p = sub.add_parser("hellaswag", help="HellaSwag acc and acc_norm of tokenized examples, float64 (JSON line)")
     p.add_argument("--model", required=True)
     p.add_argument("--examples", required=True, help="JSON: [{ctx: [ids], endings: [[ids] x 4], label}]")
@@ -987,6 +1017,8 @@ def main(argv):
             cmd_train(a)
         elif a.cmd == "generate":
             cmd_generate(a)
+        elif a.cmd == "logits":
+            cmd_logits(a)
         elif a.cmd == "hellaswag":
             cmd_hellaswag(a)
         else:

@@ -12,9 +12,19 @@ reader loaded is then visible bit for bit in its checkpoint:
   - fp32 writer (CPU, fp32 build) -> bf16 reader: the reader's master weights are the writer's fp32
     parameters;
   - bf16 writer with -w 0 -> CPU reader: the parameters are the bf16 model file's, widened.
-Rows cover plain AdamW, --offload (GPU), the optimizer family (Lion) and BAdam (run checks only for
-BAdam: its master weights cover one block). The two fp32 readers of one bf16 checkpoint must also
+Rows cover plain AdamW, --offload (GPU), the optimizer family (Lion) and BAdam (cpu -> bf16: a run
+check only, its master weights cover one block). The two fp32 readers of one bf16 checkpoint must also
 print the same loss (1e-4 relative, the CPU/fp32 agreement of test_modes.py).
+
+BAdam (--badam 2, check_badam): a resume reads the state of the block of the last update, the block
+of step - 1, which a resume at a block switch (step 4: the next step starts a new block) tells apart
+from the step's own block, and a resume mid-block (step 3) does not. At a switch with the blocks layer
+0, layer 1, embeddings (the next block is of another size) and with --badam-embed 0 (layer 0, layer 1:
+the next block is of the same size, so state read into the wrong block goes unnoticed by the file's
+size check), and mid-block: the two fp32 readers (the CPU trainer, the fp32 build: each places the
+bf16 writer's master weights of that block by its own code) hold the same parameters bit for bit
+after one step at -l 0, and the bf16 build and the CPU trainer resumed from their own checkpoints
+continue with their uninterrupted runs' losses to step 6, bit for bit.
 Exit status 1 if any check failed.
 """
 import argparse
@@ -27,6 +37,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from testlib import check, failures, step_losses  # noqa: E402
@@ -67,6 +78,47 @@ def same_bits(a, b):
     return a is not None and b is not None and a.tobytes() == b.tobytes()
 
 
+def copy_checkpoint(src, dst, step):
+    os.makedirs(dst)
+    for f in ("model_%08d.bin" % step, "state_%08d_00000.bin" % step, "DONE_%08d" % step):
+        shutil.copy(os.path.join(src, f), dst)
+
+
+def check_badam(bins, tmp):
+    """BAdam's resume at a block switch and mid-block (see the module's doc)."""
+    t0 = time.time()
+    for ck, embed, where in ((4, "1", "at a block switch"), (4, "0", "at a block switch, --badam-embed 0"),
+                             (3, "1", "mid-block")):
+        flags = BASE[:-2] + ["--badam", "2", "--badam-embed", embed]  # (BASE's -n 3 replaced per checkpoint step)
+        runs = {}
+        for k in ("bf16", "cpu"):  # uninterrupted, checkpointing at ck
+            d = os.path.join(tmp, "badam_%s_%d_%s" % (k, ck, embed))
+            r = run(bins[k], flags + ["-x", "6", "-n", str(ck), "-o", d])
+            check(r.returncode == 0 and len(step_losses(r.stdout)) == 6, "badam %s writer: 6 steps: %s" % (k, r.stderr.strip()[-300:]))
+            runs[k] = (d, step_losses(r.stdout))
+        if any(len(x[1]) != 6 for x in runs.values()):
+            continue
+        read = {}
+        for k in ("cpu", "fp32"):  # the bf16 checkpoint, one step at -l 0
+            d = os.path.join(tmp, "badam_read_%s_%d_%s" % (k, ck, embed))
+            copy_checkpoint(runs["bf16"][0], d, ck)
+            r = run(bins[k], flags + ["-x", str(ck + 1), "-l", "0", "-n", "1", "-y", "1", "-o", d])
+            ok = r.returncode == 0 and "resumed from step %d" % ck in r.stdout
+            check(ok, "badam bf16 -> %s %s (step %d): the reader resumes and exits 0: %s" % (k, where, ck, r.stderr.strip()[-300:]))
+            read[k] = model_params(os.path.join(d, "model_%08d.bin" % (ck + 1))) if ok else None
+        check(same_bits(read["cpu"], read["fp32"]), "badam bf16 -> cpu and fp32 %s (step %d): both readers hold the same "
+              "parameters, bit for bit" % (where, ck))
+        for k in ("bf16", "cpu"):  # each trainer from its own checkpoint
+            d = os.path.join(tmp, "badam_resume_%s_%d_%s" % (k, ck, embed))
+            copy_checkpoint(runs[k][0], d, ck)
+            r = run(bins[k], flags + ["-x", "6", "-n", "0", "-y", "1", "-o", d])
+            want = runs[k][1][ck:]
+            check(r.returncode == 0 and step_losses(r.stdout) == want, "badam %s resumed %s (step %d): the uninterrupted "
+                  "run's losses: %s vs %s (%s)" % (k, where, ck, step_losses(r.stdout), want, r.stderr.strip()[-300:]))
+    print("badam resume at a block switch (step 4, with and without the embeddings' block) and mid-block (step 3): %s (%.1f s)"
+          % ("ok" if not failures else "see above", time.time() - t0))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cpu", required=True)
@@ -85,7 +137,6 @@ def main():
         ("cpu", [], "bf16", ["--offload", "1", "--offload-chunk", "100000"], "master = params"),
         ("bf16", ["--optimizer", "lion"], "cpu", ["--optimizer", "lion"], "params = master"),
         ("cpu", ["--optimizer", "lion"], "bf16", ["--optimizer", "lion"], "master = params"),
-        ("bf16", ["--badam", "2"], "cpu", ["--badam", "2"], None),
         ("cpu", ["--badam", "2"], "bf16", ["--badam", "2"], None),
     ]
     first_loss = {}
@@ -120,6 +171,7 @@ def main():
                 check(same_bits(state_master(os.path.join(rdir, "state_00000004_00000.bin")), written),
                       "%s: the reader's master weights are the writer's fp32 parameters, bit for bit" % tag)
             print("%s: %s" % (tag, "ok" if not failures else "see above"))
+        check_badam(bins, tmp)
     if "cpu" in first_loss and "fp32" in first_loss:
         c, g = first_loss["cpu"], first_loss["fp32"]
         check(abs(c - g) <= 1e-4 * abs(c), "bf16 checkpoint read by the CPU trainer and the fp32 build: losses %g and %g agree" % (c, g))

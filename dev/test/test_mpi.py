@@ -9,10 +9,13 @@ can amplify a little over 10 steps; docs/distributed.md, "Tests"). ZeRO-1 halves
 optimizer state (fp32 AdamW's m and v: 8 bytes/param, 4 per process), exactly as the memory model says; a checkpoint written by 2 ranks resumes with 2 ranks
 bit-exactly; mismatched flags and a wrong process count are refused with a message; a rank killed
 with SIGKILL ends the job (mpirun exits non-zero naming the rank) instead of hanging it.
+ZeRO-1's gradient norm (check_shard_norm): over 3 processes, -z 1's norm, summed shard by shard, is
+-z 0's, on a model whose shard boundaries fall inside weight matrices with gradients.
 
   test_mpi.py --mpi-bin build/train_gpt2_mpi --bin build/train_gpt2
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -20,6 +23,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from testlib import check, failures, kill_one_rank, step_losses, write_cyclic_data  # noqa: E402
@@ -44,6 +48,41 @@ def bytes_per_param(out):
     """The bytes/param column of the memory table's rows that have one."""
     return {m.group(1): float(m.group(2)) for m in re.finditer(
         r"^\| (optimizer state|gradients|parameters)\s*\|\s*[\d.]+ \|\s*([\d.]+) \|", out, re.M)}
+
+
+# ZeRO-1's gradient norm: each process sums the squares of its shard of the summed gradients, -z 0
+# all of them. The model has 17,952 parameters (wte 3,072 of them), 3 shards of 5,984: the boundaries,
+# 5,984 and 11,968, fall inside qkvw and fcw (layer 1), whose elements there have gradients (not in
+# wte rows or wpe rows that no token reaches, which are 0 and hide a shard sum that skips them). The
+# pre-clip norms of 2 steps (log.jsonl, 9 digits) agree within 5e-7 relative (6 fp32 ulps: the 3
+# processes' gradient sums may round in another order; measured 0 here, <= 1.7e-7 on other models);
+# a shard sum that misses its last element moves them by 6.3e-6 and 1.1e-5.
+SHARD_NORM_MODEL, SHARD_NORM_PARAMS, SHARD_NORM_TOL = "L2C24H3T16V128", 17952, 5e-7
+
+
+def log_norms(d):
+    with open(os.path.join(d, "log.jsonl")) as fh:
+        return [r["norm"] for r in map(json.loads, fh) if "norm" in r]
+
+
+def check_shard_norm(mpirun_fn, binary, tmp, vocab_data):
+    """-np 3: -z 1's gradient norm equals -z 0's (SHARD_NORM_*). vocab_data: (train, val) shards of
+    tokens below 128."""
+    t0 = time.time()
+    args = [binary, "-e", SHARD_NORM_MODEL, "-i", vocab_data[0], "-j", vocab_data[1], "-b", "2", "-t", "16", "-d", "96",
+            "-x", "2", "-v", "0", "-s", "0", "-g", "8", "-l", "2e-3"]
+    norms = {}
+    for z in (0, 1):
+        d = os.path.join(tmp, "shard_norm_z%d" % z)
+        r = mpirun_fn(3, args + ["-z", str(z), "-o", d])
+        check(r.returncode == 0 and "%d parameters" % SHARD_NORM_PARAMS in r.stdout,
+              "-np 3 -z %d on %s: exit 0, %d parameters: %s" % (z, SHARD_NORM_MODEL, SHARD_NORM_PARAMS, r.stderr.strip()[-300:]))
+        norms[z] = log_norms(d) if r.returncode == 0 else []
+    worst = max((abs(a - b) / a for a, b in zip(norms[0], norms[1])), default=1.0)
+    check(len(norms[0]) == 2 and len(norms[1]) == 2 and worst <= SHARD_NORM_TOL,
+          "-np 3: -z 1's gradient norms are -z 0's within %.0e (worst %.2e): %s vs %s" % (SHARD_NORM_TOL, worst, norms[1], norms[0]))
+    print("-np 3 -z 1: gradient norms %s, -z 0's %s: worst relative difference %.2e (%.1f s)"
+          % (norms[1], norms[0], worst, time.time() - t0))
 
 
 def main():
@@ -108,6 +147,9 @@ def main():
             if z == 1:  # the same checkpoint with another process count is refused
                 rw = mpirun(1, [mpi_bin] + ck + ["-o", db, "-y", "1"])
                 check(rw.returncode != 0 and "resume with the same count" in rw.stderr, "resuming 2-rank ZeRO-1 state with 1 rank is refused: %s" % rw.stderr.strip()[-300:])
+        sn = os.path.join(tmp, "shard_norm")
+        os.makedirs(sn)
+        check_shard_norm(mpirun, mpi_bin, tmp, write_cyclic_data(sn, 3, 128, 53, 7, 30000, 5000))
         # mismatched flags across ranks
         env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         rm = subprocess.run(["mpirun", "--oversubscribe", "-np", "1", mpi_bin] + base + [":", "-np", "1", mpi_bin] + base + ["-l", "1e-3"],

@@ -13,7 +13,9 @@ model's per-process figure (the trainer checks its allocation against the model 
 (without mpirun's help: -pi fs|tcp -pn 2 -pr R) train, mismatched flags (over MPI and over the
 NCCL backend) fail with a message, a -d that the process count does not divide exits 2 naming
 -d, a rank that stops responding makes the other exit non-zero within --comm-timeout, and
---profile counts the communication calls of -z 0 and -z 1. With the bf16 builds: -z 0 and -z 1
+--profile counts the communication calls of -z 0 and -z 1, and over 3 processes -z 1's gradient norm,
+summed shard by shard, is -z 0's on a model whose shard boundaries fall inside weight matrices with
+gradients (test_mpi.py's check_shard_norm: the same model and tolerance). With the bf16 builds: -z 0 and -z 1
 within 1e-4 of one process, and Muon's -z 1 (whole matrices per process, unequal parts) gives
 exactly -z 0's losses.
 
@@ -32,7 +34,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from testlib import check, failures, kill_one_rank, write_shard, step_losses  # noqa: E402
+from testlib import check, failures, kill_one_rank, write_cyclic_data, write_shard, step_losses  # noqa: E402
+from test_mpi import check_shard_norm  # noqa: E402
 
 MODEL = "L2C32H2T63V512"
 NUM_PARAMS = 43872
@@ -178,6 +181,9 @@ def main():
             m = re.search(r"^  communication +[\d.]+ +[\d.]+% +(\d+)", r.stdout, re.M)
             check(r.returncode == 0 and m is not None and int(m.group(1)) == calls,
                   "-np 2 -z %d --profile 1: exit 0 and %d communication calls: %s" % (z, calls, m.group(0) if m else tail(r)))
+        sn = os.path.join(tmp, "shard_norm")
+        os.makedirs(sn)
+        check_shard_norm(mpirun, mpi_bin, tmp, write_cyclic_data(sn, 3, 128, 53, 7, 30000, 5000))
         t0 = time.time()
         r = mpirun(2, [mpi_bin] + short + ["--comm-timeout", "3"], timeout=120, extra=["-x", "LEANSTEP_TEST_HANG=1:2"])
         took = time.time() - t0
