@@ -8,7 +8,11 @@ parameter (the trainer's memory model, `--memory-report`), and wall time. The ru
 --jobs of them side by side, each with --threads threads.
 
   quality_table.py --bin build/train_gpt2 [--steps 300] [--model L4C128H4] [--modes adamw,muon,...]
-                   [--jobs 2 --threads 1] [--val-every 25]
+                   [--jobs 2 --threads 1] [--val-every 25] [--seeds 42,7] [--lrs 1e-3,3e-3]
+
+--seeds: each learning rate is run once per seed (the model's init and the data order); the sweep
+shows each seed's val loss and their mean, and the best learning rate is the best mean. --lrs
+replaces every mode's learning rates.
 
 A mode the binary refuses (a flag or combination it does not have yet) is reported with its
 one-line reason, not skipped silently.
@@ -55,12 +59,36 @@ def val_curve(stdout, val_every):
     return [(k * val_every, v) for k, v in enumerate(vals)]
 
 
-def one_run(binary, base, extra, lr, val_every):
-    r, secs = run(binary, base + extra + ["-l", lr])
+def one_run(binary, base, extra, lr, seed, val_every):
+    r, secs = run(binary, base + ["--seed", seed] + extra + ["-l", lr])
     if r.returncode != 0:
-        return {"lr": lr, "error": (r.stderr.strip().splitlines() or ["failed"])[-1]}
+        return {"lr": lr, "seed": seed, "error": (r.stderr.strip().splitlines() or ["failed"])[-1]}
     curve = val_curve(r.stdout, val_every)
-    return {"lr": lr, "final": curve[-1][1] if curve else None, "curve": curve, "secs": secs}
+    return {"lr": lr, "seed": seed, "final": curve[-1][1] if curve else None, "curve": curve, "secs": secs}
+
+
+def merge_seeds(runs, seeds):
+    """One entry per learning rate: each seed's final val loss, their mean, the mean curve; failed if any seed failed."""
+    out = []
+    for lr in sorted({r["lr"] for r in runs}, key=float):
+        rs = sorted((r for r in runs if r["lr"] == lr), key=lambda r: seeds.index(r["seed"]))
+        bad = [r for r in rs if "error" in r or r["final"] is None]
+        if bad:
+            out.append({"lr": lr, "error": bad[0].get("error", "no val loss")})
+            continue
+        n = min(len(r["curve"]) for r in rs)
+        curve = [(rs[0]["curve"][i][0], sum(r["curve"][i][1] for r in rs) / len(rs)) for i in range(n)]
+        out.append({"lr": lr, "finals": [r["final"] for r in rs], "final": sum(r["final"] for r in rs) / len(rs),
+                    "curve": curve, "secs": sum(r["secs"] for r in rs) / len(rs)})
+    return out
+
+
+def fmt_loss(r):
+    if "error" in r:
+        return "failed"
+    if len(r["finals"]) == 1:
+        return "%.4f" % r["final"]
+    return "%s; mean %.4f" % (" / ".join("%.4f" % f for f in r["finals"]), r["final"])
 
 
 def main():
@@ -72,11 +100,15 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--val-every", type=int, default=25)
+    ap.add_argument("--seeds", default="42", help="comma-separated: each learning rate once per seed")
+    ap.add_argument("--lrs", default=None, help="comma-separated learning rates for every mode (default: each mode's)")
     a = ap.parse_args()
+    seeds = a.seeds.split(",")
+    lrs_of = lambda k: a.lrs.split(",") if a.lrs else MODES[k][2]
     if a.steps % a.val_every != 0:
         sys.exit("quality_table.py: --steps must be a multiple of --val-every")
     base = ["-e", a.model, "-b", "8", "-t", "64", "-x", str(a.steps), "-u", "20", "-k", "cosine", "-q", "0.1",
-            "-c", "0.1", "-v", str(a.val_every), "-m", "10", "-s", "0", "--seed", "42", "--threads", str(a.threads)]
+            "-c", "0.1", "-v", str(a.val_every), "-m", "10", "-s", "0", "--threads", str(a.threads)]
     keys = a.modes.split(",")
     for k in keys:
         if k not in MODES:
@@ -84,7 +116,7 @@ def main():
     # the state's bytes per parameter (and whether the binary takes the flags at all)
     state, refused = {}, {}
     for k in keys:
-        rep, _ = run(a.bin, base + MODES[k][1] + ["-l", MODES[k][2][0], "--memory-report", "1"])
+        rep, _ = run(a.bin, base + ["--seed", seeds[0]] + MODES[k][1] + ["-l", lrs_of(k)[0], "--memory-report", "1"])
         m = STATE_RE.search(rep.stdout)
         if rep.returncode != 0 or m is None:
             refused[k] = (rep.stderr.strip().splitlines() or ["failed"])[-1]
@@ -92,14 +124,15 @@ def main():
             state[k] = float(m.group(2))
     results = {k: [] for k in keys}
     with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
-        futs = {pool.submit(one_run, a.bin, base, MODES[k][1], lr, a.val_every): k
-                for k in keys if k not in refused for lr in MODES[k][2]}
+        futs = {pool.submit(one_run, a.bin, base, MODES[k][1], lr, seed, a.val_every): k
+                for k in keys if k not in refused for lr in lrs_of(k) for seed in seeds}
         for f in concurrent.futures.as_completed(futs):
             k = futs[f]
             res = f.result()
             results[k].append(res)
-            print("%-28s lr %-6s %s" % (MODES[k][0], res["lr"], "val %.4f in %.0f s" % (res["final"], res["secs"])
-                                         if "error" not in res else res["error"]), file=sys.stderr)
+            print("%-28s lr %-6s seed %-4s %s" % (MODES[k][0], res["lr"], res["seed"], "val %.4f in %.0f s" % (
+                res["final"], res["secs"]) if "error" not in res else res["error"]), file=sys.stderr)
+    results = {k: merge_seeds(results[k], seeds) for k in keys}
     best = {}
     for k in keys:
         ok = [r for r in results[k] if "error" not in r and r["final"] is not None]
@@ -108,8 +141,8 @@ def main():
     target = best["adamw"]["final"] if "adamw" in best else None
     adamw_steps = None
     print("Model %s, B=8, T=64, %d steps on TinyShakespeare (%d tokens), cosine schedule (warmup 20, to 10%%), "
-          "weight decay 0.1, seed 42; val loss (10 batches) every %d steps; %d run(s) side by side, %d thread(s) each."
-          % (a.model, a.steps, 8 * 64 * a.steps, a.val_every, a.jobs, a.threads))
+          "weight decay 0.1, seed(s) %s; val loss (10 batches) every %d steps; %d run(s) side by side, %d thread(s) each."
+          % (a.model, a.steps, 8 * 64 * a.steps, ", ".join(seeds), a.val_every, a.jobs, a.threads))
     print()
     print("| optimizer | learning rates (val loss) | best val loss | steps to AdamW's best | state B/param | time (s) |")
     print("|---|---|---|---|---|---|")
@@ -118,8 +151,7 @@ def main():
         if k in refused:
             print("| %s | not run: %s | | | | |" % (name, refused[k]))
             continue
-        sweep = ", ".join("%s (%s)" % (r["lr"], "%.4f" % r["final"] if "error" not in r else "failed")
-                          for r in sorted(results[k], key=lambda r: float(r["lr"])))
+        sweep = ", ".join("%s (%s)" % (r["lr"], fmt_loss(r)) for r in results[k])
         if k not in best:
             print("| %s | %s | | | %.2f | |" % (name, sweep, state[k]))
             continue

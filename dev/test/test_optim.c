@@ -802,6 +802,41 @@ static void test_quant8(void) {
     report("quant8: maps sorted/symmetric, codes round-trip, error bound", ok && worst_s <= 0.9 / 128 + 1e-7 && worst_u <= 0.9 / 256 + 1e-7, detail);
 }
 
+// The zero-point rule (quant8_nonzero_rule): in the unsigned map (v) a positive value never takes
+// the code of 0, however small against the block's absmax (a rare token's v in a block of the token
+// embedding: read back as 0 it made the step m / eps), in the binary search, the CPU's index and a
+// block round trip; 0 keeps code 0, and the signed map (m) still rounds tiny values to 0.
+static void test_quant8_nonzero(void) {
+    float maps[QUANT8_MAP_FLOATS];
+    quant8_maps(maps, maps + 256);
+    const float *sm = maps, *um = maps + 256;
+    Quant8Index ix[2];
+    int ok = quant8_index_build(sm, &ix[0]) && quant8_index_build(um, &ix[1]);
+    long long zero = 0, tried = 0;
+    for (uint32_t bits = 1; bits <= 0x3f800000u; bits += 997u) { // positive floats up to 1, every bucket
+        float x;
+        memcpy(&x, &bits, 4);
+        tried++;
+        zero += quant8_quantize(um, x) == QUANT8_ZERO_UNSIGNED || quant8_quantize_fast(&ix[1], x) == QUANT8_ZERO_UNSIGNED;
+    }
+    ok &= quant8_quantize(um, 0.0f) == QUANT8_ZERO_UNSIGNED && quant8_quantize_fast(&ix[1], 0.0f) == QUANT8_ZERO_UNSIGNED;
+    ok &= quant8_quantize(um, 1e-30f) == 1 && quant8_quantize_fast(&ix[1], 1e-30f) == 1;
+    ok &= quant8_quantize(sm, 1e-30f) == QUANT8_ZERO_SIGNED && quant8_quantize_fast(&ix[0], 1e-30f) == QUANT8_ZERO_SIGNED;
+    // a block: one large v, the rest spread over 30 decades below it, and exact zeros
+    float v[QUANT8_BLOCK], y[QUANT8_BLOCK];
+    unsigned char codes[QUANT8_BLOCK];
+    for (int j = 0; j < QUANT8_BLOCK; j++) v[j] = j % 7 == 3 ? 0.0f : (float)pow(10.0, -30.0 * unit01(300, (uint64_t)j));
+    v[0] = 1.0f;
+    for (int fast = 0; fast < 2; fast++) {
+        float am = fast ? quant8_block_quantize_fast(v, QUANT8_BLOCK, &ix[1], 0, codes) : quant8_block_quantize(v, QUANT8_BLOCK, um, 0, codes);
+        quant8_block_dequantize(codes, QUANT8_BLOCK, am, um, y);
+        for (int j = 0; j < QUANT8_BLOCK; j++, tried++) zero += (v[j] > 0.0f) != (y[j] > 0.0f);
+    }
+    char detail[160];
+    snprintf(detail, sizeof detail, "%lld of %lld positive values read back as 0 (or 0 as positive)", zero, tried);
+    report("quant8: a positive v never quantizes to the code of 0 (unsigned map); m still rounds to 0", ok && zero == 0, detail);
+}
+
 // ----------------------------------------------------------------------------
 // configuration, segments, bytes
 
@@ -1349,6 +1384,7 @@ int main(int argc, char** argv) {
     test_lion_sign();
     test_bf16_rounding();
     test_quant8();
+    test_quant8_nonzero();
     test_config_check();
     test_segments_and_bytes();
     printf("test_optim: %s (%d failed)\n", g_failed ? "FAILED" : "all passed", g_failed);

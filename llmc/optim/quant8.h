@@ -16,11 +16,15 @@
  starting at the tensor's first element (blocks never straddle tensors); each block stores its
  absmax in fp32 and one code per element. x is stored as the code of the map entry nearest to
  x / absmax (quant8_quantize: binary search, ties to the lower entry), read back as map[code] *
- absmax. Tensors with fewer than QUANT8_MIN_ELEMS elements keep fp32 state (bitsandbytes' rule:
+ absmax; in the unsigned map (v, AMSGrad's vmax) a positive x never takes the code of 0: it gets
+ the smallest nonzero entry instead (quant8_nonzero_rule; dev/reference/int8_state_study.md has
+ the measurements: without it a rare token's v in a block of the token embedding reads back as 0
+ and its step is m / eps). Tensors with fewer than QUANT8_MIN_ELEMS elements keep fp32 state (bitsandbytes' rule:
  biases and norm weights are small, and their state is where quantization hurts most).
 
  Error of one quantization: at most half the gap between neighbouring codes, which is largest in
- the top decade: 0.9 / 64 / 2 = 0.0070 of the absmax (signed), 0.9 / 128 / 2 = 0.0035 (unsigned).
+ the top decade: 0.9 / 64 / 2 = 0.0070 of the absmax (signed), 0.9 / 128 / 2 = 0.0035 (unsigned;
+ the nonzero rule's error is under the smallest entry, 1e-7 of the absmax).
 */
 #ifndef LLMC_QUANT8_H
 #define LLMC_QUANT8_H
@@ -64,14 +68,26 @@ static inline void quant8_maps(float* signed_map, float* unsigned_map) {
     }
 }
 
-// Code of the map entry nearest to x (map sorted ascending, 256 entries; ties go to the lower one).
+// The unsigned map's rule for a positive x whose nearest entry is 0: code 1 (the smallest nonzero
+// entry). v is a divisor (m / (sqrt(v) + eps)): a nonzero v read back as 0 makes the step of an
+// element whose m is not 0 explode (the "zero-point problem", Li et al. 2023, "Memory efficient
+// optimizers with 4-bit states"), while a v read back too large only shortens it. The signed map
+// (m, momentum: numerators) keeps nearest rounding to 0. is_unsigned: map[0] == 0 (the signed
+// map starts at -1).
+QUANT8_FN int quant8_nonzero_rule(int code, int is_unsigned, float x) {
+    return code == QUANT8_ZERO_UNSIGNED && is_unsigned && x > 0.0f ? 1 : code;
+}
+
+// Code of the map entry nearest to x (map sorted ascending, 256 entries; ties go to the lower one),
+// except that in the unsigned map a positive x never takes the code of 0 (quant8_nonzero_rule).
 QUANT8_FN unsigned char quant8_quantize(const float* map, float x) {
     int lo = 0; // ends at the largest index with map[lo] <= x (0 if none)
     for (int step = 128; step > 0; step >>= 1) {
         if (lo + step <= 255 && map[lo + step] <= x) lo += step;
     }
     int hi = lo < 255 ? lo + 1 : 255;
-    return (unsigned char)(fabsf(map[hi] - x) < fabsf(x - map[lo]) ? hi : lo);
+    const int code = fabsf(map[hi] - x) < fabsf(x - map[lo]) ? hi : lo;
+    return (unsigned char)quant8_nonzero_rule(code, map[0] == 0.0f, x);
 }
 
 // 1 / absmax, or 0 for an all-zero block (every element then quantizes to the code of 0).
@@ -135,6 +151,7 @@ static inline unsigned char quant8_quantize_fast(const Quant8Index* ix, float x)
     lo = lo > 255 ? 255 : lo;
     int hi = lo < 255 ? lo + 1 : 255;
     int code = fabsf(ix->map[hi] - x) < fabsf(x - ix->map[lo]) ? hi : lo;
+    code = quant8_nonzero_rule(code, ix->map[0] == 0.0f, x);
     return (unsigned char)(x == x ? code : 0);
 }
 
