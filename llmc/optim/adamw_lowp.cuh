@@ -15,8 +15,8 @@
      tensor (segment) is cut into blocks of ADAMW8_QBLOCK elements from its first element; a block
      stores one code per element and its absmax. m and v are dequantized, updated in fp32 (the
      parameter update uses the fp32 values), then requantized to the nearest code with the new
-     absmax (a positive v never to the code of 0: quant8_quantize's nonzero rule). Tensors under QUANT8_MIN_ELEMS elements keep fp32 m, v (packed, llmc/optim/optim.h
-     optim_small_build). Traffic: 16 B/param. AMSGrad: vmax as codes of the unsigned map with
+     absmax (a positive v never to the code of 0: quant8_quantize's nonzero rule). Tensors under
+     QUANT8_MIN_ELEMS elements keep fp32 m, v (packed, llmc/optim/optim.h optim_small_build). Traffic: 16 B/param. AMSGrad: vmax as codes of the unsigned map with
      its own absmax (fp32 for the small tensors), 18 B/param. One CUDA block (256 threads x 8 elements) per
      quantization block, grid-stride; block -> tensor from the block table (optim_blocks_build).
  Host: optim_block_tables_upload() copies the block tables to the device; the maps come from

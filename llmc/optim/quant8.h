@@ -19,8 +19,9 @@
  absmax; in the unsigned map (v, AMSGrad's vmax) a positive x never takes the code of 0: it gets
  the smallest nonzero entry instead (quant8_nonzero_rule; dev/reference/int8_state_study.md has
  the measurements: without it a rare token's v in a block of the token embedding reads back as 0
- and its step is m / eps). Tensors with fewer than QUANT8_MIN_ELEMS elements keep fp32 state (bitsandbytes' rule:
- biases and norm weights are small, and their state is where quantization hurts most).
+ and its step is m / eps). Tensors with fewer than QUANT8_MIN_ELEMS elements keep fp32 state
+ (bitsandbytes' rule: biases and norm weights are small, and their state is where quantization
+ hurts most).
 
  Error of one quantization: at most half the gap between neighbouring codes, which is largest in
  the top decade: 0.9 / 64 / 2 = 0.0070 of the absmax (signed), 0.9 / 128 / 2 = 0.0035 (unsigned;
