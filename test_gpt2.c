@@ -321,7 +321,7 @@ static void test_model_files(void) {
     float* m2 = (float*)mallocCheck(pt.total * sizeof(float));
     float* v2 = (float*)mallocCheck(pt.total * sizeof(float));
     float* w2 = (float*)mallocCheck(pt.total * sizeof(float));
-    StateExpect want = {pt.total, optim_engine_tag(&lion), pt.total, NULL, NULL, 0};
+    StateExpect want = {pt.total, optim_engine_tag(&lion), optim_engine_tag_describe, pt.total, NULL, NULL, 0};
     CHECK(state_file_read(path, &want, &rs2, m2, w2) == 0, "a state file without master weights says so");
     CHECK(rs2.version == 2 && rs2.step == 17 && rs2.data_epoch == 3 && rs2.data_sample == 5 && rs2.sampler_rng == 99,
           "state header round trip");
@@ -350,7 +350,7 @@ static void test_model_files(void) {
     fwrite(p, sizeof(float), pt.total, f1);
     fwrite(q, sizeof(float), pt.total, f1);
     fclose(f1);
-    StateExpect v1 = {12345, optim_engine_tag(&adamw), 0, m2, v2, pt.total};
+    StateExpect v1 = {12345, optim_engine_tag(&adamw), optim_engine_tag_describe, 0, m2, v2, pt.total};
     CHECK(state_file_read(path, &v1, &rs2, w2, NULL) == 0 && rs2.version == 1 && rs2.step == 9 &&
           memcmp(m2, p, pt.total * 4) == 0 && memcmp(v2, q, pt.total * 4) == 0, "a version-1 AdamW state file loads");
     v1.v1_m = v1.v1_v = NULL;

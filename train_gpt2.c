@@ -771,7 +771,7 @@ static LS_UNUSED void gpt2_state_read(GPT2* model, const char* state_path, RunSt
     OptimEngine* e = &model->opt;
     optim_engine_set_view_cpu(e, optim_engine_view_of_step(e, head.step > 0 ? head.step - 1 : 0));
     const int v1_adamw = e->cfg.kind == OPT_ADAMW && e->cfg.state == OPT_STATE_FP32 && !e->cfg.amsgrad;
-    StateExpect want = {e->st.bytes / sizeof(float), optim_engine_tag(&e->cfg), e->st.n,
+    StateExpect want = {e->st.bytes / sizeof(float), optim_engine_tag(&e->cfg), optim_engine_tag_describe, e->st.n,
                         v1_adamw ? e->st.m : NULL, v1_adamw ? e->st.v : NULL, e->st.n};
     float* master = (float*)mallocCheck((e->st.n > 0 ? e->st.n : 1) * sizeof(float));
     if (state_file_read(state_path, &want, rs, e->st.memory, master)) { gpt2_params_from_master(model, master); }

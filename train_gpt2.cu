@@ -1080,7 +1080,8 @@ static LS_UNUSED void gpt2_state_read(GPT2* model, const char* state_path, RunSt
     float* hm = v1_adamw ? (float*)((char*)block + ((char*)st->m - (char*)st->memory)) : NULL;
     float* hv = v1_adamw ? (float*)((char*)block + ((char*)st->v - (char*)st->memory)) : NULL;
     if (v1_adamw) { memset(block, 0, st->bytes); }
-    StateExpect want = {st->bytes / sizeof(float), optim_engine_tag(&e->cfg), nm, hm, hv, st->n};
+    StateExpect want = {st->bytes / sizeof(float), optim_engine_tag(&e->cfg), optim_engine_tag_describe, nm, hm, hv,
+                        st->n};
     int had_master = state_file_read(state_path, &want, rs, block, master);
     if (!model->offload) {
         if (st->bytes > 0) { cudaCheck(cudaMemcpy(st->memory, block, st->bytes, cudaMemcpyHostToDevice)); }

@@ -12,6 +12,7 @@
 */
 #include "dev/fuzz/fuzz_common.h"
 #include "llmc/io/checkpoint.h"
+#include "llmc/optim/engine.h"
 
 static float *block, *v1_m, *v1_v, *master;
 
@@ -46,6 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     memset(&want, 0, sizeof(want));
     want.words = n;
     want.tag = (uint32_t)header[19] ^ (uint32_t)flip_tag;
+    want.describe_tag = optim_engine_tag_describe;
     want.num_master = nm;
     want.v1_n = n;
     fuzz_begin();

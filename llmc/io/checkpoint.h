@@ -36,7 +36,6 @@
 #include <stdint.h>
 #include <zlib.h>
 #include "llmc/config.h"
-#include "llmc/optim/engine.h"
 #include "llmc/params.h"
 #include "llmc/utils.h"
 
@@ -298,6 +297,8 @@ static inline void state_file_read_header(const char* path, RunState* s) {
 typedef struct {
     uint64_t words;       // 32-bit words of its optimizer state block (the engine's current view)
     uint32_t tag;         // optim_engine_tag of its optimizer configuration
+    // writes a tag's description into buf (optim_engine_tag_describe): the errors name both sides
+    void (*describe_tag)(uint32_t tag, char* buf, size_t size);
     uint64_t num_master;  // the master weights it keeps, or would take from the file
     float* v1_m;          // version-1 files of fp32 AdamW (m, then v, v1_n each): where they go;
     float* v1_v;          // NULL when the run's state is not fp32 AdamW (such files are refused)
@@ -316,8 +317,8 @@ static inline int state_file_read(const char* path, const StateExpect* want, Run
     state_header_parse(fp, path, s, header);
     const int v1_moments = s->version == STATE_VERSION_1 && header[5] != 2;  // AdamW m and v
     char have[96], expect[96];
-    optim_engine_tag_describe(s->optim_tag, have, sizeof have);
-    optim_engine_tag_describe(want->tag, expect, sizeof expect);
+    want->describe_tag(s->optim_tag, have, sizeof have);
+    want->describe_tag(want->tag, expect, sizeof expect);
     if (s->version == STATE_VERSION && s->optim_tag != want->tag) {
         ls_fatal("state file '%s': holds the state of %s, this run's optimizer is %s (resume with the --optimizer, "
                  "--opt-state, --amsgrad, --momentum and --nesterov flags of the run that wrote it)", path, have, expect);
