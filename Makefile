@@ -630,6 +630,13 @@ optim-hashes: $(BUILD)/train_gpt2 $(BUILD)/train_gpt2cu_emu_fp32 $(OPTIM_HASHES_
 	$(OPTIM_HASHES_RUN)
 optim-hashes-check: $(BUILD)/train_gpt2 $(BUILD)/train_gpt2cu_emu_fp32 $(OPTIM_HASHES_MPI)
 	$(OPTIM_HASHES_RUN) --compare-hashes $(OPTIM_HASHES_GOLDEN)
+# Checkpoints of an earlier build (dev/test/data/golden_ckpt/: AdamW fp32 and int8, Lion bf16, Muon,
+# BAdam) resume in both trainers with its losses and model bits (dev/test/test_golden_resume.py,
+# --regenerate to write new ones). A second.
+test-golden-resume: $(BUILD)/train_gpt2 $(BUILD)/train_gpt2cu_emu_fp32
+	$(EMU_RUN) $(PYTHON) dev/test/test_golden_resume.py --bin $(BUILD)/train_gpt2 --gpu-bin $(BUILD)/train_gpt2cu_emu_fp32
+.PHONY: test-golden-resume
+TEST_PHONY += test-golden-resume
 test-gpu-emu-first-run: $(BUILD)/prepare_data data
 	$(EMU_RUN) $(PYTHON) dev/test/test_first_run.py --gpu-bin $(BUILD)/train_gpt2cu_emu_fp32
 test-gpu-emu-guards-fp32 test-gpu-emu-guards-bf16 test-gpu-emu-guards-fp16: test-gpu-emu-guards-%: data
@@ -717,6 +724,7 @@ help:
 	@echo "make test-gpu-emu    the GPU trainer's tests under the CPU harness"
 	@echo "make test-train-loop the training loop (loss, norm, lr, val loss) against the PyTorch reference"
 	@echo "make test-ref-mutants the model checks must fail against a reference with a planted bug"
+	@echo "make test-golden-resume  checkpoints of an earlier build resume to its losses and bits"
 	@echo "make optim-hashes    SHA-256 of every optimizer matrix cell's final checkpoint (build/optim_hashes.txt)"
 	@echo "make optim-hashes-check  the same, compared with dev/test/data/optim_matrix_hashes.txt (refactors)"
 	@echo "make gpu-build       (GPU machine) the labs and both precisions of the GPU trainer, make -j"
