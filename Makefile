@@ -614,6 +614,29 @@ test-gpu-emu-optim-matrix: $(BUILD)/train_gpt2 data $(if $(HAVE_MPI),$(BUILD)/tr
 	$(EMU_RUN) $(PYTHON) dev/test/test_optim_matrix.py --bin $(BUILD)/train_gpt2 --gpu-bin $(BUILD)/train_gpt2cu_emu_fp32 \
 		$(if $(HAVE_MPI),--mpi-bin $(BUILD)/train_gpt2_mpi) \
 		$(if $(HAVE_MPI),$(if $(NCCL_INC),--gpu-mpi-bin $(BUILD)/train_gpt2cu_emu_mpi_fp32))
+# The optimizer's numerics, frozen: a guard for changes that must not change them (not in make test:
+# the bits are the CPU's and the OpenBLAS build's). Every matrix cell's final checkpoint, SHA-256 of
+# its model and state files, in the CPU trainer and the fp32 harness GPU build (and their MPI
+# builds). optim-hashes records them into $(BUILD)/optim_hashes.txt; optim-hashes-check records them
+# and fails naming each cell whose bits differ from OPTIM_HASHES_GOLDEN's, or that is missing from
+# either side. A new golden file is optim-hashes's output, copied.
+OPTIM_HASHES_GOLDEN := dev/test/data/optim_matrix_hashes.txt
+OPTIM_HASHES_MPI := $(if $(HAVE_MPI),$(BUILD)/train_gpt2_mpi) $(if $(HAVE_MPI),$(if $(NCCL_INC),$(BUILD)/train_gpt2cu_emu_mpi_fp32))
+OPTIM_HASHES_RUN = $(EMU_RUN) $(PYTHON) dev/test/test_optim_matrix.py --cells-only --bin $(BUILD)/train_gpt2 \
+	--gpu-bin $(BUILD)/train_gpt2cu_emu_fp32 $(if $(HAVE_MPI),--mpi-bin $(BUILD)/train_gpt2_mpi) \
+	$(if $(HAVE_MPI),$(if $(NCCL_INC),--gpu-mpi-bin $(BUILD)/train_gpt2cu_emu_mpi_fp32)) --record-hashes $(BUILD)/optim_hashes.txt
+.PHONY: optim-hashes optim-hashes-check
+optim-hashes: $(BUILD)/train_gpt2 $(BUILD)/train_gpt2cu_emu_fp32 $(OPTIM_HASHES_MPI)
+	$(OPTIM_HASHES_RUN)
+optim-hashes-check: $(BUILD)/train_gpt2 $(BUILD)/train_gpt2cu_emu_fp32 $(OPTIM_HASHES_MPI)
+	$(OPTIM_HASHES_RUN) --compare-hashes $(OPTIM_HASHES_GOLDEN)
+# Checkpoints of an earlier build (dev/test/data/golden_ckpt/: AdamW fp32 and int8, Lion bf16, Muon,
+# BAdam) resume in both trainers with its losses and model bits (dev/test/test_golden_resume.py,
+# --regenerate to write new ones). A second.
+test-golden-resume: $(BUILD)/train_gpt2 $(BUILD)/train_gpt2cu_emu_fp32
+	$(EMU_RUN) $(PYTHON) dev/test/test_golden_resume.py --bin $(BUILD)/train_gpt2 --gpu-bin $(BUILD)/train_gpt2cu_emu_fp32
+.PHONY: test-golden-resume
+TEST_PHONY += test-golden-resume
 test-gpu-emu-first-run: $(BUILD)/prepare_data data
 	$(EMU_RUN) $(PYTHON) dev/test/test_first_run.py --gpu-bin $(BUILD)/train_gpt2cu_emu_fp32
 test-gpu-emu-guards-fp32 test-gpu-emu-guards-bf16 test-gpu-emu-guards-fp16: test-gpu-emu-guards-%: data
@@ -701,6 +724,9 @@ help:
 	@echo "make test-gpu-emu    the GPU trainer's tests under the CPU harness"
 	@echo "make test-train-loop the training loop (loss, norm, lr, val loss) against the PyTorch reference"
 	@echo "make test-ref-mutants the model checks must fail against a reference with a planted bug"
+	@echo "make test-golden-resume  checkpoints of an earlier build resume to its losses and bits"
+	@echo "make optim-hashes    SHA-256 of every optimizer matrix cell's final checkpoint (build/optim_hashes.txt)"
+	@echo "make optim-hashes-check  the same, compared with dev/test/data/optim_matrix_hashes.txt (refactors)"
 	@echo "make gpu-build       (GPU machine) the labs and both precisions of the GPU trainer, make -j"
 	@echo "make gpu-carry       what a GPU machine without network needs (dev/gpu_carry.txt), and its size"
 	@echo "make quality-table   the same CPU training run in every optimizer-memory mode (minutes)"

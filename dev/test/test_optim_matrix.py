@@ -4,6 +4,7 @@ run for a few steps by the CPU trainer and, when given, the harness GPU trainer.
 
   test_optim_matrix.py --bin build/train_gpt2 --mpi-bin build/train_gpt2_mpi \
       [--gpu-bin build/train_gpt2cu_emu_fp32] [--gpu-mpi-bin build/train_gpt2cu_emu_mpi_fp32] [--quick]
+      [--record-hashes FILE] [--compare-hashes FILE] [--cells-only]
 
 Cells: optimizer {adamw, adamw+amsgrad, sgd (momentum 0.9, the default), sgd-plain (--momentum 0:
 no state), sgd+nesterov, lamb, lion, muon} x state {fp32, bf16, int8, fp16} (--opt-state) x placement
@@ -28,11 +29,21 @@ Resume: for a sample of cells (RESUME_CELLS) in each trainer, a 4-step run with 
 final model; a version-1 state file (AdamW m then v, written before the engine) made from an fp32
 AdamW checkpoint resumes exactly as the version-2 file does and is refused by another optimizer;
 resuming a checkpoint with another --optimizer or --opt-state is refused naming the flags.
+Hashes (a guard for changes that must not change the numerics): with --record-hashes FILE or
+--compare-hashes FILE every cell also checkpoints its final step (-o, -n 4), and each cell that ran
+gets a line "TRAINER OPT/STATE/PLACE model SHA state SHA" (SHA-256 of the model file and of the state
+files of all processes, in rank order). --record-hashes writes the lines; --compare-hashes fails
+naming each cell whose bits differ from FILE's and each cell missing from either side (a FILE line
+outside this run's cells and trainers is not compared). The bits are this machine's: its CPU and
+OpenBLAS decide them. What decides them in a run is pinned: one OpenMP and BLAS thread per process
+(OMP_NUM_THREADS=1, --threads 1), the harness's defaults (its LEANSTEP_HARNESS_* variables removed).
+--cells-only leaves out the -z 1 reference runs and the resume checks (make optim-hashes).
 Prints a table (cell, CPU result, GPU result, final loss, time) and a summary line. Exit 1 on any
 failure. On 2 cores (--jobs 2): ~45 s for the CPU trainer alone, ~2 min with the GPU builds, ~5 s --quick.
 """
 import argparse
 import concurrent.futures
+import hashlib
 import math
 import os
 import re
@@ -140,6 +151,9 @@ class Runner:
     def __init__(self, a, tmp):
         self.cpu, self.mpi = a.bin, a.mpi_bin
         self.gpu, self.gpu_mpi = a.gpu_bin, a.gpu_mpi_bin
+        self.env = MPI_ENV
+        if a.record_hashes or a.compare_hashes:  # hashes: the harness's own defaults (order, workers, seeds)
+            self.env = {k: v for k, v in MPI_ENV.items() if not k.startswith("LEANSTEP_HARNESS_")}
         self.base = ["-e", MODEL, "-i", os.path.join(tmp, "train.bin"), "-j", os.path.join(tmp, "val.bin"), "-b", "2",
                      "-t", "16", "-x", str(STEPS), "-v", "0", "-s", "0", "-g", "16", "-l", "1e-3", "--seed", "7"]
 
@@ -157,7 +171,7 @@ class Runner:
         cmd = MPIRUN + args if procs > 1 else args
         t0 = time.time()
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=MPI_ENV)
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=self.env)
         except subprocess.TimeoutExpired as e:
             r = subprocess.CompletedProcess(cmd, 124, e.stdout or "", "timed out after %d s" % timeout)
         return r, time.time() - t0
@@ -260,6 +274,77 @@ def check_zero_one(runner, results, jobs):
 
 def close(a, b, rtol):
     return len(a) == len(b) and all(abs(x - y) <= rtol * abs(y) for x, y in zip(a, b))
+
+
+# ----------------------------------------------------------------------------
+# hashes of the final checkpoints
+
+def checkpoint_hashes(d, procs):
+    """(model sha256, sha256 of the state files in rank order) of d's step-STEPS checkpoint, or None."""
+    model = os.path.join(d, "model_%08d.bin" % STEPS)
+    states = [os.path.join(d, "state_%08d_%05d.bin" % (STEPS, k)) for k in range(procs)]
+    if not all(os.path.exists(f) for f in [model] + states):
+        return None
+    with open(model, "rb") as fh:
+        hm = hashlib.sha256(fh.read()).hexdigest()
+    hs = hashlib.sha256()
+    for f in states:
+        with open(f, "rb") as fh:
+            hs.update(fh.read())
+    return hm, hs.hexdigest()
+
+
+def machine_name():
+    try:
+        with open("/proc/cpuinfo") as fh:
+            return re.search(r"^model name\s*:\s*(.*)$", fh.read(), re.M).group(1).strip()
+    except (OSError, AttributeError):
+        return "unknown"
+
+
+def write_hashes(path, hashes):
+    with open(path, "w") as fh:
+        fh.write("# test_optim_matrix.py --record-hashes: SHA-256 of each cell's final checkpoint (step %d):\n"
+                 "# the model file, and the state files of all processes in rank order.\n"
+                 "# recorded on: %s (the bits are this CPU's and OpenBLAS build's)\n" % (STEPS, machine_name()))
+        for k in sorted(hashes):
+            fh.write("%s model %s state %s\n" % (k, hashes[k][0], hashes[k][1]))
+    print("hashes: %d cells written to %s" % (len(hashes), path))
+
+
+def read_hashes(path):
+    """{"TRAINER OPT/STATE/PLACE": (model sha, state sha)} of a --record-hashes file."""
+    got = {}
+    with open(path) as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip() or line.startswith("#"):
+                continue
+            w = line.split()
+            if len(w) != 6 or w[2] != "model" or w[4] != "state":
+                raise SystemExit("%s:%d: not a hash line: %s" % (path, n, line.strip()))
+            got["%s %s" % (w[0], w[1])] = (w[3], w[5])
+    return got
+
+
+def compare_hashes(path, hashes, selection):
+    """Every cell that ran here has FILE's bits, and every FILE cell of this run's selection (cell
+    and trainer {key: result}) ran here."""
+    want = read_hashes(path)
+    equal = 0
+    for k in sorted(hashes):
+        if k not in want:
+            check(False, "hashes: %s ran, but %s has no line for it" % (k, path))
+            continue
+        changed = [name for i, name in enumerate(("model", "state")) if hashes[k][i] != want[k][i]]
+        check(not changed, "hashes: %s: the %s bits changed (%s)" % (k, " and ".join(changed), path))
+        equal += not changed
+    missing = [k for k in sorted(want) if k not in hashes and k in selection]
+    for k in missing:
+        check(False, "hashes: %s is in %s, but did not run here (%s)" % (k, path, selection[k]))
+    outside = sum(k not in selection for k in want)
+    print("hashes vs %s: %d of %d cells bit-identical, %d missing here%s" % (
+        path, equal, len(hashes), len(missing), ", %d of its lines outside this run's cells (not compared)" % outside
+        if outside else ""))
 
 
 # ----------------------------------------------------------------------------
@@ -367,6 +452,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="a sample: each optimizer x state in one placement")
     ap.add_argument("--jobs", type=int, default=2, help="runs side by side (default 2)")
     ap.add_argument("--only", help="the cells whose optimizer/state/placement name contains this (debugging)")
+    ap.add_argument("--record-hashes", metavar="FILE", help="write the SHA-256 of each cell's final checkpoint to FILE")
+    ap.add_argument("--compare-hashes", metavar="FILE", help="fail on each cell whose checkpoint bits differ from FILE's")
+    ap.add_argument("--cells-only", action="store_true", help="no -z 1 reference runs and resume checks")
     a = ap.parse_args()
     for k in ("bin", "mpi_bin", "gpu_bin", "gpu_mpi_bin"):
         path = getattr(a, k)
@@ -375,6 +463,9 @@ def main():
                 print("test_optim_matrix: --%s %s does not exist" % (k.replace("_", "-"), path))
                 return 1
             setattr(a, k, os.path.abspath(path))
+    if a.compare_hashes and not os.path.exists(a.compare_hashes):
+        print("test_optim_matrix: --compare-hashes %s does not exist (make optim-hashes records one)" % a.compare_hashes)
+        return 1
     if shutil.which("mpirun") is None:
         a.mpi_bin = a.gpu_mpi_bin = None
     if a.mpi_bin is None:
@@ -403,9 +494,14 @@ def main():
                     zero_lr[(t, procs)] = step_losses(r.stdout) if r.returncode == 0 else None
         # every cell in each trainer, side by side
         jobs = [(t, c) for c in cells for t in trainers]
+        hashing = a.record_hashes or a.compare_hashes
+        def ckpt_dir(t, c):  # the final checkpoint (-n STEPS writes only that one), when hashing
+            return os.path.join(tmp, "h_%s_%s" % (t, "_".join(c)))
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
-            futs = {(t, c): pool.submit(runner.run, t, procs_of(t, c[2]), cell_flags(*c)) for t, c in jobs}
+            futs = {(t, c): pool.submit(runner.run, t, procs_of(t, c[2]), cell_flags(*c) +
+                                        (["-o", ckpt_dir(t, c), "-n", str(STEPS)] if hashing else [])) for t, c in jobs}
         results = {}  # (trainer, opt, state, place) -> (result, losses, state bytes/param, seconds)
+        hashes = {}  # "trainer opt/state/place" -> (model sha, state sha)
         for (t, c), fut in futs.items():
             r, secs = fut.result()
             procs = procs_of(t, c[2])
@@ -414,9 +510,14 @@ def main():
                 continue
             res, losses, bpp = judge(t, c, r, procs, zero_lr.get((t, procs)))
             results[(t,) + c] = (res, losses, bpp, secs)
+            if hashing and r.returncode == 0:
+                h = checkpoint_hashes(ckpt_dir(t, c), procs)
+                check(h is not None, "%s %s: its final checkpoint was written (-o, -n %d)" % (t, "/".join(c), STEPS))
+                if h is not None:
+                    hashes["%s %s" % (t, "/".join(c))] = h
         for t in trainers:
             check_state_bytes(t, results)
-        z1_worst = check_zero_one(runner, results, a.jobs)
+        z1_worst = None if a.cells_only else check_zero_one(runner, results, a.jobs)
         # CPU and GPU trainers: the same losses per cell (an offload cell: the CPU trainer's cell
         # without --offload, where the state always is in host memory)
         compared, worst = 0, 0.0
@@ -453,7 +554,7 @@ def main():
         m = re.search(r"(\d+) parameters", r.stdout)
         num_params = int(m.group(1)) if m else 0
         resumed = []
-        for t in trainers:
+        for t in trainers if not a.cells_only else []:
             for c in RESUME_CELLS:
                 if a.quick and c not in (("adamw", "fp32", "device"), ("lion", "fp32", "badam")):
                     continue
@@ -462,7 +563,13 @@ def main():
                 got = check_resume(runner, t, c, tmp, num_params)
                 if got is not None:
                     resumed.append("%s %s: %s" % (t, "/".join(c), "bit-exact" if got else "FAIL"))
-        print("\nresume from step 2: " + "; ".join(resumed))
+        if resumed:
+            print("\nresume from step 2: " + "; ".join(resumed))
+        if a.record_hashes:
+            write_hashes(a.record_hashes, hashes)
+        if a.compare_hashes:
+            selection = {"%s %s" % (k[0], "/".join(k[1:])): v[0] for k, v in results.items() if not v[0].startswith("skipped")}
+            compare_hashes(a.compare_hashes, hashes, selection)
         # summary
         took = time.time() - t_start
         for t in trainers:
