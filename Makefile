@@ -646,6 +646,7 @@ include dev/fuzz/rules.mk
 include dev/export/rules.mk
 include dev/plot/rules.mk
 include dev/lint/rules.mk
+include dev/mutants/rules.mk
 
 # The README's test command: the dependency step, then everything and the C tests again under
 # ASan+UBSan (test-san), in one make -j$(TEST_JOBS) (default: every core): most tests are one
@@ -701,6 +702,7 @@ help:
 	@echo "make test-gpu-emu    the GPU trainer's tests under the CPU harness"
 	@echo "make test-train-loop the training loop (loss, norm, lr, val loss) against the PyTorch reference"
 	@echo "make test-ref-mutants the model checks must fail against a reference with a planted bug"
+	@echo "make mutants         planted bugs in the product code that make test must catch (ONLY=pattern; ~25 min)"
 	@echo "make gpu-build       (GPU machine) the labs and both precisions of the GPU trainer, make -j"
 	@echo "make gpu-carry       what a GPU machine without network needs (dev/gpu_carry.txt), and its size"
 	@echo "make quality-table   the same CPU training run in every optimizer-memory mode (minutes)"

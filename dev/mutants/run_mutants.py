@@ -1,34 +1,35 @@
 #!/usr/bin/env python3
-"""run_mutants.py: the mutant suite. Each dev/mutants/*.mut plants one realistic bug in the
-product code; the checks it names (pieces of `make test`) must catch it.
+"""run_mutants.py: the mutant suite. Each dev/mutants/*.mut plants one realistic bug in the product
+code; the checks it names, pieces of `make test`, must catch it. (docs/tests.md, "The mutant suite")
 
   run_mutants.py                 every mutant (make mutants)
   run_mutants.py --only gelu     the mutants whose name contains 'gelu' (or matches it as a glob)
   run_mutants.py --list          the mutants, their layers and files; a stale one is marked
 
-In a temporary git worktree of HEAD (detached, under $TMPDIR; the .mut files are read from this
-checkout, the product code is HEAD's: commit a test before asking it to catch a mutant), with the
-data made from LEANSTEP_DATA_MIRROR or this checkout's data/:
+In a temporary git worktree of HEAD (detached, under $TMPDIR: the product code and the tests are
+HEAD's, so commit a test before asking it to catch a mutant; the .mut files are this checkout's),
+with data/ made from LEANSTEP_DATA_MIRROR or this checkout's data/:
   1. every check of the chosen mutants runs once unmutated, and all must pass: a check that fails
      without the bug proves nothing when it fails with it;
-  2. per mutant: its edit is applied (the find text must occur exactly once in the file, else the
+  2. per mutant: the edit is applied (its find text must occur exactly once in the file, else the
      mutant is stale), its checks run in order until one fails (caught, by that check) or all pass
-     (SURVIVED); the file is restored and touched, and the builds the checks made must then be out
-     of date (make -q), so the next check rebuilds them from the restored source.
+     (SURVIVED); the file is restored and touched, and what the checks built must then be out of
+     date (make -q), so that the next check that needs it rebuilds it from the restored source.
 A check `make [-s] TARGETS && COMMAND` builds first: a build that fails with the mutant is an error
-(the mutant does not build), never a catch. A check that runs past its time limit counts as caught
+(the mutant does not build), never a catch. A check that runs past the time limit counts as caught
 (a hang fails CI as surely). The worktree is removed at the end, also on Ctrl-C.
 Exit status 0 when every mutant is caught; 1 when one survived, is stale or does not build; 2 when
-the unmutated checks fail.
+a check fails without any mutant.
 
-The .mut format (dev/mutants/README-style, see docs/tests.md "The mutant suite"):
-  # one line: the bug
-  file: the product file to edit
-  layer: kernels | optimizer | state | views | data | tokenizer | sampling | checkpoint | ...
-  check: a shell command run in the tree's root, exit 0 = pass (one per line, cheapest first)
-  timeout: seconds per check (optional, default 600)
+A .mut file:
+  # the bug, in one line
+  file: the product file to edit (from the repository root)
+  layer: kernels | optimizer | state | views | data | ... (the table's second column)
+  check: a shell command run in the tree's root, exit 0 = pass (one line each, cheapest first;
+         $PYTHON and $TORCH_PYTHON are set)
+  timeout: seconds per check (optional, 600)
   --- find
-  the exact text to replace (one or more lines)
+  the exact text to replace: a line or a few, unique in the file
   --- replace
   its replacement
 """
@@ -112,20 +113,18 @@ def split_check(check):
 
 
 def check_label(check):
-    """A short name for the table: the script, program or make target the check runs."""
-    targets, rest = split_check(check)
+    """A short name for the table: the test script, the program and its mode, or the test function."""
+    _, rest = split_check(check)
     words = [w for w in rest.split() if not re.match(r"^[A-Z_][A-Z0-9_]*=", w)]
     if not words:
         return "?"
-    w = words[0]
-    if w in ("python3", "$PYTHON", "$TORCH_PYTHON", "/usr/bin/python3") and len(words) > 1:
-        if words[1] == "-c":  # an existing test function, called alone: its name
-            m = re.search(r"\.(check_\w+|test_\w+)\(", rest)
-            return m.group(1) if m else "python -c"
-        w = words[1]
-    if w == "make" and len(words) > 1:
-        return "make " + words[-1]
-    return os.path.basename(w) + (" --units" if "--units" in words else "")
+    if words[0] in ("python3", "$PYTHON", "$TORCH_PYTHON") and len(words) > 1:
+        if words[1] == "-c":  # one function of a test script, called alone
+            m = re.search(r"(\w+)\.(check_\w+)\(", rest)
+            return "%s.%s" % (m.group(1), m.group(2)) if m else "python -c"
+        return os.path.basename(words[1])
+    mode = [w for w in words[1:2] if w.startswith("--")]
+    return " ".join([os.path.basename(words[0])] + mode)
 
 
 class Runner:
