@@ -519,7 +519,7 @@ static std::vector<double> download_q8(const void* codes, const float* absmax, c
     return out;
 }
 
-// Tolerances (why):
+// Tolerances (why; the rounding bounds below are allowed twice over, lab.h's kLabMargin):
 //  fp32 state: m, v differ from float64 by the rounding of a few fp32 operations per step, and
 //   the error of earlier steps decays with beta: rel 2e-6 * t (a handful of 2^-24 ulps per step),
 //   abs 1e-6 of the largest |m| (v) the element has had (cancellation in m).
@@ -564,8 +564,8 @@ static bool check_case(const Case& c, const Problem& pb, const Bufs& b, const Re
         wv = compare("v", pb, vgot, r.v, [&](size_t i) { return eps_state * fabs(r.v[i]) + 1e-6 * r.v_hist[i] + 1e-30; }, bad);
     } else if (c.state == S_BF16) {
         double km = std::min<double>(t, 1.0 / (1.0 - hp.beta1)), kv = std::min<double>(t, 1.0 / (1.0 - hp.beta2));
-        wm = compare("m", pb, mgot, r.m, [&](size_t i) { return km * 0x1p-7 * r.m_hist[i] + 1e-30; }, bad);
-        wv = compare("v", pb, vgot, r.v, [&](size_t i) { return kv * 0x1p-7 * r.v_hist[i] + 1e-30; }, bad);
+        wm = compare("m", pb, mgot, r.m, [&](size_t i) { return kLabMargin * km * 0x1p-7 * r.m_hist[i] + 1e-30; }, bad);
+        wv = compare("v", pb, vgot, r.v, [&](size_t i) { return kLabMargin * kv * 0x1p-7 * r.v_hist[i] + 1e-30; }, bad);
     } else {
         Q8Layout L = q8_layout(pb);
         std::vector<double> bm(L.block0.back(), 0.0), bv(bm.size(), 0.0);
@@ -574,8 +574,8 @@ static bool check_case(const Case& c, const Problem& pb, const Bufs& b, const Re
             bv[L.block_of[i]] = std::max(bv[L.block_of[i]], r.v_hist[i]);
         }
         double km = std::min<double>(t, 1.0 / (1.0 - hp.beta1)), kv = std::min<double>(t, 1.0 / (1.0 - hp.beta2));
-        wm = compare("m", pb, mgot, r.m, [&](size_t i) { return km * 0.0072 * bm[L.block_of[i]] + 1e-30; }, bad);
-        wv = compare("v", pb, vgot, r.v, [&](size_t i) { return kv * 0.0037 * bv[L.block_of[i]] + 1e-30; }, bad);
+        wm = compare("m", pb, mgot, r.m, [&](size_t i) { return kLabMargin * km * 0.0072 * bm[L.block_of[i]] + 1e-30; }, bad);
+        wv = compare("v", pb, vgot, r.v, [&](size_t i) { return kLabMargin * kv * 0.0037 * bv[L.block_of[i]] + 1e-30; }, bad);
     }
     // parameters: the fp32 ones (params or master) against float64
     std::vector<double> pg = c.master ? download(b.master, n, 0) : download(b.p, n, c.ptype == P_F32 ? 0 : 1);
@@ -583,7 +583,7 @@ static bool check_case(const Case& c, const Problem& pb, const Bufs& b, const Re
     bool bf16_p = c.ptype == P_BF16 && !c.master;
     wp = compare(c.master ? "master" : "p", pb, pg, r.p, [&](size_t i) {
         double tol = 1e-6 * t * fabs(r.p[i]) + p_abs * lr_eff[i] * t + 1e-30;
-        if (bf16_p) tol += t * ulp_bf16(std::max(r.p_hist[i], fabs(pg[i])));
+        if (bf16_p) tol += kLabMargin * t * ulp_bf16(std::max(r.p_hist[i], fabs(pg[i])));
         return tol;
     }, bad);
     if (c.master) { // bf16 params are the rounded master weights

@@ -4,9 +4,10 @@
 # Boost.Context fiber), so that CI runs every kernel without a GPU:
 #   make cuda-harness        g++ builds of dev/cuda/*.cu into $(BUILD)/cuda/
 #   make test-cuda           harness self-tests and every lab's --check in two thread orders
-#                            (forward, reverse) on a fixed seed (CUDA_LAB_SEED), then each lab with
-#                            random inputs once on a fresh seed (reported, not deciding); and
-#                            cuda-compile-check
+#                            (forward, reverse) on a fixed seed (CUDA_LAB_SEED), the coverage of
+#                            the kernels' LS_BRANCH paths (dev/cuda/branch_coverage.py), then each
+#                            lab with random inputs once on a fresh seed (reported, not deciding);
+#                            and cuda-compile-check
 #   make test-cuda-san       the same under ASan+UBSan (build/san/cuda/), in one thread order and
 #                            without the FP16 builds (bf16's element size: the same indexing); also
 #                            catches the planted out-of-bounds writes
@@ -31,6 +32,9 @@ CUDA_ORDERS := $(if $(filter 1,$(SAN)),forward,forward reverse)
 # under the sanitizers: what they print and their seed are reported, their exit status decides
 # nothing (a failure there is reproduced with -s and the printed seed, then fixed or given a reason).
 CUDA_LAB_SEED ?= 1
+# The coverage of the kernels' marked paths (LS_BRANCH in llmc/): the harness builds count them, the
+# deciding runs append the counts here, and dev/cuda/branch_coverage.py fails if a path never ran.
+CUDA_BRANCH_LOG := $(BUILD)/cuda/branches.log
 # Every lab file's --check runs (the list comes from the files, so a new lab cannot be forgotten);
 # the blocks below add the FP32 builds' checks and --bench smoke runs.
 CUDA_LABS := $(filter-out harness_selftest,$(patsubst dev/cuda/%.cu,%,$(CUDA_SOURCES)))
@@ -52,10 +56,11 @@ cuda-harness: $(CUDA_HARNESS_BINS)
 
 # (the compile check is a prerequisite, not a step: make -j runs it beside the harness tests)
 test-cuda: $(CUDA_HARNESS_BINS) $(if $(filter 1,$(SAN)),,cuda-compile-check)
-	$(Q)for order in $(CUDA_ORDERS); do \
+	$(Q)rm -f $(CUDA_BRANCH_LOG); for order in $(CUDA_ORDERS); do \
 		echo "  TEST  dev/cuda under the CPU harness, $$order order, seed $(CUDA_LAB_SEED)$(if $(filter 1,$(SAN)), (ASan+UBSan))"; \
-		export LEANSTEP_HARNESS_ORDER=$$order LEANSTEP_LAB_SEED=$(CUDA_LAB_SEED); { $(CUDA_TEST_CMDS); } || exit 1; \
-	done$(if $(filter 1,$(SAN)),,; $(CUDA_SEEDED_CMDS))
+		export LEANSTEP_HARNESS_ORDER=$$order LEANSTEP_LAB_SEED=$(CUDA_LAB_SEED) LEANSTEP_BRANCH_LOG=$(CUDA_BRANCH_LOG); \
+		{ $(CUDA_TEST_CMDS); } || exit 1; \
+	done; python3 dev/cuda/branch_coverage.py -q $(CUDA_BRANCH_LOG)$(if $(filter 1,$(SAN)),,; $(CUDA_SEEDED_CMDS))
 
 # The ASan+UBSan run: the same tests on the sanitizer builds (build/san/cuda/).
 ifeq ($(SAN),1)

@@ -1086,6 +1086,49 @@ LS_WARP_REDUCE(__reduce_xor_sync, unsigned, OP_RED_XOR)
 
 #undef LS_SITE
 
+// Branch counters (llmc/cuda/cuda_common.h's LS_BRANCH): one counter per marked site, registered
+// the first time the site runs. At exit the process appends "file:line name hits" per site that
+// ran to the file named by LEANSTEP_BRANCH_LOG (if set); dev/cuda/branch_coverage.py then requires
+// every LS_BRANCH site in llmc/ to appear in the logs of the lab runs. A forked child (a lab's
+// expected-failure run) does not write: its counts are its parent's until the fork.
+#define LS_BRANCH_COUNTERS 1
+namespace ls_harness {
+struct BranchSite {
+    const char* name;
+    const char* file;
+    int line;
+    unsigned long long hits;
+};
+struct BranchLog {
+    std::mutex mu;
+    std::vector<BranchSite*> sites;
+    pid_t owner = getpid();
+    ~BranchLog() {
+        const char* path = getenv("LEANSTEP_BRANCH_LOG");
+        if (path != nullptr && path[0] != '\0' && getpid() == owner) {
+            FILE* f = fopen(path, "a");
+            if (f == nullptr) {
+                fprintf(stderr, "harness: cannot append to LEANSTEP_BRANCH_LOG %s\n", path);
+            } else {
+                for (const BranchSite* s : sites) fprintf(f, "%s:%d %s %llu\n", s->file, s->line, s->name, s->hits);
+                fclose(f);
+            }
+        }
+        for (BranchSite* s : sites) delete s;
+    }
+};
+inline BranchLog& branch_log() {
+    static BranchLog log;
+    return log;
+}
+} // namespace ls_harness
+inline unsigned long long* ls_branch_counter(const char* name, const char* file, int line) {
+    ls_harness::BranchLog& log = ls_harness::branch_log();
+    std::lock_guard<std::mutex> lock(log.mu);
+    log.sites.push_back(new ls_harness::BranchSite{name, file, line, 0});
+    return &log.sites.back()->hits;
+}
+
 // Atomics, intrinsics, math and the runtime API shims; then streams, copies and the launch primitive;
 // then the cuDNN attention library's entry points, on the CPU.
 #include "dev/harness/cuda_harness_api.h"

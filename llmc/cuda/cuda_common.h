@@ -5,6 +5,8 @@
      compiled for.
    - Vec128<T>: 16 bytes of T for 128-bit loads/stores (load128/store128 and the streaming
      variants load128cs/store128cs, which do not keep the data in L1/L2 on a GPU).
+   - LS_BRANCH(name): marks one path through a kernel (a 128-bit body, a scalar tail), so that a
+     test can require every marked path to have run.
  Include this (it includes cuda_compat.h and utils.h) rather than the runtime headers.
 */
 #ifndef LLMC_CUDA_COMMON_H
@@ -23,6 +25,22 @@ static inline void cuda_check(cudaError_t err, const char* what, const char* fil
 #define cudaCheck(call) cuda_check((call), #call, __FILE__, __LINE__)
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+// LS_BRANCH(name) (a string literal) in a kernel marks a path through it. A host build of the CUDA code that
+// defines LS_BRANCH_COUNTERS supplies ls_branch_counter(), which hands out one counter per marked
+// site (registered the first time the site runs); the test runs then list which paths ran. In
+// every other build (nvcc above all) the mark is nothing.
+#ifdef LS_BRANCH_COUNTERS
+#define LS_BRANCH(name)                                                                          \
+    do {                                                                                         \
+        static unsigned long long* const ls_branch_hits_ = ls_branch_counter(name, __FILE__, __LINE__); \
+        __atomic_fetch_add(ls_branch_hits_, 1ull, __ATOMIC_RELAXED);                             \
+    } while (0)
+#else
+#define LS_BRANCH(name) \
+    do {                \
+    } while (0)
+#endif
 
 // Number of SMs of device 0, queried once.
 static inline int cuda_sm_count(void) {

@@ -46,6 +46,7 @@ gelu_kernel(floatX* out, const floatX* inp, size_t n, size_t nchunks) { // out m
     constexpr int X = x128::size;
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < nchunks) {
+        LS_BRANCH("gelu.vector");
         const x128 x = load128cs(inp + i * X);
         x128 o;
         if constexpr (kBackward) {
@@ -58,6 +59,7 @@ gelu_kernel(floatX* out, const floatX* inp, size_t n, size_t nchunks) { // out m
         }
         store128(out + i * X, o);
     } else if (i == nchunks) {
+        LS_BRANCH("gelu.tail");
         for (size_t j = nchunks * X; j < n; j++) {
             const float x = to_float(inp[j]);
             out[j] = kBackward ? from_float(to_float(out[j]) * gelu_derivative(x)) : from_float(gelu_value(x));

@@ -51,6 +51,7 @@ global_norm_partials_kernel(float* __restrict__ partials, const Tg* __restrict__
     const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     float acc = 0.0f;
     for (size_t c = tid; c < nchunks; c += stride) {
+        LS_BRANCH("global_norm.vector");
         Vec128<Tg> x = load128cs(grads + c * E);
 #pragma unroll
         for (int e = 0; e < E; e++) {
@@ -59,6 +60,7 @@ global_norm_partials_kernel(float* __restrict__ partials, const Tg* __restrict__
         }
     }
     if (tid < n - nchunks * E) {
+        LS_BRANCH("global_norm.tail");
         float f = (float)grads[nchunks * E + tid];
         acc = fmaf(f, f, acc);
     }

@@ -186,6 +186,7 @@ __device__ __forceinline__ void adamw_for_each_chunk(const OptimSegment* segment
         while (seg_end[s] <= i0) s++;
         const size_t p0 = i0 + seg_delta[s];
         if (i0 + V > seg_end[s] || p0 % V != 0) { // a tensor boundary inside, or parameters off the grid
+            LS_BRANCH("adamw.chunk_by_element");
 #pragma unroll 1
             for (int j = 0; j < V; j++) {
                 const int sj = adamw_find_segment(seg_end, nseg, i0 + j);
@@ -193,9 +194,11 @@ __device__ __forceinline__ void adamw_for_each_chunk(const OptimSegment* segment
             }
             continue;
         }
+        LS_BRANCH("adamw.chunk_vector");
         chunk(i0, p0, seg_par[s].x, seg_par[s].y);
     }
     if (tid < n - nchunks * V) { // the tail
+        LS_BRANCH("adamw.tail");
         const size_t i = nchunks * V + tid;
         const int sj = adamw_find_segment(seg_end, nseg, i);
         one(i, i + seg_delta[sj], seg_par[sj].x, seg_par[sj].y);

@@ -266,6 +266,7 @@ adamw_8bit_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
         const float wd = sg.weight_decay, lr_eff = a.lr * sg.lr_mult;
         const size_t so = small_off[s];
         if (so != OPT_NOT_SMALL) { // a small tensor: fp32 state, packed (uniform per block)
+            LS_BRANCH("adamw_8bit.small_tensor");
             for (int j = 0; j < nv; j++) {
                 const size_t i = i0 + j, k = so + rel + j0 + j;
                 float m = q.m32[k], v = q.v32[k], vm = kAmsgrad ? q.x32[k] : 0.0f;
@@ -287,6 +288,7 @@ adamw_8bit_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
         }
         const bool vec = nv == V && i0 % V == 0 && pi0 % V == 0; // 128-bit params/grads, 64-bit codes
         if (vec) {
+            LS_BRANCH("adamw_8bit.vector");
             optim_load_params<V, Tp, kMaster>(params, master, i0, pi0, p);
             adamw_load<V>(grads + i0, g);
             uint2 cm = *reinterpret_cast<const uint2*>(q.qm + i0), cv = *reinterpret_cast<const uint2*>(q.qv + i0);
@@ -297,6 +299,7 @@ adamw_8bit_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
                 v[j] = map_v[(wv >> (8 * (j % 4))) & 0xffu] * av_old;
             }
         } else {
+            LS_BRANCH("adamw_8bit.by_element");
 #pragma unroll
             for (int j = 0; j < V; j++) {
                 p[j] = g[j] = m[j] = v[j] = 0.0f;

@@ -304,9 +304,11 @@ lamb_moments_kernel(const Tp* __restrict__ params, const float* __restrict__ mas
             vec[h] = nv[h] == 4 && i0[h] % 4 == 0 && pi0[h] % 4 == 0;
             float g[4];
             if (vec[h]) {
+                LS_BRANCH("lamb.vector");
                 if constexpr (kMaster) optim_load4(master + i0[h], p[h]); else optim_load4(params + pi0[h], p[h]);
                 optim_load4(grads + i0[h], g);
             } else {
+                LS_BRANCH("lamb.by_element");
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const bool in = e < nv[h];
@@ -523,6 +525,7 @@ optim_int8_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
         const float step_lr = seg_mul != nullptr ? (a.lr * sg.lr_mult) * seg_mul[s] : a.lr * sg.lr_mult;
         const size_t so = small_off[s];
         if (so != OPT_NOT_SMALL) { // a small tensor: fp32 state, packed (uniform per block)
+            LS_BRANCH("optim_int8.small_tensor");
             for (int j = 0; j < nv; j++) {
                 const size_t i = i0 + j, k = so + rel + j0 + j;
                 float m = q.m32[k], v = Tr::states >= 2 ? q.v32[k] : 0.0f;
@@ -538,6 +541,7 @@ optim_int8_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
         float p[V], g[V] = {}, m[V], v[V] = {};
         const bool vec = nv == V && i0 % V == 0 && pi0 % V == 0;
         if (vec) {
+            LS_BRANCH("optim_int8.vector");
             optim_load_params<V, Tp, kMaster>(params, master, i0, pi0, p);
             if constexpr (Tr::reads_grads) adamw_load<V>(grads + i0, g);
             const uint2 cm = *reinterpret_cast<const uint2*>(q.qm + i0);
@@ -549,6 +553,7 @@ optim_int8_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
                 for (int j = 0; j < V; j++) v[j] = maps[256 + (((j < 4 ? cv.x : cv.y) >> (8 * (j % 4))) & 0xffu)] * av_old;
             }
         } else {
+            LS_BRANCH("optim_int8.by_element");
 #pragma unroll
             for (int j = 0; j < V; j++) {
                 p[j] = m[j] = 0.0f;
