@@ -669,6 +669,7 @@ include dev/fuzz/rules.mk
 include dev/export/rules.mk
 include dev/plot/rules.mk
 include dev/lint/rules.mk
+include dev/mutants/rules.mk
 
 # The README's test command: the dependency step, then everything and the C tests again under
 # ASan+UBSan (test-san), in one make -j$(TEST_JOBS) (default: every core): most tests are one
@@ -727,6 +728,7 @@ help:
 	@echo "make test-golden-resume  checkpoints of an earlier build resume to its losses and bits"
 	@echo "make optim-hashes    SHA-256 of every optimizer matrix cell's final checkpoint (build/optim_hashes.txt)"
 	@echo "make optim-hashes-check  the same, compared with dev/test/data/optim_matrix_hashes.txt (refactors)"
+	@echo "make mutants         planted bugs in the product code that make test must catch (ONLY=pattern; ~25 min)"
 	@echo "make gpu-build       (GPU machine) the labs and both precisions of the GPU trainer, make -j"
 	@echo "make gpu-carry       what a GPU machine without network needs (dev/gpu_carry.txt), and its size"
 	@echo "make quality-table   the same CPU training run in every optimizer-memory mode (minutes)"
