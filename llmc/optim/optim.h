@@ -60,15 +60,9 @@
 #include <string.h>
 #include "llmc/params.h"
 #include "llmc/optim/quant8.h"
+#include "llmc/optim/rules.h"
 #include "llmc/optim/srng.h"
-
-// Functions the GPU kernels call too (llmc/optim/adamw_lowp.cuh, llmc/optim/kernels.cuh): host+device
-// under nvcc, plain static inline everywhere else (the CPU harness runs kernels as host code).
-#if defined(__CUDACC__)
-#define OPTIM_HD __host__ __device__ __forceinline__
-#else
-#define OPTIM_HD static inline
-#endif
+#include "llmc/optim/storage.h"
 
 // AdamW's element math, in the one order every CPU update and GPU kernel uses (explicit fmaf, the
 // build has -ffp-contract=off: the same bits everywhere). g is the clipped gradient.
@@ -197,60 +191,6 @@ static inline void adamw_update_cpu(float* params, const float* grads, float* m,
 }
 
 // ----------------------------------------------------------------------------
-// the optimizer family: configuration and per-step scalars
-
-typedef enum { OPT_ADAMW = 0, OPT_SGD = 1, OPT_LAMB = 2, OPT_LION = 3, OPT_MUON = 4 } OptimKind;
-#define MUON_SCALE_RMS 0   // Muon's shape scale 0.2 sqrt(max(rows, cols)) (llmc/optim/muon.h)
-#define MUON_SCALE_ORIG 1  // sqrt(max(1, rows / cols))
-typedef enum { OPT_STATE_FP32 = 0, OPT_STATE_BF16 = 1, OPT_STATE_INT8 = 2, OPT_STATE_FP16 = 3 } OptimStatePrecision;
-#define OPT_STATE_LAST OPT_STATE_FP16
-
-// What does not change during a run (lr, the schedule's, is given per step; weight decay and lr
-// multipliers come from the segments; the gradient scale from the clip).
-typedef struct {
-    OptimKind kind;
-    OptimStatePrecision state;   // storage of AdamW's m, v (vmax); the other optimizers keep fp32 state
-    float beta1, beta2, eps;   // AdamW, LAMB: moment decay rates, eps; Lion: beta1 interpolates the
-                               // update, beta2 the momentum (eps unused)
-    float momentum, dampening; // SGD (momentum 0: plain SGD, no state); Muon's momentum (no dampening)
-    int nesterov;              // SGD, Muon: Nesterov momentum (needs momentum > 0, dampening 0)
-    int muon_scale;            // Muon: MUON_SCALE_RMS or MUON_SCALE_ORIG
-    int muon_qkv_joined;       // Muon: qkv orthogonalized as one (3C x C) matrix (0: q, k, v apart)
-    float adamw_lr_mult;       // Muon: the AdamW tensors' learning rate over the matrices'
-    int amsgrad;               // AdamW: divide by the running max of v
-    unsigned long long seed;   // stochastic rounding (bf16 state; bf16 params on the GPU)
-} OptimConfig;
-
-// Per-step scalars, computed once on the host, shared by the CPU loops and the GPU kernels of
-// llmc/optim/kernels.cuh (a plain struct: it is a kernel argument). Same expressions as
-// adamw_step_args (llmc/optim/adamw.cuh), so both sides hold the same bits.
-typedef struct {
-    float lr;                               // this step's lr (before the segment's lr_mult)
-    float beta1, beta2, one_minus_beta1, one_minus_beta2, eps;
-    float inv_bias_corr1, inv_bias_corr2;   // 1 / (1 - beta^t): AdamW, LAMB
-    float momentum, one_minus_dampening;    // SGD
-    int first_step;                         // SGD: the momentum buffer starts as g (PyTorch)
-    unsigned long long rng_key;             // srng_step_key(seed, step)
-} OptimStepArgs;
-
-static inline OptimStepArgs optim_step_args(const OptimConfig* c, float lr, int step) {
-    OptimStepArgs a;
-    a.lr = lr;
-    a.beta1 = c->beta1;
-    a.beta2 = c->beta2;
-    a.one_minus_beta1 = 1.0f - c->beta1;
-    a.one_minus_beta2 = 1.0f - c->beta2;
-    a.eps = c->eps;
-    a.inv_bias_corr1 = 1.0f / (1.0f - powf(c->beta1, (float)step));
-    a.inv_bias_corr2 = 1.0f / (1.0f - powf(c->beta2, (float)step));
-    a.momentum = c->momentum;
-    a.one_minus_dampening = 1.0f - c->dampening;
-    a.first_step = step == 1;
-    a.rng_key = srng_step_key(c->seed, step);
-    return a;
-}
-
-// ----------------------------------------------------------------------------
 // segment tables: per-layer tensors, blocks inside segments
 
 // Marks a segment of tensor t as Muon's when t is a transformer block's weight matrix (per layer,
@@ -284,9 +224,6 @@ static inline int optim_segments_build_layers(const ParamTable* pt, float weight
     }
     return k;
 }
-
-#define OPT_BLOCK QUANT8_BLOCK           // elements per block: int8 absmax, LAMB norm partials
-#define OPT_NOT_SMALL ((size_t)-1)       // optim_small_build: the segment's state is quantized
 
 // Blocks of OPT_BLOCK elements cut from each segment from its first element (never straddling
 // segments): block0[s] is segment s's first block, block0[nseg] the total (returned).
@@ -408,8 +345,6 @@ static inline void adamw_amsgrad_update_cpu(float* params, const float* grads, f
 // sqrt(v) * 2^14: sqrt(v) has m's range, and with the gradients clipped to norm 1 every |m| and
 // sqrt(v) is <= 1, so the stored values stay under 16384 (< 65504) and keep fp16's 11 bits down to
 // 6.1e-5 / 2^14 = 3.7e-9. Stores round stochastically (streams 1, 2, 3, as bf16) and saturate.
-#define OPT_FP16_STATE_SCALE 16384.0f
-#define OPT_FP16_STATE_INV (1.0f / 16384.0f)
 OPTIM_HD float fp16_state_m(uint16_t b) { return fp16_bits_to_float(b) * OPT_FP16_STATE_INV; }
 OPTIM_HD float fp16_state_v(uint16_t b) {
     const float r = fp16_bits_to_float(b) * OPT_FP16_STATE_INV;
