@@ -56,8 +56,8 @@ static inline int optim_slots(const OptimConfig* c) {
         case OPT_ADAMW: return c->amsgrad ? 3 : 2;
         case OPT_LAMB: return 2;
         case OPT_SGD: return c->momentum != 0.0f ? 1 : 0;
-        case OPT_LION: return 1;
-        case OPT_MUON: return 1;  // (its AdamW tensors: v too, llmc/optim/muon.h)
+        case OPT_LION:
+        case OPT_MUON: return 1;  // (Muon's AdamW tensors: v too, llmc/optim/muon.h)
     }
     return 0;
 }
