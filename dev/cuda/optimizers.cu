@@ -356,8 +356,8 @@ static void state_values(const OptimState& st, const unsigned char* blk, size_t 
     if (st.m) m = ((const float*)at(st.m))[i];
     if (st.v) v = ((const float*)at(st.v))[i];
     const int fp16 = st.cfg.state == OPT_STATE_FP16;
-    if (st.m16) m = state16_m(((const uint16_t*)at(st.m16))[i], fp16);
-    if (st.v16) v = state16_v(((const uint16_t*)at(st.v16))[i], fp16);
+    if (st.m16) m = storage16_load(((const uint16_t*)at(st.m16))[i], fp16, OPT_SLOT_M);
+    if (st.v16) v = storage16_load(((const uint16_t*)at(st.v16))[i], fp16, OPT_SLOT_V);
     if (st.qm) {
         const size_t k = i - st.segs[s].offset;
         if (st.small_off[s] != OPT_NOT_SMALL) {

@@ -73,13 +73,13 @@ template <int kOp>
 __device__ __forceinline__ float optim_element(float p, float g, float& s1, float s2, float wd, float step_lr,
                                              const OptimStepArgs& a) {
     if constexpr (kOp == OP_SGD_PLAIN) {
-        return fmaf(-step_lr, fmaf(wd, p, g), p);
+        return rule_sgd_plain(p, g, step_lr, wd);
     } else if constexpr (kOp == OP_SGD || kOp == OP_SGD_NESTEROV) { // llmc/optim/lowp.h
-        return sgd_element(p, g, &s1, a.momentum, a.one_minus_dampening, a.first_step, kOp == OP_SGD_NESTEROV, step_lr, wd);
+        return rule_sgd(p, g, &s1, kOp == OP_SGD_NESTEROV, step_lr, wd, &a);
     } else if constexpr (kOp == OP_LION) {
-        return lion_element(p, g, &s1, a.beta1, a.one_minus_beta1, a.beta2, a.one_minus_beta2, step_lr, wd);
+        return rule_lion(p, g, &s1, step_lr, wd, &a);
     } else { // OP_LAMB_APPLY: s1 = m, s2 = v, already updated
-        return fmaf(-step_lr, lamb_direction(p, s1, s2, wd, a.inv_bias_corr1, a.inv_bias_corr2, a.eps), p);
+        return rule_lamb_apply(p, s1, s2, step_lr, wd, &a);
     }
 }
 
@@ -458,7 +458,7 @@ lamb_moments_kernel(const Tp* __restrict__ params, const float* __restrict__ mas
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 if (e < nv[h]) {
-                    const float u = lamb_direction(p[h][e], m[h][e], v[h][e], wd, a.inv_bias_corr1, a.inv_bias_corr2, a.eps);
+                    const float u = rule_adam_direction(p[h][e], m[h][e], v[h][e], wd, &a);
                     ap[e] = fmaf(p[h][e], p[h][e], ap[e]);
                     au[e] = fmaf(u, u, au[e]);
                 }
@@ -494,7 +494,7 @@ lamb_trust_kernel(float* __restrict__ trust, const float* __restrict__ partials,
     sp = optim_tree256(sp, red);
     __syncthreads();
     su = optim_tree256(su, red);
-    if (threadIdx.x == 0) trust[s] = lamb_trust_ratio(sp, su);
+    if (threadIdx.x == 0) trust[s] = rule_lamb_trust(sp, su);
 }
 
 // ----------------------------------------------------------------------------

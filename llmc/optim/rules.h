@@ -105,32 +105,35 @@ OPTIM_HD float rule_adam_direction(float p, float m, float v, float wd, const Op
     return fmaf(wd, p, upd);
 }
 
-// One AdamW element: m, v (and vmax when amsgrad) in place; returns the new p.
-OPTIM_HD float rule_adamw(float p, float g, float* m, float* v, float* vmax, int amsgrad, float lr, float wd,
-                          const OptimStepArgs* a) {
+// One AdamW element: m, v in place; returns the new p.
+OPTIM_HD float rule_adamw(float p, float g, float* m, float* v, float lr, float wd, const OptimStepArgs* a) {
     rule_adam_moments(g, m, v, a);
-    float d = *v;
-    if (amsgrad) {  // max(vmax, v) as a compare (vectorizes; v, vmax >= +0, and a NaN v keeps vmax)
-        d = *v > *vmax ? *v : *vmax;
-        *vmax = d;
-    }
+    return fmaf(-lr, rule_adam_direction(p, *m, *v, wd, a), p);
+}
+
+// AMSGrad: AdamW dividing by vmax = max(vmax, v), all three in place; returns the new p. The max as
+// a compare (it vectorizes, fmaxf does not): v, vmax >= +0, and a NaN v keeps vmax, never NaN.
+OPTIM_HD float rule_amsgrad(float p, float g, float* m, float* v, float* vmax, float lr, float wd,
+                            const OptimStepArgs* a) {
+    rule_adam_moments(g, m, v, a);
+    const float d = *v > *vmax ? *v : *vmax;
+    *vmax = d;
     return fmaf(-lr, rule_adam_direction(p, *m, d, wd, a), p);
 }
 
 // ----------------------------------------------------------------------------
 // SGD, Lion
 
-// SGD, with momentum (buf in place) or without (buf untouched); returns the new p.
-OPTIM_HD float rule_sgd(float p, float g, float* buf, int momentum, int nesterov, float lr, float wd,
-                        const OptimStepArgs* a) {
-    float d = g;
-    if (momentum) {
-        const float b = a->first_step ? g : fmaf(a->momentum, *buf, a->one_minus_dampening * g);
-        *buf = b;
-        d = nesterov ? fmaf(a->momentum, b, g) : b;
-    }
+// SGD with momentum: buf in place (g itself at the first step, as PyTorch); returns the new p.
+OPTIM_HD float rule_sgd(float p, float g, float* buf, int nesterov, float lr, float wd, const OptimStepArgs* a) {
+    const float b = a->first_step ? g : fmaf(a->momentum, *buf, a->one_minus_dampening * g);
+    *buf = b;
+    const float d = nesterov ? fmaf(a->momentum, b, g) : b;
     return fmaf(-lr, fmaf(wd, p, d), p);
 }
+
+// SGD without momentum (no state).
+OPTIM_HD float rule_sgd_plain(float p, float g, float lr, float wd) { return fmaf(-lr, fmaf(wd, p, g), p); }
 
 // sign(c) as Lion uses it: +-1, and 0 (or NaN) passed through.
 OPTIM_HD float rule_sign(float c) { return c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : c); }

@@ -76,11 +76,15 @@ OPTIM_HD float storage16_load(uint16_t b, int fp16, int slot) {
     return slot == OPT_SLOT_M ? r : r * r;
 }
 
-// x stored with the random bits of element pi (its global index) in the slot's stream.
-OPTIM_HD uint16_t storage16_store(float x, int fp16, int slot, unsigned long long key, size_t pi) {
-    const unsigned bits = srng_bits(key, pi, (unsigned)slot + 1u);
+// x stored, rounded with the random bits `bits`.
+OPTIM_HD uint16_t storage16_round(float x, int fp16, int slot, unsigned bits) {
     if (!fp16) return bf16_bits_round_stochastic(x, bits);
     return fp16_bits_round_stochastic((slot == OPT_SLOT_M ? x : sqrtf(x)) * OPT_FP16_STATE_SCALE, bits);
+}
+
+// x stored with the random bits of element pi (its global index) in the slot's stream.
+OPTIM_HD uint16_t storage16_store(float x, int fp16, int slot, unsigned long long key, size_t pi) {
+    return storage16_round(x, fp16, slot, srng_bits(key, pi, (unsigned)slot + 1u));
 }
 
 // ----------------------------------------------------------------------------
