@@ -139,7 +139,7 @@ static const Case kCases[] = {
     {"adamw-int8", "adamw int8 state, bf16 RN", cfg_of(OPT_ADAMW, OPT_STATE_INT8), true, false, false, 1e-3f},
     {"adamw-int8", "adamw int8 state amsgrad", cfg_of(OPT_ADAMW, OPT_STATE_INT8, 1), false, false, false, 1e-3f},
     {"adamw-int8", "adamw int8 amsgrad, bf16+master+SR", cfg_of(OPT_ADAMW, OPT_STATE_INT8, 1), true, true, true, 1e-3f},
-    // bf16 and int8 state of SGD, Lion, LAMB (llmc/optim/lowp.h)
+    // bf16 and int8 state of SGD, Lion, LAMB (llmc/optim/update.h)
     {"sgd-bf16", "sgd momentum bf16 state", cfg_of(OPT_SGD, OPT_STATE_BF16), false, false, false, 0.05f},
     {"sgd-bf16", "sgd nesterov bf16 state, bf16+mst+SR", cfg_of(OPT_SGD, OPT_STATE_BF16, 0, 1), true, true, true, 0.05f},
     {"sgd-int8", "sgd momentum int8 state", cfg_of(OPT_SGD, OPT_STATE_INT8), false, false, false, 0.05f},

@@ -1067,7 +1067,7 @@ static int variants(Variant* v) {
     v[k++] = (Variant){"sgd (no momentum)", s, 12};
     v[k++] = (Variant){"lamb", optim_config_default(OPT_LAMB), 40};
     v[k++] = (Variant){"lion", optim_config_default(OPT_LION), 20};
-    // bf16 and int8 state of the others (llmc/optim/lowp.h); int8 moves ~1 B + absmax per element
+    // bf16 and int8 state of the others (llmc/optim/update.h); int8 moves ~1 B + absmax per element
     a = optim_config_default(OPT_ADAMW);
     a.amsgrad = 1;
     a.state = OPT_STATE_INT8;

@@ -2,7 +2,7 @@
  adamw_lowp.cuh: AdamW with low-precision optimizer state (smaller memory and traffic), sharing
  the update rule, segment table and rounding of llmc/optim/adamw.cuh. Parameters fp32, or bf16 with or
  without fp32 master weights (as adamw_update); gradients fp32 or bf16 (templates). The CPU
- updates adamw_state16_update_cpu / adamw_int8_update_cpu (llmc/optim/optim.h) do the same operations and
+ update (optim_update_cpu, llmc/optim/update.h) does the same operations, and the two
  agree bit for bit (dev/cuda/optimizers.cu checks it).
 
  (a) bf16 state: m and v (and AMSGrad's vmax) stored as bf16, rounded stochastically after each

@@ -309,6 +309,7 @@ static inline void muon_update_cpu(OptimGemm gemm, const MuonBuffers* M, float* 
             muon_adamw_segment(M, c, s, params, grads, &aw, grad_scale);
             continue;
         }
+        if (u == NULL) ls_fatal("optimizer: Muon's scratch is not allocated");
         muon_momentum_segment(M, c, s, grads, a, grad_scale, u);
         const size_t n = sg->count, rows = muon_rows(sg, c->muon_qkv_joined), cols = sg->mat_cols;
         for (size_t part = 0; part < n / (rows * cols); part++) muon_orthogonalize(gemm, u + part * rows * cols, rows, cols, M->work);

@@ -36,7 +36,7 @@
  the processes (lamb_trust_reduced in llmc/optim/optim.h).
 
  Combinations: every optimizer with state at every precision (AdamW's bf16 and int8 kernels:
- dev/cuda/adamw.cu versions 6a, 6b; SGD's, Lion's and LAMB's: llmc/optim/lowp.h and
+ dev/cuda/adamw.cu versions 6a, 6b; SGD's, Lion's and LAMB's: llmc/optim/update.h and
  llmc/optim/kernels.cuh); plain SGD (momentum 0) keeps no state, so bf16 or int8 state has no
  meaning for it; Nesterov needs momentum > 0 and no dampening (as torch.optim.SGD).
  optim_config_check says which flags conflict.
@@ -104,7 +104,7 @@ static inline int optim_config_check(const OptimConfig* c, char* msg, size_t siz
     } else if ((int)c->state < (int)OPT_STATE_FP32 || (int)c->state > (int)OPT_STATE_LAST) {
         snprintf(msg, size, "--opt-state: unknown state precision %d (fp32, bf16, int8 or fp16)", (int)c->state);
     } else if (c->state == OPT_STATE_FP16 && c->kind != OPT_ADAMW) {
-        snprintf(msg, size, "--opt-state fp16 is AdamW's (m and sqrt(v) scaled by 2^14, llmc/optim/optim.h); --optimizer %s "
+        snprintf(msg, size, "--opt-state fp16 is AdamW's (m and sqrt(v) scaled by 2^14, llmc/optim/storage.h); --optimizer %s "
                  "takes fp32, bf16 or int8 state", kn);
     } else if (c->state != OPT_STATE_FP32 && c->kind == OPT_SGD && c->momentum == 0.0f) {
         snprintf(msg, size, "--opt-state %s with --optimizer sgd --momentum 0: plain SGD keeps no state to store in %s",

@@ -122,7 +122,7 @@ static inline void update_block_rule(const OptimConfig* c, const OptimStepArgs* 
             if (m == NULL) {  // momentum 0: no state
                 #pragma omp simd
                 for (size_t j = 0; j < len; j++) p[j] = rule_sgd_plain(p[j], g[j] * grad_scale, lr, wd);
-            } else if (c->nesterov) {
+            } else if (c->nesterov) {  // NOLINT(bugprone-branch-clone): the bodies differ in a constant
                 #pragma omp simd
                 for (size_t j = 0; j < len; j++) p[j] = rule_sgd(p[j], g[j] * grad_scale, &m[j], 1, lr, wd, a);
             } else {
@@ -251,6 +251,7 @@ static inline void optim_update_cpu(const OptimConfig* c, const OptimStepArgs* a
     const int nslot = optim_slots(c), lamb = c->kind == OPT_LAMB;
     const OptimStatePrecision prec = c->state;
     const size_t nblocks = t->block0[t->nseg];
+    if (lamb && (partials == NULL || trust == NULL)) ls_fatal("optimizer: LAMB's block sums or trust ratios are missing");
     #pragma omp parallel
     {
         float buf[OPT_SLOTS][OPT_BLOCK];
