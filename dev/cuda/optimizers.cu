@@ -139,7 +139,7 @@ static const Case kCases[] = {
     {"adamw-int8", "adamw int8 state, bf16 RN", cfg_of(OPT_ADAMW, OPT_STATE_INT8), true, false, false, 1e-3f},
     {"adamw-int8", "adamw int8 state amsgrad", cfg_of(OPT_ADAMW, OPT_STATE_INT8, 1), false, false, false, 1e-3f},
     {"adamw-int8", "adamw int8 amsgrad, bf16+master+SR", cfg_of(OPT_ADAMW, OPT_STATE_INT8, 1), true, true, true, 1e-3f},
-    // bf16 and int8 state of SGD, Lion, LAMB (llmc/optim/lowp.h)
+    // bf16 and int8 state of SGD, Lion, LAMB (llmc/optim/update.h)
     {"sgd-bf16", "sgd momentum bf16 state", cfg_of(OPT_SGD, OPT_STATE_BF16), false, false, false, 0.05f},
     {"sgd-bf16", "sgd nesterov bf16 state, bf16+mst+SR", cfg_of(OPT_SGD, OPT_STATE_BF16, 0, 1), true, true, true, 0.05f},
     {"sgd-int8", "sgd momentum int8 state", cfg_of(OPT_SGD, OPT_STATE_INT8), false, false, false, 0.05f},
@@ -356,8 +356,8 @@ static void state_values(const OptimState& st, const unsigned char* blk, size_t 
     if (st.m) m = ((const float*)at(st.m))[i];
     if (st.v) v = ((const float*)at(st.v))[i];
     const int fp16 = st.cfg.state == OPT_STATE_FP16;
-    if (st.m16) m = state16_m(((const uint16_t*)at(st.m16))[i], fp16);
-    if (st.v16) v = state16_v(((const uint16_t*)at(st.v16))[i], fp16);
+    if (st.m16) m = storage16_load(((const uint16_t*)at(st.m16))[i], fp16, OPT_SLOT_M);
+    if (st.v16) v = storage16_load(((const uint16_t*)at(st.v16))[i], fp16, OPT_SLOT_V);
     if (st.qm) {
         const size_t k = i - st.segs[s].offset;
         if (st.small_off[s] != OPT_NOT_SMALL) {

@@ -252,8 +252,8 @@ static void state_values(const OptimState* st, const Problem* pb, size_t i, int 
     if (st->m != NULL) *m = st->m[i];
     if (st->v != NULL) *v = st->v[i];
     const int fp16 = st->cfg.state == OPT_STATE_FP16;
-    if (st->m16 != NULL) *m = state16_m(st->m16[i], fp16);
-    if (st->v16 != NULL) *v = state16_v(st->v16[i], fp16);
+    if (st->m16 != NULL) *m = storage16_load(st->m16[i], fp16, OPT_SLOT_M);
+    if (st->v16 != NULL) *v = storage16_load(st->v16[i], fp16, OPT_SLOT_V);
     if (st->qm != NULL) {
         const size_t k = i - pb->segs[s].offset;
         if (st->small_off[s] != OPT_NOT_SMALL) {
@@ -1067,7 +1067,7 @@ static int variants(Variant* v) {
     v[k++] = (Variant){"sgd (no momentum)", s, 12};
     v[k++] = (Variant){"lamb", optim_config_default(OPT_LAMB), 40};
     v[k++] = (Variant){"lion", optim_config_default(OPT_LION), 20};
-    // bf16 and int8 state of the others (llmc/optim/lowp.h); int8 moves ~1 B + absmax per element
+    // bf16 and int8 state of the others (llmc/optim/update.h); int8 moves ~1 B + absmax per element
     a = optim_config_default(OPT_ADAMW);
     a.amsgrad = 1;
     a.state = OPT_STATE_INT8;

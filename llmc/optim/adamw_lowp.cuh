@@ -2,7 +2,7 @@
  adamw_lowp.cuh: AdamW with low-precision optimizer state (smaller memory and traffic), sharing
  the update rule, segment table and rounding of llmc/optim/adamw.cuh. Parameters fp32, or bf16 with or
  without fp32 master weights (as adamw_update); gradients fp32 or bf16 (templates). The CPU
- updates adamw_state16_update_cpu / adamw_int8_update_cpu (llmc/optim/optim.h) do the same operations and
+ update (optim_update_cpu, llmc/optim/update.h) does the same operations, and the two
  agree bit for bit (dev/cuda/optimizers.cu checks it).
 
  (a) bf16 state: m and v (and AMSGrad's vmax) stored as bf16, rounded stochastically after each
@@ -35,12 +35,12 @@
 // (a) bf16 m and v
 
 // (kFp16: the same buffers hold AdamW's fp16 state, m * 2^14 and sqrt(v) * 2^14 as fp16 bits,
-// read and stored by llmc/optim/optim.h's fp16_state_* as the CPU update does)
+// read and stored by llmc/optim/storage.h's storage16_* as the CPU update does)
 template <bool kFp16>
 __device__ __forceinline__ float state16_load(const __nv_bfloat16* p, size_t i, bool is_v) {
     if constexpr (kFp16) {
         const uint16_t b = reinterpret_cast<const uint16_t*>(p)[i];
-        return is_v ? fp16_state_v(b) : fp16_state_m(b);
+        return storage16_load(b, 1, is_v ? OPT_SLOT_V : OPT_SLOT_M);
     } else {
         return (float)p[i];
     }
@@ -49,7 +49,7 @@ template <bool kFp16>
 __device__ __forceinline__ __nv_bfloat16 state16_round(float x, unsigned bits, bool is_v) {
     if constexpr (kFp16) {
         __nv_bfloat16_raw r;
-        r.x = is_v ? fp16_state_v_store(x, bits) : fp16_state_m_store(x, bits);
+        r.x = storage16_round(x, 1, is_v ? OPT_SLOT_V : OPT_SLOT_M, bits);
         return __nv_bfloat16(r);
     } else {
         return bf16_round_stochastic(x, bits);

@@ -13,7 +13,7 @@
  so the fp32 results are bit-identical to optim_step_cpu (dev/cuda/optimizers.cu checks it).
 
  SGD, Lion: one elementwise kernel (optim_elementwise_kernel), the op and the state's storage
-   (fp32 or bf16, rounded stochastically: llmc/optim/lowp.h) template parameters.
+   (fp32 or bf16, rounded stochastically: llmc/optim/storage.h) template parameters.
    Traffic per parameter, fp32 params and grads: SGD with momentum and Lion 20 B (bf16 state 16 B),
    plain SGD 12 B.
  int8 state (SGD, Lion, LAMB's update): optim_int8_kernel, one CUDA block per OPT_BLOCK block as
@@ -35,7 +35,7 @@
    optim_step_gpu(&st, params, master, grads, lr, step, stochastic, d_clip_scale, stream);
    optim_state_free_device(&st);
  LAMB with bf16 or int8 state: the moments kernel stores the rounded (requantized) m, v and
-   computes u from them; the update reads them back (llmc/optim/lowp.h).
+   computes u from them; the update reads them back (llmc/optim/update.h).
  To add an optimizer: its CPU update in llmc/optim/optim.h, its kernel (an Op for the elementwise
  kernel, or its own) here, a case in optim_step_gpu, and a case in dev/cuda/optimizers.cu.
 */
@@ -73,18 +73,18 @@ template <int kOp>
 __device__ __forceinline__ float optim_element(float p, float g, float& s1, float s2, float wd, float step_lr,
                                              const OptimStepArgs& a) {
     if constexpr (kOp == OP_SGD_PLAIN) {
-        return fmaf(-step_lr, fmaf(wd, p, g), p);
-    } else if constexpr (kOp == OP_SGD || kOp == OP_SGD_NESTEROV) { // llmc/optim/lowp.h
-        return sgd_element(p, g, &s1, a.momentum, a.one_minus_dampening, a.first_step, kOp == OP_SGD_NESTEROV, step_lr, wd);
+        return rule_sgd_plain(p, g, step_lr, wd);
+    } else if constexpr (kOp == OP_SGD || kOp == OP_SGD_NESTEROV) { // llmc/optim/rules.h
+        return rule_sgd(p, g, &s1, kOp == OP_SGD_NESTEROV, step_lr, wd, &a);
     } else if constexpr (kOp == OP_LION) {
-        return lion_element(p, g, &s1, a.beta1, a.one_minus_beta1, a.beta2, a.one_minus_beta2, step_lr, wd);
+        return rule_lion(p, g, &s1, step_lr, wd, &a);
     } else { // OP_LAMB_APPLY: s1 = m, s2 = v, already updated
-        return fmaf(-step_lr, lamb_direction(p, s1, s2, wd, a.inv_bias_corr1, a.inv_bias_corr2, a.eps), p);
+        return rule_lamb_apply(p, s1, s2, step_lr, wd, &a);
     }
 }
 
 // The state of the elementwise ops is Ts: fp32, or bf16 rounded stochastically after the update
-// (llmc/optim/lowp.h: stream 1 at the global index pi).
+// (llmc/optim/storage.h: stream 1 at the global index pi).
 template <typename Ts>
 __device__ __forceinline__ Ts optim_state_store_value(float x, unsigned long long key, size_t pi) {
     if constexpr (sizeof(Ts) == 2) return bf16_round_stochastic(x, srng_bits(key, pi, 1));
@@ -200,7 +200,7 @@ __device__ __forceinline__ void optim_load4(const T* p, float (&out)[4]) {
     }
 }
 
-// Sum over the block's 256 threads of one value each, as optim_tree256_f32/f64 (llmc/optim/optim.h)
+// Sum over the block's 256 threads of one value each, as optim_tree256_f32/f64 (llmc/optim/update.h)
 // adds: x[t] += x[t + w] for w = 128 ... 1 (shared memory down to 32, then warp 0 by shuffles,
 // which add the same pairs). Valid in thread 0; red has 256 entries; the caller synchronizes
 // before reusing red.
@@ -220,7 +220,7 @@ __device__ __forceinline__ T optim_tree256(T x, T* red) {
 }
 
 // LAMB's state as the moments kernel sees it (kState: OptimStatePrecision): fp32 m, v; bf16 m16,
-// v16; or int8 q with the small tensors' fp32 state at small_off (llmc/optim/lowp.h).
+// v16; or int8 q with the small tensors' fp32 state at small_off (llmc/optim/storage.h).
 struct LambStateArgs {
     float* m;
     float* v;
@@ -268,8 +268,7 @@ __device__ __forceinline__ void optim_codes_store4(unsigned char* c, bool vec, i
 // Pass 1 of LAMB: one CUDA block of LAMB_THREADS per block of OPT_BLOCK elements; thread t owns
 // elements 4t..4t+3 (h = 0) and 1024+4t.. (h = 1). It updates m, v, stores them (bf16: rounded
 // stochastically; int8: requantized with the block's new absmax) and accumulates p^2 and u^2, u
-// from the stored values, per element slot in h order (lamb_update_cpu's and lamb_lowp_update_cpu's
-// order); then the block's two sums in the halving tree.
+// from the stored values, per element slot in h order (optim_update_cpu's order); then the block's two sums in the halving tree.
 template <typename Tp, typename Tg, bool kMaster, int kState>
 __global__ void __launch_bounds__(LAMB_THREADS)
 lamb_moments_kernel(const Tp* __restrict__ params, const float* __restrict__ master, const Tg* __restrict__ grads,
@@ -458,7 +457,7 @@ lamb_moments_kernel(const Tp* __restrict__ params, const float* __restrict__ mas
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 if (e < nv[h]) {
-                    const float u = lamb_direction(p[h][e], m[h][e], v[h][e], wd, a.inv_bias_corr1, a.inv_bias_corr2, a.eps);
+                    const float u = rule_adam_direction(p[h][e], m[h][e], v[h][e], wd, &a);
                     ap[e] = fmaf(p[h][e], p[h][e], ap[e]);
                     au[e] = fmaf(u, u, au[e]);
                 }
@@ -494,12 +493,12 @@ lamb_trust_kernel(float* __restrict__ trust, const float* __restrict__ partials,
     sp = optim_tree256(sp, red);
     __syncthreads();
     su = optim_tree256(su, red);
-    if (threadIdx.x == 0) trust[s] = lamb_trust_ratio(sp, su);
+    if (threadIdx.x == 0) trust[s] = rule_lamb_trust(sp, su);
 }
 
 // ----------------------------------------------------------------------------
 // int8 state of the elementwise ops (SGD, Lion: m; LAMB's update: m, v read only), blockwise as
-// llmc/optim/lowp.h: one CUDA block of OPT_Q8_THREADS per block of OPT_BLOCK elements, 8 elements
+// llmc/optim/update.h: one CUDA block of OPT_Q8_THREADS per block of OPT_BLOCK elements, 8 elements
 // per thread (128-bit params and grads, 64-bit codes); dequantize, the op in fp32, the block's new
 // absmax, requantize. Tensors under QUANT8_MIN_ELEMS: fp32 m32 (v32), packed.
 

@@ -18,9 +18,9 @@
 
  State: m (n elements, the step's buffer indexes): the matrices' momentum B and the AdamW tensors'
  first moment; v (the AdamW tensors' elements only, packed: adam_off[s] is segment s's first
- element there, OPT_NOT_SMALL for a matrix). fp32, bf16 (rounded stochastically) or int8 (blockwise,
- as every optimizer's: llmc/optim/lowp.h); the AdamW tensors through AdamW's own update of each
- precision. fp32 GPT-2 124M: 4 B/param + 4 B per AdamW element (the embeddings: 32% of the model)
+ element there, OPT_NOT_SMALL for a matrix). fp32, bf16 (rounded stochastically) or int8 (blockwise),
+ stored as every rule's state (llmc/optim/storage.h); the AdamW tensors through the template's
+ update (llmc/optim/update.h) as AdamW. fp32 GPT-2 124M: 4 B/param + 4 B per AdamW element (the embeddings: 32% of the model)
  = 5.27 B/param, where AdamW keeps 8 (+0.27 of scratch).
  The Newton-Schulz products run through a matrix-multiply hook (OptimGemm: OpenBLAS's sgemm on
  the CPU), so the optimizer library needs no BLAS of its own; the scratch (X, its next value,
@@ -32,7 +32,6 @@
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
-#include "llmc/optim/lowp.h"
 #include "llmc/optim/optim.h"
 
 #define MUON_NS_STEPS 5
@@ -237,119 +236,88 @@ static inline void muon_orthogonalize(OptimGemm gemm, float* u, size_t rows, siz
     }
 }
 
-// Muon's state as the step sees it: the first moments by the step's offsets (fp32 m, bf16 m16 or
-// int8 q.qm with q.absmax_m per block, q.m32 for small tensors), the AdamW tensors' second moments
-// packed by adam_off (v, v16 or q.qv; int8: q.absmax_v by the same block index as m's, q.v32 by the
-// same small offset), and the scratch.
+// Muon's state as the step sees it: the state per slot (the first moments by the step's offsets;
+// the AdamW tensors' second moments packed by adam_off, int8's absmax and small fp32 state by the
+// same block and small index as m's), the table, and the scratch.
 typedef struct {
-    OptimStatePrecision prec;
-    float *m, *v;
-    uint16_t *m16, *v16;
-    Adamw8Buffers q;
-    const Quant8Index* ix;  // int8: the quantize indexes of the two maps (m, v)
-    const size_t *block0, *small_off, *adam_off;
+    OptimSlots slots;
+    const OptimTable* t;
+    const size_t* adam_off;
     float* work;
 } MuonBuffers;
 
-// AdamW on segment s of Muon's AdamW tensors: the whole-model update functions of each precision
-// on a one-segment table rebased to the segment (its grads and state pointers moved to it; v at the
+// AdamW on segment s of Muon's AdamW tensors: the template's update (llmc/optim/update.h) on a
+// one-segment table rebased to the segment (its grads and state pointers moved to it; v at the
 // packed offset; the parameters keep their global index, which also keys stochastic rounding).
-static inline void muon_adamw_segment(const MuonBuffers* M, int s, const OptimSegment* sg, float* params,
+static inline void muon_adamw_segment(const MuonBuffers* M, const OptimConfig* c, int s, float* params,
                                       const float* grads, const OptimStepArgs* a, float grad_scale) {
-    OptimSegment one = *sg;
+    const OptimTable* t = M->t;
+    OptimSegment one = t->segs[s];
     one.offset = 0;
-    const size_t off = sg->offset, vo = M->adam_off[s];
-    if (M->prec == OPT_STATE_BF16) {
-        adamw_state16_update_cpu(params, grads + off, M->m16 + off, M->v16 + vo, NULL, &one, 1, a, grad_scale, 0);
-    } else if (M->prec == OPT_STATE_INT8) {
-        Adamw8Buffers q = M->q;
-        const size_t b0 = M->block0[s], so = M->small_off[s];
-        q.qm += off;
-        q.qv += vo;
-        q.absmax_m += b0;
-        q.absmax_v += b0;
-        if (so != OPT_NOT_SMALL) { q.m32 += so; q.v32 += so; }
-        const size_t block0[2] = {0, M->block0[s + 1] - b0}, small_off[1] = {so == OPT_NOT_SMALL ? OPT_NOT_SMALL : 0};
-        adamw_int8_update_cpu(params, grads + off, &q, M->ix, &one, 1, block0, small_off, a, grad_scale);
-    } else {
-        const AdamWConsts k = {a->beta1, a->one_minus_beta1, a->beta2, a->one_minus_beta2, a->inv_bias_corr1,
-                               a->inv_bias_corr2, a->eps};
-        const float lr = a->lr * sg->lr_mult, wd = sg->weight_decay;
-        float *p = params + sg->param, *ms = M->m + off, *vs = M->v + vo;
-        const float* g = grads + off;
-        #pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < sg->count; i++) adamw_element(&p[i], &ms[i], &vs[i], g[i] * grad_scale, &k, lr, wd);
+    const size_t off = t->segs[s].offset, vo = M->adam_off[s], b0 = t->block0[s], so = t->small_off[s];
+    const size_t block0[2] = {0, t->block0[s + 1] - b0}, small_off[1] = {so == OPT_NOT_SMALL ? OPT_NOT_SMALL : 0};
+    const OptimTable t1 = {&one, 1, block0, small_off, t->ix};
+    OptimSlots r = M->slots;
+    const size_t at[2] = {off, vo};  // where m's and v's elements start
+    for (int k = OPT_SLOT_M; k <= OPT_SLOT_V; k++) {
+        if (r.f32[k] != NULL) r.f32[k] += at[k];
+        if (r.h16[k] != NULL) r.h16[k] += at[k];
+        if (r.q8[k] != NULL) r.q8[k] += at[k];
+        if (r.absmax[k] != NULL) r.absmax[k] += b0;
+        if (r.small[k] != NULL && so != OPT_NOT_SMALL) r.small[k] += so;
     }
+    OptimConfig cw = *c;
+    cw.kind = OPT_ADAMW;
+    cw.amsgrad = 0;
+    optim_update_cpu(&cw, a, &t1, &r, params, grads + off, grad_scale, NULL, NULL, NULL);
 }
 
-// A matrix segment's momentum: B <- mu B + g (stored in the state's precision: bf16 rounded
-// stochastically, int8 requantized per block), u = g + mu B (Nesterov, from the unrounded B) or B.
-static inline void muon_momentum_segment(const MuonBuffers* M, int s, const OptimSegment* sg, const float* grads,
-                                         float mu, int nesterov, const OptimStepArgs* a, float grad_scale, float* u) {
-    const size_t off = sg->offset, n = sg->count;
-    const float* g = grads + off;
-    if (M->prec == OPT_STATE_FP32) {
-        float* ms = M->m + off;
-        #pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < n; i++) {
-            const float gi = g[i] * grad_scale, b = fmaf(mu, ms[i], gi);
-            ms[i] = b;
-            u[i] = nesterov ? fmaf(mu, b, gi) : b;
-        }
-    } else if (M->prec == OPT_STATE_BF16) {
-        uint16_t* ms = M->m16 + off;
-        const unsigned long long key = a->rng_key;
-        #pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < n; i++) {
-            const float gi = g[i] * grad_scale, b = fmaf(mu, bf16_bits_to_float(ms[i]), gi);
-            ms[i] = bf16_bits_round_stochastic(b, srng_bits(key, sg->param + i, 1));
-            u[i] = nesterov ? fmaf(mu, b, gi) : b;
-        }
-    } else {
-        const size_t b0 = M->block0[s], nb = M->block0[s + 1] - b0;
-        #pragma omp parallel
-        {
-            float mb[OPT_BLOCK];
-            #pragma omp for schedule(static)
-            for (size_t kb = 0; kb < nb; kb++) {
-                const size_t rel = kb * OPT_BLOCK, rest = n - rel, len = rest < OPT_BLOCK ? rest : OPT_BLOCK;
-                float* ms = optim_q8_block_load(M->q.qm, M->q.absmax_m, M->q.m32, M->q.maps, M->small_off, s, b0 + kb,
-                                                off + rel, rel, len, mb);
-                for (size_t j = 0; j < len; j++) {
-                    const float gi = g[rel + j] * grad_scale, b = fmaf(mu, ms[j], gi);
-                    ms[j] = b;
-                    u[rel + j] = nesterov ? fmaf(mu, b, gi) : b;
-                }
-                if (M->small_off[s] == OPT_NOT_SMALL) {
-                    M->q.absmax_m[b0 + kb] = quant8_block_quantize_fast(mb, len, &M->ix[0], 1, M->q.qm + off + rel);
-                }
-            }
+// A matrix segment's momentum into u (the segment's elements): B <- mu B + g, stored in the state's
+// storage; u = g + mu B (Nesterov, from the unrounded B) or B.
+static inline void muon_momentum_segment(const MuonBuffers* M, const OptimConfig* c, int s, const float* grads,
+                                         const OptimStepArgs* a, float grad_scale, float* u) {
+    const OptimTable* t = M->t;
+    const size_t b0 = t->block0[s], b1 = t->block0[s + 1];
+    #pragma omp parallel
+    {
+        float buf[OPT_BLOCK];
+        #pragma omp for schedule(static)
+        for (size_t b = b0; b < b1; b++) {
+            const OptimBlockAt at = optim_block_at(t->segs, t->block0, t->nseg, b);
+            float* m = update_block_load(&M->slots, c->state, OPT_SLOT_M, t, &at, b, buf);
+            const float* g = grads + at.start;
+            float* ub = u + at.rel;
+            #pragma omp simd
+            for (size_t j = 0; j < at.len; j++) ub[j] = rule_muon_momentum(g[j] * grad_scale, &m[j], c->nesterov, a);
+            update_block_store(&M->slots, c->state, OPT_SLOT_M, t, &at, b, m, a->rng_key, 0);
         }
     }
 }
 
-// One Muon step over the segments (see the top); AdamW's scalars are a's (betas, eps, bias
+// One Muon step over the table's segments (see the top); AdamW's scalars are a's (betas, eps, bias
 // corrections), its learning rate a->lr * c->adamw_lr_mult.
 static inline void muon_update_cpu(OptimGemm gemm, const MuonBuffers* M, float* params, const float* grads,
-                                   const OptimSegment* segs, int nseg, const OptimConfig* c, const OptimStepArgs* a,
-                                   float grad_scale) {
+                                   const OptimConfig* c, const OptimStepArgs* a, float grad_scale) {
+    const OptimSegment* segs = M->t->segs;
+    const int nseg = M->t->nseg;
     OptimStepArgs aw = *a;
     aw.lr = a->lr * c->adamw_lr_mult;
     float* u = M->work != NULL ? M->work + muon_scratch_floats(segs, nseg, c->muon_qkv_joined) : NULL;  // (NULL: no matrices)
     for (int s = 0; s < nseg; s++) {
         const OptimSegment* sg = &segs[s];
         if (sg->mat_rows == 0) {
-            muon_adamw_segment(M, s, sg, params, grads, &aw, grad_scale);
+            muon_adamw_segment(M, c, s, params, grads, &aw, grad_scale);
             continue;
         }
-        muon_momentum_segment(M, s, sg, grads, c->momentum, c->nesterov, a, grad_scale, u);
+        if (u == NULL) ls_fatal("optimizer: Muon's scratch is not allocated");
+        muon_momentum_segment(M, c, s, grads, a, grad_scale, u);
         const size_t n = sg->count, rows = muon_rows(sg, c->muon_qkv_joined), cols = sg->mat_cols;
         for (size_t part = 0; part < n / (rows * cols); part++) muon_orthogonalize(gemm, u + part * rows * cols, rows, cols, M->work);
         const float lr = a->lr * sg->lr_mult, step = lr * muon_shape_scale(c->muon_scale, rows, cols);
         const float keep = 1.0f - lr * sg->weight_decay;
         float* p = params + sg->param;
         #pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < n; i++) p[i] = fmaf(-step, u[i], p[i] * keep);
+        for (size_t i = 0; i < n; i++) p[i] = rule_muon_apply(p[i], u[i], step, keep);
     }
 }
 

@@ -36,7 +36,7 @@
  the processes (lamb_trust_reduced in llmc/optim/optim.h).
 
  Combinations: every optimizer with state at every precision (AdamW's bf16 and int8 kernels:
- dev/cuda/adamw.cu versions 6a, 6b; SGD's, Lion's and LAMB's: llmc/optim/lowp.h and
+ dev/cuda/adamw.cu versions 6a, 6b; SGD's, Lion's and LAMB's: llmc/optim/update.h and
  llmc/optim/kernels.cuh); plain SGD (momentum 0) keeps no state, so bf16 or int8 state has no
  meaning for it; Nesterov needs momentum > 0 and no dampening (as torch.optim.SGD).
  optim_config_check says which flags conflict.
@@ -49,7 +49,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "llmc/optim/lowp.h"
 #include "llmc/optim/muon.h"
 #include "llmc/optim/optim.h"
 #include "llmc/optim/quant8.h"
@@ -105,7 +104,7 @@ static inline int optim_config_check(const OptimConfig* c, char* msg, size_t siz
     } else if ((int)c->state < (int)OPT_STATE_FP32 || (int)c->state > (int)OPT_STATE_LAST) {
         snprintf(msg, size, "--opt-state: unknown state precision %d (fp32, bf16, int8 or fp16)", (int)c->state);
     } else if (c->state == OPT_STATE_FP16 && c->kind != OPT_ADAMW) {
-        snprintf(msg, size, "--opt-state fp16 is AdamW's (m and sqrt(v) scaled by 2^14, llmc/optim/optim.h); --optimizer %s "
+        snprintf(msg, size, "--opt-state fp16 is AdamW's (m and sqrt(v) scaled by 2^14, llmc/optim/storage.h); --optimizer %s "
                  "takes fp32, bf16 or int8 state", kn);
     } else if (c->state != OPT_STATE_FP32 && c->kind == OPT_SGD && c->momentum == 0.0f) {
         snprintf(msg, size, "--opt-state %s with --optimizer sgd --momentum 0: plain SGD keeps no state to store in %s",
@@ -382,6 +381,17 @@ static inline void optim_state_free(OptimState* st) {
     memset(st, 0, sizeof *st);
 }
 
+// The state's buffers per slot (m, v, vmax), as the update reads them.
+static inline OptimSlots optim_state_slots(const OptimState* st) {
+    OptimSlots o = {{st->m, st->v, st->vmax},
+                    {st->m16, st->v16, st->vmax16},
+                    {st->qm, st->qv, st->qvmax},
+                    {st->absmax_m, st->absmax_v, st->absmax_vmax},
+                    {st->m32, st->v32, st->vmax32},
+                    st->maps};
+    return o;
+}
+
 // One step (step = 1, 2, ... since the state was zeroed) of the configured optimizer over all
 // parameters: params (n) updated in place from grads (n) times grad_scale (the clip scale).
 static inline void optim_step_cpu(OptimState* st, float* params, const float* grads, float lr, int step,
@@ -391,58 +401,19 @@ static inline void optim_step_cpu(OptimState* st, float* params, const float* gr
     if (st->on_device) ls_fatal("optimizer: optim_step_cpu on a device state (use optim_step_gpu)");
     const OptimConfig* c = &st->cfg;
     const OptimStepArgs a = optim_step_args(c, lr, step);
-    const Adamw8Buffers q = {st->qm, st->qv, st->absmax_m, st->absmax_v, st->m32, st->v32, st->maps,
-                             st->qvmax, st->absmax_vmax, st->vmax32};
-    switch (c->kind) {
-        case OPT_ADAMW:
-            if (c->state == OPT_STATE_BF16 || c->state == OPT_STATE_FP16) {
-                adamw_state16_update_cpu(params, grads, st->m16, st->v16, st->vmax16, st->segs, st->nseg, &a, grad_scale,
-                                         c->state == OPT_STATE_FP16);
-            } else if (c->state == OPT_STATE_INT8) {
-                adamw_int8_update_cpu(params, grads, &q, st->q8_index, st->segs, st->nseg, st->block0, st->small_off, &a,
-                                      grad_scale);
-            } else if (c->amsgrad) {
-                adamw_amsgrad_update_cpu(params, grads, st->m, st->v, st->vmax, st->segs, st->nseg, &a, grad_scale);
-            } else { // the trainer's AdamW itself
-                AdamWHyper h = {lr, c->beta1, c->beta2, c->eps, 0.0f, 0.0f};
-                adamw_update_cpu(params, grads, st->m, st->v, st->segs, st->nseg, &h, step, grad_scale);
-            }
-            break;
-        case OPT_SGD:
-        case OPT_LION:
-            if (c->state == OPT_STATE_BF16) {
-                sgd_lion_bf16_update_cpu(c->kind, c->nesterov, params, grads, st->m16, st->segs, st->nseg, &a, grad_scale);
-            } else if (c->state == OPT_STATE_INT8) {
-                sgd_lion_int8_update_cpu(c->kind, c->nesterov, params, grads, &q, st->q8_index, st->segs, st->nseg,
-                                         st->block0, st->small_off, &a, grad_scale);
-            } else if (c->kind == OPT_SGD) {
-                sgd_update_cpu(params, grads, st->m, st->segs, st->nseg, &a, c->nesterov, grad_scale);
-            } else {
-                lion_update_cpu(params, grads, st->m, st->segs, st->nseg, &a, grad_scale);
-            }
-            break;
-        case OPT_LAMB:
-            if (c->state == OPT_STATE_FP32) {
-                lamb_update_cpu(params, grads, st->m, st->v, st->partials, st->trust, st->segs, st->nseg, st->block0, &a,
-                                grad_scale, st->reduce.hook ? &st->reduce : NULL);
-            } else {
-                const LambLowp L = {st->m16, st->v16, c->state == OPT_STATE_INT8 ? &q : NULL, st->q8_index, st->small_off};
-                lamb_lowp_update_cpu(params, grads, &L, st->partials, st->trust, st->segs, st->nseg, st->block0, &a,
-                                     grad_scale, st->reduce.hook ? &st->reduce : NULL);
-            }
-            break;
-        case OPT_MUON:
-            if (st->gemm == NULL) ls_fatal("optimizer: Muon needs a matrix multiply (optim_engine_set_gemm)");
-            if (st->work == NULL && optim_state_work_bytes(c, st->segs, st->nseg) > 0) {  // (none: no matrices here)
-                ls_fatal("optimizer: Muon's scratch is not allocated (OptimEngine.work)");
-            }
-            {
-                const MuonBuffers M = {c->state, st->m, st->v, st->m16, st->v16, q, st->q8_index, st->block0,
-                                       st->small_off, st->adam_off, st->work};
-                muon_update_cpu(st->gemm, &M, params, grads, st->segs, st->nseg, c, &a, grad_scale);
-            }
-            break;
+    const OptimSlots slots = optim_state_slots(st);
+    const OptimTable t = {st->segs, st->nseg, st->block0, st->small_off, st->q8_index};
+    if (c->kind != OPT_MUON) {
+        optim_update_cpu(c, &a, &t, &slots, params, grads, grad_scale, st->partials, st->trust,
+                         st->reduce.hook ? &st->reduce : NULL);
+        return;
     }
+    if (st->gemm == NULL) ls_fatal("optimizer: Muon needs a matrix multiply (optim_engine_set_gemm)");
+    if (st->work == NULL && optim_state_work_bytes(c, st->segs, st->nseg) > 0) {  // (none: no matrices here)
+        ls_fatal("optimizer: Muon's scratch is not allocated (OptimEngine.work)");
+    }
+    const MuonBuffers M = {slots, &t, st->adam_off, st->work};
+    muon_update_cpu(st->gemm, &M, params, grads, c, &a, grad_scale);
 }
 
 #endif // LLMC_OPTIM_STATE_H

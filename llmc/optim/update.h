@@ -1,0 +1,295 @@
+/*
+ update.h: the optimizer's CPU update, written once for every rule (llmc/optim/rules.h) and every
+ storage (llmc/optim/storage.h), over a table of segments (llmc/optim/segments.h: the whole model,
+ or a placement's cut of it: a ZeRO-1 shard, a BAdam block, an offload chunk).
+
+   for each block of OPT_BLOCK elements (OpenMP threads split the blocks):
+       x[slot] = the block's state as fp32     update_block_load   (fp32: the state itself)
+       the rule on each element (p, g, x)      update_block_rule   (rules.h, one loop per rule)
+       the state stored back                    update_block_store  (16-bit: stochastic rounding,
+                                                                     int8: requantized per block)
+   LAMB runs two passes: the moments and per-block sums of p^2 and u^2, then per tensor the trust
+   ratio, then the update from the moments as stored (the direction applied is the one measured).
+
+ The GPU kernels (llmc/optim/kernels.cuh, adamw.cuh, adamw_lowp.cuh) call the same element rules
+ and storage functions in the same order, so a CPU step and a GPU step give the same bits; the
+ blocks are only a unit of work (every rule but LAMB is elementwise, so the cut changes no value).
+
+ Deterministic reductions: LAMB's sums have a fixed order that does not depend on the number of
+ threads (on the CPU) or on the grid (on the GPU): within a block, lane j % 1024 accumulates
+ elements j and j + 1024 with fmaf, four consecutive lanes are added left to right (a GPU
+ thread's 128-bit load), and the 256 sums are added in a halving tree (optim_tree256_*); the
+ blocks of a tensor are summed in double by 256 lanes (block c into lane c % 256, in order) and
+ the same tree.
+
+ Bytes moved per parameter (fp32 params and grads; k state values: AdamW 2, AMSGrad 3, LAMB 2,
+ SGD with momentum and Lion 1): 12 + 8k fp32, 12 + 4k bf16 / fp16, ~12 + 2k int8; LAMB reads
+ its state twice (fp32 40 B).
+*/
+#ifndef LLMC_OPTIM_UPDATE_H
+#define LLMC_OPTIM_UPDATE_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include "llmc/optim/quant8.h"
+#include "llmc/optim/rules.h"
+#include "llmc/optim/segments.h"
+#include "llmc/optim/storage.h"
+#include "llmc/utils.h"
+
+// The table one step runs over: its segments and their blocks (optim_blocks_build), and for int8
+// state the small tensors' places in the packed fp32 state (optim_small_build) and the CPU's
+// quantize indexes of the two maps (signed, unsigned: quant8_index_build).
+typedef struct {
+    const OptimSegment* segs;
+    int nseg;
+    const size_t* block0;     // (nseg + 1)
+    const size_t* small_off;  // (nseg) int8 only: OPT_NOT_SMALL, or the segment's place in `small`
+    const Quant8Index* ix;    // (2) int8 only
+} OptimTable;
+
+// ----------------------------------------------------------------------------
+// a block's state as fp32: loaded, then stored back
+
+// The slot's values of block b (at) as fp32: a pointer into the state when it is fp32 (the rule
+// updates it in place), else buf filled from the stored values.
+static inline float* update_block_load(const OptimSlots* st, OptimStatePrecision prec, int slot, const OptimTable* t,
+                                       const OptimBlockAt* at, size_t b, float* buf) {
+    const size_t len = at->len;
+    if (prec == OPT_STATE_FP32) return st->f32[slot] + at->start;
+    if (prec == OPT_STATE_INT8) {
+        if (t->small_off[at->s] != OPT_NOT_SMALL) return st->small[slot] + t->small_off[at->s] + at->rel;
+        const unsigned char* q = st->q8[slot] + at->start;
+        const float* map = storage8_map(st->maps, slot);
+        const float am = st->absmax[slot][b];
+        for (size_t j = 0; j < len; j++) buf[j] = map[q[j]] * am;
+        return buf;
+    }
+    const uint16_t* h = st->h16[slot] + at->start;
+    const int fp16 = prec == OPT_STATE_FP16;
+    #pragma omp simd
+    for (size_t j = 0; j < len; j++) buf[j] = storage16_load(h[j], fp16, slot);
+    return buf;
+}
+
+// Stores the slot's updated values x of block b. readback: x becomes what was stored (LAMB's
+// second pass and its sums read the stored moments).
+static inline void update_block_store(const OptimSlots* st, OptimStatePrecision prec, int slot, const OptimTable* t,
+                                      const OptimBlockAt* at, size_t b, float* x, unsigned long long key, int readback) {
+    const size_t len = at->len;
+    if (prec == OPT_STATE_FP32) return;  // updated in place
+    if (prec == OPT_STATE_INT8) {
+        if (t->small_off[at->s] != OPT_NOT_SMALL) return;  // fp32, in place
+        unsigned char* q = st->q8[slot] + at->start;
+        const int is_m = slot == OPT_SLOT_M;
+        const float am = quant8_block_quantize_fast(x, len, &t->ix[is_m ? 0 : 1], is_m, q);
+        st->absmax[slot][b] = am;
+        if (readback) {
+            for (size_t j = 0; j < len; j++) x[j] = storage8_load(st->maps, slot, q[j], am);
+        }
+        return;
+    }
+    uint16_t* h = st->h16[slot] + at->start;
+    const int fp16 = prec == OPT_STATE_FP16;
+    const size_t pstart = at->pstart;
+    #pragma omp simd
+    for (size_t j = 0; j < len; j++) {
+        h[j] = storage16_store(x[j], fp16, slot, key, pstart + j);
+        if (readback) x[j] = storage16_load(h[j], fp16, slot);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the elementwise rules over one block (one loop per rule and variant: each vectorizes)
+
+// p, g: the block's parameters and gradients (len); x: its state per slot (rules.h's order).
+static inline void update_block_rule(const OptimConfig* c, const OptimStepArgs* a, float* p, const float* g,
+                                     float grad_scale, float* const* x, size_t len, float lr, float wd) {
+    float *m = x[OPT_SLOT_M], *v = x[OPT_SLOT_V], *vmax = x[OPT_SLOT_VMAX];
+    switch (c->kind) {
+        case OPT_ADAMW:
+            if (c->amsgrad) {
+                #pragma omp simd
+                for (size_t j = 0; j < len; j++) p[j] = rule_amsgrad(p[j], g[j] * grad_scale, &m[j], &v[j], &vmax[j], lr, wd, a);
+            } else {
+                #pragma omp simd
+                for (size_t j = 0; j < len; j++) p[j] = rule_adamw(p[j], g[j] * grad_scale, &m[j], &v[j], lr, wd, a);
+            }
+            break;
+        case OPT_SGD:
+            if (m == NULL) {  // momentum 0: no state
+                #pragma omp simd
+                for (size_t j = 0; j < len; j++) p[j] = rule_sgd_plain(p[j], g[j] * grad_scale, lr, wd);
+            } else if (c->nesterov) {  // NOLINT(bugprone-branch-clone): the bodies differ in a constant
+                #pragma omp simd
+                for (size_t j = 0; j < len; j++) p[j] = rule_sgd(p[j], g[j] * grad_scale, &m[j], 1, lr, wd, a);
+            } else {
+                #pragma omp simd
+                for (size_t j = 0; j < len; j++) p[j] = rule_sgd(p[j], g[j] * grad_scale, &m[j], 0, lr, wd, a);
+            }
+            break;
+        case OPT_LION:
+            #pragma omp simd
+            for (size_t j = 0; j < len; j++) p[j] = rule_lion(p[j], g[j] * grad_scale, &m[j], lr, wd, a);
+            break;
+        case OPT_LAMB:  // (update_lamb_cpu)
+        case OPT_MUON:  // (llmc/optim/muon.h)
+            break;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// LAMB's sums and trust ratios
+
+// The fixed-order sums (see the top): 256 values added in a halving tree, x[t] += x[t + w] for
+// w = 128, 64, ..., 1; the result is x[0]. Destroys x.
+static inline float optim_tree256_f32(float* x) {
+    for (int w = 128; w > 0; w >>= 1)
+        for (int t = 0; t < w; t++) x[t] = x[t] + x[t + w];
+    return x[0];
+}
+static inline double optim_tree256_f64(double* x) {
+    for (int w = 128; w > 0; w >>= 1)
+        for (int t = 0; t < w; t++) x[t] = x[t] + x[t + w];
+    return x[0];
+}
+
+// Block b's sums of p^2 and u^2 into partials[b], partials[nblocks + b], with u from the moments
+// m, v as stored: lane l accumulates elements l, then l + OPT_BLOCK / 2; four lanes, then a tree.
+static inline void lamb_block_sums(const float* p, const float* m, const float* v, size_t len, float wd,
+                                   const OptimStepArgs* a, float* partials, size_t nblocks, size_t b) {
+    float ap[OPT_BLOCK / 2], au[OPT_BLOCK / 2];
+    for (size_t j = 0; j < OPT_BLOCK / 2; j++) ap[j] = au[j] = 0.0f;
+    for (size_t h = 0; h < 2; h++) {
+        const size_t j0 = h * (OPT_BLOCK / 2);
+        const size_t cnt = len > j0 ? (len - j0 < OPT_BLOCK / 2 ? len - j0 : OPT_BLOCK / 2) : 0;
+        const float *pp = p + j0, *mm = m + j0, *vv = v + j0;
+        #pragma omp simd
+        for (size_t l = 0; l < cnt; l++) {
+            const float u = rule_adam_direction(pp[l], mm[l], vv[l], wd, a);
+            ap[l] = fmaf(pp[l], pp[l], ap[l]);
+            au[l] = fmaf(u, u, au[l]);
+        }
+    }
+    float tp[256], tu[256];
+    for (size_t t = 0; t < 256; t++) {
+        tp[t] = ((ap[4 * t] + ap[4 * t + 1]) + ap[4 * t + 2]) + ap[4 * t + 3];
+        tu[t] = ((au[4 * t] + au[4 * t + 1]) + au[4 * t + 2]) + au[4 * t + 3];
+    }
+    partials[b] = optim_tree256_f32(tp);
+    partials[nblocks + b] = optim_tree256_f32(tu);
+}
+
+// LAMB under ZeRO-1 (llmc/optim/engine.h): a tensor's pieces lie in several processes' tables, so
+// its trust ratio needs their sums of squares added over the processes. hook(ctx, x, n) adds x over
+// the processes in place, in the same order on every process; the segments' tensor ids are below
+// ntensors (the same id for a tensor's pieces everywhere).
+typedef struct {
+    void (*hook)(void* ctx, double* x, int n);
+    void* ctx;
+    int ntensors;
+} OptimReduce;
+
+// The trust ratios when the tensors' pieces lie in several processes: per tensor id the sums of its
+// segments' block sums (double, in block order), added over the processes, then each segment's ratio.
+// The CPU and the GPU step (llmc/optim/kernels.cuh) both use it, so they agree bit for bit.
+static inline void lamb_trust_reduced(const OptimSegment* segs, int nseg, const size_t* block0, const float* partials,
+                                      const OptimReduce* red, float* trust) {
+    const size_t nblocks = block0[nseg];
+    double* t = (double*)calloc(2 * (size_t)red->ntensors, sizeof(double));
+    if (t == NULL) ls_fatal("lamb: out of memory for %d tensor sums", red->ntensors);
+    for (int s = 0; s < nseg; s++) {
+        const int id = segs[s].tensor;
+        if (id < 0 || id >= red->ntensors) ls_fatal("lamb: tensor id %d of segment %d (ids below %d)", id, s, red->ntensors);
+        for (size_t b = block0[s]; b < block0[s + 1]; b++) {
+            t[2 * (size_t)id] += (double)partials[b];
+            t[2 * (size_t)id + 1] += (double)partials[nblocks + b];
+        }
+    }
+    red->hook(red->ctx, t, 2 * red->ntensors);
+    for (int s = 0; s < nseg; s++) trust[s] = rule_lamb_trust(t[2 * (size_t)segs[s].tensor], t[2 * (size_t)segs[s].tensor + 1]);
+    free(t);
+}
+
+// LAMB's trust ratios after pass 1, inside the update's parallel region (the loop is an orphaned
+// omp for): per segment, from the block sums of its tensor's pieces in this table (in double,
+// fixed order; one piece: the segment's own blocks), or over the processes (red: ZeRO-1).
+static inline void lamb_trust_cpu(const OptimSegment* segs, int nseg, const size_t* block0, const float* partials,
+                                  const OptimReduce* red, float* trust) {
+    if (red != NULL) {
+        #pragma omp single
+        lamb_trust_reduced(segs, nseg, block0, partials, red, trust);
+        return;
+    }
+    const size_t nblocks = block0[nseg];
+    #pragma omp for schedule(static)
+    for (int s = 0; s < nseg; s++) {
+        double lp[256], lu[256];
+        for (int t = 0; t < 256; t++) lp[t] = lu[t] = 0.0;
+        size_t b0, b1;
+        optim_tensor_blocks(segs, nseg, block0, s, &b0, &b1);
+        for (size_t c = 0; c < b1 - b0; c++) {
+            lp[c % 256] += (double)partials[b0 + c];
+            lu[c % 256] += (double)partials[nblocks + b0 + c];
+        }
+        trust[s] = rule_lamb_trust(optim_tree256_f64(lp), optim_tree256_f64(lu));
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the step
+
+// One step of the configured rule (not Muon: llmc/optim/muon.h) over table t: params (indexed by
+// the segments' param) and grads (by their offset) and the state st (by offset, per slot).
+// grad_scale: the clip scale. LAMB: partials (2 * nblocks) scratch, trust (nseg) written, red NULL
+// or the sums over the processes (ZeRO-1).
+static inline void optim_update_cpu(const OptimConfig* c, const OptimStepArgs* a, const OptimTable* t,
+                                    const OptimSlots* st, float* params, const float* grads, float grad_scale,
+                                    float* partials, float* trust, const OptimReduce* red) {
+    const int nslot = optim_slots(c), lamb = c->kind == OPT_LAMB;
+    const OptimStatePrecision prec = c->state;
+    const size_t nblocks = t->block0[t->nseg];
+    if (lamb && (partials == NULL || trust == NULL)) ls_fatal("optimizer: LAMB's block sums or trust ratios are missing");
+    #pragma omp parallel
+    {
+        float buf[OPT_SLOTS][OPT_BLOCK];
+        float* x[OPT_SLOTS] = {NULL, NULL, NULL};
+        // the rule (LAMB: its moments and the block sums of pass 1)
+        #pragma omp for schedule(static)
+        for (size_t b = 0; b < nblocks; b++) {
+            const OptimBlockAt at = optim_block_at(t->segs, t->block0, t->nseg, b);
+            const OptimSegment* sg = &t->segs[at.s];
+            float* p = params + at.pstart;
+            const float* g = grads + at.start;
+            for (int k = 0; k < nslot; k++) x[k] = update_block_load(st, prec, k, t, &at, b, buf[k]);
+            if (lamb) {
+                float *m = x[OPT_SLOT_M], *v = x[OPT_SLOT_V];
+                #pragma omp simd
+                for (size_t j = 0; j < at.len; j++) rule_adam_moments(g[j] * grad_scale, &m[j], &v[j], a);
+            } else {
+                update_block_rule(c, a, p, g, grad_scale, x, at.len, a->lr * sg->lr_mult, sg->weight_decay);
+            }
+            for (int k = 0; k < nslot; k++) update_block_store(st, prec, k, t, &at, b, x[k], a->rng_key, lamb);
+            if (lamb) lamb_block_sums(p, x[OPT_SLOT_M], x[OPT_SLOT_V], at.len, sg->weight_decay, a, partials, nblocks, b);
+        }
+        if (lamb) {
+            lamb_trust_cpu(t->segs, t->nseg, t->block0, partials, red, trust);
+            // pass 2 (after the barrier above: every trust ratio is known): the update
+            #pragma omp for schedule(static)
+            for (size_t b = 0; b < nblocks; b++) {
+                const OptimBlockAt at = optim_block_at(t->segs, t->block0, t->nseg, b);
+                const OptimSegment* sg = &t->segs[at.s];
+                const float step_lr = (a->lr * sg->lr_mult) * trust[at.s], wd = sg->weight_decay;
+                float* p = params + at.pstart;
+                const float* m = update_block_load(st, prec, OPT_SLOT_M, t, &at, b, buf[OPT_SLOT_M]);
+                const float* v = update_block_load(st, prec, OPT_SLOT_V, t, &at, b, buf[OPT_SLOT_V]);
+                #pragma omp simd
+                for (size_t j = 0; j < at.len; j++) p[j] = rule_lamb_apply(p[j], m[j], v[j], step_lr, wd, a);
+            }
+        }
+    }
+}
+
+#endif // LLMC_OPTIM_UPDATE_H
