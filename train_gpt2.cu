@@ -1,7 +1,7 @@
 /*
  train_gpt2.cu: GPT-2 training on one GPU, mixed precision (bf16 by default, fp32 with
- PRECISION=FP32), matmuls through cuBLASLt, and every step ending with the fused AdamW kernel of
- llmc/optim/adamw.cuh over all parameters in one launch (with --badam, over the active block's slices).
+ PRECISION=FP32), matmuls through cuBLASLt, and every step ending with one fused optimizer launch
+ (llmc/optim/update.cuh) over all parameters (with --badam, over the active block's slices).
 
  It reads top to bottom like train_gpt2.c, the CPU trainer it is tested against: the model
  (parameters, activations, forward, backward, update), the rest of the trainer interface
@@ -59,8 +59,7 @@
 #include "llmc/kernels/gelu.cuh"
 #include "llmc/kernels/fused_classifier.cuh"
 #include "llmc/kernels/global_norm.cuh"
-#include "llmc/optim/adamw.cuh"
-#include "llmc/optim/kernels.cuh"
+#include "llmc/optim/engine.cuh"
 #include "llmc/optim/offload.cuh"
 #include "llmc/optim/srng.h"
 #include "llmc/dist/nccl_comm.cuh"
@@ -133,7 +132,7 @@ struct GPT2 {
     ParameterTensorsX params;
     floatX* grads_memory;     // (state_elems) device: all parameters, or BAdam's active block (grad_slice)
     size_t state_elems;       // gradient elements: num_parameters, or BAdam's largest block
-    // the optimizer engine (llmc/optim/engine.h, device side in llmc/optim/kernels.cuh): every
+    // the optimizer engine (llmc/optim/engine.h, device side in llmc/optim/engine.cuh): every
     // optimizer and state precision in one device block; BAdam's block and the ZeRO-1 shard are views
     OptimEngine opt;
     int opt_step;             // the optimizer's step of this update (BAdam: counts from the switch)

@@ -1,6 +1,6 @@
 /*
  engine.h: the optimizer engine that both trainers drive; plain C (the device side of the same
- engine: optim_engine_set_view_device in llmc/optim/kernels.cuh).
+ engine: optim_engine_set_view_device in llmc/optim/engine.cuh).
 
  One engine holds every optimizer and state precision (llmc/optim/state.h) in one block of memory,
  and the placements are views of it (llmc/optim/views.h): the step's segment table says which
@@ -279,7 +279,7 @@ static inline int optim_engine_view_of_step(const OptimEngine* e, int step) {
 }
 
 // How a view's state is set up over the engine's block: optim_state_init (host memory) or
-// optim_state_attach_device (llmc/optim/kernels.cuh).
+// optim_state_attach_device (llmc/optim/engine.cuh).
 typedef void (*OptimStateSetup)(OptimState* st, const OptimConfig* cfg, const OptimSegment* segs, int nseg, size_t n,
                                 void* memory);
 

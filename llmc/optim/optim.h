@@ -68,18 +68,5 @@ static inline void adamw_update_cpu(float* params, const float* grads, float* m,
     }
 }
 
-// The 8-bit state of AdamW (llmc/optim/quant8.h), as laid out by optim_blocks_build/optim_small_build.
-typedef struct {
-    unsigned char* qm;  // (n) codes of m, by element index (bytes of small tensors unused)
-    unsigned char* qv;  // (n) codes of v
-    float* absmax_m;    // (nblocks) per block (entries of small tensors unused)
-    float* absmax_v;    // (nblocks)
-    float* m32;         // (nsmall) fp32 m of the small tensors, packed
-    float* v32;         // (nsmall)
-    const float* maps;  // (512) signed map (m) then unsigned map (v, vmax), quant8_maps
-    unsigned char* qx;  // (n) AMSGrad: codes of vmax (unsigned map), or NULL
-    float* absmax_x;    // (nblocks)
-    float* x32;         // (nsmall)
-} Adamw8Buffers;
 
 #endif // LLMC_OPTIM_H

@@ -30,14 +30,14 @@
    lion     4       2       1.006
  Not counted: the host copies of the segment and block tables (a few KB) and, for int8 state on
  the CPU, the quantize indexes (2 x 257 KB, quant8_index_build).
- The GPU uses the same layout in device memory (llmc/optim/kernels.cuh: optim_state_init_device,
+ The GPU uses the same layout in device memory (llmc/optim/engine.cuh: optim_state_init_device,
  optim_step_gpu). BAdam's reset: optim_state_zero (host) / optim_state_zero_device,
  then steps count from 1 again. LAMB under ZeRO-1: `reduce` sums the trust ratios' norms over
  the processes (lamb_trust_reduced in llmc/optim/optim.h).
 
  Combinations: every optimizer with state at every precision (AdamW's bf16 and int8 kernels:
  dev/cuda/adamw.cu versions 6a, 6b; SGD's, Lion's and LAMB's: llmc/optim/update.h and
- llmc/optim/kernels.cuh); plain SGD (momentum 0) keeps no state, so bf16 or int8 state has no
+ llmc/optim/engine.cuh); plain SGD (momentum 0) keeps no state, so bf16 or int8 state has no
  meaning for it; Nesterov needs momentum > 0 and no dampening (as torch.optim.SGD).
  optim_config_check says which flags conflict.
 */
@@ -210,7 +210,7 @@ typedef struct {
     void* memory;          // the block holding all of the above
     size_t bytes;          // its size (optim_state_bytes)
     int owns_memory;       // 1: the free function frees it
-    // a state in device memory (llmc/optim/kernels.cuh): the tables' device copies
+    // a state in device memory (llmc/optim/engine.cuh): the tables' device copies
     int on_device;
     OptimSegment* d_segs;    // (nseg)
     size_t* d_block0;      // (nseg + 1)
@@ -292,7 +292,7 @@ static inline size_t optim_state_work_bytes(const OptimConfig* cfg, const OptimS
 }
 
 // The state as a fresh run starts it: moments 0 (int8: the codes of 0, absmax 0), and the maps.
-// Host memory only (the GPU side: optim_state_zero_device in llmc/optim/kernels.cuh).
+// Host memory only (the GPU side: optim_state_zero_device in llmc/optim/engine.cuh).
 static inline void optim_state_zero(OptimState* st) {
     memset(st->memory, 0, st->bytes);
     if (st->qm != NULL) memset(st->qm, QUANT8_ZERO_SIGNED, st->n);
