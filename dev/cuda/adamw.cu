@@ -671,15 +671,10 @@ struct CpuTwin {
 };
 
 static void cpu_twin_step(CpuTwin& tw, const std::vector<float>& g, const LabHyper& hp, int t, float scale) {
-    AdamWHyper h;
-    h.lr = hp.lr;
-    h.beta1 = hp.beta1;
-    h.beta2 = hp.beta2;
-    h.eps = hp.eps;
-    h.weight_decay = 0.0f; // per segment
-    h.grad_clip = 0.0f;    // the scale is given
+    const OptimConfig c = lab_config(hp);  // (weight decay per segment; the clip scale is given)
     LabOmpLimit omp((long long)tw.p.size());
-    adamw_update_cpu(tw.p.data(), g.data(), tw.m.data(), tw.v.data(), tw.segs.data(), (int)tw.segs.size(), &h, t, scale);
+    adamw_update_cpu(tw.p.data(), g.data(), tw.m.data(), tw.v.data(), tw.segs.data(), (int)tw.segs.size(), &c, hp.lr, t,
+                     scale);
 }
 
 static bool cpu_twin_report(const CpuTwin& tw, const Bufs& b, int t) {

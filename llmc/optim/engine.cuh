@@ -148,13 +148,6 @@ static inline void optim_engine_begin_step_device(OptimEngine* e, const OptimPla
     optim_engine_seed_step(e, plan);
 }
 
-// optim_engine_set_hyper for a device state (the changed segment table uploaded).
-static inline void optim_engine_set_hyper_device(OptimEngine* e, float beta1, float beta2, float eps, float weight_decay) {
-    if (optim_engine_set_hyper(e, beta1, beta2, eps, weight_decay) && e->st.d_segs != NULL) {
-        cudaCheck(cudaMemcpy(e->st.d_segs, e->st.segs, (size_t)e->st.nseg * sizeof(OptimSegment), cudaMemcpyHostToDevice));
-    }
-}
-
 // One update of the current view (optim_step_gpu; nothing for an empty view).
 template <typename Tp, typename Tg>
 void optim_engine_step_gpu(OptimEngine* e, Tp* params, float* master, const Tg* grads, float lr, int step,

@@ -1,16 +1,15 @@
 /*
- state.h: the optimizer's state and its one CPU entry point (the engine's views of it:
- llmc/optim/engine.h). An OptimState owns
- (or borrows) one block of memory holding everything the optimizer keeps between steps, carved
- with 64-byte aligned offsets; optim_state_bytes() is its exact size for the memory model, and
- optim_step_cpu() runs the fused update of llmc/optim/optim.h that the configuration names.
+ state.h: the optimizer's state (the engine's views of it and the step, optim_step_cpu:
+ llmc/optim/engine.h). An OptimState owns (or borrows) one block of memory holding everything the
+ optimizer keeps between steps, carved with 64-byte aligned offsets; optim_state_bytes() is its
+ exact size for the memory model.
 
    OptimConfig cfg = optim_config_default(OPT_LION);     // then set what the flags say
    char why[256];
    if (!optim_config_check(&cfg, why, sizeof why)) ls_fatal("%s", why);  // names the flags
    OptimState st;
    optim_state_init(&st, &cfg, segs, nseg, n, NULL);          // NULL: it allocates
-   optim_step_cpu(&st, params, grads, lr, step, clip_scale);  // step = 1, 2, ...
+   optim_step_cpu(&st, params, grads, lr, step, clip_scale);  // step = 1, 2, ... (engine.h)
    optim_state_free(&st);
 
  State per parameter (the memory table's numbers; per block of OPT_BLOCK elements, per element of
@@ -390,30 +389,6 @@ static inline OptimSlots optim_state_slots(const OptimState* st) {
                     {st->m32, st->v32, st->vmax32},
                     st->maps};
     return o;
-}
-
-// One step (step = 1, 2, ... since the state was zeroed) of the configured optimizer over all
-// parameters: params (n) updated in place from grads (n) times grad_scale (the clip scale).
-static inline void optim_step_cpu(OptimState* st, float* params, const float* grads, float lr, int step,
-                                      float grad_scale) {
-    if (step < 1) ls_fatal("optimizer: step %d (steps count from 1)", step);
-    if (!isfinite(lr)) ls_fatal("optimizer: learning rate %g", lr);
-    if (st->on_device) ls_fatal("optimizer: optim_step_cpu on a device state (use optim_step_gpu)");
-    const OptimConfig* c = &st->cfg;
-    const OptimStepArgs a = optim_step_args(c, lr, step);
-    const OptimSlots slots = optim_state_slots(st);
-    const OptimTable t = {st->segs, st->nseg, st->block0, st->small_off, st->q8_index};
-    if (c->kind != OPT_MUON) {
-        optim_update_cpu(c, &a, &t, &slots, params, grads, grad_scale, st->partials, st->trust,
-                         st->reduce.hook ? &st->reduce : NULL);
-        return;
-    }
-    if (st->gemm == NULL) ls_fatal("optimizer: Muon needs a matrix multiply (optim_engine_set_gemm)");
-    if (st->work == NULL && optim_state_work_bytes(c, st->segs, st->nseg) > 0) {  // (none: no matrices here)
-        ls_fatal("optimizer: Muon's scratch is not allocated (OptimEngine.work)");
-    }
-    const MuonBuffers M = {slots, &t, st->adam_off, st->work};
-    muon_update_cpu(st->gemm, &M, params, grads, c, &a, grad_scale);
 }
 
 #endif // LLMC_OPTIM_STATE_H
