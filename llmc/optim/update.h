@@ -92,12 +92,9 @@ static inline void update_block_store(const OptimSlots* st, OptimStatePrecision 
     }
     uint16_t* h = st->h16[slot] + at->start;
     const size_t pstart = at->pstart;
-    if (prec == OPT_STATE_BF16) {  // one loop per storage and slot: each vectorizes
+    if (prec == OPT_STATE_BF16) {  // NOLINT(bugprone-branch-clone): a constant differs (one loop per storage vectorizes)
         #pragma omp simd
         for (size_t j = 0; j < len; j++) h[j] = storage16_store(x[j], 0, slot, key, pstart + j);
-    } else if (slot == OPT_SLOT_M) {
-        #pragma omp simd
-        for (size_t j = 0; j < len; j++) h[j] = storage16_store(x[j], 1, OPT_SLOT_M, key, pstart + j);
     } else {
         #pragma omp simd
         for (size_t j = 0; j < len; j++) h[j] = storage16_store(x[j], 1, slot, key, pstart + j);
