@@ -11,7 +11,7 @@ OPT     ?= -O3 -march=native
 # -fno-math-errno: sqrtf/expf set no errno, so loops with them vectorize. -fno-trapping-math: no
 # code reads FP exception flags, so floorf vectorizes (GELU, softmax); values are unchanged.
 # -ffp-contract=off: no implicit fused multiply-adds, so explicit fmaf() decides rounding (AdamW
-# agrees bit for bit with the GPU kernel, llmc/optim/adamw.cuh)
+# agrees bit for bit with the GPU kernels, llmc/optim/update.cuh)
 CFLAGS  ?= $(OPT) -std=gnu11 -Wall -Wextra -fno-math-errno -fno-trapping-math -ffp-contract=off -fopenmp -I.
 CXXFLAGS ?= $(OPT) -std=c++17 -Wall -Wextra -fno-math-errno -ffp-contract=off -I.
 # BLAS: prefer the OpenMP build of OpenBLAS (one thread pool with our OpenMP loops; the pthread

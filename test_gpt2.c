@@ -397,10 +397,10 @@ static void test_adamw_and_memory(void) {
         pd[i] = p[i]; md_[i] = m[i]; vd[i] = v[i];
     }
     OptimSegment segs[2] = {optim_segment(0, 500, 0.1f, 1.0f, 0), optim_segment(500, N - 500, 0.0f, 0.5f, 1)};
-    AdamWHyper h = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    const OptimConfig h = optim_config_default(OPT_ADAMW);  // betas 0.9 0.95, eps 1e-8
     int step = 3;
     float scale = 0.5f;
-    adamw_update_cpu(p, g, m, v, segs, 2, &h, step, scale);
+    adamw_update_cpu(p, g, m, v, segs, 2, &h, 1e-2f, step, scale);
     double worst = 0.0;
     for (int i = 0; i < N; i++) {
         double wd = i < 500 ? 0.1 : 0.0, lr = i < 500 ? 1e-2 : 0.5e-2;
@@ -714,6 +714,7 @@ static void test_badam(void) {
     o.badam = 1;
     o.badam_order = BADAM_ASCENDING;
     o.badam_embed = 1;
+    o.weight_decay = 0.1f;
     gpt2_build(&bad, path, 0, 2, 16, &o);
     CpuMemoryOptions bo = {bad.badam.max_block, 0, 1, train_options_optim_sizes(&o, &c, 0, 1).bytes, 0, 0};
     CHECK(bo.opt_state_bytes == bad.opt.bytes && bad.opt.max_elems == bad.badam.max_block, "badam: the state is the largest block's");
@@ -737,12 +738,11 @@ static void test_badam(void) {
     // an update changes the active block only
     float* before = (float*)mallocCheck(pt.total * sizeof(float));
     memcpy(before, bad.params_memory, pt.total * sizeof(float));
-    AdamWHyper h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     gpt2_begin_step(&bad, 2);  // layer 2
     gpt2_forward(&bad, inputs, targets, 2, 16);
     gpt2_backward(&bad, inputs, targets, 2, 16, 1.0f);
-    gpt2_grad_norm(&bad, &h, 1.0f);
-    gpt2_update(&bad, &h, 3);
+    gpt2_grad_norm(&bad, 1.0f, 1.0f);
+    gpt2_update(&bad, 1e-3f, 3);
     size_t changed_in = 0, changed_out = 0, in_block = 0;
     for (size_t i = 0; i < pt.total; i++) {
         int in = 0;

@@ -183,14 +183,13 @@ static void check_model(const char* model_path, const char* state_path) {
 
 // Runs `steps` steps from `first_step` on the reference batch; losses into out.
 static void run_steps(GPT2* model, const RefState* s, int first_step, int steps, float* out) {
-    AdamWHyper h = {3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     for (int i = 0; i < steps; i++) {
         gpt2_begin_step(model, first_step + i);
         gpt2_forward_train(model, s->inputs, s->targets, s->B, s->T, 1.0f);
         gpt2_backward(model, s->inputs, s->targets, s->B, s->T, 1.0f);
-        gpt2_grad_norm(model, &h, 1.0f);
+        gpt2_grad_norm(model, 1.0f, 1.0f);
         out[i] = (float)gpt2_loss_sum(model);
-        gpt2_update(model, &h, first_step + i + 1);
+        gpt2_update(model, 3e-4f, first_step + i + 1);
     }
 }
 
@@ -328,14 +327,13 @@ static void badam_tokens(int* inputs, int* targets) {
 
 // Runs `steps` training steps from `first_step` on one batch; losses into out.
 static void badam_run_steps(GPT2* model, const int* inputs, const int* targets, int first_step, int steps, float* out) {
-    AdamWHyper h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     for (int i = 0; i < steps; i++) {
         gpt2_begin_step(model, first_step + i);
         gpt2_forward_train(model, inputs, targets, BADAM_B, BADAM_T, 1.0f);
         gpt2_backward(model, inputs, targets, BADAM_B, BADAM_T, 1.0f);
-        gpt2_grad_norm(model, &h, 1.0f);
+        gpt2_grad_norm(model, 1.0f, 1.0f);
         out[i] = (float)gpt2_loss_sum(model);
-        gpt2_update(model, &h, first_step + i + 1);
+        gpt2_update(model, 1e-3f, first_step + i + 1);
     }
 }
 
@@ -415,9 +413,8 @@ static void check_badam(void) {
             gpt2_forward(&bad, inputs, targets, BADAM_B, BADAM_T);
             gpt2_backward(&bad, inputs, targets, BADAM_B, BADAM_T, 1.0f);
             download_floatx(before, bad.params_memory, np);
-            AdamWHyper h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
-            gpt2_grad_norm(&bad, &h, 1.0f);
-            gpt2_update(&bad, &h, 2);
+            gpt2_grad_norm(&bad, 1.0f, 1.0f);
+            gpt2_update(&bad, 1e-3f, 2);
             download_floatx(after, bad.params_memory, np);
             size_t changed_in = 0, changed_out = 0, in_block = 0;
             for (size_t i = 0; i < np; i++) {

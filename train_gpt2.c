@@ -669,7 +669,7 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
 // Sums the gradients over the processes (ZeRO-1: each keeps its shard of the sum) and returns
 // their global norm before clipping; the update that follows clips with it. The training loop
 // looks at the norm first, so a NaN/Inf or outlier step can be skipped before anything changes.
-static float gpt2_grad_norm(GPT2* model, const AdamWHyper* h, float inv_loss_scale) {
+static float gpt2_grad_norm(GPT2* model, float grad_clip, float inv_loss_scale) {
     const Comm* comm = model->comm;
     float norm;
     if (model->zero_stage >= 1) {  // (BAdam: the active block's compact gradients in the block's parts)
@@ -690,7 +690,7 @@ static float gpt2_grad_norm(GPT2* model, const AdamWHyper* h, float inv_loss_sca
     }
     norm *= inv_loss_scale;  // (loss scaling: the gradients hold S times theirs)
     model->grad_norm = norm;
-    model->clip_scale = clip_scale_of(norm, h->grad_clip) * inv_loss_scale;
+    model->clip_scale = clip_scale_of(norm, grad_clip) * inv_loss_scale;
     return norm;
 }
 
@@ -716,13 +716,11 @@ static void zero_gather_params(GPT2* model) {
 
 // Clip (with the scale of gpt2_grad_norm) and update with the optimizer engine: all parameters,
 // the BAdam block, or the ZeRO-1 shard (then all-gather). The step counter is the plan's (BAdam:
-// from the switch); lr, betas, eps and weight decay are h's, the rest of the optimizer's settings
-// were fixed at build.
-static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
+// from the switch); lr is this step's, the rest of the optimizer's settings were fixed at build.
+static void gpt2_update(GPT2* model, float lr, int step) {
     (void)step;
-    optim_engine_set_hyper(&model->opt, h->beta1, h->beta2, h->eps, h->weight_decay);
     const float* grads = model->zero_stage >= 1 ? model->grad_shard : model->grads_memory;
-    optim_engine_step_cpu(&model->opt, model->params_memory, grads, h->lr, model->opt_step, model->clip_scale);
+    optim_engine_step_cpu(&model->opt, model->params_memory, grads, lr, model->opt_step, model->clip_scale);
     zero_gather_params(model);
 }
 
@@ -859,10 +857,10 @@ int main(int argc, char** argv) {
             }
             if (run_inject_nan(&run, step)) { gpt2_poison_grads(&model); }  // testing: --inject-nan
             run_lr(&run, step);
-            float norm = gpt2_grad_norm(&model, &run.hyper, run_inv_loss_scale(&run));  // over the processes, before clipping
+            float norm = gpt2_grad_norm(&model, run.o.grad_clip, run_inv_loss_scale(&run));  // over the processes, before clipping
             double loss = run_mean_loss(&run, gpt2_loss_sum(&model));
             int skip = run_guard(&run, loss, norm);  // NaN/Inf or an outlier: no update
-            if (!skip) { gpt2_update(&model, &run.hyper, step + 1); }  // clip, optimizer step
+            if (!skip) { gpt2_update(&model, run.lr, step + 1); }  // clip, optimizer step
             if (!run_step_end(&run, &model, step, loss, norm, skip)) { break; }  // step line; --max-skips
         }
     }

@@ -1,7 +1,7 @@
 /*
  train_gpt2.cu: GPT-2 training on one GPU, mixed precision (bf16 by default, fp32 with
- PRECISION=FP32), matmuls through cuBLASLt, and every step ending with the fused AdamW kernel of
- llmc/optim/adamw.cuh over all parameters in one launch (with --badam, over the active block's slices).
+ PRECISION=FP32), matmuls through cuBLASLt, and every step ending with one fused optimizer launch
+ (llmc/optim/update.cuh) over all parameters (with --badam, over the active block's slices).
 
  It reads top to bottom like train_gpt2.c, the CPU trainer it is tested against: the model
  (parameters, activations, forward, backward, update), the rest of the trainer interface
@@ -59,8 +59,7 @@
 #include "llmc/kernels/gelu.cuh"
 #include "llmc/kernels/fused_classifier.cuh"
 #include "llmc/kernels/global_norm.cuh"
-#include "llmc/optim/adamw.cuh"
-#include "llmc/optim/kernels.cuh"
+#include "llmc/optim/engine.cuh"
 #include "llmc/optim/offload.cuh"
 #include "llmc/optim/srng.h"
 #include "llmc/dist/nccl_comm.cuh"
@@ -133,7 +132,7 @@ struct GPT2 {
     ParameterTensorsX params;
     floatX* grads_memory;     // (state_elems) device: all parameters, or BAdam's active block (grad_slice)
     size_t state_elems;       // gradient elements: num_parameters, or BAdam's largest block
-    // the optimizer engine (llmc/optim/engine.h, device side in llmc/optim/kernels.cuh): every
+    // the optimizer engine (llmc/optim/engine.h, device side in llmc/optim/engine.cuh): every
     // optimizer and state precision in one device block; BAdam's block and the ZeRO-1 shard are views
     OptimEngine opt;
     int opt_step;             // the optimizer's step of this update (BAdam: counts from the switch)
@@ -910,7 +909,7 @@ static size_t badam_active_elems(const GPT2* model) {
 // The global norm of the gradients before clipping (BAdam: of the active block), and on the
 // device the clip scale that gpt2_update applies. One sync: the training loop looks at the norm
 // first, so a NaN/Inf or outlier step can be skipped before anything changes.
-static float gpt2_grad_norm(GPT2* model, const AdamWHyper* h, float inv_loss_scale) {
+static float gpt2_grad_norm(GPT2* model, float grad_clip, float inv_loss_scale) {
     cudaStream_t s = model->stream;
     if (model->use_badam && model->num_slices == 0) { ls_fatal("gpt2_grad_norm: BAdam needs gpt2_begin_step first (no active block)"); }
     float* partials = model->d_norm_scratch;
@@ -936,7 +935,7 @@ static float gpt2_grad_norm(GPT2* model, const AdamWHyper* h, float inv_loss_sca
     }
     global_norm_squared(sumsq, grads, n_grads, partials, s);
     if (nc && model->zero_stage >= 1) { nccl_allreduce_sum_f32(nc, sumsq, 1, s); }  // over the shards
-    global_norm_clip_scale(scale, norm, sumsq, h->grad_clip, s, inv_loss_scale);
+    global_norm_clip_scale(scale, norm, sumsq, grad_clip, s, inv_loss_scale);
     float norm_host = 0.0f;
     cudaCheck(cudaMemcpyAsync(&norm_host, norm, sizeof(float), cudaMemcpyDeviceToHost, s));
     if (nc) { nccl_comm_sync(nc, s, "the gradient reduction"); } else { cudaCheck(cudaStreamSynchronize(s)); }
@@ -952,19 +951,17 @@ static LS_UNUSED void gpt2_poison_grads(GPT2* model) {
 // Clip (with the device scale of gpt2_grad_norm) and update with the optimizer engine: all
 // parameters, the BAdam block or the ZeRO-1 shard (then all-gather); --offload streams fp32 AdamW's
 // state through the staging buffers. The step counter is the plan's (BAdam: from the switch).
-static void gpt2_update(GPT2* model, const AdamWHyper* h, int step) {
+static void gpt2_update(GPT2* model, float lr, int step) {
     (void)step;  // the plan's opt_step counts the optimizer's steps
     cudaStream_t s = model->stream;
     const float* scale = model->d_norm_scratch + GLOBAL_NORM_MAX_BLOCKS + 2;
     const floatX* grads = model->grads_memory;  // ZeRO-1: the shard's; the segments keep the parameters' place
     if (model->zero_stage >= 1) { grads += model->opt.parts[model->nccl->rank]; }
     if (model->offload) {
-        optim_engine_set_hyper(&model->opt, h->beta1, h->beta2, h->eps, h->weight_decay);  // the chunks follow
-        optim_offload_step(&model->offl, &model->opt, model->params_memory, model->master_host, grads, h->lr,
+        optim_offload_step(&model->offl, &model->opt, model->params_memory, model->master_host, grads, lr,
                            model->opt_step, true, scale, s);
     } else {
-        optim_engine_set_hyper_device(&model->opt, h->beta1, h->beta2, h->eps, h->weight_decay);
-        optim_engine_step_gpu(&model->opt, model->params_memory, model->master_memory, grads, h->lr, model->opt_step,
+        optim_engine_step_gpu(&model->opt, model->params_memory, model->master_memory, grads, lr, model->opt_step,
                               true, scale, s);
     }
     zero_gather_params(model);  // every process's updated shard to every process
@@ -1241,10 +1238,10 @@ int main(int argc, char** argv) {
             }
             if (run_inject_nan(&run, step)) { gpt2_poison_grads(&model); }  // testing: --inject-nan
             run_lr(&run, step);
-            float norm = gpt2_grad_norm(&model, &run.hyper, run_inv_loss_scale(&run));  // over the processes, before clipping
+            float norm = gpt2_grad_norm(&model, run.o.grad_clip, run_inv_loss_scale(&run));  // over the processes, before clipping
             double loss = run_mean_loss(&run, gpt2_loss_sum(&model));
             int skip = run_guard(&run, loss, norm);  // NaN/Inf or an outlier: no update
-            if (!skip) { gpt2_update(&model, &run.hyper, step + 1); }  // clip, optimizer step
+            if (!skip) { gpt2_update(&model, run.lr, step + 1); }  // clip, optimizer step
             if (!run_step_end(&run, &model, step, loss, norm, skip)) { break; }  // step line; --max-skips
         }
     }

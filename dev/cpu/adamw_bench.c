@@ -11,7 +11,11 @@
  a kernel that beats the probe (noise, a busy machine) sets the ceiling, and a line says so, so no
  percentage exceeds 100%.
 
-   adamw_bench [--desc d12] [--repeats 7] [--torch-python /usr/bin/python3|none]
+   adamw_bench [--desc d12] [--repeats 7] [--torch-python /usr/bin/python3|none] [--rules]
+
+ --rules: instead, every rule (but Muon, whose Newton-Schulz products are matmuls) in every state
+   storage through the engine as train_gpt2.c runs it, with the bytes each one moves per parameter
+   (llmc/optim/update.h's count) and its share of the probe's bandwidth.
 */
 #include <math.h>
 #include <stdio.h>
@@ -28,16 +32,85 @@
 #include "llmc/run/logger.h"
 #include "dev/cpu/bench_util.h"
 
+// a / b in percent, rounded down: only the ceiling itself reads 100% (a share of 99.6% printed as
+// 100% would hide that something beat the row).
+static double bench_share(double a, double b) { return floor(100.0 * a / b + 1e-9); }
+
+// The state bytes per parameter one step reads and writes (k values, each read and written; LAMB
+// reads them twice; int8 ~1 B per value, the absmax per block ignored).
+static double rules_bytes_per_param(const OptimConfig* c) {
+    const int k = optim_slots(c);
+    const double per = c->state == OPT_STATE_FP32 ? 4.0 : c->state == OPT_STATE_INT8 ? 1.0 : 2.0;
+    return 12.0 + (c->kind == OPT_LAMB ? 3.0 : 2.0) * k * per;  // p read and written, g read
+}
+
+// The rules table: optim_engine_step_cpu over the model's view for each rule and storage. The
+// ceiling is the fastest of the probe and the rows (as in the AdamW table: no share above 100%).
+static void bench_rules(const ParamTable* pt, float* p, const float* g, int repeats, double t_probe) {
+    enum { MAX_ROWS = 32 };
+    char name[MAX_ROWS][48];
+    double ms[MAX_ROWS], bpp[MAX_ROWS], gbs[MAX_ROWS];
+    int rows = 0;
+    const size_t n = pt->total;
+    for (int k = OPT_ADAMW; k < OPT_MUON; k++) {
+        for (int s = OPT_STATE_FP32; s <= OPT_STATE_LAST; s++) {
+            for (int ams = 0; ams <= (k == OPT_ADAMW) && rows < MAX_ROWS; ams++) {
+                OptimConfig cfg = optim_config_default((OptimKind)k);
+                cfg.state = (OptimStatePrecision)s;
+                cfg.amsgrad = ams;
+                char why[256];
+                if (!optim_config_check(&cfg, why, sizeof why)) continue;  // (fp16 is AdamW's)
+                OptimEngine e;
+                optim_engine_init(&e, &cfg, pt, NULL, 0.1f, 0, 1, 0);
+                e.memory = mallocCheck(e.bytes);
+                memset(e.memory, 0, e.bytes);
+                e.work = e.work_bytes > 0 ? mallocCheck(e.work_bytes) : NULL;
+                optim_engine_set_view_cpu(&e, OPTIM_VIEW_MODEL);
+                double* t = (double*)mallocCheck((size_t)repeats * sizeof(double));
+                for (int r = -1; r < repeats; r++) {
+                    double t0 = wall_seconds();
+                    optim_engine_step_cpu(&e, p, g, 1e-4f, r + 2, 1.0f);
+                    if (r >= 0) t[r] = wall_seconds() - t0;
+                }
+                snprintf(name[rows], sizeof name[rows], "%s%s | %s", optim_kind_name(cfg.kind), ams ? " (amsgrad)" : "",
+                         optim_precision_name(cfg.state));
+                ms[rows] = 1e3 * bench_median(t, repeats);
+                bpp[rows] = rules_bytes_per_param(&cfg);
+                gbs[rows] = bpp[rows] * (double)n / (ms[rows] / 1e3) / 1e9;
+                rows++;
+                optim_engine_free_cpu(&e);
+                free(e.memory);
+                free(e.work);
+                free(t);
+            }
+        }
+    }
+    double ceiling = 28.0 * (double)n / t_probe / 1e9;
+    const char* best = NULL;
+    for (int r = 0; r < rows; r++) {
+        if (gbs[r] > ceiling) { ceiling = gbs[r]; best = name[r]; }
+    }
+    if (best != NULL) {
+        printf("the probe measured %.1f GB/s, below %s's %.1f GB/s (noise or a busy machine): the shares are of the "
+               "fastest\n\n", 28.0 * (double)n / t_probe / 1e9, best, ceiling);
+    }
+    printf("| rule | state | ms | B/param | GB/s | %% of ceiling |\n|---|---|---|---|---|---|\n");
+    for (int r = 0; r < rows; r++) {
+        printf("| %s | %.1f | %.0f | %.1f | %.0f%% |\n", name[r], ms[r], bpp[r], gbs[r], bench_share(gbs[r], ceiling));
+    }
+}
+
 int main(int argc, char** argv) {
     const char* desc = "d12";
     const char* torch_python = "/usr/bin/python3";
-    int repeats = 7;
+    int repeats = 7, rules = 0;
     for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--rules") == 0) { rules = 1; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "adamw_bench: flag %s needs a value\n", argv[i]); return 2; }
         if (strcmp(argv[i], "--desc") == 0) { desc = argv[++i]; }
         else if (strcmp(argv[i], "--repeats") == 0) { repeats = atoi(argv[++i]); }
         else if (strcmp(argv[i], "--torch-python") == 0) { torch_python = argv[++i]; }
-        else { fprintf(stderr, "adamw_bench: unknown flag %s (--desc D --repeats N --torch-python PATH|none)\n", argv[i]); return 2; }
+        else { fprintf(stderr, "adamw_bench: unknown flag %s (--desc D --repeats N --torch-python PATH|none --rules)\n", argv[i]); return 2; }
     }
     if (repeats < 1 || repeats > 1000) { fprintf(stderr, "adamw_bench: --repeats must be in [1, 1000]\n"); return 2; }
     GPT2Config c;
@@ -53,14 +126,31 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < n; i++) {  // first touch by the threads that will use the pages
         p[i] = 0.01f * (float)(i % 101); g[i] = 0.001f * (float)(i % 37) - 0.018f; m[i] = 0.0f; v[i] = 0.0f;
     }
+    if (rules) {
+        double* tp = (double*)mallocCheck((size_t)repeats * sizeof(double));
+        for (int r = -1; r < repeats; r++) {
+            double t0 = wall_seconds();
+            probe_adamw_pattern(p, g, m, v, n, 0.999f);
+            if (r >= 0) tp[r] = wall_seconds() - t0;
+        }
+        const double t_probe = bench_median(tp, repeats);
+        int threads = 1;
+#ifdef _OPENMP
+        threads = omp_get_max_threads();
+#endif
+        printf("adamw_bench --rules: %s, %zu parameters, %d threads, median of %d; the probe: %.1f ms, %.1f GB/s\n\n", desc,
+               n, threads, repeats, 1e3 * t_probe, 28.0 * (double)n / t_probe / 1e9);
+        bench_rules(&pt, p, g, repeats, t_probe);
+        free(tp); free(p); free(g); free(m); free(v);
+        return 0;
+    }
     OptimSegment segs[NUM_PARAMETER_TENSORS];
     int nseg = optim_segments_build(&pt, 0.1f, segs);
-    AdamWHyper h = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    const float lr = 1e-4f;
     // the trainer's path: the engine's whole-model view, its state block first-touched as above
-    OptimConfig cfg = optim_config_default(OPT_ADAMW);
-    cfg.beta1 = h.beta1; cfg.beta2 = h.beta2; cfg.eps = h.eps;
+    const OptimConfig cfg = optim_config_default(OPT_ADAMW);  // betas 0.9 0.95, eps 1e-8
     OptimEngine e;
-    optim_engine_init(&e, &cfg, &pt, NULL, h.weight_decay, 0, 1, 0);
+    optim_engine_init(&e, &cfg, &pt, NULL, 0.1f, 0, 1, 0);
     e.memory = mallocCheck(e.bytes);
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < e.bytes / sizeof(float); i++) { ((float*)e.memory)[i] = 0.0f; }
@@ -72,9 +162,9 @@ int main(int argc, char** argv) {
         double t0 = wall_seconds();
         probe_adamw_pattern(p, g, m, v, n, 0.999f);
         double t1 = wall_seconds();
-        adamw_update_cpu(p, g, m, v, segs, nseg, &h, r + 2, 1.0f);
+        adamw_update_cpu(p, g, m, v, segs, nseg, &cfg, lr, r + 2, 1.0f);
         double t2 = wall_seconds();
-        optim_engine_step_cpu(&e, p, g, h.lr, r + 2, 1.0f);
+        optim_engine_step_cpu(&e, p, g, lr, r + 2, 1.0f);
         double t3 = wall_seconds();
         if (r >= 0) { t_probe[r] = t1 - t0; t_adamw[r] = t2 - t1; t_engine[r] = t3 - t2; }
     }
@@ -107,17 +197,17 @@ int main(int argc, char** argv) {
                "the fastest\n\n", bytes / tp / 1e9, best, bytes / t_best / 1e9);
     }
     printf("| kernel | ms | GB/s (28 B/param) | %% of ceiling | vs PyTorch |\n|---|---|---|---|---|\n");
-    printf("| probe (AdamW access pattern) | %.1f | %.1f | %.0f%% | |\n", 1e3 * tp, bytes / tp / 1e9, 100.0 * t_best / tp);
+    printf("| probe (AdamW access pattern) | %.1f | %.1f | %.0f%% | |\n", 1e3 * tp, bytes / tp / 1e9, bench_share(t_best, tp));
     char vs[64] = "-";
     if (t_torch > 0) { snprintf(vs, sizeof(vs), "%.2fx faster", t_torch / ta); }
     printf("| leanstep adamw_update_cpu (%d tensors) | %.1f | %.1f | %.0f%% | %s |\n", nseg, 1e3 * ta, bytes / ta / 1e9,
-           100.0 * t_best / ta, vs);
+           bench_share(t_best, ta), vs);
     if (t_torch > 0) { snprintf(vs, sizeof(vs), "%.2fx faster", t_torch / te); }
     printf("| leanstep optim_engine_step_cpu (the trainer's, %d segments) | %.1f | %.1f | %.0f%% | %s |\n", e.st.nseg,
-           1e3 * te, bytes / te / 1e9, 100.0 * t_best / te, vs);
+           1e3 * te, bytes / te / 1e9, bench_share(t_best, te), vs);
     if (t_torch > 0) {
         printf("| torch.optim.AdamW (CPU) | %.1f | %.1f | %.0f%% | 1.00x |\n", 1e3 * t_torch, bytes / t_torch / 1e9,
-               100.0 * t_best / t_torch);
+               bench_share(t_best, t_torch));
     } else {
         printf("| torch.optim.AdamW (CPU) | not measured: no torch interpreter at %s | | | |\n", torch_python);
     }

@@ -5,6 +5,8 @@
   measure it (--peer none: no such column); every CPU MFU is at most 100%.
   adamw_bench: every "% of ceiling" is at most 100%, and where a kernel beat the probe a line says
   so (on sizes this small the probe and the kernels trade places from run to run: several runs).
+  adamw_bench --rules: a row for every rule and storage the optimizer accepts (AdamW and AMSGrad in
+  fp32, bf16, int8, fp16; SGD, LAMB, Lion in fp32, bf16, int8), each at most 100% of the ceiling.
 Usage: test_bench.py --bench-train build/bench_train --adamw-bench build/adamw_bench. Exit 1 on a failure.
 """
 import argparse
@@ -43,6 +45,17 @@ def main():
             fails.append("adamw_bench: %% of ceiling %s (three rows, at most 100%%)" % pct)
         if (pct.get("probe (AdamW access pattern)", 100.0) < 100.0) != probe_beaten:
             fails.append("adamw_bench: the probe below 100%% only with the line that says why: %s" % out)
+    out = subprocess.run([a.adamw_bench, "--rules", "--desc", "L2C64H4", "--repeats", "3"], capture_output=True, text=True,
+                         timeout=300).stdout
+    rows = re.findall(r"^\| (\w+(?: \(amsgrad\))?) \| (\w+) \| [\d.]+ \| \d+ \| [\d.]+ \| ([\d.]+)% \|", out, re.M)
+    want = {(r, s) for r in ("adamw", "adamw (amsgrad)") for s in ("fp32", "bf16", "int8", "fp16")}
+    want |= {(r, s) for r in ("sgd", "lamb", "lion") for s in ("fp32", "bf16", "int8")}
+    got = {(r, s) for r, s, _ in rows}
+    if got != want or len(rows) != len(want):
+        fails.append("adamw_bench --rules: rows %s, expected %s" % (sorted(got), sorted(want)))
+    pct = [float(p) for _, _, p in rows]
+    if not pct or max(pct) > 100.0 or min(pct) <= 0.0:
+        fails.append("adamw_bench --rules: shares of the ceiling %s (at most 100%%)" % pct)
     for f in fails:
         print("FAIL:", f)
     print("test_bench: %s (a kernel beat the probe in %d of 4 runs)" % ("FAIL" if fails else "all checks passed", noted))

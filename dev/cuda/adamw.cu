@@ -8,13 +8,14 @@
        global memory, bias corrections recomputed with powf in every thread)
    2   registers: each value loaded once, bias corrections from the host, FMA-based lerps
    3   vectorized: 128-bit loads/stores, grid-stride loop, segment table in shared memory (the walk
-       of the production kernels, adamw_for_each_chunk of llmc/optim/adamw.cuh)
+       of the production kernels, optim_for_each_chunk of llmc/optim/device.cuh)
    4   mixed precision: bf16 params and grads, fp32 master weights, stochastic rounding to bf16
-   5   production: llmc/optim/adamw.cuh (included, not copied), in its variants (fp32; bf16 + master +
+   5   production: optim_step_gpu of llmc/optim/engine.cuh (included, not copied; AdamW is one rule of
+       the optimizer's elementwise kernel), in its variants (fp32; bf16 + master +
        stochastic rounding; bf16 without master; fp32 params with bf16 grads; AMSGrad)
-   6a  bf16 m and v with stochastic rounding (llmc/optim/adamw_lowp.cuh)
+   6a  bf16 m and v with stochastic rounding (the same kernel; llmc/optim/storage.h)
    6b  8-bit blockwise-quantized m and v, dynamic map + per-block absmax, blocks per tensor, small
-       tensors in fp32 (llmc/optim/adamw_lowp.cuh, llmc/optim/quant8.h)
+       tensors in fp32 (llmc/optim/update.cuh's int8 kernel, llmc/optim/quant8.h)
  Every version takes per-tensor weight decay and lr multipliers from the same segment table and
  the gradient scale from the deterministic global-norm clip (llmc/kernels/global_norm.cuh), which --check
  also verifies (reproducible bits, agreement with float64). Version 5 fp32 is also compared bit
@@ -31,10 +32,33 @@
  kCases with its bytes per parameter and tolerances.
 */
 #include "dev/cuda/lab_optim.h"
-#include "llmc/optim/adamw.cuh"
-#include "llmc/optim/adamw_lowp.cuh"
+#include "llmc/optim/engine.cuh"
 #include "llmc/kernels/global_norm.cuh"
 #include "llmc/optim/optim.h" // the CPU trainer's AdamW, compared bit for bit with version 5
+
+// The hyperparameters of a case (lr is the step's), and the per-step scalars the kernels of
+// versions 2-4 take (the production step computes the same, llmc/optim/rules.h optim_step_args).
+struct LabHyper {
+    float lr, beta1, beta2, eps;
+    int amsgrad;             // keep the running max of v
+    int stochastic_rounding; // bf16 params: 1 stochastic, 0 to nearest even
+    unsigned long long seed;
+};
+
+static OptimConfig lab_config(const LabHyper& hp) {
+    OptimConfig c = optim_config_default(OPT_ADAMW);
+    c.beta1 = hp.beta1;
+    c.beta2 = hp.beta2;
+    c.eps = hp.eps;
+    c.amsgrad = hp.amsgrad;
+    c.seed = hp.seed;
+    return c;
+}
+
+static OptimStepArgs lab_step_args(const LabHyper& hp, int step) {
+    const OptimConfig c = lab_config(hp);
+    return optim_step_args(&c, hp.lr, step);
+}
 
 // ----------------------------------------------------------------------------
 // version 1: naive
@@ -65,7 +89,7 @@ static __device__ __forceinline__ float lerp_fma(float a, float b, float w) { re
 
 static __global__ void adamw_v2_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
                                        float* __restrict__ v, size_t n, const OptimSegment* __restrict__ segs,
-                                       int nseg, AdamWStepArgs a, const float* __restrict__ clip_scale) {
+                                       int nseg, OptimStepArgs a, const float* __restrict__ clip_scale) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     int lo = 0, hi = nseg - 1;
@@ -88,7 +112,7 @@ static __global__ void adamw_v2_kernel(float* __restrict__ p, const float* __res
 // version 3: 128-bit vectorized, grid-stride, segment table in shared memory
 
 static __device__ __forceinline__ void v3_element(float& p, float g, float& m, float& v, float wd, float lr_eff,
-                                                  const AdamWStepArgs& a) {
+                                                  const OptimStepArgs& a) {
     m = lerp_fma(g, m, a.beta1);
     v = lerp_fma(g * g, v, a.beta2);
     float upd = (m * a.inv_bias_corr1) / (sqrtf(v * a.inv_bias_corr2) + a.eps);
@@ -97,7 +121,7 @@ static __device__ __forceinline__ void v3_element(float& p, float g, float& m, f
 
 static __global__ void adamw_v3_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
                                        float* __restrict__ v, size_t n, const OptimSegment* __restrict__ segs,
-                                       int nseg, AdamWStepArgs a, const float* __restrict__ clip_scale) {
+                                       int nseg, OptimStepArgs a, const float* __restrict__ clip_scale) {
     const float scale = *clip_scale;
     // whole-model tables only (param == offset: the second index is i's)
     auto one = [&](size_t i, size_t, float wd, float lr_eff) { v3_element(p[i], g[i] * scale, m[i], v[i], wd, lr_eff, a); };
@@ -113,7 +137,7 @@ static __global__ void adamw_v3_kernel(float* __restrict__ p, const float* __res
         __stcs(reinterpret_cast<float4*>(m) + c, M);
         __stcs(reinterpret_cast<float4*>(v) + c, W);
     };
-    adamw_for_each_chunk<4>(segs, nseg, nullptr, a.lr, n, chunk, one);
+    optim_for_each_chunk<4>(segs, nseg, nullptr, a.lr, n, chunk, one);
 }
 
 // ----------------------------------------------------------------------------
@@ -121,7 +145,7 @@ static __global__ void adamw_v3_kernel(float* __restrict__ p, const float* __res
 
 static __device__ __forceinline__ void v4_element(__nv_bfloat16* p, float* master, const __nv_bfloat16* g, float* m,
                                                   float* v, size_t i, float wd, float lr_eff, float scale,
-                                                  const AdamWStepArgs& a) {
+                                                  const OptimStepArgs& a) {
     float x = master[i], mi = m[i], vi = v[i];
     v3_element(x, (float)g[i] * scale, mi, vi, wd, lr_eff, a);
     master[i] = x;
@@ -133,7 +157,7 @@ static __device__ __forceinline__ void v4_element(__nv_bfloat16* p, float* maste
 static __global__ void adamw_v4_kernel(__nv_bfloat16* __restrict__ p, float* __restrict__ master,
                                        const __nv_bfloat16* __restrict__ g, float* __restrict__ m,
                                        float* __restrict__ v, size_t n, const OptimSegment* __restrict__ segs,
-                                       int nseg, AdamWStepArgs a, const float* __restrict__ clip_scale) {
+                                       int nseg, OptimStepArgs a, const float* __restrict__ clip_scale) {
     const float scale = *clip_scale;
     // whole-model tables only (param == offset: the second index is i's)
     auto one = [&](size_t i, size_t, float wd, float lr_eff) { v4_element(p, master, g, m, v, i, wd, lr_eff, scale, a); };
@@ -154,7 +178,7 @@ static __global__ void adamw_v4_kernel(__nv_bfloat16* __restrict__ p, float* __r
         }
         store128cs(p + i0, out);
     };
-    adamw_for_each_chunk<8>(segs, nseg, nullptr, a.lr, n, chunk, one);
+    optim_for_each_chunk<8>(segs, nseg, nullptr, a.lr, n, chunk, one);
 }
 
 // ----------------------------------------------------------------------------
@@ -207,7 +231,7 @@ enum SType { S_F32, S_BF16, S_Q8 };
 
 struct Case;
 struct Bufs;
-typedef void (*StepFn)(const Case&, Bufs&, const Problem&, const AdamWParams&, int step, cudaStream_t);
+typedef void (*StepFn)(const Case&, Bufs&, const Problem&, const LabHyper&, int step, cudaStream_t);
 
 struct Case {
     const char* id;       // what -v selects
@@ -232,11 +256,13 @@ struct Bufs {
     float* maps = nullptr;
     float* m32 = nullptr;       // 8-bit state: fp32 m, v of the small tensors
     float* v32 = nullptr;
-    OptimBlockTables q8t = {};    // 8-bit state: block tables on the device
+    size_t nblocks = 0, nsmall = 0; // 8-bit state: quantization blocks, small tensors' elements
     OptimSegment* segs = nullptr;
     int nseg = 0;
     float* scale = nullptr;     // [0] clip scale, [1] norm, [2] sum of squares
     float* scratch = nullptr;   // global-norm partials
+    OptimState st = {};         // versions 5, 6a, 6b: the optimizer's state (m, v, ... point into it)
+    bool prod = false;
 };
 
 static unsigned grid_for(size_t work, int block) {
@@ -244,35 +270,28 @@ static unsigned grid_for(size_t work, int block) {
     return (unsigned)std::max<size_t>(1, std::min(b, cap));
 }
 
-static void run_v1(const Case&, Bufs& b, const Problem&, const AdamWParams& hp, int step, cudaStream_t st) {
+static void run_v1(const Case&, Bufs& b, const Problem&, const LabHyper& hp, int step, cudaStream_t st) {
     launch(adamw_v1_kernel, (unsigned)CEIL_DIV(b.n, (size_t)256), 256, 0, st, (float*)b.p, (const float*)b.g,
            (float*)b.m, (float*)b.v, b.n, b.segs, b.nseg, hp.lr, hp.beta1, hp.beta2, hp.eps, step, b.scale);
 }
-static void run_v2(const Case&, Bufs& b, const Problem&, const AdamWParams& hp, int step, cudaStream_t st) {
+static void run_v2(const Case&, Bufs& b, const Problem&, const LabHyper& hp, int step, cudaStream_t st) {
     launch(adamw_v2_kernel, (unsigned)CEIL_DIV(b.n, (size_t)256), 256, 0, st, (float*)b.p, (const float*)b.g,
-           (float*)b.m, (float*)b.v, b.n, b.segs, b.nseg, adamw_step_args(hp, step), b.scale);
+           (float*)b.m, (float*)b.v, b.n, b.segs, b.nseg, lab_step_args(hp, step), b.scale);
 }
-static void run_v3(const Case&, Bufs& b, const Problem&, const AdamWParams& hp, int step, cudaStream_t st) {
-    launch(adamw_v3_kernel, grid_for(b.n / 4 + 1, 512), 512, adamw_segments_smem_bytes(b.nseg), st, (float*)b.p,
-           (const float*)b.g, (float*)b.m, (float*)b.v, b.n, b.segs, b.nseg, adamw_step_args(hp, step), b.scale);
+static void run_v3(const Case&, Bufs& b, const Problem&, const LabHyper& hp, int step, cudaStream_t st) {
+    launch(adamw_v3_kernel, grid_for(b.n / 4 + 1, 512), 512, optim_segments_smem_bytes(b.nseg), st, (float*)b.p,
+           (const float*)b.g, (float*)b.m, (float*)b.v, b.n, b.segs, b.nseg, lab_step_args(hp, step), b.scale);
 }
-static void run_v4(const Case&, Bufs& b, const Problem&, const AdamWParams& hp, int step, cudaStream_t st) {
-    launch(adamw_v4_kernel, grid_for(b.n / 8 + 1, 512), 512, adamw_segments_smem_bytes(b.nseg), st,
+static void run_v4(const Case&, Bufs& b, const Problem&, const LabHyper& hp, int step, cudaStream_t st) {
+    launch(adamw_v4_kernel, grid_for(b.n / 8 + 1, 512), 512, optim_segments_smem_bytes(b.nseg), st,
            (__nv_bfloat16*)b.p, b.master, (const __nv_bfloat16*)b.g, (float*)b.m, (float*)b.v, b.n, b.segs, b.nseg,
-           adamw_step_args(hp, step), b.scale);
+           lab_step_args(hp, step), b.scale);
 }
+// Versions 5, 6a, 6b: the production step, optim_step_gpu (llmc/optim/engine.cuh), on the case's
+// state (alloc_case), as the GPU trainer calls it.
 template <typename Tp, typename Tg>
-static void run_v5(const Case&, Bufs& b, const Problem&, const AdamWParams& hp, int step, cudaStream_t st) {
-    AdamWBuffers<Tp, Tg> buf = {(Tp*)b.p, (const Tg*)b.g, (float*)b.m, (float*)b.v, b.master, b.vmax};
-    adamw_update(buf, b.n, b.segs, b.nseg, hp, step, b.scale, st);
-}
-static void run_v6a(const Case&, Bufs& b, const Problem&, const AdamWParams& hp, int step, cudaStream_t st) {
-    adamw_update_bf16_state((float*)b.p, (float*)nullptr, (const float*)b.g, (__nv_bfloat16*)b.m, (__nv_bfloat16*)b.v, nullptr, b.n,
-                            b.segs, b.nseg, hp, step, b.scale, st);
-}
-static void run_v6b(const Case&, Bufs& b, const Problem&, const AdamWParams& hp, int step, cudaStream_t st) {
-    Adamw8Buffers q = {(unsigned char*)b.m, (unsigned char*)b.v, b.absm, b.absv, b.m32, b.v32, b.maps, nullptr, nullptr, nullptr};
-    adamw_update_8bit((float*)b.p, (float*)nullptr, (const float*)b.g, q, b.n, b.segs, b.q8t, b.nseg, hp, step, b.scale, st);
+static void run_prod(const Case&, Bufs& b, const Problem&, const LabHyper& hp, int step, cudaStream_t st) {
+    optim_step_gpu(&b.st, (Tp*)b.p, b.master, (const Tg*)b.g, hp.lr, step, hp.stochastic_rounding != 0, b.scale, st);
 }
 
 static const Case kCases[] = {
@@ -280,19 +299,19 @@ static const Case kCases[] = {
     {"2", "2  registers+fma", P_F32, false, false, false, false, S_F32, run_v2, false},
     {"3", "3  vectorized", P_F32, false, false, false, false, S_F32, run_v3, false},
     {"4", "4  bf16+master+SR", P_BF16, true, true, false, true, S_F32, run_v4, false},
-    {"5", "5  prod fp32", P_F32, false, false, false, false, S_F32, run_v5<float, float>, true},
-    {"5", "5  prod bf16+master+SR", P_BF16, true, true, false, true, S_F32, run_v5<__nv_bfloat16, __nv_bfloat16>, false},
-    {"5", "5  prod bf16 SR", P_BF16, true, false, false, true, S_F32, run_v5<__nv_bfloat16, __nv_bfloat16>, false},
-    {"5", "5  prod fp32 p, bf16 g", P_F32, true, false, false, false, S_F32, run_v5<float, __nv_bfloat16>, false},
-    {"5", "5  prod fp32 AMSGrad", P_F32, false, false, true, false, S_F32, run_v5<float, float>, false},
-    {"6a", "6a bf16 m,v SR", P_F32, false, false, false, true, S_BF16, run_v6a, false},
-    {"6b", "6b 8-bit m,v", P_F32, false, false, false, false, S_Q8, run_v6b, false},
+    {"5", "5  prod fp32", P_F32, false, false, false, false, S_F32, run_prod<float, float>, true},
+    {"5", "5  prod bf16+master+SR", P_BF16, true, true, false, true, S_F32, run_prod<__nv_bfloat16, __nv_bfloat16>, false},
+    {"5", "5  prod bf16 SR", P_BF16, true, false, false, true, S_F32, run_prod<__nv_bfloat16, __nv_bfloat16>, false},
+    {"5", "5  prod fp32 p, bf16 g", P_F32, true, false, false, false, S_F32, run_prod<float, __nv_bfloat16>, false},
+    {"5", "5  prod fp32 AMSGrad", P_F32, false, false, true, false, S_F32, run_prod<float, float>, false},
+    {"6a", "6a bf16 m,v SR", P_F32, false, false, false, true, S_BF16, run_prod<float, float>, false},
+    {"6b", "6b 8-bit m,v", P_F32, false, false, false, false, S_Q8, run_prod<float, float>, false},
 };
 
 // The hyperparameters of a case: lr 1e-3, beta1 0.9, beta2 0.95, eps 1e-8, seed 1234, index_base 0;
 // AMSGrad and stochastic rounding as the case says.
-static AdamWParams hyper_of(const Case& c) {
-    AdamWParams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0, 1, 1234};
+static LabHyper hyper_of(const Case& c) {
+    LabHyper h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0, 1, 1234};
     h.amsgrad = c.amsgrad;
     h.stochastic_rounding = c.stochastic;
     return h;
@@ -308,37 +327,52 @@ static int bytes_per_param(const Case& c) {
     return b;
 }
 
+static OptimSegment* segs_upload(const std::vector<OptimSegment>& segs) {
+    OptimSegment* d = nullptr;
+    cudaCheck(cudaMalloc((void**)&d, segs.size() * sizeof(OptimSegment)));
+    cudaCheck(cudaMemcpy(d, segs.data(), segs.size() * sizeof(OptimSegment), cudaMemcpyHostToDevice));
+    return d;
+}
+
 static void alloc_case(const Case& c, const Problem& pb, Bufs& b) {
     b.n = pb.n;
     size_t pe = c.ptype == P_F32 ? 4 : 2, ge = c.bf16_grads ? 2 : 4;
-    size_t se = c.state == S_F32 ? 4 : c.state == S_BF16 ? 2 : 1;
     cudaCheck(cudaMalloc(&b.p, pb.n * pe));
     cudaCheck(cudaMalloc(&b.g, pb.n * ge));
-    cudaCheck(cudaMalloc(&b.m, pb.n * se));
-    cudaCheck(cudaMalloc(&b.v, pb.n * se));
     if (c.master) cudaCheck(cudaMalloc((void**)&b.master, pb.n * 4));
-    if (c.amsgrad) cudaCheck(cudaMalloc((void**)&b.vmax, pb.n * 4));
-    if (c.state == S_Q8) {
-        b.q8t = optim_block_tables_upload(pb.segs.data(), (int)pb.segs.size(), true);
-        cudaCheck(cudaMalloc((void**)&b.absm, std::max<size_t>(b.q8t.nblocks, 1) * 4));
-        cudaCheck(cudaMalloc((void**)&b.absv, std::max<size_t>(b.q8t.nblocks, 1) * 4));
-        cudaCheck(cudaMalloc((void**)&b.m32, std::max<size_t>(b.q8t.nsmall, 1) * 4));
-        cudaCheck(cudaMalloc((void**)&b.v32, std::max<size_t>(b.q8t.nsmall, 1) * 4));
-        cudaCheck(cudaMalloc((void**)&b.maps, QUANT8_MAP_FLOATS * 4));
-        std::vector<float> maps(QUANT8_MAP_FLOATS);
-        quant8_maps(maps.data(), maps.data() + 256);
-        cudaCheck(cudaMemcpy(b.maps, maps.data(), QUANT8_MAP_FLOATS * 4, cudaMemcpyHostToDevice));
+    b.prod = c.id[0] == '5' || c.id[0] == '6';
+    if (b.prod) {  // the optimizer's state, zeroed; the lab reads and resets it through b's pointers
+        OptimConfig cfg = lab_config(hyper_of(c));
+        cfg.state = c.state == S_F32 ? OPT_STATE_FP32 : c.state == S_BF16 ? OPT_STATE_BF16 : OPT_STATE_INT8;
+        optim_state_init_device(&b.st, &cfg, pb.segs.data(), (int)pb.segs.size(), pb.n);
+        const OptimSlots sl = optim_state_slots(&b.st);
+        b.m = c.state == S_F32 ? (void*)sl.f32[0] : c.state == S_BF16 ? (void*)sl.h16[0] : (void*)sl.q8[0];
+        b.v = c.state == S_F32 ? (void*)sl.f32[1] : c.state == S_BF16 ? (void*)sl.h16[1] : (void*)sl.q8[1];
+        b.vmax = sl.f32[2];
+        b.absm = sl.absmax[0];
+        b.absv = sl.absmax[1];
+        b.m32 = sl.small[0];
+        b.v32 = sl.small[1];
+        b.maps = b.st.maps;
+        b.nblocks = b.st.nblocks;
+        b.nsmall = b.st.nsmall;
+    } else {  // versions 1-4: fp32 m, v of their own
+        cudaCheck(cudaMalloc(&b.m, pb.n * 4));
+        cudaCheck(cudaMalloc(&b.v, pb.n * 4));
     }
-    b.segs = adamw_segments_upload(pb.segs.data(), (int)pb.segs.size(), pb.n);
+    b.segs = segs_upload(pb.segs);
     b.nseg = (int)pb.segs.size();
     cudaCheck(cudaMalloc((void**)&b.scale, 3 * sizeof(float)));
     cudaCheck(cudaMalloc((void**)&b.scratch, GLOBAL_NORM_MAX_BLOCKS * sizeof(float)));
 }
 
 static void free_case(Bufs& b) {
-    void* ps[] = {b.p, b.g, b.master, b.m, b.v, b.vmax, b.absm, b.absv, b.maps, b.m32, b.v32, b.segs, b.scale, b.scratch};
+    if (b.prod) {
+        optim_state_free_device(&b.st);
+        b.m = b.v = nullptr;
+    }
+    void* ps[] = {b.p, b.g, b.master, b.m, b.v, b.segs, b.scale, b.scratch};
     for (void* p : ps) cudaCheck(cudaFree(p));
-    if (b.q8t.block0 != nullptr) optim_block_tables_free(&b.q8t);
     b = Bufs();
 }
 
@@ -359,15 +393,9 @@ static std::vector<float> init_case(const Case& c, const Problem& pb, Bufs& b) {
         cudaCheck(cudaMemcpy(b.p, h.data(), pb.n * 2, cudaMemcpyHostToDevice));
     }
     if (c.master) cudaCheck(cudaMemcpy(b.master, p0.data(), pb.n * 4, cudaMemcpyHostToDevice));
-    size_t se = c.state == S_F32 ? 4 : c.state == S_BF16 ? 2 : 1;
-    cudaCheck(cudaMemset(b.m, c.state == S_Q8 ? ADAMW8_ZERO_M : 0, pb.n * se));
-    cudaCheck(cudaMemset(b.v, c.state == S_Q8 ? ADAMW8_ZERO_V : 0, pb.n * se));
-    if (c.amsgrad) cudaCheck(cudaMemset(b.vmax, 0, pb.n * 4));
-    if (c.state == S_Q8) {
-        cudaCheck(cudaMemset(b.absm, 0, std::max<size_t>(b.q8t.nblocks, 1) * 4));
-        cudaCheck(cudaMemset(b.absv, 0, std::max<size_t>(b.q8t.nblocks, 1) * 4));
-        cudaCheck(cudaMemset(b.m32, 0, std::max<size_t>(b.q8t.nsmall, 1) * 4));
-        cudaCheck(cudaMemset(b.v32, 0, std::max<size_t>(b.q8t.nsmall, 1) * 4));
+    if (!b.prod) {  // (the production state starts zeroed: optim_state_init_device)
+        cudaCheck(cudaMemset(b.m, 0, pb.n * 4));
+        cudaCheck(cudaMemset(b.v, 0, pb.n * 4));
     }
     return p0;
 }
@@ -398,7 +426,7 @@ static void device_clip_scale(const Case& c, Bufs& b, float max_norm, cudaStream
 
 typedef RefState Ref; // lab_optim.h
 
-static void ref_step(Ref& r, const Problem& pb, const std::vector<float>& g, double scale, const AdamWParams& hp,
+static void ref_step(Ref& r, const Problem& pb, const std::vector<float>& g, double scale, const LabHyper& hp,
                      bool amsgrad, int t) {
     const double b1 = hp.beta1, b2 = hp.beta2, eps = hp.eps;
     const double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
@@ -491,7 +519,7 @@ static Q8Layout q8_layout(const Problem& pb) {
     optim_small_build(pb.segs.data(), nseg, L.small_off.data());
     L.block_of.resize(pb.n);
     for (int s = 0; s < nseg; s++)
-        for (size_t k = 0; k < pb.segs[s].count; k++) L.block_of[pb.segs[s].offset + k] = L.block0[s] + k / ADAMW8_QBLOCK;
+        for (size_t k = 0; k < pb.segs[s].count; k++) L.block_of[pb.segs[s].offset + k] = L.block0[s] + k / OPT_BLOCK;
     return L;
 }
 
@@ -502,11 +530,11 @@ static std::vector<double> download_q8(const void* codes, const float* absmax, c
     const size_t n = pb.n;
     Q8Layout L = q8_layout(pb);
     std::vector<unsigned char> c(n);
-    std::vector<float> am(std::max<size_t>(b.q8t.nblocks, 1)), small(std::max<size_t>(b.q8t.nsmall, 1));
+    std::vector<float> am(std::max<size_t>(b.nblocks, 1)), small(std::max<size_t>(b.nsmall, 1));
     const std::vector<float> map = lab_quant8_maps();
     cudaCheck(cudaMemcpy(c.data(), codes, n, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(am.data(), absmax, am.size() * 4, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(small.data(), f32, small.size() * 4, cudaMemcpyDeviceToHost));
+    if (b.nblocks > 0) cudaCheck(cudaMemcpy(am.data(), absmax, b.nblocks * 4, cudaMemcpyDeviceToHost));
+    if (b.nsmall > 0) cudaCheck(cudaMemcpy(small.data(), f32, b.nsmall * 4, cudaMemcpyDeviceToHost));
     std::vector<double> out(n);
     for (size_t s = 0; s < pb.segs.size(); s++) {
         const OptimSegment& sg = pb.segs[s];
@@ -539,7 +567,7 @@ static std::vector<double> download_q8(const void* codes, const float* absmax, c
 //   absmax for m (0.9/64/2) and 0.0036 for v; errors decay by beta as above. Parameters: the update
 //   uses the fp32 values of this step, but m/v carry quantization errors that change m/sqrt(v)
 //   by up to tens of % for elements much smaller than their block's absmax: abs 0.5 * lr * t.
-static bool check_case(const Case& c, const Problem& pb, const Bufs& b, const Ref& r, const AdamWParams& hp, int t) {
+static bool check_case(const Case& c, const Problem& pb, const Bufs& b, const Ref& r, const LabHyper& hp, int t) {
     size_t bad = 0;
     const size_t n = pb.n;
     std::vector<double> lr_eff(n);
@@ -636,22 +664,17 @@ static bool check_global_norm(const Case& c, Bufs& b, const std::vector<float>& 
 }
 
 // The CPU trainer's update (llmc/optim/optim.h) on the same inputs and the device's clip scale. Equal bits
-// need the same operations (see the banner of llmc/optim/adamw.cuh): reported, not a failure.
+// need the same operations (llmc/optim/rules.h): reported, not a failure.
 struct CpuTwin {
     std::vector<float> p, m, v;
     std::vector<OptimSegment> segs;
 };
 
-static void cpu_twin_step(CpuTwin& tw, const std::vector<float>& g, const AdamWParams& hp, int t, float scale) {
-    AdamWHyper h;
-    h.lr = hp.lr;
-    h.beta1 = hp.beta1;
-    h.beta2 = hp.beta2;
-    h.eps = hp.eps;
-    h.weight_decay = 0.0f; // per segment
-    h.grad_clip = 0.0f;    // the scale is given
+static void cpu_twin_step(CpuTwin& tw, const std::vector<float>& g, const LabHyper& hp, int t, float scale) {
+    const OptimConfig c = lab_config(hp);  // (weight decay per segment; the clip scale is given)
     LabOmpLimit omp((long long)tw.p.size());
-    adamw_update_cpu(tw.p.data(), g.data(), tw.m.data(), tw.v.data(), tw.segs.data(), (int)tw.segs.size(), &h, t, scale);
+    adamw_update_cpu(tw.p.data(), g.data(), tw.m.data(), tw.v.data(), tw.segs.data(), (int)tw.segs.size(), &c, hp.lr, t,
+                     scale);
 }
 
 static bool cpu_twin_report(const CpuTwin& tw, const Bufs& b, int t) {
@@ -684,10 +707,10 @@ static bool cpu_twin_report(const CpuTwin& tw, const Bufs& b, int t) {
     return all_same;
 }
 
-static bool check_views(const Case& c, const Problem& pb, const AdamWParams& hp, int steps); // below
+static bool check_views(const Case& c, const Problem& pb, const LabHyper& hp, int steps); // below
 
 // Runs `steps` steps of one case; checks after steps 1, 2 and the last; then the views.
-static bool check_one(const Case& c, const Problem& pb, const AdamWParams& hp, int steps) {
+static bool check_one(const Case& c, const Problem& pb, const LabHyper& hp, int steps) {
     Bufs b;
     alloc_case(c, pb, b);
     std::vector<float> p0 = init_case(c, pb, b);
@@ -735,7 +758,7 @@ static bool check_one(const Case& c, const Problem& pb, const AdamWParams& hp, i
 // pieces; each part with its own gradients, m, v, master and tables, offset rebased, param
 // global, the parameters shared); after `steps` steps the parameters, master weights and the
 // values of m and v must be the whole model's, bit for bit.
-static bool check_views(const Case& c, const Problem& pb, const AdamWParams& hp, int steps) {
+static bool check_views(const Case& c, const Problem& pb, const LabHyper& hp, int steps) {
     if (c.id[0] != '5' && c.id[0] != '6') return true; // versions 1-4 assume param == offset
     static const char* const kViews[] = {"zero", "badam", "chunks", "pieces"};
     const size_t pe = c.ptype == P_F32 ? 4 : 2;
@@ -846,7 +869,7 @@ static int bench(const std::vector<const Case*>& cases, const Problem& pb, const
     std::vector<float> g;
     make_grads(pb, 1, g);
     for (const Case* c : cases) {
-        const AdamWParams h = hyper_of(*c);
+        const LabHyper h = hyper_of(*c);
         Bufs b;
         alloc_case(*c, pb, b);
         init_case(*c, pb, b);

@@ -343,7 +343,7 @@ struct LabOmpLimit {
 // --check and --bench
 
 // The groups of 8 elements of a problem's int8-sized tensors (QUANT8_MIN_ELEMS) that the blockwise
-// int8 kernels (llmc/optim/adamw_lowp.cuh, kernels.cuh) move with 128-bit loads: 8 whole elements of
+// int8 kernels (llmc/optim/update.cuh) move with 128-bit loads: 8 whole elements of
 // a block, starting on a multiple of 8 both in the step's buffers and in the parameters (blocks start
 // at the tensor's first element, threads at multiples of 8 in the block).
 static inline size_t optlab_vector_groups(const Problem& pb) {

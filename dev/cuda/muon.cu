@@ -34,7 +34,7 @@
 */
 #include "dev/cuda/lab.h"
 #include "llmc/kernels/matmul.cuh"
-#include "llmc/optim/kernels.cuh"
+#include "llmc/optim/engine.cuh"
 
 // ----------------------------------------------------------------------------
 // float64 reference

@@ -1,7 +1,7 @@
 /*
  optimizers.cu: the optimizer family lab. Every optimizer x state precision x parameter format
- through the GPU entry point optim_step_gpu (llmc/optim/kernels.cuh, which also routes AdamW to
- llmc/optim/adamw.cuh and llmc/optim/adamw_lowp.cuh), one driver with two modes:
+ through the GPU entry point optim_step_gpu (llmc/optim/engine.cuh; the kernels of
+ llmc/optim/update.cuh), one driver with two modes:
 
    --check (default)  per case and problem, S steps with a clip scale (odd steps 0.7), then
      (1) against the CPU implementation, optim_step_cpu of llmc/optim/state.h, run on the same
@@ -56,7 +56,7 @@
  To add a case: a row in kCases (an OptimConfig and a parameter format).
 */
 #include "dev/cuda/lab_optim.h"
-#include "llmc/optim/kernels.cuh"
+#include "llmc/optim/engine.cuh"
 #include "llmc/optim/state.h"
 
 // ----------------------------------------------------------------------------

@@ -116,7 +116,7 @@ CUDA_TEST_CMDS += && LEANSTEP_HARNESS_CUBLASLT_GELU=0 $(BUILD)/cuda/matmul --che
 CUDA_TEST_CMDS += $(foreach p,matmul matmul_fp32,&& $(BUILD)/cuda/$(p) --bench -n 40 -c 32 --vocab 96 -s 64 -r 1 >/dev/null)
 CUDA_TEST_CMDS += $(foreach p,attention attention_fp32,&& $(BUILD)/cuda/$(p) --bench -b 1 -t 24 -c 32 --nh 2 -s 64 -r 1 >/dev/null)
 
-# --- the optimizer family (llmc/optim/kernels.cuh, dev/cuda/optimizers.cu) ---------------------------
+# --- the optimizer family (llmc/optim/update.cuh, dev/cuda/optimizers.cu) ----------------------------
 # Every optimizer x state precision x parameter format through optim_step_gpu, against the CPU
 # updates of llmc/optim/optim.h bit for bit and against float64, in both thread orders; --bench once on
 # a tiny problem (the code path only).

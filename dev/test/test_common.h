@@ -142,19 +142,36 @@ static LS_UNUSED void ref_check_grads(const float* grads, const ParamTable* pt, 
 #ifndef REF_LOSS_SCALE
 #define REF_LOSS_SCALE 1.0f
 #endif
+// The options of the reference's steps (gpt2_ref.py state: betas 0.9 0.95, eps 1e-8, weight decay
+// 0.1, clip 1), on top of base (NULL: the flags' defaults).
+static LS_UNUSED TrainOptions ref_options(const TrainOptions* base) {
+    TrainOptions o;
+    if (base != NULL) {
+        o = *base;
+    } else {
+        train_options_defaults(&o);  // (what gpt2_build does without options: the matmul attention)
+    }
+    o.beta1 = 0.9f;
+    o.beta2 = 0.95f;
+    o.eps = 1e-8f;
+    o.weight_decay = 0.1f;
+    o.grad_clip = 1.0f;
+    return o;
+}
+
 // The steps of a reference written with another optimizer (gpt2_ref.py state --optimizer): the
-// trainer built with opts, the hyperparameters h (lr and the rest as the reference's flags).
+// trainer built with opts (ref_options: the reference's flags) at learning rate lr.
 static LS_UNUSED void ref_check_steps_with(const char* model_path, const RefState* s, const RefTolerances* tol,
-                                           const TrainOptions* opts, AdamWHyper h) {
+                                           const TrainOptions* opts, float lr) {
     GPT2 model;
     gpt2_build(&model, model_path, 0, s->B, s->T, opts);
     for (int step = 0; step < s->n_steps; step++) {
         gpt2_begin_step(&model, step);
         gpt2_forward_train(&model, s->inputs, s->targets, s->B, s->T, REF_LOSS_SCALE);
         gpt2_backward(&model, s->inputs, s->targets, s->B, s->T, REF_LOSS_SCALE);
-        gpt2_grad_norm(&model, &h, 1.0f / REF_LOSS_SCALE);
+        gpt2_grad_norm(&model, opts->grad_clip, 1.0f / REF_LOSS_SCALE);
         float l = (float)gpt2_loss_sum(&model);
-        gpt2_update(&model, &h, step + 1);
+        gpt2_update(&model, lr, step + 1);
         CHECK(fabs(l - s->losses[step]) <= tol->steps * fabs(s->losses[step]), "step %d: loss %.6f ref %.6f", step, l,
               s->losses[step]);
         printf("step %d: loss %.6f ref %.6f\n", step, l, s->losses[step]);
@@ -163,8 +180,8 @@ static LS_UNUSED void ref_check_steps_with(const char* model_path, const RefStat
 }
 
 static LS_UNUSED void ref_check_steps(const char* model_path, const RefState* s, const RefTolerances* tol) {
-    AdamWHyper h = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
-    ref_check_steps_with(model_path, s, tol, REF_BUILD_OPTS, h);
+    const TrainOptions o = ref_options(REF_BUILD_OPTS);
+    ref_check_steps_with(model_path, s, tol, &o, 1e-4f);
 }
 
 // Muon's steps against gpt2_ref.py state --optimizer muon (lr 1e-3, momentum 0.95 with Nesterov,
@@ -177,9 +194,9 @@ static LS_UNUSED void ref_check_muon(const char* model_path, const char* state_p
     RefState s;
     ref_load(model_path, state_path, &c, &pt, &s);
     o->optimizer = OPT_MUON;
-    const AdamWHyper h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    const TrainOptions ro = ref_options(o);
     printf("muon:\n");
-    ref_check_steps_with(model_path, &s, tol, o, h);
+    ref_check_steps_with(model_path, &s, tol, &ro, 1e-3f);
     ref_state_free(&s);
 }
 

@@ -51,6 +51,7 @@
 #include "llmc/params.h"
 #include "llmc/run/logger.h"
 #include "llmc/optim/optim.h"
+#include "llmc/optim/engine.h"
 #include "llmc/optim/state.h"
 #include "llmc/optim/views.h"
 #include "dev/cpu/bench_util.h"
@@ -630,11 +631,10 @@ static void test_adamw_identities(void) {
     memcpy(q, p, pb.n * 4);
     OptimState st;
     optim_state_init(&st, &base, pb.segs, pb.nseg, pb.n, NULL);
-    AdamWHyper h = {2e-3f, base.beta1, base.beta2, base.eps, 0.0f, 0.0f};
     for (int t = 1; t <= 3; t++) {
         make_grads(&pb, t, g);
         optim_step_cpu(&st, p, g, 2e-3f, t, 0.5f);
-        adamw_update_cpu(q, g, m, v, pb.segs, pb.nseg, &h, t, 0.5f);
+        adamw_update_cpu(q, g, m, v, pb.segs, pb.nseg, &base, 2e-3f, t, 0.5f);
     }
     report("optim_step_cpu adamw fp32 == adamw_update_cpu (bits)",
            count_diff_bits(p, q, pb.n * 4) == 0 && count_diff_bits(st.m, m, pb.n * 4) == 0, "");
@@ -944,7 +944,6 @@ static void test_plan(void) {
     OptimConfig cfg = optim_config_default(OPT_ADAMW);
     OptimState st;
     optim_state_init(&st, &cfg, segs, nseg, n_state, NULL);
-    AdamWHyper h = {1e-3f, cfg.beta1, cfg.beta2, cfg.eps, 0.1f, 1.0f};
     for (int t = 1; t <= 3; t++) {
         for (size_t i = 0; i < n_state; i++) g[i] = (float)(1e-3 * normalish(9, (uint64_t)t * 1000003u + i));
         optim_step_cpu(&st, a, g, 1e-3f, t, 0.8f);
@@ -952,7 +951,7 @@ static void test_plan(void) {
             const BadamSlice* sl = &p.slices[k];
             const ParamTensor* tt = &pt.t[sl->tensor];
             OptimSegment one = optim_segment(0, sl->count, tt->decay ? 0.1f : 0.0f, tt->lr_mult, 0);
-            adamw_update_cpu(b + sl->offset, g + sl->compact, m + sl->compact, v + sl->compact, &one, 1, &h, t, 0.8f);
+            adamw_update_cpu(b + sl->offset, g + sl->compact, m + sl->compact, v + sl->compact, &one, 1, &cfg, 1e-3f, t, 0.8f);
         }
     }
     long long d = count_diff_bits(a, b, pt.total * sizeof(float)) + count_diff_bits(st.m, m, n_state * sizeof(float));

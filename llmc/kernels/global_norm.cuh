@@ -11,7 +11,7 @@
    global_norm_squared(d_sumsq, grads, n, d_scratch, stream);   // d_scratch: GLOBAL_NORM_MAX_BLOCKS floats
    // multi-GPU: all-reduce *d_sumsq here
    global_norm_clip_scale(d_scale, d_norm, d_sumsq, max_norm, stream);
-   adamw_update(..., d_scale, stream);
+   optim_step_gpu(..., d_scale, stream);                        // llmc/optim/engine.cuh
  max_norm <= 0 turns clipping off (scale 1), as grad_clip = 0 in llmc/optim/optim.h. A non-finite norm
  gives scale 1: check the norm (it is also written to d_norm) before trusting the step.
 */

@@ -1,6 +1,6 @@
 /*
  engine.h: the optimizer engine that both trainers drive; plain C (the device side of the same
- engine: optim_engine_set_view_device in llmc/optim/kernels.cuh).
+ engine: optim_engine_set_view_device in llmc/optim/engine.cuh).
 
  One engine holds every optimizer and state precision (llmc/optim/state.h) in one block of memory,
  and the placements are views of it (llmc/optim/views.h): the step's segment table says which
@@ -279,7 +279,7 @@ static inline int optim_engine_view_of_step(const OptimEngine* e, int step) {
 }
 
 // How a view's state is set up over the engine's block: optim_state_init (host memory) or
-// optim_state_attach_device (llmc/optim/kernels.cuh).
+// optim_state_attach_device (llmc/optim/engine.cuh).
 typedef void (*OptimStateSetup)(OptimState* st, const OptimConfig* cfg, const OptimSegment* segs, int nseg, size_t n,
                                 void* memory);
 
@@ -332,23 +332,31 @@ static inline void optim_engine_begin_step_cpu(OptimEngine* e, const OptimPlan* 
     optim_engine_seed_step(e, plan);
 }
 
-// The step's hyperparameters (the trainers' AdamWHyper: the flags' values, or a test's): betas,
-// eps and weight decay follow them. Returns 1 when the current view's weight decay changed (a
-// device state must upload its segment table again).
-static inline int optim_engine_set_hyper(OptimEngine* e, float beta1, float beta2, float eps, float weight_decay) {
-    e->cfg.beta1 = e->st.cfg.beta1 = beta1;
-    e->cfg.beta2 = e->st.cfg.beta2 = beta2;
-    e->cfg.eps = e->st.cfg.eps = eps;
-    if (weight_decay == e->weight_decay) return 0;
-    if (!(weight_decay >= 0.0f && isfinite(weight_decay))) ls_fatal("optimizer: weight decay %g (finite, >= 0 expected)", weight_decay);
-    e->weight_decay = weight_decay;
-    if (e->st.nseg == 0) return 0;
-    OptimSegment* segs;
-    size_t n;
-    int nseg = optim_engine_view_table(e, e->view, &segs, &n);
-    for (int s = 0; s < nseg && s < e->st.nseg; s++) e->st.segs[s].weight_decay = segs[s].weight_decay;
-    free(segs);
-    return 1;
+// ----------------------------------------------------------------------------
+// the step: the CPU's one entry point, and the engine's
+
+// One step (step = 1, 2, ... since the state was zeroed) of the configured optimizer over all
+// parameters: params (n) updated in place from grads (n) times grad_scale (the clip scale).
+static inline void optim_step_cpu(OptimState* st, float* params, const float* grads, float lr, int step,
+                                      float grad_scale) {
+    if (step < 1) ls_fatal("optimizer: step %d (steps count from 1)", step);
+    if (!isfinite(lr)) ls_fatal("optimizer: learning rate %g", lr);
+    if (st->on_device) ls_fatal("optimizer: optim_step_cpu on a device state (use optim_step_gpu)");
+    const OptimConfig* c = &st->cfg;
+    const OptimStepArgs a = optim_step_args(c, lr, step);
+    const OptimSlots slots = optim_state_slots(st);
+    const OptimTable t = {st->segs, st->nseg, st->block0, st->small_off, st->q8_index};
+    if (c->kind != OPT_MUON) {
+        optim_update_cpu(c, &a, &t, &slots, params, grads, grad_scale, st->partials, st->trust,
+                         st->reduce.hook ? &st->reduce : NULL);
+        return;
+    }
+    if (st->gemm == NULL) ls_fatal("optimizer: Muon needs a matrix multiply (optim_engine_set_gemm)");
+    if (st->work == NULL && optim_state_work_bytes(c, st->segs, st->nseg) > 0) {  // (none: no matrices here)
+        ls_fatal("optimizer: Muon's scratch is not allocated (OptimEngine.work)");
+    }
+    const MuonBuffers M = {slots, &t, st->adam_off, st->work};
+    muon_update_cpu(st->gemm, &M, params, grads, c, &a, grad_scale);
 }
 
 // One update of the current view (step counts from 1 since the view was zeroed).

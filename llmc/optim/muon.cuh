@@ -1,10 +1,11 @@
 /*
  muon.cuh: Muon on the GPU (llmc/optim/muon.h has the algorithm and the CPU update). The step runs
  over runs of consecutive segments (muon_runs_build):
-   AdamW runs (the embeddings, layernorms, biases): optim_adamw_step_gpu on an AdamW sub-state whose
-     segment table is the run's, rebased, and whose buffers lie inside Muon's state (m at the
-     run's offset, v at its packed offset; int8: its blocks and small tensors): AdamW's own kernels
-     in every state precision, the same bits as the CPU's per-segment AdamW.
+   AdamW runs (the embeddings, layernorms, biases): optim_launch<OP_ADAMW> (llmc/optim/update.cuh)
+     on an AdamW sub-state whose segment table is the run's, rebased, and whose buffers lie inside
+     Muon's state (m at the run's offset, v at its packed offset; int8: its blocks and small
+     tensors): the kernels of every rule, in every state precision, the same bits as the CPU's
+     per-segment AdamW.
    matrix runs (the layers of one weight tensor, one shape): (1) muon_momentum_kernel: B = mu B + g
      (fp32 or bf16 state, stochastic rounding stream 1 at the parameter's index, as the CPU), U in
      the parameters' type; (2) the Frobenius norm of each matrix (fixed-order partial sums: the same
@@ -22,6 +23,7 @@
 #include <type_traits>
 #include <cuda_fp16.h>
 #include "llmc/optim/muon.h"
+#include "llmc/optim/update.cuh"
 
 #define MUON_THREADS 256
 
@@ -38,7 +40,7 @@ template <typename Tg, typename Tw, bool kBf16>
 __global__ void muon_momentum_kernel(const Tg* __restrict__ g, float* __restrict__ m32, uint16_t* __restrict__ m16,
                                      Tw* __restrict__ u, size_t n, size_t param0, float mu, int nesterov,
                                      unsigned long long key, const float* __restrict__ clip_scale) {
-    const float scale = adamw_clip_scale(clip_scale);
+    const float scale = optim_clip_scale(clip_scale);
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const float gi = (float)g[i] * scale;
         float b;
@@ -58,19 +60,19 @@ __global__ void muon_momentum_kernel(const Tg* __restrict__ g, float* __restrict
 // codes: the CPU's muon_momentum_segment bit for bit. u holds the piece from state element u_off.
 template <typename Tg, typename Tw>
 __global__ void __launch_bounds__(OPT_Q8_THREADS)
-muon_momentum_int8_kernel(const Tg* __restrict__ grads, Adamw8Buffers q, const OptimSegment* __restrict__ segs,
+muon_momentum_int8_kernel(const Tg* __restrict__ grads, OptimSlots q, const OptimSegment* __restrict__ segs,
                           const size_t* __restrict__ block0, const size_t* __restrict__ small_off, int nseg,
                           size_t b_first, size_t b_count, size_t u_off, Tw* __restrict__ u, float mu, int nesterov,
                           const float* __restrict__ clip_scale) {
     constexpr int V = OPT_BLOCK / OPT_Q8_THREADS;
     __shared__ float red[OPT_Q8_THREADS / 32];
-    const float scale = adamw_clip_scale(clip_scale);
+    const float scale = optim_clip_scale(clip_scale);
     for (size_t b = b_first + blockIdx.x; b < b_first + b_count; b += gridDim.x) {
         const int s = optim_block_segment(block0, nseg, b);
         const OptimSegment sg = segs[s];
         const size_t rel = (b - block0[s]) * OPT_BLOCK, rest = sg.count - rel, len = rest < OPT_BLOCK ? rest : OPT_BLOCK;
         const size_t j0 = (size_t)threadIdx.x * V, start = sg.offset + rel, so = small_off[s];
-        const float am_old = so == OPT_NOT_SMALL ? q.absmax_m[b] : 0.0f;
+        const float am_old = so == OPT_NOT_SMALL ? q.absmax[0][b] : 0.0f;
         float m[V];
         float mx = 0.0f;
 #pragma unroll
@@ -78,20 +80,20 @@ muon_momentum_int8_kernel(const Tg* __restrict__ grads, Adamw8Buffers q, const O
             m[j] = 0.0f;
             if (j0 + j >= len) continue;
             const size_t i = start + j0 + j;
-            const float old = so != OPT_NOT_SMALL ? q.m32[so + rel + j0 + j] : q.maps[q.qm[i]] * am_old;
+            const float old = so != OPT_NOT_SMALL ? q.small[0][so + rel + j0 + j] : q.maps[q.q8[0][i]] * am_old;
             const float gi = (float)grads[i] * scale;
             m[j] = fmaf(mu, old, gi);
             u[i - u_off] = muon_from_float<Tw>(nesterov ? fmaf(mu, m[j], gi) : m[j]);
-            if (so != OPT_NOT_SMALL) q.m32[so + rel + j0 + j] = m[j];
+            if (so != OPT_NOT_SMALL) q.small[0][so + rel + j0 + j] = m[j];
             mx = fmaxf(mx, fabsf(m[j]));
         }
         if (so != OPT_NOT_SMALL) continue;  // (uniform per CUDA block: no barrier skipped by a part)
         const float am = optim_block_max(mx, red), inv = quant8_inv_absmax(am);
 #pragma unroll
         for (int j = 0; j < V; j++) {
-            if (j0 + j < len) q.qm[start + j0 + j] = quant8_quantize(q.maps, m[j] * inv);
+            if (j0 + j < len) q.q8[0][start + j0 + j] = quant8_quantize(q.maps, m[j] * inv);
         }
-        if (threadIdx.x == 0) q.absmax_m[b] = am;
+        if (threadIdx.x == 0) q.absmax[0][b] = am;
     }
 }
 
@@ -301,8 +303,9 @@ static void muon_step_gpu(OptimState* st, Tp* params, float* master, const Tg* g
     for (int ri = 0; ri < P->nruns; ri++) {
         const MuonRun* r = &P->runs[ri];
         if (!r->matrix) {
-            optim_adamw_step_gpu(&P->adam[ri], params, master != nullptr ? master + r->off : nullptr, grads + r->off,
-                                 lr * c->adamw_lr_mult, step, sr, d_clip_scale, stream);
+            OptimState* sub = &P->adam[ri];  // AdamW (amsgrad off: optim_config_check)
+            optim_launch<OP_ADAMW, Tp, Tg>(sub, params, master != nullptr ? master + r->off : nullptr, grads + r->off, nullptr,
+                                           optim_step_args(&sub->cfg, lr * c->adamw_lr_mult, step), sr, d_clip_scale, stream);
             continue;
         }
         const size_t per = r->rows * r->cols;
@@ -318,8 +321,7 @@ static void muon_step_gpu(OptimState* st, Tp* params, float* master, const Tg* g
             if (c->state == OPT_STATE_INT8) {
                 const int s0 = r->first + b0 / r->per_seg, ns = nb / r->per_seg;
                 const size_t bf = st->block0[s0], bc = st->block0[s0 + ns] - bf;
-                const Adamw8Buffers q = {st->qm, st->qv, st->absmax_m, st->absmax_v, st->m32, st->v32, st->maps,
-                                         nullptr, nullptr, nullptr};
+                const OptimSlots q = optim_state_slots(st);
                 const unsigned grid = (unsigned)(bc < (size_t)cuda_sm_count() * 8 ? bc : (size_t)cuda_sm_count() * 8);
                 launch(muon_momentum_int8_kernel<Tg, Tp>, grid > 0 ? grid : 1, OPT_Q8_THREADS, 0, stream, grads, q,
                        (const OptimSegment*)st->d_segs, (const size_t*)st->d_block0, (const size_t*)st->d_small_off,

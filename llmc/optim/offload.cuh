@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <string.h>
 #include "llmc/optim/engine.h"
-#include "llmc/optim/kernels.cuh"
+#include "llmc/optim/engine.cuh"
 
 typedef struct {
     size_t chunk;             // elements asked per chunk (the cut rules may make one longer)

@@ -1,10 +1,10 @@
 /*
- optim.h: the optimizer's host side for the trainers: the per-step hyperparameters, the global
- gradient norm and its clip scale, and the classic fused CPU AdamW loop (adamw_update_cpu: the
+ optim.h: the optimizer's host side for the trainers: the global gradient norm and its clip
+ scale, and the classic fused CPU AdamW loop (adamw_update_cpu: the
  reference the template is checked against, and the CPU benchmark's subject). The optimizer
  itself is written once: the rules (llmc/optim/rules.h) over the storages (llmc/optim/storage.h)
- on a segment table (llmc/optim/segments.h), run on the CPU by llmc/optim/update.h; its state
- and entry point (optim_step_cpu): llmc/optim/state.h.
+ on a segment table (llmc/optim/segments.h), run on the CPU by llmc/optim/update.h; its state:
+ llmc/optim/state.h; its entry point, optim_step_cpu: llmc/optim/engine.h.
 
  AdamW, per element, with t = step (1, 2, ...) and s = clip scale (1 when the norm is below the clip):
    g = s * grad
@@ -25,13 +25,6 @@
 #include "llmc/optim/segments.h"
 #include "llmc/optim/update.h"
 
-typedef struct {
-    float lr;            // learning rate of this step (after the schedule)
-    float beta1, beta2, eps;
-    float weight_decay;  // applied to segments whose tensors decay
-    float grad_clip;     // clip the global norm to this; 0 = off
-} AdamWHyper;
-
 // L2 norm of g[0..n), accumulated in double per thread (then summed in thread order).
 static inline float global_norm_cpu(const float* g, size_t n) {
     double total = 0.0;
@@ -44,19 +37,14 @@ static inline float clip_scale_of(float norm, float grad_clip) {
     return (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
 }
 
-// The fused CPU AdamW over all segments; `step` counts from 1. grad_scale is the clip scale.
+// The fused CPU AdamW over all segments (c: its betas and eps); `step` counts from 1, lr is this
+// step's, grad_scale the clip scale.
 static inline void adamw_update_cpu(float* params, const float* grads, float* m, float* v, const OptimSegment* segs,
-                                    int nseg, const AdamWHyper* h, int step, float grad_scale) {
-    OptimConfig c;
-    memset(&c, 0, sizeof c);
-    c.kind = OPT_ADAMW;
-    c.beta1 = h->beta1;
-    c.beta2 = h->beta2;
-    c.eps = h->eps;
-    const OptimStepArgs a = optim_step_args(&c, h->lr, step);
+                                    int nseg, const OptimConfig* c, float lr, int step, float grad_scale) {
+    const OptimStepArgs a = optim_step_args(c, lr, step);
     #pragma omp parallel
     for (int s = 0; s < nseg; s++) {
-        const float lr = h->lr * segs[s].lr_mult;
+        const float slr = lr * segs[s].lr_mult;
         const float wd = segs[s].weight_decay;
         float* p = params + segs[s].param;
         const float* g = grads + segs[s].offset;
@@ -64,22 +52,9 @@ static inline void adamw_update_cpu(float* params, const float* grads, float* m,
         float* vs = v + segs[s].offset;
         const size_t n = segs[s].count;
         #pragma omp for simd schedule(static) nowait
-        for (size_t i = 0; i < n; i++) p[i] = rule_adamw(p[i], g[i] * grad_scale, &ms[i], &vs[i], lr, wd, &a);
+        for (size_t i = 0; i < n; i++) p[i] = rule_adamw(p[i], g[i] * grad_scale, &ms[i], &vs[i], slr, wd, &a);
     }
 }
 
-// The 8-bit state of AdamW (llmc/optim/quant8.h), as laid out by optim_blocks_build/optim_small_build.
-typedef struct {
-    unsigned char* qm;  // (n) codes of m, by element index (bytes of small tensors unused)
-    unsigned char* qv;  // (n) codes of v
-    float* absmax_m;    // (nblocks) per block (entries of small tensors unused)
-    float* absmax_v;    // (nblocks)
-    float* m32;         // (nsmall) fp32 m of the small tensors, packed
-    float* v32;         // (nsmall)
-    const float* maps;  // (512) signed map (m) then unsigned map (v, vmax), quant8_maps
-    unsigned char* qx;  // (n) AMSGrad: codes of vmax (unsigned map), or NULL
-    float* absmax_x;    // (nblocks)
-    float* x32;         // (nsmall)
-} Adamw8Buffers;
 
 #endif // LLMC_OPTIM_H

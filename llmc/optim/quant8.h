@@ -1,7 +1,7 @@
 /*
  quant8.h: 8-bit blockwise dynamic quantization of optimizer state (Dettmers et al. 2021, "8-bit
  optimizers via block-wise quantization"), ONE definition for the CPU optimizers (llmc/optim/optim.h,
- plain C) and the GPU kernel (llmc/optim/adamw_lowp.cuh; nvcc and the CPU harness), so both quantize to
+ plain C) and the GPU kernels (llmc/optim/update.cuh; nvcc and the CPU harness), so both quantize to
  the same codes.
 
  The map (a "dynamic tree" code): a code's bit pattern is [sign] [E zeros] [1] [F fraction bits];

@@ -1,8 +1,8 @@
 /*
  srng.h: the random bits of stochastic rounding, and bf16 rounding on raw bits, in one header that
- plain C (the CPU optimizers, llmc/optim/optim.h), nvcc and the CPU harness (the GPU kernels,
- llmc/optim/adamw.cuh, llmc/optim/kernels.cuh) all compile, so a CPU update and a GPU kernel that round the
- same value draw the same bits and give the same result.
+ plain C (the CPU update, llmc/optim/update.h), nvcc and the CPU harness (the GPU kernels,
+ llmc/optim/update.cuh, llmc/optim/device.cuh) all compile, so a CPU update and a GPU kernel that
+ round the same value draw the same bits and give the same result.
 
  Counter-based: the bits of element i in stream `salt` of a step are a hash of (key, i, salt), with
  key = srng_step_key(seed, step). No state, no order: any thread may round any element. Streams in
@@ -17,6 +17,7 @@
 #ifndef LLMC_SRNG_H
 #define LLMC_SRNG_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -69,13 +70,18 @@ SRNG_FN uint16_t bf16_bits_round_nearest(float x) {
 }
 
 // Stochastic rounding with 32 random bits (the low 16 are used): bf16_round_stochastic of
-// llmc/optim/adamw.cuh, on bits.
+// llmc/optim/device.cuh, on bits.
 SRNG_FN uint16_t bf16_bits_round_stochastic(float x, unsigned bits) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
-    if ((u & 0x7f800000u) == 0x7f800000u) return bf16_bits_round_nearest(x);
-    u += bits & 0xffffu;
-    return (uint16_t)(u >> 16);
+#if defined(__CUDA_ARCH__)  // a branch on the device (fewer registers)
+    if ((u & 0x7f800000u) == 0x7f800000u) return (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)0x7fffu : (uint16_t)(u >> 16);
+    return (uint16_t)((u + (bits & 0xffffu)) >> 16);
+#else  // selects on the host: the CPU loops that call this vectorize
+    const uint32_t nonfinite = (u & 0x7fffffffu) > 0x7f800000u ? 0x7fffu : u >> 16;  // NaN; +-inf kept
+    const uint32_t rounded = (u + (bits & 0xffffu)) >> 16;
+    return (uint16_t)((u & 0x7f800000u) == 0x7f800000u ? nonfinite : rounded);
+#endif
 }
 
 // ----------------------------------------------------------------------------
@@ -107,22 +113,22 @@ SRNG_FN float fp16_bits_to_float(uint16_t h) {
 SRNG_FN uint16_t fp16_bits_round_stochastic(float x, unsigned bits) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
-    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    const uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)0x7e00u;
-    if (a >= 0x38800000u) {  // |x| >= 2^-14: normal; drop 13 significand bits, the carry may bump the exponent
-        const uint32_t r = (a + (bits & 0x1fffu)) >> 13;
-        const uint32_t h = r - (112u << 10);
-        return (uint16_t)(sign | (h > 0x7bffu ? 0x7bffu : h));
-    }
-    // |x| < 2^-14: a multiple of 2^-24; q = |x| * 2^24 (exact), its fraction compared with 16 random bits
+    const uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    const int normal = a >= 0x38800000u;  // |x| >= 2^-14 (both cases computed, then selected: it vectorizes)
+    // normal: drop 13 significand bits, the carry may bump the exponent
+    const uint32_t h = ((a + (bits & 0x1fffu)) >> 13) - (112u << 10);
+    const uint32_t hn = h > 0x7bffu ? 0x7bffu : h;
+    // |x| < 2^-14: a multiple of 2^-24; q = |x| * 2^24 (exact, <= 1024 = 0x400: the smallest normal),
+    // its fraction compared with 16 random bits
     float ax;
     memcpy(&ax, &a, sizeof ax);
-    const float q = ax * 16777216.0f;
-    const uint32_t k = (uint32_t)q;             // <= 1024 (1024 = 0x400: the smallest normal)
-    const float frac = q - (float)k;            // exact
-    const uint32_t up = frac * 65536.0f > (float)(bits & 0xffffu) ? 1u : 0u;
-    return (uint16_t)(sign | (k + up));
+    const float q = (normal ? 0.0f : ax) * 16777216.0f;
+    const float kf = floorf(q), kb = kf + 8388608.0f;  // k = floor(q) read from kb's bits: no float-to-int
+    uint32_t k;                                          // conversion, which would stop the CPU loops'
+    memcpy(&k, &kb, sizeof k);                           // vectorizing (it may trap, so is not speculated)
+    const float frac = q - kf;  // exact
+    const uint32_t sub = (k - 0x4b000000u) + (frac * 65536.0f > (float)(bits & 0xffffu) ? 1u : 0u);
+    return (uint16_t)(a > 0x7f800000u ? 0x7e00u : sign | (normal ? hn : sub));
 }
 
 #endif // LLMC_SRNG_H

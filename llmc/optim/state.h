@@ -1,16 +1,15 @@
 /*
- state.h: the optimizer's state and its one CPU entry point (the engine's views of it:
- llmc/optim/engine.h). An OptimState owns
- (or borrows) one block of memory holding everything the optimizer keeps between steps, carved
- with 64-byte aligned offsets; optim_state_bytes() is its exact size for the memory model, and
- optim_step_cpu() runs the fused update of llmc/optim/optim.h that the configuration names.
+ state.h: the optimizer's state (the engine's views of it and the step, optim_step_cpu:
+ llmc/optim/engine.h). An OptimState owns (or borrows) one block of memory holding everything the
+ optimizer keeps between steps, carved with 64-byte aligned offsets; optim_state_bytes() is its
+ exact size for the memory model.
 
    OptimConfig cfg = optim_config_default(OPT_LION);     // then set what the flags say
    char why[256];
    if (!optim_config_check(&cfg, why, sizeof why)) ls_fatal("%s", why);  // names the flags
    OptimState st;
    optim_state_init(&st, &cfg, segs, nseg, n, NULL);          // NULL: it allocates
-   optim_step_cpu(&st, params, grads, lr, step, clip_scale);  // step = 1, 2, ...
+   optim_step_cpu(&st, params, grads, lr, step, clip_scale);  // step = 1, 2, ... (engine.h)
    optim_state_free(&st);
 
  State per parameter (the memory table's numbers; per block of OPT_BLOCK elements, per element of
@@ -30,14 +29,14 @@
    lion     4       2       1.006
  Not counted: the host copies of the segment and block tables (a few KB) and, for int8 state on
  the CPU, the quantize indexes (2 x 257 KB, quant8_index_build).
- The GPU uses the same layout in device memory (llmc/optim/kernels.cuh: optim_state_init_device,
+ The GPU uses the same layout in device memory (llmc/optim/engine.cuh: optim_state_init_device,
  optim_step_gpu). BAdam's reset: optim_state_zero (host) / optim_state_zero_device,
  then steps count from 1 again. LAMB under ZeRO-1: `reduce` sums the trust ratios' norms over
  the processes (lamb_trust_reduced in llmc/optim/optim.h).
 
  Combinations: every optimizer with state at every precision (AdamW's bf16 and int8 kernels:
  dev/cuda/adamw.cu versions 6a, 6b; SGD's, Lion's and LAMB's: llmc/optim/update.h and
- llmc/optim/kernels.cuh); plain SGD (momentum 0) keeps no state, so bf16 or int8 state has no
+ llmc/optim/engine.cuh); plain SGD (momentum 0) keeps no state, so bf16 or int8 state has no
  meaning for it; Nesterov needs momentum > 0 and no dampening (as torch.optim.SGD).
  optim_config_check says which flags conflict.
 */
@@ -210,7 +209,7 @@ typedef struct {
     void* memory;          // the block holding all of the above
     size_t bytes;          // its size (optim_state_bytes)
     int owns_memory;       // 1: the free function frees it
-    // a state in device memory (llmc/optim/kernels.cuh): the tables' device copies
+    // a state in device memory (llmc/optim/engine.cuh): the tables' device copies
     int on_device;
     OptimSegment* d_segs;    // (nseg)
     size_t* d_block0;      // (nseg + 1)
@@ -292,7 +291,7 @@ static inline size_t optim_state_work_bytes(const OptimConfig* cfg, const OptimS
 }
 
 // The state as a fresh run starts it: moments 0 (int8: the codes of 0, absmax 0), and the maps.
-// Host memory only (the GPU side: optim_state_zero_device in llmc/optim/kernels.cuh).
+// Host memory only (the GPU side: optim_state_zero_device in llmc/optim/engine.cuh).
 static inline void optim_state_zero(OptimState* st) {
     memset(st->memory, 0, st->bytes);
     if (st->qm != NULL) memset(st->qm, QUANT8_ZERO_SIGNED, st->n);
@@ -390,30 +389,6 @@ static inline OptimSlots optim_state_slots(const OptimState* st) {
                     {st->m32, st->v32, st->vmax32},
                     st->maps};
     return o;
-}
-
-// One step (step = 1, 2, ... since the state was zeroed) of the configured optimizer over all
-// parameters: params (n) updated in place from grads (n) times grad_scale (the clip scale).
-static inline void optim_step_cpu(OptimState* st, float* params, const float* grads, float lr, int step,
-                                      float grad_scale) {
-    if (step < 1) ls_fatal("optimizer: step %d (steps count from 1)", step);
-    if (!isfinite(lr)) ls_fatal("optimizer: learning rate %g", lr);
-    if (st->on_device) ls_fatal("optimizer: optim_step_cpu on a device state (use optim_step_gpu)");
-    const OptimConfig* c = &st->cfg;
-    const OptimStepArgs a = optim_step_args(c, lr, step);
-    const OptimSlots slots = optim_state_slots(st);
-    const OptimTable t = {st->segs, st->nseg, st->block0, st->small_off, st->q8_index};
-    if (c->kind != OPT_MUON) {
-        optim_update_cpu(c, &a, &t, &slots, params, grads, grad_scale, st->partials, st->trust,
-                         st->reduce.hook ? &st->reduce : NULL);
-        return;
-    }
-    if (st->gemm == NULL) ls_fatal("optimizer: Muon needs a matrix multiply (optim_engine_set_gemm)");
-    if (st->work == NULL && optim_state_work_bytes(c, st->segs, st->nseg) > 0) {  // (none: no matrices here)
-        ls_fatal("optimizer: Muon's scratch is not allocated (OptimEngine.work)");
-    }
-    const MuonBuffers M = {slots, &t, st->adam_off, st->work};
-    muon_update_cpu(st->gemm, &M, params, grads, c, &a, grad_scale);
 }
 
 #endif // LLMC_OPTIM_STATE_H

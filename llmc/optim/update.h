@@ -11,7 +11,7 @@
    LAMB runs two passes: the moments and per-block sums of p^2 and u^2, then per tensor the trust
    ratio, then the update from the moments as stored (the direction applied is the one measured).
 
- The GPU kernels (llmc/optim/kernels.cuh, adamw.cuh, adamw_lowp.cuh) call the same element rules
+ The GPU kernels (llmc/optim/update.cuh) call the same element rules
  and storage functions in the same order, so a CPU step and a GPU step give the same bits; the
  blocks are only a unit of work (every rule but LAMB is elementwise, so the cut changes no value).
 
@@ -64,7 +64,8 @@ static inline float* update_block_load(const OptimSlots* st, OptimStatePrecision
         const unsigned char* q = st->q8[slot] + at->start;
         const float* map = storage8_map(st->maps, slot);
         const float am = st->absmax[slot][b];
-        for (size_t j = 0; j < len; j++) buf[j] = map[q[j]] * am;
+        #pragma omp simd
+        for (size_t j = 0; j < len; j++) buf[j] = map[(int32_t)q[j]] * am;  // (32-bit indexes: a gather)
         return buf;
     }
     const uint16_t* h = st->h16[slot] + at->start;
@@ -86,19 +87,19 @@ static inline void update_block_store(const OptimSlots* st, OptimStatePrecision 
         const int is_m = slot == OPT_SLOT_M;
         const float am = quant8_block_quantize_fast(x, len, &t->ix[is_m ? 0 : 1], is_m, q);
         st->absmax[slot][b] = am;
-        if (readback) {
-            for (size_t j = 0; j < len; j++) x[j] = storage8_load(st->maps, slot, q[j], am);
-        }
+        if (readback) update_block_load(st, prec, slot, t, at, b, x);
         return;
     }
     uint16_t* h = st->h16[slot] + at->start;
-    const int fp16 = prec == OPT_STATE_FP16;
     const size_t pstart = at->pstart;
-    #pragma omp simd
-    for (size_t j = 0; j < len; j++) {
-        h[j] = storage16_store(x[j], fp16, slot, key, pstart + j);
-        if (readback) x[j] = storage16_load(h[j], fp16, slot);
+    if (prec == OPT_STATE_BF16) {  // NOLINT(bugprone-branch-clone): a constant differs (one loop per storage vectorizes)
+        #pragma omp simd
+        for (size_t j = 0; j < len; j++) h[j] = storage16_store(x[j], 0, slot, key, pstart + j);
+    } else {
+        #pragma omp simd
+        for (size_t j = 0; j < len; j++) h[j] = storage16_store(x[j], 1, slot, key, pstart + j);
     }
+    if (readback) update_block_load(st, prec, slot, t, at, b, x);
 }
 
 // ----------------------------------------------------------------------------
@@ -194,7 +195,7 @@ typedef struct {
 
 // The trust ratios when the tensors' pieces lie in several processes: per tensor id the sums of its
 // segments' block sums (double, in block order), added over the processes, then each segment's ratio.
-// The CPU and the GPU step (llmc/optim/kernels.cuh) both use it, so they agree bit for bit.
+// The CPU and the GPU step (llmc/optim/update.cuh) both use it, so they agree bit for bit.
 static inline void lamb_trust_reduced(const OptimSegment* segs, int nseg, const size_t* block0, const float* partials,
                                       const OptimReduce* red, float* trust) {
     const size_t nblocks = block0[nseg];

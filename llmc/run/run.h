@@ -308,7 +308,7 @@ typedef struct {
 #endif
     SampleOptions sample;        // the prompt, temperature and top-k of the samples
     LrSchedule sched;
-    AdamWHyper hyper;            // the optimizer's hyperparameters; lr is this step's (run_lr)
+    float lr;                    // this step's learning rate (run_lr); the rest of the optimizer is set once, at build
     uint64_t sample_rng;
     Logger logger;
     StepGuard guard;
@@ -627,7 +627,7 @@ static LS_UNUSED int run_start(Run* r, GPT2* model) {
     run_prompt(r, model);
     run_hellaswag_load(r, model);
     r->sched = (LrSchedule){(LrScheduleType)o->lr_schedule, o->lr, o->final_lr_frac, o->warmup, r->total_steps};
-    r->hyper = (AdamWHyper){o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->grad_clip};
+    r->lr = o->lr;
     r->sample_rng = 1337 + (uint64_t)o->seed;
     snprintf(r->last_checkpoint, sizeof(r->last_checkpoint), "(none)");
     logger_init(&r->logger, r->comm.rank == 0 ? o->output_dir : NULL, o->resume);  // every rank writes its state file
@@ -707,8 +707,8 @@ static LS_UNUSED const DataLoader* run_next_batch(Run* r) {
 // Testing (--inject-nan): whether step `step` (from 0) gets NaN gradients.
 static LS_UNUSED int run_inject_nan(const Run* r, int step) { return step_list_has(r->nan_steps, r->num_nan_steps, step + 1); }
 
-// The learning rate of step `step` (from 0), also left in r->hyper.lr for the update.
-static LS_UNUSED float run_lr(Run* r, int step) { return r->hyper.lr = lr_schedule_get(&r->sched, step); }
+// The learning rate of step `step` (from 0), also left in r->lr for the update.
+static LS_UNUSED float run_lr(Run* r, int step) { return r->lr = lr_schedule_get(&r->sched, step); }
 
 // The step's mean loss over the micro-steps and the processes, from this process's sum of means.
 static LS_UNUSED double run_mean_loss(Run* r, double loss_sum) {
@@ -754,9 +754,9 @@ static LS_UNUSED int run_step_end(Run* r, GPT2* model, int step, double loss, fl
         snprintf(extra + used, sizeof(extra) - used, " loss scale %g |", r->scaler.scale);
         r->scale_shown = r->scaler.scale;
     }
-    print_step_line(step + 1, r->total_steps, (float)loss, norm, r->hyper.lr, 1000.0 * dt, extra, tok_s, t1 - r->t_start,
+    print_step_line(step + 1, r->total_steps, (float)loss, norm, r->lr, 1000.0 * dt, extra, tok_s, t1 - r->t_start,
                     avg * (r->total_steps - step - 1));
-    logger_train(&r->logger, step + 1, (float)loss, r->hyper.lr, norm, 1000.0 * dt, tok_s, r->mem_mib, skip,
+    logger_train(&r->logger, step + 1, (float)loss, r->lr, norm, 1000.0 * dt, tok_s, r->mem_mib, skip,
                  r->scaler.on ? r->scaler.scale : 0.0f);
     if (o->profile && step == r->start_step + 1) { trainer_profile(model, o, 0); }
     r->steps_done++;

@@ -139,7 +139,7 @@ static const CliFlag train_flags[] = {
     {NULL, "dry-run", CLI_SWITCH, OPT(dry_run), 0, 1, NULL, CLI_BOTH, "check flags, build the model, print the memory table and exit"},
     {NULL, "memory-report", CLI_SWITCH, OPT(memory_report), 0, 1, NULL, CLI_BOTH, "print the predicted memory table for these flags and exit (allocates nothing; no GPU needed)"},
     {NULL, "profile", CLI_SWITCH, OPT(profile), 0, 1, NULL, CLI_GPU, "run a warm-up step and one profiled step, print the device time per kernel family (ms, % of the step, calls) and exit"},
-    // the optimizer family (llmc/optim/state.h; GPU kernels in llmc/optim/kernels.cuh)
+    // the optimizer family (llmc/optim/state.h; GPU kernels in llmc/optim/update.cuh)
     {NULL, "optimizer", CLI_CHOICE, OPT(optimizer), 0, 0, optim_kind_choices, CLI_BOTH, "the optimizer"},
     {NULL, "opt-state", CLI_CHOICE, OPT(opt_state), 0, 0, optim_precision_choices, CLI_BOTH, "precision of the optimizer state (m, v; none for plain SGD; fp16: AdamW only)"},
     {NULL, "amsgrad", CLI_SWITCH, OPT(amsgrad), 0, 1, NULL, CLI_BOTH, "AdamW with AMSGrad (the running max of v)"},

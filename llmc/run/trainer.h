@@ -63,9 +63,10 @@ static LS_UNUSED double gpt2_loss_sum(GPT2* model);
 // Reduces the gradients over the processes and returns their global norm before clipping, with
 // inv_loss_scale (loss scaling's 1/S, llmc/run/loss_scale.h; 1: none) divided out (and folded
 // into the update's scale); nothing changes yet (the loop may skip the update).
-static LS_UNUSED float gpt2_grad_norm(GPT2* model, const AdamWHyper* h, float inv_loss_scale);
-// Clips with that norm and updates; `step` counts from 1.
-static LS_UNUSED void gpt2_update(GPT2* model, const AdamWHyper* h, int step);
+static LS_UNUSED float gpt2_grad_norm(GPT2* model, float grad_clip, float inv_loss_scale);
+// Clips with that norm (to grad_clip, 0: off) and updates with learning rate lr (the optimizer's
+// other hyperparameters were set at gpt2_build, from the options); `step` counts from 1.
+static LS_UNUSED void gpt2_update(GPT2* model, float lr, int step);
 // Testing (--inject-nan): makes the gradients NaN after a backward pass.
 static LS_UNUSED void gpt2_poison_grads(GPT2* model);
 
