@@ -44,15 +44,36 @@ static inline void ls_remove_pending_tmp(void) {
     }
 }
 
+// Writes "leanstep: error: <where>msg" and its newline to stderr in one write: the line of one
+// process of an MPI job is never cut by another's output or by mpirun's.
+static LS_UNUSED void ls_error_va(const char* where, const char* fmt, va_list ap) {
+    char line[4096];
+    int k = snprintf(line, sizeof(line) - 1, "leanstep: error: %s", where);
+    if (k < 0 || k >= (int)sizeof(line) - 1) { k = 0; }
+    int m = vsnprintf(line + k, sizeof(line) - 1 - (size_t)k, fmt, ap);
+    size_t n = m < 0 ? (size_t)k : (size_t)k + (size_t)m;
+    if (n > sizeof(line) - 2) { n = sizeof(line) - 2; }  // (truncated)
+    line[n] = '\n';
+    line[n + 1] = '\0';
+    fputs(line, stderr);
+    fflush(stderr);
+}
+
+// Prints "leanstep: error: msg" (one line) to stderr.
+static LS_PRINTF(1, 2) LS_UNUSED void ls_error(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    ls_error_va("", fmt, ap);
+    va_end(ap);
+}
+
 // Prints "leanstep: error: msg" (one line) to stderr and exits 1.
 static LS_NORETURN LS_PRINTF(1, 2) LS_UNUSED void ls_fatal(const char* fmt, ...) {
     ls_remove_pending_tmp();
     fflush(stdout);
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "leanstep: error: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    ls_error_va("", fmt, ap);
     va_end(ap);
     ls_exit(1);
 }
@@ -61,11 +82,11 @@ static LS_NORETURN LS_PRINTF(1, 2) LS_UNUSED void ls_fatal(const char* fmt, ...)
 static LS_NORETURN LS_PRINTF(3, 4) LS_UNUSED void ls_fatal_at(const char* file, int line, const char* fmt, ...) {
     ls_remove_pending_tmp();
     fflush(stdout);
+    char where[512];
+    snprintf(where, sizeof(where), "%s:%d: ", file, line);
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "leanstep: error: %s:%d: ", file, line);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    ls_error_va(where, fmt, ap);
     va_end(ap);
     ls_exit(1);
 }

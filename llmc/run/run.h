@@ -369,9 +369,11 @@ static LS_UNUSED void run_dir_open(Run* r) {
     }
     if (comm_allreduce_sum_f64(&r->comm, held ? 0.0 : 1.0) == 0.0) { return; }
     if (r->comm.rank == 0) {
-        ls_fatal("flag -o: %s is in use by another run (%s, run.lock): wait for it to end, or pass another -o", dir,
+        ls_error("flag -o: %s is in use by another run (%s, run.lock): wait for it to end, or pass another -o", dir,
                  r->dir_lock.owner[0] ? r->dir_lock.owner : "pid not written yet");
     }
+    // no process exits before rank 0's line is out: mpirun ends the job at the first exit
+    comm_allreduce_sum_f64(&r->comm, 0.0);
     fflush(stdout);
     exit(1);
 }
