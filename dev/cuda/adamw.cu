@@ -10,7 +10,7 @@
    3   vectorized: 128-bit loads/stores, grid-stride loop, segment table in shared memory (the walk
        of the production kernels, optim_for_each_chunk of llmc/optim/device.cuh)
    4   mixed precision: bf16 params and grads, fp32 master weights, stochastic rounding to bf16
-   5   production: optim_step_gpu of llmc/optim/engine.cuh (included, not copied; AdamW is one rule of
+   5   production: optim_launch<OP_ADAMW> of llmc/optim/update.cuh (included, not copied; AdamW is one rule of
        the optimizer's elementwise kernel), in its variants (fp32; bf16 + master +
        stochastic rounding; bf16 without master; fp32 params with bf16 grads; AMSGrad)
    6a  bf16 m and v with stochastic rounding (the same kernel; llmc/optim/storage.h)
@@ -287,11 +287,15 @@ static void run_v4(const Case&, Bufs& b, const Problem&, const LabHyper& hp, int
            (__nv_bfloat16*)b.p, b.master, (const __nv_bfloat16*)b.g, (float*)b.m, (float*)b.v, b.n, b.segs, b.nseg,
            lab_step_args(hp, step), b.scale);
 }
-// Versions 5, 6a, 6b: the production step, optim_step_gpu (llmc/optim/engine.cuh), on the case's
-// state (alloc_case), as the GPU trainer calls it.
+// Versions 5, 6a, 6b: the production launch of the AdamW rule, optim_launch (llmc/optim/update.cuh:
+// the kernel optim_step_gpu picks for AdamW), on the case's state (alloc_case). (Not optim_step_gpu
+// itself: it instantiates every rule, which doubles this lab's build: 25 s against 12 s.)
 template <typename Tp, typename Tg>
-static void run_prod(const Case&, Bufs& b, const Problem&, const LabHyper& hp, int step, cudaStream_t st) {
-    optim_step_gpu(&b.st, (Tp*)b.p, b.master, (const Tg*)b.g, hp.lr, step, hp.stochastic_rounding != 0, b.scale, st);
+static void run_prod(const Case& c, Bufs& b, const Problem&, const LabHyper& hp, int step, cudaStream_t st) {
+    const OptimStepArgs a = optim_step_args(&b.st.cfg, hp.lr, step);
+    const bool sr = sizeof(Tp) == 2 && hp.stochastic_rounding != 0;
+    if (c.amsgrad) optim_launch<OP_AMSGRAD, Tp, Tg>(&b.st, (Tp*)b.p, b.master, (const Tg*)b.g, nullptr, a, sr, b.scale, st);
+    else optim_launch<OP_ADAMW, Tp, Tg>(&b.st, (Tp*)b.p, b.master, (const Tg*)b.g, nullptr, a, sr, b.scale, st);
 }
 
 static const Case kCases[] = {
