@@ -580,12 +580,12 @@ test-gpu-emu-model-fp16: $(BUILD)/test_gpt2cu_emu_fp16 $(REF_DIR)/$(REF_DESC)_st
 	$(EMU_RUN) $(BUILD)/test_gpt2cu_emu_fp16 $(EMU_REF) --resume-check 0
 test-gpu-emu-mutants-fp32 test-gpu-emu-mutants-bf16: test-gpu-emu-mutants-%: $(BUILD)/test_gpt2cu_emu_% $(REF_MUTANTS_MADE)
 	$(EMU_RUN) $(REF_MUTANTS) --bin $(BUILD)/test_gpt2cu_emu_$*
-# (the optimizer modes in three parts, about 45 s of CPU each; 3: bf16/int8 state of the others)
+# (the optimizer modes in three parts, about 45 s of CPU each; 3: bf16/int8/4bit state of the others)
 EMU_COMPARE_MODES_1 := --mode "" --mode "--badam 2" --mode "--optimizer sgd --nesterov 1" --mode "--optimizer lamb"
 EMU_COMPARE_MODES_2 := --mode "--optimizer lion" --mode "--opt-state bf16" --mode "--opt-state int8" --mode "--amsgrad 1" \
 	--mode "--opt-state fp16"
 EMU_COMPARE_MODES_3 := --mode "--optimizer lion --opt-state int8 --badam 2" --mode "--optimizer lamb --opt-state int8" \
-	--mode "--optimizer sgd --nesterov 1 --opt-state bf16" --mode "--opt-state int8 --amsgrad 1"
+	--mode "--optimizer sgd --nesterov 1 --opt-state bf16" --mode "--opt-state int8 --amsgrad 1" --mode "--opt-state 4bit"
 test-gpu-emu-compare-1 test-gpu-emu-compare-2 test-gpu-emu-compare-3: test-gpu-emu-compare-%: $(BUILD)/train_gpt2 $(REF_DIR)/$(REF_DESC)_model.bin data
 	$(EMU_RUN) $(PYTHON) dev/test/compare_trainers.py --cpu $(BUILD)/train_gpt2 --gpu $(BUILD)/train_gpt2cu_emu_fp32 \
 		--model $(REF_DIR)/$(REF_DESC)_model.bin $(EMU_COMPARE_MODES_$*)

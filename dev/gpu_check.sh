@@ -730,7 +730,8 @@ train_modes() {
     local mode rc=0
     for mode in "--attention matmul" "--attention cudnn-fast" "" "--offload 1" "--opt-state bf16" "--opt-state fp16" "--opt-state int8" "--optimizer lion" \
         "--optimizer muon" "--optimizer muon --opt-state bf16" \
-        "--optimizer lamb" "--badam 5" "-r 2" "--optimizer lion --opt-state int8" "--offload 1 --badam 5 --opt-state int8"; do
+        "--optimizer lamb" "--badam 5" "-r 2" "--optimizer lion --opt-state int8" "--offload 1 --badam 5 --opt-state int8" \
+        "--opt-state 4bit"; do
         echo "=== mode: ${mode:-adamw}"
         # shellcheck disable=SC2086  # the mode and the data flags are several words
         "$TRAIN_BF16" -e d12 -b 16 -t 1024 -x 20 -v 0 -s 0 -l 6e-4 -u 10 -c 0.1 $DATA_ARGS $mode || { echo "error: mode '${mode:-adamw}' failed"; rc=1; }

@@ -38,8 +38,10 @@ static size_t zero_most_bytes(const TrainOptions* o, const GPT2Config* c, int pr
 }
 
 int main(void) {
-    GPT2Config c;
+    GPT2Config c, c48;
     gpt2_config_from_descriptor("d12", &c);
+    gpt2_config_from_descriptor("d48", &c48);
+    const size_t n48 = gpt2_num_parameters(&c48);
     const size_t n = gpt2_num_parameters(&c);
     static const Row rows[] = {
         {"adamw", OPT_ADAMW, OPT_STATE_FP32, 0, 0, -1.0f},      {"adamw", OPT_ADAMW, OPT_STATE_BF16, 0, 0, -1.0f},
@@ -56,9 +58,12 @@ int main(void) {
         {"lion", OPT_LION, OPT_STATE_INT8, 0, 0, -1.0f},        {"lion", OPT_LION, OPT_STATE_FP16, 0, 0, -1.0f},
         {"muon", OPT_MUON, OPT_STATE_FP32, 0, 1, -1.0f},        {"muon", OPT_MUON, OPT_STATE_BF16, 0, 1, -1.0f},
         {"muon", OPT_MUON, OPT_STATE_INT8, 0, 1, -1.0f},
+        {"adamw", OPT_ADAMW, OPT_STATE_4BIT, 0, 0, -1.0f},      {"adamw + amsgrad", OPT_ADAMW, OPT_STATE_4BIT, 1, 0, -1.0f},
+        {"sgd (momentum 0.9)", OPT_SGD, OPT_STATE_4BIT, 0, 0, -1.0f}, {"lion", OPT_LION, OPT_STATE_4BIT, 0, 0, -1.0f},
+        {"lamb", OPT_LAMB, OPT_STATE_4BIT, 0, 0, -1.0f},        {"muon", OPT_MUON, OPT_STATE_4BIT, 0, 1, -1.0f},
     };
-    printf("| optimizer | state | GPU, 1 process | -z 1, per process of 2 | -z 1, per process of 8 | --badam 4 | --offload: host | --offload: GPU staging |\n");
-    printf("|---|---|---|---|---|---|---|---|\n");
+    printf("| optimizer | state | GPU, 1 process | d48: GPU, 1 process | -z 1, per process of 2 | -z 1, per process of 8 | --badam 4 | --offload: host | --offload: GPU staging |\n");
+    printf("|---|---|---|---|---|---|---|---|---|\n");
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         const Row* r = &rows[i];
         TrainOptions o;
@@ -77,11 +82,12 @@ int main(void) {
         if (r->momentum >= 0.0f) { cfg.momentum = r->momentum; }
         char why[256];
         if (!optim_config_check(&cfg, why, sizeof(why))) {
-            printf(" refused: %s | | | | | |\n", why);
+            printf(" refused: %s | | | | | | |\n", why);
             continue;
         }
         OptimSizes one = train_options_optim_sizes(&o, &c, 0, 1);
         cell(per_param(one.bytes, n));
+        cell(per_param(train_options_optim_sizes(&o, &c48, 0, 1).bytes, n48));
         o.zero_stage = 1;  // the largest process's state (Muon's parts hold whole matrices: they differ)
         cell(per_param(zero_most_bytes(&o, &c, 2), n));
         cell(per_param(zero_most_bytes(&o, &c, 8), n));
@@ -94,9 +100,9 @@ int main(void) {
         cell(per_param(off.bytes, n));
         printf(" %.1f MiB |\n", 2.0 * (double)off.stage_bytes / (1024.0 * 1024.0));
     }
-    printf("\nGPT-2 124M (d12), %zu parameters; bytes of optimizer state per parameter of the model (Muon: its\n"
+    printf("\nGPT-2 124M (d12), %zu parameters (d48: GPT-2 1.5B, %zu); bytes of optimizer state per parameter of the model (Muon: its\n"
            "Newton-Schulz scratch aside: 0.27 B/param on the CPU, the largest batched piece on the GPU); -z 1: the\n"
-           "process that holds the most (Muon's parts hold whole matrices; int8's small tensors stay fp32).\n", n);
+           "process that holds the most (Muon's parts hold whole matrices; int8's and 4bit's small tensors stay fp32).\n", n, n48);
     // Muon's GPU cost on paper: its Newton-Schulz FLOPs against a training step's at llm.c's batch
     // (-d 524288 tokens; 6 N + 12 L T C per token: the matmuls forward and backward, and attention)
     ParamTable pt;

@@ -30,6 +30,8 @@ MODES = {  # key: (name, flags, learning rates)
     "adamw-bf16": ("AdamW bf16", ["--opt-state", "bf16"], ADAMW_LRS),
     "adamw-fp16": ("AdamW fp16", ["--opt-state", "fp16"], ADAMW_LRS),
     "adamw-int8": ("AdamW int8", ["--opt-state", "int8"], ADAMW_LRS),
+    "adamw-4bit": ("AdamW 4-bit", ["--opt-state", "4bit"], ADAMW_LRS),
+    "lion-4bit": ("Lion 4-bit", ["--optimizer", "lion", "--opt-state", "4bit"], ["1e-4", "3e-4", "1e-3"]),
     "lion": ("Lion", ["--optimizer", "lion"], ["1e-4", "3e-4", "1e-3"]),
     "muon": ("Muon fp32", ["--optimizer", "muon"], ADAMW_LRS + ["3e-2"]),  # (1e-2 was the best: past it too)
     "muon-joined": ("Muon fp32, qkv joined", ["--optimizer", "muon", "--muon-qkv", "joined"], ADAMW_LRS),

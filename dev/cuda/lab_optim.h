@@ -83,11 +83,17 @@ static inline Problem gpt2_problem(const char* name, size_t V, size_t C, size_t 
     Problem pb;
     pb.name = name;
     add_seg(pb, V * C, 0.1f, 1.0f);
+    pb.segs.back().cols = C;
     add_seg(pb, T * C, 0.1f, 1.0f);
+    pb.segs.back().cols = C;
     for (size_t l = 0; l < L; l++) {
         const size_t sizes[12] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
+        const size_t cols[12] = {0, 0, C, 0, C, 0, 0, 0, C, 0, 4 * C, 0};  // (the matrices' row lengths)
         const bool decay[12] = {0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0};
-        for (int k = 0; k < 12; k++) add_seg(pb, sizes[k], decay[k] ? 0.1f : 0.0f, 1.0f);
+        for (int k = 0; k < 12; k++) {
+            add_seg(pb, sizes[k], decay[k] ? 0.1f : 0.0f, 1.0f);
+            pb.segs.back().cols = cols[k];
+        }
     }
     add_seg(pb, C, 0.0f, 1.0f);
     add_seg(pb, C, 0.0f, 1.0f);
@@ -258,8 +264,9 @@ static inline void view_cut(std::vector<ViewPart>& parts, const Problem& pb, std
 //   badam   2 blocks, the even and the odd tensors, each compact (BAdam's slices)
 //   chunks  4 parts cut at block boundaries (offload's chunks; LAMB: at tensors)
 //   pieces  one part: the tensors in reverse order, each cut into OPT_BLOCK pieces (a tensor's
-//           pieces adjacent: LAMB sums over them; parameters off the state's 128-bit grid)
-static inline std::vector<ViewPart> view_build(const char* name, const Problem& pb, OptimCut cut) {
+//           pieces adjacent: LAMB sums over them; parameters off the state's 128-bit grid), or
+//           whole (whole_tensors: 4-bit state, whose v scales are a segment's)
+static inline std::vector<ViewPart> view_build(const char* name, const Problem& pb, OptimCut cut, bool whole_tensors = false) {
     std::vector<ViewPart> parts;
     const int nseg = (int)pb.segs.size();
     const OptimCut chunk = cut == OPTIM_CUT_TENSOR ? cut : OPTIM_CUT_BLOCK;
@@ -280,10 +287,12 @@ static inline std::vector<ViewPart> view_build(const char* name, const Problem& 
         std::vector<OptimSegment> all;
         for (size_t s = pb.segs.size(); s-- > 0;) {
             const OptimSegment& sg = pb.segs[s];
-            for (size_t r = 0; r < sg.count; r += OPT_BLOCK) {
+            const size_t step = whole_tensors ? sg.count : (size_t)OPT_BLOCK;
+            for (size_t r = 0; r < sg.count; r += step) {
                 OptimSegment piece = sg;
                 piece.param = sg.param + r;
-                piece.count = std::min<size_t>(OPT_BLOCK, sg.count - r);
+                piece.trel = sg.trel + r;
+                piece.count = std::min<size_t>(step, sg.count - r);
                 all.push_back(piece);
             }
         }

@@ -153,6 +153,16 @@ static const Case kCases[] = {
     {"lamb-bf16", "lamb bf16 state, bf16 SR (no master)", cfg_of(OPT_LAMB, OPT_STATE_BF16), true, false, true, 1e-2f},
     {"lamb-int8", "lamb int8 state", cfg_of(OPT_LAMB, OPT_STATE_INT8), false, false, false, 1e-2f},
     {"lamb-int8", "lamb int8 state, bf16+master+SR", cfg_of(OPT_LAMB, OPT_STATE_INT8), true, true, true, 1e-2f},
+    // 4-bit state (llmc/optim/quant4.h): AdamW, AMSGrad, SGD, Lion
+    {"adamw-4bit", "adamw 4bit state", cfg_of(OPT_ADAMW, OPT_STATE_4BIT), false, false, false, 1e-3f},
+    {"adamw-4bit", "adamw 4bit state, bf16+master+SR", cfg_of(OPT_ADAMW, OPT_STATE_4BIT), true, true, true, 1e-3f},
+    {"adamw-4bit", "adamw 4bit state, bf16 RN", cfg_of(OPT_ADAMW, OPT_STATE_4BIT), true, false, false, 1e-3f},
+    {"adamw-4bit", "adamw 4bit state amsgrad", cfg_of(OPT_ADAMW, OPT_STATE_4BIT, 1), false, false, false, 1e-3f},
+    {"adamw-4bit", "adamw 4bit amsgrad, bf16+master+SR", cfg_of(OPT_ADAMW, OPT_STATE_4BIT, 1), true, true, true, 1e-3f},
+    {"sgd-4bit", "sgd momentum 4bit state", cfg_of(OPT_SGD, OPT_STATE_4BIT), false, false, false, 0.05f},
+    {"sgd-4bit", "sgd nesterov 4bit state, bf16 RN", cfg_of(OPT_SGD, OPT_STATE_4BIT, 0, 1), true, false, false, 0.05f},
+    {"lion-4bit", "lion 4bit state", cfg_of(OPT_LION, OPT_STATE_4BIT), false, false, false, 1e-3f},
+    {"lion-4bit", "lion 4bit state, bf16+master+SR", cfg_of(OPT_LION, OPT_STATE_4BIT), true, true, true, 1e-3f},
 };
 
 // Bytes one step moves per parameter (reads + writes).
@@ -160,7 +170,8 @@ static int bytes_per_param(const Case& c) {
     const OptimConfig& k = c.cfg;
     const int ps = c.bf16 ? 2 : 4, g = ps;
     const int pr = c.master ? 4 : ps, pw = (c.master ? 4 : 0) + ps;
-    const int sb = k.state == OPT_STATE_FP32 ? 4 : k.state == OPT_STATE_INT8 ? 1 : 2; // one state value (int8: + absmax)
+    // one state value (int8: + absmax; 4bit: half a byte, counted as 1)
+    const int sb = k.state == OPT_STATE_FP32 ? 4 : k.state == OPT_STATE_INT8 || k.state == OPT_STATE_4BIT ? 1 : 2;
     switch (k.kind) {
         case OPT_ADAMW: return g + (k.amsgrad ? 6 : 4) * sb + pr + pw;
         case OPT_SGD: return g + (k.momentum != 0.0f ? 2 * sb : 0) + pr + pw;
@@ -283,7 +294,7 @@ static void ref_m_bounds(Ref& r, const Problem& pb, const OptimConfig& c, const 
     const double km = std::min<double>(t, 1.0 / (1.0 - lowp_m_decay(c)));
     for (size_t s = 0; s < pb.segs.size(); s++) {
         const OptimSegment& sg = pb.segs[s];
-        const bool small = c.state == OPT_STATE_INT8 && cs.small_off[s] != OPT_NOT_SMALL;
+        const bool small = (c.state == OPT_STATE_INT8 || c.state == OPT_STATE_4BIT) && cs.small_off[s] != OPT_NOT_SMALL;
         for (size_t k0 = 0; k0 < sg.count; k0 += OPT_BLOCK) {
             const size_t k1 = std::min(sg.count, k0 + OPT_BLOCK);
             double bm = 0.0;
@@ -292,6 +303,7 @@ static void ref_m_bounds(Ref& r, const Problem& pb, const OptimConfig& c, const 
                 const size_t i = sg.offset + k;
                 r.merr[i] = small ? 0.0 : c.state == OPT_STATE_BF16 ? km * 0x1p-7 * r.m_hist[i]
                                         : c.state == OPT_STATE_FP16 ? km * (0x1p-10 * r.m_hist[i] + 0x1p-38)
+                                        : c.state == OPT_STATE_4BIT ? km * 0.1125 * bm  // (its group's max <= the block's)
                                                                     : km * 0.0072 * bm;
             }
         }
@@ -358,6 +370,11 @@ static void state_values(const OptimState& st, const unsigned char* blk, size_t 
     const int fp16 = st.cfg.state == OPT_STATE_FP16;
     if (st.m16) m = storage16_load(((const uint16_t*)at(st.m16))[i], fp16, OPT_SLOT_M);
     if (st.v16) v = storage16_load(((const uint16_t*)at(st.v16))[i], fp16, OPT_SLOT_V);
+    if (st.q4m && st.small_off[s] != OPT_NOT_SMALL) {  // (4-bit codes: compared in test_optim)
+        const size_t k = i - st.segs[s].offset;
+        m = ((const float*)at(st.m32))[st.small_off[s] + k];
+        if (st.v32) v = ((const float*)at(st.v32))[st.small_off[s] + k];
+    }
     if (st.qm) {
         const size_t k = i - st.segs[s].offset;
         if (st.small_off[s] != OPT_NOT_SMALL) {
@@ -496,6 +513,9 @@ static bool check_one(const Case& c, const Problem& pb, int steps) {
                     mtol = kLabMargin * r.merr[i] + 1e-30;
                     vtol = kLabMargin * kv * 0.0037 * bv + 1e-30;
                     ptol += 0.5 * lowp_step * t;
+                } else if (c.cfg.state == OPT_STATE_4BIT && !small) {  // (its state: test_optim's float64 check)
+                    mtol = vtol = INFINITY;
+                    ptol += lowp_step * t;
                 }
                 tally(w, w.p, "p", i, pf[i], r.p[i], ptol);
                 if (c.master && fabs((double)dp[i] - dm[i]) >= ulp_bf16(dm[i])) tally(w, w.p, "p(bf16)-master", i, dp[i], dm[i], ulp_bf16(dm[i]));
@@ -508,7 +528,9 @@ static bool check_one(const Case& c, const Problem& pb, int steps) {
         long long excl = 0;
         for (unsigned char e : r.excluded) excl += e;
         // Lion: < 0.1% ambiguous signs with fp32 state; bf16/int8 state's bound on m leaves more (< 5%)
-        const long long excl_max = c.cfg.state == OPT_STATE_FP32 ? (long long)n / 1000 : (long long)n / 20;
+        // (4bit: m within 11% of its block's max, most signs of c are ambiguous: the bits above are its check)
+        const long long excl_max = c.cfg.state == OPT_STATE_FP32 ? (long long)n / 1000
+                                 : c.cfg.state == OPT_STATE_4BIT ? (long long)n : (long long)n / 20;
         const bool good = same && w.bad == 0 && excl <= excl_max;
         if (!g_quiet || !good) {
             printf("    %-34s step %d: CPU twin %s (%lld param, %lld state bytes differ); float64 worst err/tol p %.3f m %.3f v %.3f%s%s  %s\n",
@@ -565,7 +587,7 @@ static bool check_views(const Case& c, const Problem& pb, int steps) {
     std::vector<void*> vparams;
     for (const char* name : kViews) {
         views.emplace_back();
-        for (const ViewPart& part : view_build(name, pb, optim_cut_of(&c.cfg))) {
+        for (const ViewPart& part : view_build(name, pb, optim_cut_of(&c.cfg), c.cfg.state == OPT_STATE_4BIT)) {
             views.back().emplace_back();
             views.back().back().part = part;
         }

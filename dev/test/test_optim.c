@@ -451,7 +451,8 @@ static void test_bits(const OptimConfig* cfg) {
 // rebased into the part's gradients and state, param the global index) give the whole model's
 // parameter bits: ZeRO-1 shards (3; int8 cut at the tensor's block boundaries, LAMB at tensor
 // boundaries), BAdam blocks (the even and the odd tensors, compact), and one state holding the
-// tensors in reverse order cut into OPT_BLOCK pieces (LAMB's trust ratio over a tensor's pieces).
+// tensors in reverse order cut into OPT_BLOCK pieces (LAMB's trust ratio over a tensor's pieces;
+// 4-bit state: whole, its v scales are a segment's).
 #define VIEW_MAX_SEGS 256
 
 typedef struct {
@@ -488,11 +489,13 @@ static int view_build(const Problem* pb, const OptimConfig* c, int which, ViewPa
         for (int s = 0; s < pb->nseg; s++) view_part_add(&parts[s % 2], pb->segs[s]);
         return parts[1].nseg > 0 ? 2 : 1;
     }
+    const size_t step_max = c->state == OPT_STATE_4BIT ? (size_t)-1 : OPT_BLOCK;  // (4-bit: v's scales span a segment)
     for (int s = pb->nseg - 1; s >= 0; s--) {
-        for (size_t r = 0; r < pb->segs[s].count; r += OPT_BLOCK) {
+        for (size_t r = 0; r < pb->segs[s].count; r += step_max) {
             OptimSegment piece = pb->segs[s];
             piece.param += r;
-            piece.count = pb->segs[s].count - r < OPT_BLOCK ? pb->segs[s].count - r : OPT_BLOCK;
+            piece.trel += r;
+            piece.count = pb->segs[s].count - r < step_max ? pb->segs[s].count - r : step_max;
             view_part_add(&parts[0], piece);
         }
     }
@@ -535,6 +538,193 @@ static void test_views(const OptimConfig* cfg) {
         report(name, d == 0, detail);
     }
     free(parts); free(p); free(g); free(gp); free(pw);
+}
+
+// ----------------------------------------------------------------------------
+// 4-bit state against float64, step by step (llmc/optim/quant4.h, written again here from its
+// definitions): before each step the state is decoded with this file's own reading of the codes
+// (the map's values as decimals, (i + 1) / 16 times the rank-1 scale min(R[r], C[c])); from it and
+// the gradient the float64 step gives the new moments, the parameters (updated from the unrounded
+// moments), v's new row and column maxima and every new code. Per step, so no error accumulates:
+//   parameters within 1e-6 |p| + 1e-5 lr (fp32 arithmetic of one step); scales, group absmax and
+//   the small tensors' fp32 state within 1e-5 of the size of their terms (m = b1 m + (1 - b1) g
+//   cancels: |b1 m| + |(1 - b1) g|; v's terms are positive); codes equal, except where the float64 value lies within 1e-4 relative of
+//   the midpoint between two codes (fp32 arithmetic may round across it; counted, < 0.5%). Lion: elements whose c is within 1e-5 of its
+//   terms are skipped (sign ambiguous). Segments: problem_mixed (vectors: rows of 128) and matrices
+//   of odd widths, one starting mid-row (a cut piece, trel 200).
+
+static const double kMap4[16] = {-0.8875, -0.6625, -0.4375, -0.2125, -0.0775, -0.0325, -0.0055, 0.0,
+                                 0.0055,  0.0325,  0.0775,  0.2125,  0.4375,  0.6625,  0.8875,  1.0};
+
+static unsigned q4_code_at(const unsigned char* codes, size_t b, size_t j) {
+    return (codes[b * (OPT_BLOCK / 2) + j / 2] >> (4 * (j % 2))) & 15u;
+}
+
+// Nearest code of the signed map to x (ties lower); *amb set when x is within 1e-4 of a midpoint.
+static unsigned q4_nearest_signed(double x, int* amb) {
+    unsigned best = 0;
+    for (unsigned k = 1; k < 16; k++)
+        if (fabs(kMap4[k] - x) < fabs(kMap4[best] - x)) best = k;
+    for (unsigned k = 0; k + 1 < 16; k++) {
+        const double mid = (kMap4[k] + kMap4[k + 1]) / 2;
+        if (fabs(x - mid) <= 1e-4 * (fabs(mid) + 1e-3)) *amb = 1;
+    }
+    return best;
+}
+static unsigned q4_nearest_linear(double x, int* amb) {
+    unsigned best = 0;
+    for (unsigned k = 1; k < 16; k++)
+        if (fabs((k + 1) / 16.0 - x) < fabs((best + 1) / 16.0 - x)) best = k;
+    for (unsigned k = 1; k < 16; k++) {
+        const double mid = (k + 0.5) / 16.0;
+        if (fabs(x - mid) <= 1e-4 * mid) *amb = 1;
+    }
+    return best;
+}
+
+static Problem problem_quant4(void) {
+    Problem pb = problem_mixed();
+    const size_t shapes[3][3] = {{37, 130, 0}, {64, 96, 0}, {66, 77, 200}};  // rows, cols, trel
+    for (int k = 0; k < 3; k++) {
+        add_seg(&pb, shapes[k][0] * shapes[k][1] - shapes[k][2], 0.1f, 1.0f);
+        pb.segs[pb.nseg - 1].cols = shapes[k][1];
+        pb.segs[pb.nseg - 1].trel = shapes[k][2];
+        pb.segs[pb.nseg - 1].tensor_count = shapes[k][0] * shapes[k][1];
+    }
+    return pb;
+}
+
+// The decoded state of element k of segment s (slot: 0 m, 1 v, 2 vmax).
+static double q4_value(const OptimState* st, int s, size_t k, int slot) {
+    const OptimSegment* sg = &st->segs[s];
+    const float* small[3] = {st->m32, st->v32, st->vmax32};
+    if (st->small_off[s] != OPT_NOT_SMALL) return small[slot][st->small_off[s] + k];
+    const size_t b = st->block0[s] + k / OPT_BLOCK, j = k % OPT_BLOCK;
+    if (slot == 0) return kMap4[q4_code_at(st->q4m, b, j)] * st->absmax4_m[b * (OPT_BLOCK / 128) + j / 128];
+    const size_t w = sg->cols ? sg->cols : 128, rows = (sg->trel + sg->count - 1) / w - sg->trel / w + 1;
+    const float* R = (slot == 1 ? st->rank1_v : st->rank1_vmax) + st->rank1_off[s];
+    const size_t e = sg->trel + k, r = e / w - sg->trel / w, c = e % w;
+    const double sc = fmin(R[r], R[rows + c]);
+    return (q4_code_at(slot == 1 ? st->q4v : st->q4vmax, b, j) + 1) / 16.0 * sc;
+}
+
+static void test_quant4_vs_float64(const OptimConfig* cfg, int steps) {
+    Problem pb = problem_quant4();
+    const size_t n = pb.n;
+    const float lr = cfg->kind == OPT_SGD ? 0.05f : 1e-3f;
+    float* p = (float*)mallocCheck(n * sizeof(float));
+    float* g = (float*)mallocCheck(n * sizeof(float));
+    double* x = (double*)mallocCheck(3 * n * sizeof(double));  // the new m, v, vmax in float64
+    double* p0 = (double*)mallocCheck(n * sizeof(double));
+    double* old = (double*)mallocCheck(3 * n * sizeof(double));
+    double* size = (double*)mallocCheck(n * sizeof(double));  // m's terms' magnitude
+    init_params(&pb, p);
+    OptimState st;
+    optim_state_init(&st, cfg, pb.segs, pb.nseg, n, NULL);
+    const int nslot = optim_slots(cfg), ams = cfg->amsgrad;
+    Cmp cp = {0}, cs = {0}, csm = {0};
+    long long codes = 0, wrong = 0, amb = 0, skipped = 0;
+    const double b1 = cfg->beta1, b2 = cfg->beta2, mu = cfg->momentum;
+    for (int t = 1; t <= steps; t++) {
+        make_grads(&pb, t, g);
+        const double scale = clip_scale_of_step(t);
+        for (int s = 0; s < pb.nseg; s++)
+            for (size_t k = 0; k < pb.segs[s].count; k++)
+                for (int q = 0; q < nslot; q++) old[q * n + pb.segs[s].offset + k] = q4_value(&st, s, k, q);
+        for (size_t i = 0; i < n; i++) p0[i] = p[i];
+        optim_step_cpu(&st, p, g, lr, t, (float)scale);
+        const double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
+        for (int s = 0; s < pb.nseg; s++) {
+            const OptimSegment* sg = &pb.segs[s];
+            const double wd = sg->weight_decay, lrs = lr * sg->lr_mult;
+            for (size_t k = 0; k < sg->count; k++) {
+                const size_t i = sg->offset + k;
+                const double gi = (double)g[i] * scale, m0 = old[i];
+                double want;
+                if (cfg->kind == OPT_ADAMW) {
+                    x[i] = b1 * m0 + (1 - b1) * gi;
+                    size[i] = b1 * fabs(m0) + (1 - b1) * fabs(gi);
+                    x[n + i] = b2 * old[n + i] + gi * gi * (1 - b2);
+                    double d = x[n + i];
+                    if (ams) d = x[2 * n + i] = fmax(old[2 * n + i], d);
+                    want = p0[i] - lrs * ((x[i] / bc1) / (sqrt(d / bc2) + cfg->eps) + wd * p0[i]);
+                } else if (cfg->kind == OPT_SGD) {
+                    x[i] = t == 1 ? gi : mu * m0 + (1 - cfg->dampening) * gi;
+                    size[i] = t == 1 ? fabs(gi) : mu * fabs(m0) + (1 - cfg->dampening) * fabs(gi);
+                    want = p0[i] - lrs * ((cfg->nesterov ? gi + mu * x[i] : x[i]) + wd * p0[i]);
+                } else {  // Lion
+                    const double t1 = b1 * m0, t2 = (1 - b1) * gi, c = t1 + t2;
+                    x[i] = b2 * m0 + (1 - b2) * gi;
+                    size[i] = b2 * fabs(m0) + (1 - b2) * fabs(gi);
+                    want = p0[i] - lrs * ((c > 0 ? 1.0 : c < 0 ? -1.0 : 0.0) + wd * p0[i]);
+                    if (c != 0.0 && fabs(c) <= 1e-5 * (fabs(t1) + fabs(t2))) { skipped++; continue; }
+                }
+                cmp_add(&cp, i, p[i], want, 1e-6 * fabs(want) + 1e-5 * lrs + 1e-30);
+            }
+            if (st.small_off[s] != OPT_NOT_SMALL) {  // fp32 state
+                for (size_t k = 0; k < sg->count; k++)
+                    for (int q = 0; q < nslot; q++) {
+                        const double w = x[q * n + sg->offset + k], sz = q == 0 ? size[sg->offset + k] : fabs(w);
+                        cmp_add(&csm, sg->offset + k, q4_value(&st, s, k, q), w, 1e-5 * sz + 1e-30);
+                    }
+                continue;
+            }
+            // m: per group of 128 from each block's start, the absmax and the codes
+            for (size_t k0 = 0; k0 < sg->count; k0 += 128) {
+                const size_t k1 = k0 + 128 < sg->count ? k0 + 128 : sg->count;
+                double am = 0.0, sz = 0.0;
+                for (size_t k = k0; k < k1; k++) {
+                    am = fmax(am, fabs(x[sg->offset + k]));
+                    sz = fmax(sz, size[sg->offset + k]);
+                }
+                const size_t b = st.block0[s] + k0 / OPT_BLOCK, j0 = k0 % OPT_BLOCK;
+                cmp_add(&cs, sg->offset + k0, st.absmax4_m[b * (OPT_BLOCK / 128) + j0 / 128], am, 1e-5 * sz + 1e-30);
+                for (size_t k = k0; k < k1; k++) {
+                    int a = 0;
+                    const unsigned want = q4_nearest_signed(am > 0 ? x[sg->offset + k] / am : 0.0, &a);
+                    codes++;
+                    if (a) amb++;
+                    else wrong += q4_code_at(st.q4m, b, k % OPT_BLOCK) != want;
+                }
+            }
+            // v, vmax: the rows' and columns' maxima, and the codes
+            for (int q = 1; q < nslot; q++) {
+                const size_t w = sg->cols ? sg->cols : 128, r0 = sg->trel / w;
+                const size_t rows = (sg->trel + sg->count - 1) / w - r0 + 1;
+                double* R = (double*)callocCheck(rows + w, sizeof(double));
+                for (size_t k = 0; k < sg->count; k++) {
+                    const size_t e = sg->trel + k;
+                    const double v = x[q * n + sg->offset + k];
+                    R[e / w - r0] = fmax(R[e / w - r0], v);
+                    R[rows + e % w] = fmax(R[rows + e % w], v);
+                }
+                const float* got = (q == 1 ? st.rank1_v : st.rank1_vmax) + st.rank1_off[s];
+                for (size_t r = 0; r < rows + w; r++) cmp_add(&cs, sg->offset, got[r], R[r], 1e-5 * R[r] + 1e-30);
+                for (size_t k = 0; k < sg->count; k++) {
+                    const size_t e = sg->trel + k, b = st.block0[s] + k / OPT_BLOCK;
+                    const double sc = fmin(R[e / w - r0], R[rows + e % w]);
+                    int a = 0;
+                    const unsigned want = q4_nearest_linear(sc > 0 ? x[q * n + sg->offset + k] / sc : 0.0, &a);
+                    codes++;
+                    if (a) amb++;
+                    else wrong += q4_code_at(q == 1 ? st.q4v : st.q4vmax, b, k % OPT_BLOCK) != want;
+                }
+                free(R);
+            }
+        }
+    }
+    char name[160], cname[96], detail[320] = "";
+    snprintf(name, sizeof name, "%s: %d steps vs float64 (codes, scales, params)", config_name(cfg, cname, sizeof cname), steps);
+    cmp_detail(&cp, "p", detail, sizeof detail);
+    cmp_detail(&cs, "scales", detail, sizeof detail);
+    cmp_detail(&csm, "small", detail, sizeof detail);
+    size_t len = strlen(detail);
+    snprintf(detail + len, sizeof detail - len, "codes %lld, wrong %lld, near a midpoint %lld, lion skipped %lld", codes,
+             wrong, amb, skipped);
+    report(name, cp.bad == 0 && cs.bad == 0 && csm.bad == 0 && wrong == 0 && amb * 200 < codes && skipped * 1000 < (long long)n,
+           detail);
+    optim_state_free(&st);
+    free(p); free(g); free(x); free(p0); free(old); free(size);
 }
 
 // Step 1 of AMSGrad is AdamW's step 1 (vmax = max(0, v) = v); int8 state leaves the small tensors'
@@ -853,8 +1043,11 @@ static void test_config_check(void) {
         {OPT_LION, OPT_STATE_FP32, 0, 0, 0.9f, 0.0f, "--momentum"},
         {OPT_SGD, OPT_STATE_FP32, 0, 0, 1.5f, 0.0f, "--momentum 1.5"},
         {OPT_SGD, OPT_STATE_FP16, 0, 0, 0.9f, 0.0f, "--opt-state fp16 is AdamW's"},
-        {OPT_LION, OPT_STATE_FP16, 0, 0, 0.0f, 0.0f, "--optimizer lion takes fp32, bf16 or int8"},
+        {OPT_LION, OPT_STATE_FP16, 0, 0, 0.0f, 0.0f, "--optimizer lion takes fp32, bf16, int8 or 4bit"},
         {OPT_LAMB, OPT_STATE_FP16, 0, 0, 0.0f, 0.0f, "--opt-state fp16 is AdamW's"},
+        {OPT_LAMB, OPT_STATE_4BIT, 0, 0, 0.0f, 0.0f, "--opt-state 4bit with --optimizer lamb"},
+        {OPT_MUON, OPT_STATE_4BIT, 0, 0, 0.95f, 0.0f, "--opt-state 4bit with --optimizer muon"},
+        {OPT_SGD, OPT_STATE_4BIT, 0, 0, 0.0f, 0.0f, "--opt-state 4bit with --optimizer sgd --momentum 0"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         OptimConfig c = optim_config_default(bad[k].kind);
@@ -886,7 +1079,7 @@ static void test_config_check(void) {
     }
     OptimStatePrecision sp = OPT_STATE_FP32;
     ok &= optim_precision_parse("int8", &sp) && sp == OPT_STATE_INT8 && optim_precision_parse("fp16", &sp) &&
-          sp == OPT_STATE_FP16 && !optim_precision_parse("fp8", &sp);
+          sp == OPT_STATE_FP16 && optim_precision_parse("4bit", &sp) && sp == OPT_STATE_4BIT && !optim_precision_parse("fp8", &sp);
     OptimKind kk = OPT_ADAMW;
     ok &= !optim_kind_parse("adam", &kk);
     report("config checks name the conflicting flags; names parse", ok, "");
@@ -1085,6 +1278,20 @@ static int variants(Variant* v) {
         l.state = (OptimStatePrecision)p;
         v[k++] = (Variant){p == OPT_STATE_BF16 ? "lion bf16 state" : "lion int8 state", l, 12 + 2 * b};
     }
+    // 4-bit state (llmc/optim/quant4.h): half a byte per value, counted as 1
+    a = optim_config_default(OPT_ADAMW);
+    a.state = OPT_STATE_4BIT;
+    v[k++] = (Variant){"adamw 4bit state", a, 14};
+    a.amsgrad = 1;
+    v[k++] = (Variant){"adamw 4bit state amsgrad", a, 15};
+    s = optim_config_default(OPT_SGD);
+    s.state = OPT_STATE_4BIT;
+    v[k++] = (Variant){"sgd momentum 4bit state", s, 13};
+    s.nesterov = 1;
+    v[k++] = (Variant){"sgd nesterov 4bit state", s, 13};
+    OptimConfig l4 = optim_config_default(OPT_LION);
+    l4.state = OPT_STATE_4BIT;
+    v[k++] = (Variant){"lion 4bit state", l4, 13};
     return k;
 }
 
@@ -1106,7 +1313,8 @@ static void test_segments_and_bytes(void) {
     int nv = variants(v);
     const size_t want[] = {8 * n, 12 * n, 4 * n, 6 * n, 4 * n, 6 * n, 2 * n, 4 * n, 4 * n, 0, 8 * n, 4 * n,  // (fp16: as bf16)
                            3 * n,                                                  // adamw int8 amsgrad
-                           2 * n, 2 * n, 4 * n, 2 * n, 1 * n, 1 * n, 2 * n, 1 * n}; // bf16, int8: sgd x2, lamb, lion
+                           2 * n, 2 * n, 4 * n, 2 * n, 1 * n, 1 * n, 2 * n, 1 * n,  // bf16, int8: sgd x2, lamb, lion
+                           n, 3 * n / 2, n / 2, n / 2, n / 2};                      // 4bit: adamw, amsgrad, sgd x2, lion
     char detail[256] = "";
     for (int k = 0; k < nv; k++) {
         size_t b = optim_state_bytes(&v[k].cfg, segs, nseg, n);
@@ -1114,6 +1322,14 @@ static void test_segments_and_bytes(void) {
         const OptimConfig* c = &v[k].cfg;
         const size_t moments = c->kind == OPT_SGD || c->kind == OPT_LION ? 1 : c->amsgrad ? 3 : 2; // int8: absmax, fp32 small
         if (c->state == OPT_STATE_INT8) extra = moments * 4 * (nblocks + small) + 4 * QUANT8_MAP_FLOATS;
+        if (c->state == OPT_STATE_4BIT) {  // codes padded to whole blocks, m's group absmax, v's row and column scales
+            size_t r1 = 0;
+            for (int s = 0; s < nseg; s++) {
+                if (segs[s].count >= QUANT8_MIN_ELEMS) r1 += optim_segment_rows(&segs[s]) + optim_segment_width(&segs[s]);
+            }
+            extra = moments * (nblocks * QUANT4_BLOCK_BYTES - n / 2 + 4 * small) + 4 * nblocks * QUANT4_GROUPS +
+                    (moments - 1) * 2 * 4 * r1 + 4 * 16;
+        }
         if (c->kind == OPT_LAMB) extra += 8 * nblocks + 4 * (size_t)nseg;
         if (b < want[k] + extra || b > want[k] + extra + 64 * 16) {
             size_t len = strlen(detail);
@@ -1369,7 +1585,10 @@ int main(int argc, char** argv) {
     if (!g_quiet) printf("test_optim: the CPU optimizer family (llmc/optim/optim.h, llmc/optim/state.h)\n");
     Variant vs[32];
     int nv = variants(vs);
-    for (int k = 0; k < nv; k++) test_vs_float64(&vs[k].cfg, 5, 1e-3f);
+    for (int k = 0; k < nv; k++) {
+        if (vs[k].cfg.state == OPT_STATE_4BIT) test_quant4_vs_float64(&vs[k].cfg, 6);
+        else test_vs_float64(&vs[k].cfg, 5, 1e-3f);
+    }
     OptimConfig damp = optim_config_default(OPT_SGD);
     damp.dampening = 0.2f;
     test_vs_float64(&damp, 5, 1e-3f);

@@ -7,9 +7,9 @@ run for a few steps by the CPU trainer and, when given, the harness GPU trainer.
       [--record-hashes FILE] [--compare-hashes FILE] [--cells-only]
 
 Cells: optimizer {adamw, adamw+amsgrad, sgd (momentum 0.9, the default), sgd-plain (--momentum 0:
-no state), sgd+nesterov, lamb, lion, muon} x state {fp32, bf16, int8, fp16} (--opt-state) x placement
+no state), sgd+nesterov, lamb, lion, muon} x state {fp32, bf16, int8, fp16, 4bit} (--opt-state) x placement
 {device (plain), badam (--badam 2), z1 (-z 1 over 2 processes, mpirun), offload (--offload 1 in
-chunks of 4096, GPU), and the placements combined: z1+badam, badam+offload, z1+offload}: 224 cells. Each cell
+chunks of 4096, GPU), and the placements combined: z1+badam, badam+offload, z1+offload}: 280 cells. Each cell
 trains a tiny model (L2C16H2T16V512, 15,040 parameters) for 4 steps on a synthetic learnable token
 stream and must either
   - run: exit 0, 4 step lines with finite losses, losses after step 1 other than those of the same
@@ -70,7 +70,7 @@ OPTIMIZERS = [  # name, flags
     ("lion", ["--optimizer", "lion"]),
     ("muon", ["--optimizer", "muon"]),  # Muon for the blocks' matrices, AdamW for the rest
 ]
-STATES = ["fp32", "bf16", "int8", "fp16"]
+STATES = ["fp32", "bf16", "int8", "fp16", "4bit"]
 PLACEMENTS = {  # name: (flags, processes)
     "device": ([], 1),
     "badam": (["--badam", "2"], 1),
@@ -90,10 +90,13 @@ PLACEMENTS = {  # name: (flags, processes)
 EXPECTED_REFUSED = [
     ("*", "*", "offload", "cpu", "no meaning",
      "the CPU trainer's state is in host memory already (--offload is a GPU trainer flag)", ["--offload"]),
-    (("sgd-plain",), ("bf16", "int8", "fp16"), "*", "*", "no meaning",
-     "SGD without momentum has no state to store in bf16, int8 or fp16", ["--opt-state", "--momentum"]),
+    (("sgd-plain",), ("bf16", "int8", "fp16", "4bit"), "*", "*", "no meaning",
+     "SGD without momentum has no state to store in bf16, int8, fp16 or 4bit", ["--opt-state", "--momentum"]),
     (("sgd", "sgd+nesterov", "lamb", "lion", "muon"), ("fp16",), "*", "*", "not yet",
      "fp16 state is AdamW's (m and sqrt(v) scaled by 2^14); the others take fp32, bf16 or int8", ["--opt-state", "--optimizer"]),
+    (("lamb", "muon"), ("4bit",), "*", "*", "not yet",
+     "4-bit state serves AdamW, SGD and Lion (LAMB's and Muon's kernels read their state their own way)",
+     ["--opt-state", "--optimizer"]),
 ]
 
 # Resume is bit-exact for these cells (BAdam with --badam 3 there: the resumed step 3 continues
@@ -104,13 +107,14 @@ RESUME_CELLS = [("adamw", "int8", "device"), ("lion", "fp32", "badam"), ("adamw"
                 ("adamw+amsgrad", "int8", "badam+offload"), ("lamb", "int8", "z1"), ("lamb", "bf16", "z1+offload"),
                 ("muon", "bf16", "device"), ("muon", "fp32", "badam"), ("muon", "int8", "device"),
                 ("muon", "bf16", "badam+offload"), ("muon", "int8", "z1"), ("muon", "fp32", "z1+badam"),
-                ("adamw", "fp16", "z1+offload"), ("adamw+amsgrad", "fp16", "badam")]
+                ("adamw", "fp16", "z1+offload"), ("adamw+amsgrad", "fp16", "badam"), ("adamw", "4bit", "z1+offload"),
+                ("adamw+amsgrad", "4bit", "badam+offload"), ("lion", "4bit", "device"), ("sgd+nesterov", "4bit", "z1")]
 
 # Optimizer state bytes per parameter of the whole-model view (llmc/optim/state.h's banner): exact
 # up to each buffer's 64-byte alignment, or (None) at least the number (int8's per-block scales and
 # its small tensors kept in fp32, LAMB's per-block partial norms: large for a model this small).
 STATE_BYTES = {
-    ("adamw", "fp32"): 8, ("adamw", "bf16"): 4, ("adamw", "int8"): (None, 2),
+    ("adamw", "fp32"): 8, ("adamw", "bf16"): 4, ("adamw", "int8"): (None, 2), ("adamw", "4bit"): (None, 1),
     ("adamw+amsgrad", "fp32"): 12, ("adamw+amsgrad", "bf16"): 6, ("adamw", "fp16"): 4, ("adamw+amsgrad", "fp16"): 6,
     ("sgd", "fp32"): 4, ("sgd+nesterov", "fp32"): 4, ("lion", "fp32"): 4, ("lamb", "fp32"): (None, 8),
     ("sgd-plain", "fp32"): 0,  # no row in the memory table

@@ -243,6 +243,40 @@ __device__ __forceinline__ void optim_store_params_rt(bool stochastic, Tp* param
     else optim_store_params<V, Tp, kMaster, false>(params, master, i0, p0, p, key);
 }
 
+// And with the master weights chosen at run time too (master != nullptr: bf16 params only): the
+// 4-bit kernel, whose variants per master would double its build time.
+template <typename Tp>
+__device__ __forceinline__ float optim_load_param_mrt(const Tp* params, const float* master, size_t i, size_t pi) {
+    if constexpr (sizeof(Tp) == 2) {
+        if (master != nullptr) return optim_load_param<Tp, true>(params, master, i, pi);
+    }
+    return optim_load_param<Tp, false>(params, master, i, pi);
+}
+template <int V, typename Tp>
+__device__ __forceinline__ void optim_load_params_mrt(const Tp* params, const float* master, size_t i0, size_t p0,
+                                                      float (&p)[V]) {
+    if constexpr (sizeof(Tp) == 2) {
+        if (master != nullptr) { optim_load_params<V, Tp, true>(params, master, i0, p0, p); return; }
+    }
+    optim_load_params<V, Tp, false>(params, master, i0, p0, p);
+}
+template <typename Tp>
+__device__ __forceinline__ void optim_store_param_mrt(bool stochastic, Tp* params, float* master, size_t i, size_t pi,
+                                                      float p, unsigned long long key) {
+    if constexpr (sizeof(Tp) == 2) {
+        if (master != nullptr) { optim_store_param_rt<Tp, true>(stochastic, params, master, i, pi, p, key); return; }
+    }
+    optim_store_param_rt<Tp, false>(stochastic, params, master, i, pi, p, key);
+}
+template <int V, typename Tp>
+__device__ __forceinline__ void optim_store_params_mrt(bool stochastic, Tp* params, float* master, size_t i0, size_t p0,
+                                                       const float (&p)[V], unsigned long long key) {
+    if constexpr (sizeof(Tp) == 2) {
+        if (master != nullptr) { optim_store_params_rt<V, Tp, true>(stochastic, params, master, i0, p0, p, key); return; }
+    }
+    optim_store_params_rt<V, Tp, false>(stochastic, params, master, i0, p0, p, key);
+}
+
 // ----------------------------------------------------------------------------
 // host side
 

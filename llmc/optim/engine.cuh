@@ -34,6 +34,12 @@ static inline void optim_state_zero_device(OptimState* st, cudaStream_t stream) 
         cudaCheck(cudaMemsetAsync(st->qv, QUANT8_ZERO_UNSIGNED, st->cfg.kind == OPT_MUON ? st->nadam : st->n, stream));
     }
     if (st->qvmax != NULL) cudaCheck(cudaMemsetAsync(st->qvmax, QUANT8_ZERO_UNSIGNED, st->n, stream));
+    if (st->q4m != NULL) cudaCheck(cudaMemsetAsync(st->q4m, QUANT4_ZERO_BYTE, st->nblocks * QUANT4_BLOCK_BYTES, stream));
+    if (st->map4 != NULL) {
+        float h[16];
+        quant4_signed_map(h);
+        cudaCheck(cudaMemcpy(st->map4, h, sizeof h, cudaMemcpyHostToDevice));
+    }
     if (st->maps != NULL || st->trust != NULL) {
         float* h = (float*)mallocCheck((QUANT8_MAP_FLOATS + (size_t)st->nseg) * sizeof(float));
         quant8_maps(h, h + 256);
@@ -56,9 +62,11 @@ static inline void optim_state_attach_device(OptimState* st, const OptimConfig* 
     cudaCheck(cudaMalloc((void**)&st->d_segs, (size_t)nseg * sizeof(OptimSegment)));
     cudaCheck(cudaMalloc((void**)&st->d_block0, ((size_t)nseg + 1) * sizeof(size_t)));
     cudaCheck(cudaMalloc((void**)&st->d_small_off, (size_t)nseg * sizeof(size_t)));
+    cudaCheck(cudaMalloc((void**)&st->d_rank1_off, (size_t)nseg * sizeof(size_t)));
     cudaCheck(cudaMemcpy(st->d_segs, segs, (size_t)nseg * sizeof(OptimSegment), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(st->d_block0, st->block0, ((size_t)nseg + 1) * sizeof(size_t), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(st->d_small_off, st->small_off, (size_t)nseg * sizeof(size_t), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(st->d_rank1_off, st->rank1_off, (size_t)nseg * sizeof(size_t), cudaMemcpyHostToDevice));
     optim_state_zero_device(st, 0);
     cudaCheck(cudaDeviceSynchronize());
 }
@@ -76,6 +84,7 @@ static inline void optim_state_init_device(OptimState* st, const OptimConfig* cf
 static inline void optim_state_free_device(OptimState* st) {
     if (st == NULL || !st->on_device) return;
     muon_plan_free(st);
+    cudaCheck(cudaFree(st->d_rank1_off));
     cudaCheck(cudaFree(st->d_small_off));
     cudaCheck(cudaFree(st->d_block0));
     cudaCheck(cudaFree(st->d_segs));

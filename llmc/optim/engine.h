@@ -470,6 +470,14 @@ static inline size_t optim_blocks_before(const OptimState* st, size_t x) {
     }
     return st->nblocks;
 }
+// 4-bit: the floats of v's scales (one set) of the segments before x (a segment's start).
+static inline size_t optim_rank1_before(const OptimState* st, size_t x) {
+    size_t k = 0;
+    for (int s = 0; s < st->nseg && st->segs[s].offset < x; s++) {
+        if (st->rank1_off[s] != OPT_NOT_SMALL) k += optim_rank1_floats(&st->segs[s]);
+    }
+    return k;
+}
 static inline int optim_segment_at(const OptimState* st, size_t x) {
     for (int s = 0; s < st->nseg; s++) {
         if (st->segs[s].offset == x) return s;
@@ -519,8 +527,24 @@ static inline int optim_chunk_copies(const OptimState* whole, const OptimState* 
     const float* ws[] = {whole->m32, whole->v32, whole->vmax32};
     const float* ps[] = {part->m32, part->v32, part->vmax32};
     for (int i = 0; i < 3; i++) k = optim_copy_add(out, k, wb, ws[i], sm, pb, ps[i], part->nsmall, sizeof(float), 0);
+    // 4-bit: codes and m's group absmax per block; v's scales (as stored, then the step's) per segment
+    const unsigned char* wq[] = {whole->q4m, whole->q4v, whole->q4vmax};
+    const unsigned char* pq[] = {part->q4m, part->q4v, part->q4vmax};
+    for (int i = 0; i < 3; i++) k = optim_copy_add(out, k, wb, wq[i], bl, pb, pq[i], part->nblocks, QUANT4_BLOCK_BYTES, 0);
+    k = optim_copy_add(out, k, wb, whole->absmax4_m, bl * QUANT4_GROUPS, pb, part->absmax4_m, part->nblocks * QUANT4_GROUPS,
+                       sizeof(float), 0);
+    const size_t r1 = optim_rank1_before(whole, a);
+    const float* wr[] = {whole->rank1_v, whole->rank1_vmax};
+    const float* pr[] = {part->rank1_v, part->rank1_vmax};
+    for (int i = 0; i < 2; i++) {
+        for (int half = 0; half < 2; half++) {
+            k = optim_copy_add(out, k, wb, wr[i], r1 + half * whole->nrank1, pb, pr[i] ? pr[i] + half * part->nrank1 : NULL,
+                               part->nrank1, sizeof(float), 0);
+        }
+    }
     // constant (never copied back), per segment
     k = optim_copy_add(out, k, wb, whole->maps, 0, pb, part->maps, QUANT8_MAP_FLOATS, sizeof(float), 1);
+    k = optim_copy_add(out, k, wb, whole->map4, 0, pb, part->map4, 16, sizeof(float), 1);
     return optim_copy_add(out, k, wb, whole->trust, (size_t)optim_segment_at(whole, a), pb, part->trust, (size_t)part->nseg,
                           sizeof(float), 0);
 }

@@ -93,11 +93,19 @@ static inline OptimStepArgs optim_step_args(const OptimConfig* c, float lr, int 
 // ----------------------------------------------------------------------------
 // AdamW (and LAMB's moments and direction)
 
+// The new second moment from v and the clipped gradient g (4-bit state computes it twice: its
+// scales first, llmc/optim/update.h).
+OPTIM_HD float rule_adam_v(float g, float v, const OptimStepArgs* a) { return fmaf(a->beta2, v, (a->one_minus_beta2 * g) * g); }
+
 // m, v in place from the clipped gradient g.
 OPTIM_HD void rule_adam_moments(float g, float* m, float* v, const OptimStepArgs* a) {
     *m = fmaf(a->beta1, *m, a->one_minus_beta1 * g);
-    *v = fmaf(a->beta2, *v, (a->one_minus_beta2 * g) * g);
+    *v = rule_adam_v(g, *v, a);
 }
+
+// AMSGrad's new vmax from the new v. As a compare (it vectorizes, fmaxf does not): v, vmax >= +0,
+// and a NaN v keeps vmax, never NaN.
+OPTIM_HD float rule_vmax(float v, float vmax) { return v > vmax ? v : vmax; }
 
 // The direction m^ / (sqrt(v^) + eps) + wd p (LAMB's u too).
 OPTIM_HD float rule_adam_direction(float p, float m, float v, float wd, const OptimStepArgs* a) {
@@ -111,12 +119,11 @@ OPTIM_HD float rule_adamw(float p, float g, float* m, float* v, float lr, float 
     return fmaf(-lr, rule_adam_direction(p, *m, *v, wd, a), p);
 }
 
-// AMSGrad: AdamW dividing by vmax = max(vmax, v), all three in place; returns the new p. The max as
-// a compare (it vectorizes, fmaxf does not): v, vmax >= +0, and a NaN v keeps vmax, never NaN.
+// AMSGrad: AdamW dividing by vmax = max(vmax, v) (rule_vmax), all three in place; returns the new p.
 OPTIM_HD float rule_amsgrad(float p, float g, float* m, float* v, float* vmax, float lr, float wd,
                             const OptimStepArgs* a) {
     rule_adam_moments(g, m, v, a);
-    const float d = *v > *vmax ? *v : *vmax;
+    const float d = rule_vmax(*v, *vmax);
     *vmax = d;
     return fmaf(-lr, rule_adam_direction(p, *m, d, wd, a), p);
 }

@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <string.h>
+#include "llmc/optim/quant4.h"
 #include "llmc/optim/storage.h"
 #include "llmc/params.h"
 
@@ -32,11 +33,13 @@ typedef struct {
     int tensor;            // the tensor's id (distinct for adjacent tensors)
     int mat_parts;         // Muon: matrices stacked in the tensor (qkv: 3), each (mat_rows / mat_parts, mat_cols)
     size_t mat_rows, mat_cols;  // Muon: a transformer block's 2-D weight (rows, cols); 0: not a Muon matrix
+    size_t cols;           // the tensor's row length when it is a matrix (0: a vector): 4-bit v's rank-1 scales
+    size_t trel;           // the segment's first element within its tensor (a view's cut moves it)
 } OptimSegment;
 
 // A whole tensor as one segment of a whole-model table (param == offset).
 static inline OptimSegment optim_segment(size_t offset, size_t count, float weight_decay, float lr_mult, int tensor) {
-    OptimSegment s = {offset, offset, count, count, weight_decay, lr_mult, tensor, 0, 0, 0};
+    OptimSegment s = {offset, offset, count, count, weight_decay, lr_mult, tensor, 0, 0, 0, 0, 0};
     return s;
 }
 // ZeRO-1: each of P processes owns one contiguous shard of the flat optimizer state. Shards are
@@ -60,6 +63,7 @@ static inline int optim_segments_cut(const OptimSegment* segs, int nseg, size_t 
         out[k] = segs[i];
         out[k].offset = a - lo;
         out[k].param = segs[i].param + (a - segs[i].offset);
+        out[k].trel = segs[i].trel + (a - segs[i].offset);
         out[k].count = b - a;
         k++;
     }
@@ -70,14 +74,16 @@ static inline int optim_segments_cut(const OptimSegment* segs, int nseg, size_t 
 static inline int optim_segments_build(const ParamTable* pt, float weight_decay, OptimSegment* segs) {
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         segs[i] = optim_segment(pt->t[i].offset, pt->t[i].count, pt->t[i].decay ? weight_decay : 0.0f, pt->t[i].lr_mult, i);
+        segs[i].cols = pt->t[i].ndim == 2 ? pt->t[i].cols : 0;
     }
     return NUM_PARAMETER_TENSORS;
 }
 
 
-// Marks a segment of tensor t as Muon's when t is a transformer block's weight matrix (per layer,
+// Sets a segment of tensor t's row length (cols, when t is a matrix) and marks it as Muon's when t is a transformer block's weight matrix (per layer,
 // 2-D): its layer shape, and qkv's three stacked matrices. (A segment may hold several layers'.)
 static inline void optim_segment_set_matrix(OptimSegment* s, const ParamTensor* t) {
+    s->cols = t->ndim == 2 ? t->cols : 0;  // (every matrix: 4-bit v's rows and columns)
     if (!(t->per_layer && t->ndim == 2)) return;
     s->mat_rows = t->rows;
     s->mat_cols = t->cols;
@@ -130,6 +136,28 @@ static inline size_t optim_small_build(const OptimSegment* segs, int nseg, size_
         } else {
             small_off[s] = OPT_NOT_SMALL;
         }
+    }
+    return k;
+}
+
+// 4-bit state: v's rank-1 scales per segment (llmc/optim/quant4.h). A segment is a matrix of
+// optim_segment_width columns starting at its tensor's element trel: rows r0 .. r1 of it, the first
+// and last perhaps partial. Its scales are the rows' maxima, then the columns': optim_rank1_floats.
+OPTIM_HD size_t optim_segment_width(const OptimSegment* s) { return s->cols != 0 ? s->cols : (size_t)QUANT4_ROW; }
+OPTIM_HD size_t optim_segment_row0(const OptimSegment* s) { return s->trel / optim_segment_width(s); }
+OPTIM_HD size_t optim_segment_rows(const OptimSegment* s) {
+    const size_t w = optim_segment_width(s);
+    return s->count == 0 ? 0 : (s->trel + s->count - 1) / w - s->trel / w + 1;
+}
+OPTIM_HD size_t optim_rank1_floats(const OptimSegment* s) { return optim_segment_rows(s) + optim_segment_width(s); }
+
+// The segments not kept in fp32 (small_off[s] == OPT_NOT_SMALL) get their scales at rank1_off[s]
+// of a buffer packed in segment order, the others OPT_NOT_SMALL. Returns the packed length.
+static inline size_t optim_rank1_build(const OptimSegment* segs, int nseg, const size_t* small_off, size_t* rank1_off) {
+    size_t k = 0;
+    for (int s = 0; s < nseg; s++) {
+        rank1_off[s] = small_off[s] == OPT_NOT_SMALL ? k : OPT_NOT_SMALL;
+        if (small_off[s] == OPT_NOT_SMALL) k += optim_rank1_floats(&segs[s]);
     }
     return k;
 }

@@ -20,13 +20,16 @@
    bf16  2k B                  adamw 4 (+2 AMSGrad), lamb 4, sgd 2, lion 2
    fp16  2k B                  adamw 4 (+2 AMSGrad) only (m * 2^14 and sqrt(v) * 2^14: llmc/optim/optim.h)
    int8  k B + 4k B/block + 4k B/small element + 2 KB maps
+   4bit  k/2 B (codes in whole OPT_BLOCK blocks) + 4 B per 128 elements (m's absmax) + 4k B/small
+         element + 2 x 4 B per row and column of each tensor per v slot (its scales, and the step's
+         new ones) + 64 B map; AdamW, SGD and Lion
  LAMB adds 8 B/block + 4 B/segment (its block sums and trust ratios) at every precision.
  GPT-2 124M with per-layer segments (optim_segments_build_layers), B/param:
-            fp32    bf16    int8
-   adamw    8       4       2.012   (AMSGrad: 12, 6, 3.018)
-   lamb     8.004   4.004   2.016
-   sgd      4       2       1.006   (momentum 0: none)
-   lion     4       2       1.006
+            fp32    bf16    int8    4bit
+   adamw    8       4       2.012   1.053   (AMSGrad: 12, 6, 3.018, 1.570)
+   lamb     8.004   4.004   2.016   -
+   sgd      4       2       1.006   0.536   (momentum 0: none)
+   lion     4       2       1.006   0.536
  Not counted: the host copies of the segment and block tables (a few KB) and, for int8 state on
  the CPU, the quantize indexes (2 x 257 KB, quant8_index_build).
  The GPU uses the same layout in device memory (llmc/optim/engine.cuh: optim_state_init_device,
@@ -37,7 +40,8 @@
  Combinations: every optimizer with state at every precision (AdamW's bf16 and int8 kernels:
  dev/cuda/adamw.cu versions 6a, 6b; SGD's, Lion's and LAMB's: llmc/optim/update.h and
  llmc/optim/engine.cuh); plain SGD (momentum 0) keeps no state, so bf16 or int8 state has no
- meaning for it; Nesterov needs momentum > 0 and no dampening (as torch.optim.SGD).
+ meaning for it; Nesterov needs momentum > 0 and no dampening (as torch.optim.SGD); 4-bit state
+ serves AdamW, SGD and Lion (LAMB's and Muon's kernels read their state their own way).
  optim_config_check says which flags conflict.
 */
 #ifndef LLMC_OPTIM_STATE_H
@@ -55,7 +59,7 @@
 
 // The flags' words, in enum order (CLI_CHOICE tables can use them: the index is the enum value).
 static const char* const optim_kind_choices[] = {"adamw", "sgd", "lamb", "lion", "muon", NULL};
-static const char* const optim_precision_choices[] = {"fp32", "bf16", "int8", "fp16", NULL};
+static const char* const optim_precision_choices[] = {"fp32", "bf16", "int8", "fp16", "4bit", NULL};
 
 static inline const char* optim_kind_name(OptimKind k) {
     return (int)k >= (int)OPT_ADAMW && (int)k <= (int)OPT_MUON ? optim_kind_choices[k] : "?";
@@ -70,7 +74,7 @@ static inline int optim_kind_parse(const char* s, OptimKind* out) {
     }
     return 0;
 }
-// 1 and *out set when s names a precision (--opt-state fp32|bf16|int8|fp16), else 0.
+// 1 and *out set when s names a precision (--opt-state fp32|bf16|int8|fp16|4bit), else 0.
 static inline int optim_precision_parse(const char* s, OptimStatePrecision* out) {
     for (int p = OPT_STATE_FP32; p <= OPT_STATE_LAST; p++) {
         if (strcmp(s, optim_precision_choices[p]) == 0) { *out = (OptimStatePrecision)p; return 1; }
@@ -101,10 +105,13 @@ static inline int optim_config_check(const OptimConfig* c, char* msg, size_t siz
     if ((int)c->kind < (int)OPT_ADAMW || (int)c->kind > (int)OPT_MUON) {
         snprintf(msg, size, "--optimizer: unknown optimizer %d (adamw, sgd, lamb, lion or muon)", (int)c->kind);
     } else if ((int)c->state < (int)OPT_STATE_FP32 || (int)c->state > (int)OPT_STATE_LAST) {
-        snprintf(msg, size, "--opt-state: unknown state precision %d (fp32, bf16, int8 or fp16)", (int)c->state);
+        snprintf(msg, size, "--opt-state: unknown state precision %d (fp32, bf16, int8, fp16 or 4bit)", (int)c->state);
     } else if (c->state == OPT_STATE_FP16 && c->kind != OPT_ADAMW) {
         snprintf(msg, size, "--opt-state fp16 is AdamW's (m and sqrt(v) scaled by 2^14, llmc/optim/storage.h); --optimizer %s "
-                 "takes fp32, bf16 or int8 state", kn);
+                 "takes fp32, bf16, int8 or 4bit state", kn);
+    } else if (c->state == OPT_STATE_4BIT && (c->kind == OPT_LAMB || c->kind == OPT_MUON)) {
+        snprintf(msg, size, "--opt-state 4bit with --optimizer %s: 4-bit state serves adamw, sgd and lion; %s takes fp32, "
+                 "bf16 or int8 state", kn, kn);
     } else if (c->state != OPT_STATE_FP32 && c->kind == OPT_SGD && c->momentum == 0.0f) {
         snprintf(msg, size, "--opt-state %s with --optimizer sgd --momentum 0: plain SGD keeps no state to store in %s",
                  optim_precision_name(c->state), optim_precision_name(c->state));
@@ -172,8 +179,9 @@ typedef struct {
     int nseg;
     OptimSegment* segs;      // (nseg) the segment table (a copy)
     size_t* block0;        // (nseg + 1) first OPT_BLOCK block of each segment; [nseg] = nblocks
-    size_t* small_off;     // (nseg) int8: offset of a small tensor's fp32 state, or OPT_NOT_SMALL
-    size_t nblocks, nsmall;
+    size_t* small_off;     // (nseg) int8, 4bit: offset of a small tensor's fp32 state, or OPT_NOT_SMALL
+    size_t* rank1_off;     // (nseg) 4bit: offset of a segment's v scales (optim_rank1_build), or OPT_NOT_SMALL
+    size_t nblocks, nsmall, nrank1;
     size_t* adam_off;      // (nseg) Muon: a segment's first element in the packed v of the AdamW tensors, or
                            // OPT_NOT_SMALL for a matrix
     size_t nadam;          // Muon: elements of the AdamW tensors (v's length)
@@ -199,6 +207,13 @@ typedef struct {
     float* v32;            // (nsmall)
     float* vmax32;         // (nsmall)
     float* maps;           // (QUANT8_MAP_FLOATS) the quantization maps
+    unsigned char* q4m;    // (nblocks * QUANT4_BLOCK_BYTES) 4-bit codes of m (--opt-state 4bit; llmc/optim/quant4.h)
+    unsigned char* q4v;    // (nblocks * QUANT4_BLOCK_BYTES) 4-bit codes of v (AdamW)
+    unsigned char* q4vmax; // (nblocks * QUANT4_BLOCK_BYTES) 4-bit codes of vmax (AMSGrad)
+    float* absmax4_m;      // (nblocks * QUANT4_GROUPS) m's absmax per group of QUANT4_GROUP
+    float* rank1_v;        // (2 * nrank1) v's row and column maxima: as stored, then the step's new ones
+    float* rank1_vmax;     // (2 * nrank1) vmax's
+    float* map4;           // (16) m's 4-bit map
     float* partials;       // (2 * nblocks) LAMB: per-block sums of p^2 and u^2
     float* trust;          // (nseg) LAMB: the trust ratios of the last step
     float* work;           // (nwork) Muon: Newton-Schulz's scratch, outside the block (not state, never
@@ -214,6 +229,7 @@ typedef struct {
     OptimSegment* d_segs;    // (nseg)
     size_t* d_block0;      // (nseg + 1)
     size_t* d_small_off;   // (nseg)
+    size_t* d_rank1_off;   // (nseg)
 } OptimState;
 
 static inline size_t optim_align64(size_t x) { return (x + 63) & ~(size_t)63; }
@@ -236,7 +252,7 @@ static inline void optim_state_carve(OptimState* st, uintptr_t base) {
             off += optim_align64((size_t)(count) * sizeof(T));                               \
         }                                                                                    \
     } while (0)
-    const int f32 = c->state == OPT_STATE_FP32, i8 = c->state == OPT_STATE_INT8;
+    const int f32 = c->state == OPT_STATE_FP32, i8 = c->state == OPT_STATE_INT8, q4 = c->state == OPT_STATE_4BIT;
     const int b16 = c->state == OPT_STATE_BF16 || c->state == OPT_STATE_FP16;  // (16-bit buffers: bf16 or fp16)
     // a first moment (AdamW, LAMB, Lion; SGD's momentum buffer), a second moment (AdamW, LAMB)
     const int muon = c->kind == OPT_MUON;
@@ -256,10 +272,17 @@ static inline void optim_state_carve(OptimState* st, uintptr_t base) {
     OPT_CARVE(absmax_m, float, st->nblocks, has_m && i8);
     OPT_CARVE(absmax_v, float, st->nblocks, (has_v || muon) && i8);
     OPT_CARVE(absmax_vmax, float, st->nblocks, ams && i8);
-    OPT_CARVE(m32, float, st->nsmall, has_m && i8);
-    OPT_CARVE(v32, float, st->nsmall, (has_v || muon) && i8);
-    OPT_CARVE(vmax32, float, st->nsmall, ams && i8);
+    OPT_CARVE(m32, float, st->nsmall, has_m && (i8 || q4));
+    OPT_CARVE(v32, float, st->nsmall, (has_v || muon) && (i8 || q4));
+    OPT_CARVE(vmax32, float, st->nsmall, ams && (i8 || q4));
     OPT_CARVE(maps, float, QUANT8_MAP_FLOATS, has_m && i8);
+    OPT_CARVE(q4m, unsigned char, st->nblocks * QUANT4_BLOCK_BYTES, has_m && q4);
+    OPT_CARVE(q4v, unsigned char, st->nblocks * QUANT4_BLOCK_BYTES, has_v && q4);
+    OPT_CARVE(q4vmax, unsigned char, st->nblocks * QUANT4_BLOCK_BYTES, ams && q4);
+    OPT_CARVE(absmax4_m, float, st->nblocks * QUANT4_GROUPS, has_m && q4);
+    OPT_CARVE(rank1_v, float, 2 * st->nrank1, has_v && q4);
+    OPT_CARVE(rank1_vmax, float, 2 * st->nrank1, ams && q4);
+    OPT_CARVE(map4, float, 16, has_m && q4);
     OPT_CARVE(partials, float, 2 * st->nblocks, c->kind == OPT_LAMB);
     OPT_CARVE(trust, float, (size_t)st->nseg, c->kind == OPT_LAMB);
 #undef OPT_CARVE
@@ -278,6 +301,9 @@ static inline size_t optim_state_bytes(const OptimConfig* cfg, const OptimSegmen
     size_t* tmp = (size_t*)mallocCheck(((size_t)nseg + 1) * sizeof(size_t));
     st.nblocks = optim_blocks_build(segs, nseg, tmp);
     st.nsmall = optim_small_build(segs, nseg, tmp);
+    size_t* r1 = (size_t*)mallocCheck(((size_t)nseg + 1) * sizeof(size_t));
+    st.nrank1 = optim_rank1_build(segs, nseg, tmp, r1);
+    free(r1);
     st.nadam = muon_adam_build(segs, nseg, tmp);
     free(tmp);
     optim_state_carve(&st, 0);
@@ -298,6 +324,8 @@ static inline void optim_state_zero(OptimState* st) {
     if (st->qv != NULL) memset(st->qv, QUANT8_ZERO_UNSIGNED, st->cfg.kind == OPT_MUON ? st->nadam : st->n);
     if (st->qvmax != NULL) memset(st->qvmax, QUANT8_ZERO_UNSIGNED, st->n);
     if (st->maps != NULL) quant8_maps(st->maps, st->maps + 256);
+    if (st->q4m != NULL) memset(st->q4m, QUANT4_ZERO_BYTE, st->nblocks * QUANT4_BLOCK_BYTES);
+    if (st->map4 != NULL) quant4_signed_map(st->map4);
     if (st->trust != NULL) {
         for (int s = 0; s < st->nseg; s++) st->trust[s] = 1.0f;
     }
@@ -320,10 +348,23 @@ static inline void optim_state_setup(OptimState* st, const OptimConfig* cfg, con
     memcpy(st->segs, segs, (size_t)nseg * sizeof(OptimSegment));
     st->block0 = (size_t*)mallocCheck(((size_t)nseg + 1) * sizeof(size_t));
     st->small_off = (size_t*)mallocCheck((size_t)nseg * sizeof(size_t));
+    st->rank1_off = (size_t*)mallocCheck((size_t)nseg * sizeof(size_t));
     st->nblocks = optim_blocks_build(segs, nseg, st->block0);
-    st->nsmall = cfg->state == OPT_STATE_INT8 ? optim_small_build(segs, nseg, st->small_off) : 0;
+    const int quantized = cfg->state == OPT_STATE_INT8 || cfg->state == OPT_STATE_4BIT;
+    st->nsmall = quantized ? optim_small_build(segs, nseg, st->small_off) : 0;
     if (st->nsmall == 0) {
         for (int s = 0; s < nseg; s++) st->small_off[s] = OPT_NOT_SMALL;
+    }
+    st->nrank1 = 0;
+    for (int s = 0; s < nseg; s++) st->rank1_off[s] = OPT_NOT_SMALL;
+    if (cfg->state == OPT_STATE_4BIT) {
+        st->nrank1 = optim_rank1_build(segs, nseg, st->small_off, st->rank1_off);
+        for (int s = 0; s < nseg; s++) {  // (the GPU walks a segment's rows and columns in 32 bits)
+            if (segs[s].trel + segs[s].count > 0xffffffffu) {
+                ls_fatal("optimizer: --opt-state 4bit: tensor piece %d reaches element %zu (4-bit state takes tensors of "
+                         "under 2^32 elements)", s, segs[s].trel + segs[s].count);
+            }
+        }
     }
     if (cfg->kind == OPT_MUON) {
         st->adam_off = (size_t*)mallocCheck((size_t)nseg * sizeof(size_t));
@@ -370,11 +411,12 @@ static inline void optim_state_free(OptimState* st) {
     if (st->owns_work) free(st->work);
     free(st->q8_index);
     free(st->small_off);
+    free(st->rank1_off);
     free(st->adam_off);
     free(st->block0);
     free(st->segs);
     st->segs = NULL;  // (the memset below says it too; the static analyzer follows this better)
-    st->block0 = st->small_off = st->adam_off = NULL;
+    st->block0 = st->small_off = st->rank1_off = st->adam_off = NULL;
     st->q8_index = NULL;
     st->memory = NULL;
     memset(st, 0, sizeof *st);
@@ -387,7 +429,13 @@ static inline OptimSlots optim_state_slots(const OptimState* st) {
                     {st->qm, st->qv, st->qvmax},
                     {st->absmax_m, st->absmax_v, st->absmax_vmax},
                     {st->m32, st->v32, st->vmax32},
-                    st->maps};
+                    st->maps,
+                    {st->q4m, st->q4v, st->q4vmax},
+                    st->absmax4_m,
+                    st->map4,
+                    {NULL, st->rank1_v, st->rank1_vmax},
+                    st->on_device ? st->d_rank1_off : st->rank1_off,
+                    st->nrank1};
     return o;
 }
 

@@ -19,6 +19,11 @@
          the unsigned map (a positive v never reads back as 0). Per block: dequantize, update in
          fp32, requantize with the block's new absmax. Tensors under QUANT8_MIN_ELEMS keep fp32 state
          (bitsandbytes' rule). 1 B + 4 B per block.
+   4bit  two codes per byte (llmc/optim/quant4.h): m in groups of 128 with one fp32 absmax each on a
+         4-bit dynamic-exponent map; v, vmax scaled per element by the smaller of its row's and its
+         column's maxima (rank-1), on the linear map (i + 1) / 16 that excludes 0. The maxima are
+         the new values': a pass of their own before the update. Small tensors keep fp32 state, as
+         int8. 0.5 B + 4 B per 128 elements (m), 0.5 B + 4 B per row and column (v, vmax).
  A rule updates in fp32 from the values as loaded; the parameter update uses the unrounded fp32
  result and the state keeps the stored one (LAMB, which reads its state twice, reads back the stored
  values in its second pass: the trust ratio is that of the direction applied).
@@ -29,6 +34,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "llmc/optim/quant4.h"
 #include "llmc/optim/quant8.h"
 #include "llmc/optim/srng.h"
 
@@ -40,8 +46,8 @@
 #define OPTIM_HD static inline
 #endif
 
-typedef enum { OPT_STATE_FP32 = 0, OPT_STATE_BF16 = 1, OPT_STATE_INT8 = 2, OPT_STATE_FP16 = 3 } OptimStatePrecision;
-#define OPT_STATE_LAST OPT_STATE_FP16
+typedef enum { OPT_STATE_FP32 = 0, OPT_STATE_BF16 = 1, OPT_STATE_INT8 = 2, OPT_STATE_FP16 = 3, OPT_STATE_4BIT = 4 } OptimStatePrecision;
+#define OPT_STATE_LAST OPT_STATE_4BIT
 
 // The state values a rule keeps per element. The slot picks the random stream of stochastic
 // rounding (slot + 1: stream 0 rounds bf16 parameters), the 8-bit map (m signed, v and vmax
@@ -60,8 +66,14 @@ typedef struct {
     uint16_t* h16[OPT_SLOTS];        // (n) bf16 or fp16 bits
     unsigned char* q8[OPT_SLOTS];    // (n) int8 codes
     float* absmax[OPT_SLOTS];        // (nblocks) int8: per block
-    float* small[OPT_SLOTS];         // (nsmall) int8: the small tensors' fp32 state, packed
+    float* small[OPT_SLOTS];         // (nsmall) int8, 4bit: the small tensors' fp32 state, packed
     const float* maps;               // (QUANT8_MAP_FLOATS) int8: the signed, then the unsigned map
+    unsigned char* q4[OPT_SLOTS];    // (nblocks * QUANT4_BLOCK_BYTES) 4bit codes, two per byte
+    float* absmax4;                  // (nblocks * QUANT4_GROUPS) 4bit: m's absmax per group
+    const float* map4;               // (16) 4bit: m's signed map
+    float* rank1[OPT_SLOTS];         // (2 * nrank1) 4bit v, vmax: the scales as stored, then the new ones
+    const size_t* rank1_off;         // (nseg) 4bit: a segment's scales in rank1[], or OPT_NOT_SMALL
+    size_t nrank1;                   // 4bit: the floats of one set of scales
 } OptimSlots;
 
 // ----------------------------------------------------------------------------
@@ -99,5 +111,19 @@ OPTIM_HD float storage8_load(const float* maps, int slot, unsigned char code, fl
 
 // The magnitude the block's absmax is the max of: |m|, and v, vmax (never negative).
 OPTIM_HD float storage8_magnitude(float x, int slot) { return slot == OPT_SLOT_M ? fabsf(x) : x; }
+
+// ----------------------------------------------------------------------------
+// 4-bit storage: m on the signed map in groups, v and vmax on the linear map with rank-1 scales
+
+OPTIM_HD float storage4_min(float a, float b) { return a < b ? a : b; }
+
+// Element j's value of a block's codes: m (slot M) from its group's absmax, v and vmax from the
+// scale min(R[r], C[c]) of its row and column.
+OPTIM_HD float storage4_load_m(const float* map4, const unsigned char* codes, size_t j, float absmax) {
+    return map4[quant4_code(codes, j)] * absmax;
+}
+OPTIM_HD float storage4_load_v(const unsigned char* codes, size_t j, float scale) {
+    return quant4_linear_value(quant4_code(codes, j)) * scale;
+}
 
 #endif // LLMC_OPTIM_STORAGE_H

@@ -14,6 +14,11 @@
                              threads x 8 elements per OPT_BLOCK block of a tensor; per state value
                              dequantize, the rule in fp32, the block's new absmax, requantize;
                              tensors under QUANT8_MIN_ELEMS keep fp32 state.
+   optim_q4_scales_kernel    4-bit state of AdamW, AMSGrad: v's (vmax's) new values, their row and
+                             column maxima (atomicMax on the bits: exact, any order).
+   optim_int4_kernel         4-bit state (llmc/optim/quant4.h), as the int8 kernel: one CUDA block per
+                             OPT_BLOCK block, a thread's 8 codes one 32-bit word; m's group absmax
+                             over the group's 16 threads (shuffles), v's codes from the new scales.
    lamb_moments_kernel       LAMB pass 1: one CUDA block of 256 threads per OPT_BLOCK block; thread t
                              owns elements 4t..4t+3 and 1024+4t..1024+4t+3 (two 128-bit words),
                              updates m, v, stores them and accumulates p^2 and u^2 (u from the stored
@@ -28,6 +33,7 @@
                              depending on the grid: the same bits on any GPU and under the CPU harness.
  Traffic per parameter, fp32 params and grads: AdamW 28 B (bf16, fp16 state 20 B; int8 ~16 B),
  AMSGrad +8 B (+4, +2); SGD with momentum and Lion 20 B (bf16 16 B, int8 ~14 B); plain SGD 12 B;
+4bit: AdamW ~18.6 B (its scales pass reads g and v's codes again), SGD and Lion ~13 B;
  LAMB 40 B. bf16 params with fp32 master weights: the same as fp32 params plus 2 B (the bf16 copy
  written); without master weights 6 B less than fp32 (p read and written as bf16, g bf16).
 
@@ -274,7 +280,7 @@ __device__ __forceinline__ void optim_codes_store4(unsigned char* c, bool vec, i
 // elements 4t..4t+3 (h = 0) and 1024+4t.. (h = 1). It updates m, v, stores them (bf16: rounded
 // stochastically; int8: requantized with the block's new absmax) and accumulates p^2 and u^2, u
 // from the stored values, per element slot in h order (optim_update_cpu's order); then the block's two sums in the halving tree.
-template <typename Tp, typename Tg, bool kMaster, int kState>
+template <typename Tp, typename Tg, int kState>
 __global__ void __launch_bounds__(LAMB_THREADS)
 lamb_moments_kernel(const Tp* __restrict__ params, const float* __restrict__ master, const Tg* __restrict__ grads,
                     OptimSlots S, const size_t* __restrict__ small_off, float* __restrict__ partials,
@@ -310,14 +316,14 @@ lamb_moments_kernel(const Tp* __restrict__ params, const float* __restrict__ mas
             float g[4];
             if (vec[h]) {
                 LS_BRANCH("lamb.vector");
-                if constexpr (kMaster) optim_load4(master + i0[h], p[h]); else optim_load4(params + pi0[h], p[h]);
+                if (sizeof(Tp) == 2 && master != nullptr) optim_load4(master + i0[h], p[h]); else optim_load4(params + pi0[h], p[h]);
                 optim_load4(grads + i0[h], g);
             } else {
                 LS_BRANCH("lamb.by_element");
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const bool in = e < nv[h];
-                    p[h][e] = in ? optim_load_param<Tp, kMaster>(params, master, i0[h] + e, pi0[h] + e) : 0.0f;
+                    p[h][e] = in ? optim_load_param_mrt<Tp>(params, master, i0[h] + e, pi0[h] + e) : 0.0f;
                     g[e] = in ? (float)grads[i0[h] + e] : 0.0f;
                 }
             }
@@ -541,7 +547,7 @@ struct OptimInt8Bounds {
     static constexpr int min_blocks = kOp == OP_AMSGRAD || kOp == OP_ADAMW ? 3 : 4;
 };
 
-template <int kOp, typename Tp, typename Tg, bool kMaster>
+template <int kOp, typename Tp, typename Tg>
 __global__ void __launch_bounds__(OPT_Q8_THREADS, OptimInt8Bounds<kOp>::min_blocks)
 optim_int8_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg* __restrict__ grads, OptimSlots q,
                   const OptimSegment* __restrict__ segments, const size_t* __restrict__ block0,
@@ -571,13 +577,13 @@ optim_int8_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
 #pragma unroll
                 for (int t = 0; t < K; t++) x[t] = q.small[t][k];
                 const float g = Tr::reads_grads ? (float)grads[i] * scale : 0.0f;
-                const float p = optim_element<kOp>(optim_load_param<Tp, kMaster>(params, master, i, pi0 + j), g, x[0], x[1],
+                const float p = optim_element<kOp>(optim_load_param_mrt<Tp>(params, master, i, pi0 + j), g, x[0], x[1],
                                                    x[2], wd, step_lr, a);
                 if constexpr (Tr::writes_state) {
 #pragma unroll
                     for (int t = 0; t < K; t++) q.small[t][k] = x[t];
                 }
-                optim_store_param_rt<Tp, kMaster>(stochastic, params, master, i, pi0 + j, p, a.rng_key);
+                optim_store_param_mrt<Tp>(stochastic, params, master, i, pi0 + j, p, a.rng_key);
             }
             return;
         }
@@ -585,13 +591,13 @@ optim_int8_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
         const bool vec = nv == V && i0 % V == 0 && pi0 % V == 0;
         if (vec) {
             LS_BRANCH("optim_int8.vector");
-            optim_load_params<V, Tp, kMaster>(params, master, i0, pi0, p);
+            optim_load_params_mrt<V, Tp>(params, master, i0, pi0, p);
             if constexpr (Tr::reads_grads) optim_load<V>(grads + i0, g);
         } else {
             LS_BRANCH("optim_int8.by_element");
 #pragma unroll
             for (int j = 0; j < V; j++) {
-                p[j] = j < nv ? optim_load_param<Tp, kMaster>(params, master, i0 + j, pi0 + j) : 0.0f;
+                p[j] = j < nv ? optim_load_param_mrt<Tp>(params, master, i0 + j, pi0 + j) : 0.0f;
                 if (Tr::reads_grads) g[j] = j < nv ? (float)grads[i0 + j] : 0.0f;
             }
         }
@@ -634,13 +640,206 @@ optim_int8_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
             }
         }
         if (vec) {
-            optim_store_params_rt<V, Tp, kMaster>(stochastic, params, master, i0, pi0, p, a.rng_key);
+            optim_store_params_mrt<V, Tp>(stochastic, params, master, i0, pi0, p, a.rng_key);
         } else {
 #pragma unroll
             for (int j = 0; j < V; j++)
-                if (j < nv) optim_store_param_rt<Tp, kMaster>(stochastic, params, master, i0 + j, pi0 + j, p[j], a.rng_key);
+                if (j < nv) optim_store_param_mrt<Tp>(stochastic, params, master, i0 + j, pi0 + j, p[j], a.rng_key);
         }
         if constexpr (Tr::writes_state) __syncthreads(); // red[] is reused by the next block
+    });
+}
+
+
+// ----------------------------------------------------------------------------
+// 4-bit state of AdamW, AMSGrad, SGD and Lion (llmc/optim/quant4.h), as llmc/optim/update.h: one
+// CUDA block of OPT_Q8_THREADS per block of OPT_BLOCK elements, 8 elements per thread (a 32-bit
+// word of codes). First the new rank-1 scales of v (and vmax): optim_q4_scales_kernel computes the
+// new values as the rule will and takes their row and column maxima with atomicMax on the bits
+// (non-negative floats order as their bits; max is exact in any order); then optim_int4_kernel:
+// dequantize, the rule, m's group absmax over the group's 16 threads, the codes. Tensors under
+// QUANT8_MIN_ELEMS: fp32 state, packed (q.small).
+
+// A thread's elements' rows and columns in the segment's scales, from its first element rel; 32-bit
+// (a 4-bit segment's place in its tensor is below 2^32: optim_state_setup).
+struct OptimQ4Walk {
+    unsigned r, c, w;
+    __device__ __forceinline__ void next() {
+        if (++c == w) { c = 0; r++; }
+    }
+};
+__device__ __forceinline__ OptimQ4Walk optim_q4_walk(const OptimSegment& sg, size_t rel) {
+    const unsigned w = (unsigned)optim_segment_width(&sg), t0 = (unsigned)sg.trel, e = t0 + (unsigned)rel;
+    return OptimQ4Walk{e / w - t0 / w, e % w, w};
+}
+
+__device__ __forceinline__ void optim_atomic_max_pos(float* at, float x) {
+    if (x == x) atomicMax(reinterpret_cast<unsigned*>(at), __float_as_uint(x));  // (x >= +0; NaN skipped, as the CPU)
+}
+
+template <bool kAms, typename Tg>
+__global__ void __launch_bounds__(OPT_Q8_THREADS)
+optim_q4_scales_kernel(const Tg* __restrict__ grads, OptimSlots q, const OptimSegment* __restrict__ segments,
+                       const size_t* __restrict__ block0, int nseg, OptimStepArgs a, const float* __restrict__ clip_scale) {
+    constexpr int V = 8;
+    const float scale = optim_clip_scale(clip_scale);
+    optim_for_each_block(segments, block0, nseg, [&](size_t b, int s, const OptimSegment& sg, size_t rel, size_t len) {
+        const size_t off = q.rank1_off[s];
+        if (off == OPT_NOT_SMALL) return;
+        LS_BRANCH("optim_q4.scales");
+        const size_t j0 = (size_t)threadIdx.x * V;
+        const int nv = j0 < len ? (len - j0 < V ? (int)(len - j0) : V) : 0;
+        if (nv == 0) return;
+        const size_t rows = optim_segment_rows(&sg);
+        const float* R = q.rank1[OPT_SLOT_V] + off;
+        float* nR = q.rank1[OPT_SLOT_V] + q.nrank1 + off;
+        const float* X = kAms ? q.rank1[OPT_SLOT_VMAX] + off : nullptr;
+        float* nX = kAms ? q.rank1[OPT_SLOT_VMAX] + q.nrank1 + off : nullptr;
+        const unsigned char* cv = q.q4[OPT_SLOT_V] + b * QUANT4_BLOCK_BYTES;
+        const unsigned char* cx = kAms ? q.q4[OPT_SLOT_VMAX] + b * QUANT4_BLOCK_BYTES : nullptr;
+        OptimQ4Walk at = optim_q4_walk(sg, rel + j0);
+        size_t row = at.r;
+        float mv = 0.0f, mx = 0.0f;  // the current row's maxima (a thread's 8 elements span few rows)
+#pragma unroll 1
+        for (int j = 0; j < nv; j++, at.next()) {
+            if (at.r != row) {
+                optim_atomic_max_pos(nR + row, mv);
+                if constexpr (kAms) optim_atomic_max_pos(nX + row, mx);
+                row = at.r;
+                mv = mx = 0.0f;
+            }
+            const float g = (float)grads[sg.offset + rel + j0 + j] * scale;
+            const float v = rule_adam_v(g, storage4_load_v(cv, j0 + j, storage4_min(R[at.r], R[rows + at.c])), &a);
+            mv = v > mv ? v : mv;
+            optim_atomic_max_pos(nR + rows + at.c, v);
+            if constexpr (kAms) {
+                const float d = rule_vmax(v, storage4_load_v(cx, j0 + j, storage4_min(X[at.r], X[rows + at.c])));
+                mx = d > mx ? d : mx;
+                optim_atomic_max_pos(nX + rows + at.c, d);
+            }
+        }
+        optim_atomic_max_pos(nR + row, mv);
+        if constexpr (kAms) optim_atomic_max_pos(nX + row, mx);
+    });
+}
+
+// The CUDA blocks per SM the 4-bit kernel is built for: AMSGrad 2 (<= 128 registers; at 80 the bf16
+// variant spills), AdamW 3, the one-slot rules 4.
+template <int kOp>
+struct OptimInt4Bounds {
+    static constexpr int min_blocks = kOp == OP_AMSGRAD || kOp == OP_ADAMW ? 2 : 4;
+};
+
+template <int kOp, typename Tp, typename Tg>
+__global__ void __launch_bounds__(OPT_Q8_THREADS, OptimInt4Bounds<kOp>::min_blocks)
+optim_int4_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg* __restrict__ grads, OptimSlots q,
+                  const OptimSegment* __restrict__ segments, const size_t* __restrict__ block0,
+                  const size_t* __restrict__ small_off, int nseg, OptimStepArgs a, const float* __restrict__ clip_scale,
+                  bool stochastic) {
+    using Tr = OptimOpTraits<kOp>;
+    constexpr int V = 8, K = Tr::states;
+    static_assert(OPT_Q8_THREADS * V == OPT_BLOCK, "one CUDA block per block");
+    static_assert(QUANT4_GROUP % V == 0 && QUANT4_GROUP / V <= 32, "a group is whole threads of one warp");
+    __shared__ float map4[16];
+    if (threadIdx.x < 16) map4[threadIdx.x] = q.map4[threadIdx.x];
+    __syncthreads();
+    const float scale = optim_clip_scale(clip_scale);
+    optim_for_each_block(segments, block0, nseg, [&](size_t b, int s, const OptimSegment& sg, size_t rel, size_t len) {
+        const size_t start = sg.offset + rel;
+        const size_t j0 = (size_t)threadIdx.x * V, i0 = start + j0, pi0 = sg.param + rel + j0;
+        const int nv = j0 < len ? (len - j0 < V ? (int)(len - j0) : V) : 0;
+        const float wd = sg.weight_decay, step_lr = a.lr * sg.lr_mult;
+        const size_t so = small_off[s];
+        if (so != OPT_NOT_SMALL) {  // a small tensor: fp32 state, packed (uniform per block)
+            LS_BRANCH("optim_int4.small_tensor");
+            for (int j = 0; j < nv; j++) {
+                const size_t i = i0 + j, k = so + rel + j0 + j;
+                float x[OPT_SLOTS] = {};
+#pragma unroll
+                for (int t = 0; t < K; t++) x[t] = q.small[t][k];
+                const float p = optim_element<kOp>(optim_load_param_mrt<Tp>(params, master, i, pi0 + j),
+                                                   (float)grads[i] * scale, x[0], x[1], x[2], wd, step_lr, a);
+#pragma unroll
+                for (int t = 0; t < K; t++) q.small[t][k] = x[t];
+                optim_store_param_mrt<Tp>(stochastic, params, master, i, pi0 + j, p, a.rng_key);
+            }
+            return;
+        }
+        float p[V], g[V] = {}, x[OPT_SLOTS][V] = {};
+        const bool vec = nv == V && i0 % V == 0 && pi0 % V == 0;
+        if (vec) {
+            LS_BRANCH("optim_int4.vector");
+            optim_load_params_mrt<V, Tp>(params, master, i0, pi0, p);
+            optim_load<V>(grads + i0, g);
+        } else {
+            LS_BRANCH("optim_int4.by_element");
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                p[j] = j < nv ? optim_load_param_mrt<Tp>(params, master, i0 + j, pi0 + j) : 0.0f;
+                g[j] = j < nv ? (float)grads[i0 + j] : 0.0f;
+            }
+        }
+        const size_t rows = optim_segment_rows(&sg), off = q.rank1_off[s];
+        unsigned words[OPT_SLOTS] = {};
+#pragma unroll
+        for (int t = 0; t < K; t++) {  // dequantize (a thread's codes: one 32-bit word of its block's bytes)
+            const unsigned char* blk = q.q4[t] + b * QUANT4_BLOCK_BYTES;
+            words[t] = *reinterpret_cast<const unsigned*>(blk + j0 / 2);
+            if (t == OPT_SLOT_M) {
+                const float am = q.absmax4[b * QUANT4_GROUPS + j0 / QUANT4_GROUP];
+#pragma unroll
+                for (int j = 0; j < V; j++) x[t][j] = j < nv ? map4[(words[t] >> (4 * j)) & 15u] * am : 0.0f;
+            } else {
+                const float* R = q.rank1[t] + off;
+                OptimQ4Walk at = optim_q4_walk(sg, rel + j0);
+#pragma unroll
+                for (int j = 0; j < V; j++, at.next()) {
+                    x[t][j] = j < nv ? quant4_linear_value((words[t] >> (4 * j)) & 15u) * storage4_min(R[at.r], R[rows + at.c])
+                                     : 0.0f;
+                }
+            }
+        }
+        float mx = 0.0f;  // |m| over the thread's elements
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            if (j < nv) {
+                p[j] = optim_element<kOp>(p[j], g[j] * scale, x[0][j], x[1][j], x[2][j], wd, step_lr, a);
+                mx = fabsf(x[0][j]) > mx ? fabsf(x[0][j]) : mx;
+            }
+        }
+        // m's group absmax: the max over the group's QUANT4_GROUP / V threads (aligned lanes of one warp)
+#pragma unroll
+        for (int o = QUANT4_GROUP / V / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+#pragma unroll
+        for (int t = 0; t < K; t++) {
+            unsigned w = 0;
+            if (t == OPT_SLOT_M) {
+                const float inv = quant4_inv(mx);
+#pragma unroll
+                for (int j = 0; j < V; j++) w |= (j < nv ? quant4_quantize_signed(map4, x[t][j] * inv) : 0u) << (4 * j);
+                if (j0 % QUANT4_GROUP == 0 && nv > 0) q.absmax4[b * QUANT4_GROUPS + j0 / QUANT4_GROUP] = mx;
+            } else {
+                const float* nR = q.rank1[t] + q.nrank1 + off;
+                OptimQ4Walk at = optim_q4_walk(sg, rel + j0);
+#pragma unroll
+                for (int j = 0; j < V; j++, at.next()) {  // (past nv: no scale read, the row may not exist)
+                    if (j < nv) w |= quant4_quantize_linear(x[t][j] * quant4_inv(storage4_min(nR[at.r], nR[rows + at.c]))) << (4 * j);
+                }
+            }
+            unsigned char* blk = q.q4[t] + b * QUANT4_BLOCK_BYTES + j0 / 2;
+            if (nv == V) {
+                *reinterpret_cast<unsigned*>(blk) = w;
+            } else {  // the block's end: the bytes holding its elements only (the CPU's)
+                for (int k = 0; 2 * k < nv; k++) blk[k] = (unsigned char)(w >> (8 * k));
+            }
+        }
+        if (vec) {
+            optim_store_params_mrt<V, Tp>(stochastic, params, master, i0, pi0, p, a.rng_key);
+        } else {
+#pragma unroll
+            for (int j = 0; j < V; j++)
+                if (j < nv) optim_store_param_mrt<Tp>(stochastic, params, master, i0 + j, pi0 + j, p[j], a.rng_key);
+        }
     });
 }
 
@@ -667,9 +866,6 @@ static void optim_launch(OptimState* st, Tp* params, float* master, const Tg* gr
     const OptimSegment* segs = st->d_segs;
     const bool with_master = sizeof(Tp) == 2 && master != nullptr;
     const OptimStatePrecision prec = Tr::states == 0 ? OPT_STATE_FP32 : st->cfg.state;
-#define OPT_Q8(M) launch(optim_int8_kernel<kOp, Tp, Tg, M>, grid, OPT_Q8_THREADS, 0, stream, params, master, grads, slots, \
-                         segs, (const size_t*)st->d_block0, (const size_t*)st->d_small_off, st->nseg, seg_mul, a,     \
-                         d_clip_scale, sr)
 #define OPT_EW(S, M) launch(optim_elementwise_kernel<kOp, Tp, Tg, S, M>, optim_elementwise_grid<kOp, Tp, Tg, S>(st->n), \
                             OPT_ELEM_BLOCK, optim_segments_smem_bytes(st->nseg), stream, params, master, grads, slots, \
                             st->n, segs, st->nseg, seg_mul, a, d_clip_scale, sr)
@@ -686,10 +882,34 @@ static void optim_launch(OptimState* st, Tp* params, float* master, const Tg* gr
         if (st->nblocks == 0) return;
         const size_t full = (size_t)cuda_sm_count() * 8;
         const unsigned grid = (unsigned)(st->nblocks < full ? st->nblocks : full);
-        if constexpr (sizeof(Tp) == 2) {
-            if (with_master) { OPT_Q8(true); return; }
+        launch(optim_int8_kernel<kOp, Tp, Tg>, grid, OPT_Q8_THREADS, 0, stream, params, with_master ? master : nullptr, grads,
+               slots, segs, (const size_t*)st->d_block0, (const size_t*)st->d_small_off, st->nseg, seg_mul, a, d_clip_scale, sr);
+    } else if (prec == OPT_STATE_4BIT) {  // the new scales of v (vmax), then one CUDA block per block
+        if constexpr (kOp == OP_LAMB_APPLY) {
+            ls_fatal("optimizer: --opt-state 4bit is not LAMB's");
+        } else {
+            if (st->nblocks == 0) return;
+            const size_t full = (size_t)cuda_sm_count() * 8;
+            const unsigned grid = (unsigned)(st->nblocks < full ? st->nblocks : full);
+            const bool scales = Tr::states > 1 && st->nrank1 > 0;
+            if constexpr (Tr::states > 1) {
+                if (scales) {
+                    for (int t = OPT_SLOT_V; t < Tr::states; t++) {
+                        cudaCheck(cudaMemsetAsync(slots.rank1[t] + st->nrank1, 0, st->nrank1 * sizeof(float), stream));
+                    }
+                    launch(optim_q4_scales_kernel<kOp == OP_AMSGRAD, Tg>, grid, OPT_Q8_THREADS, 0, stream, grads, slots, segs,
+                           (const size_t*)st->d_block0, st->nseg, a, d_clip_scale);
+                }
+            }
+            launch(optim_int4_kernel<kOp, Tp, Tg>, grid, OPT_Q8_THREADS, 0, stream, params, with_master ? master : nullptr, grads,
+                   slots, segs, (const size_t*)st->d_block0, (const size_t*)st->d_small_off, st->nseg, a, d_clip_scale, sr);
+            if (scales) {  // the new scales become the stored ones
+                for (int t = OPT_SLOT_V; t < Tr::states; t++) {
+                    cudaCheck(cudaMemcpyAsync(slots.rank1[t], slots.rank1[t] + st->nrank1, st->nrank1 * sizeof(float),
+                                              cudaMemcpyDeviceToDevice, stream));
+                }
+            }
         }
-        OPT_Q8(false);
     } else if (prec == OPT_STATE_BF16) {
         OPT_EW_PARAMS(OPT_STATE_BF16);
     } else if (prec == OPT_STATE_FP16) {  // AdamW's only (optim_config_check)
@@ -700,7 +920,6 @@ static void optim_launch(OptimState* st, Tp* params, float* master, const Tg* gr
     }
 #undef OPT_EW_PARAMS
 #undef OPT_EW
-#undef OPT_Q8
 }
 
 // ----------------------------------------------------------------------------
@@ -712,13 +931,9 @@ static void lamb_moments_launch(OptimState* st, const Tp* params, const float* m
     const unsigned grid = (unsigned)(st->nblocks < (size_t)cuda_sm_count() * 8 ? st->nblocks : (size_t)cuda_sm_count() * 8);
     const OptimSlots S = optim_state_slots(st);
     const size_t* small_off = (const size_t*)st->d_small_off;
-    if (master != nullptr) {
-        launch(lamb_moments_kernel<Tp, Tg, true, kState>, grid, LAMB_THREADS, 0, stream, params, master, grads, S,
-               small_off, st->partials, (const OptimSegment*)st->d_segs, (const size_t*)st->d_block0, st->nseg, a, d_clip_scale);
-    } else {
-        launch(lamb_moments_kernel<Tp, Tg, false, kState>, grid, LAMB_THREADS, 0, stream, params, master, grads, S,
-               small_off, st->partials, (const OptimSegment*)st->d_segs, (const size_t*)st->d_block0, st->nseg, a, d_clip_scale);
-    }
+    launch(lamb_moments_kernel<Tp, Tg, kState>, grid, LAMB_THREADS, 0, stream, params, sizeof(Tp) == 2 ? master : nullptr,
+           grads, S, small_off, st->partials, (const OptimSegment*)st->d_segs, (const size_t*)st->d_block0, st->nseg, a,
+           d_clip_scale);
 }
 
 // LAMB's pass 1: the moments and the block sums of p^2 and u^2 (st->partials).

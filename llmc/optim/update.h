@@ -7,7 +7,10 @@
        x[slot] = the block's state as fp32     update_block_load   (fp32: the state itself)
        the rule on each element (p, g, x)      update_block_rule   (rules.h, one loop per rule)
        the state stored back                    update_block_store  (16-bit: stochastic rounding,
-                                                                     int8: requantized per block)
+                                                                     int8: requantized per block,
+                                                                     4bit: per group and rank-1)
+   4-bit state first computes v's (and vmax's) new row and column maxima (update4_scales: the new
+   values as the rule will compute them), which its codes are quantized with (llmc/optim/quant4.h).
    LAMB runs two passes: the moments and per-block sums of p^2 and u^2, then per tensor the trust
    ratio, then the update from the moments as stored (the direction applied is the one measured).
 
@@ -23,8 +26,8 @@
  the same tree.
 
  Bytes moved per parameter (fp32 params and grads; k state values: AdamW 2, AMSGrad 3, LAMB 2,
- SGD with momentum and Lion 1): 12 + 8k fp32, 12 + 4k bf16 / fp16, ~12 + 2k int8; LAMB reads
- its state twice (fp32 40 B).
+ SGD with momentum and Lion 1): 12 + 8k fp32, 12 + 4k bf16 / fp16, ~12 + 2k int8, ~12 + k 4bit
+ (AdamW reads v's codes and g twice: +4.5 B); LAMB reads its state twice (fp32 40 B).
 */
 #ifndef LLMC_OPTIM_UPDATE_H
 #define LLMC_OPTIM_UPDATE_H
@@ -33,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include "llmc/optim/quant8.h"
 #include "llmc/optim/rules.h"
 #include "llmc/optim/segments.h"
@@ -59,6 +63,25 @@ static inline float* update_block_load(const OptimSlots* st, OptimStatePrecision
                                        const OptimBlockAt* at, size_t b, float* buf) {
     const size_t len = at->len;
     if (prec == OPT_STATE_FP32) return st->f32[slot] + at->start;
+    if (prec == OPT_STATE_4BIT) {
+        if (t->small_off[at->s] != OPT_NOT_SMALL) return st->small[slot] + t->small_off[at->s] + at->rel;
+        const unsigned char* q = st->q4[slot] + b * QUANT4_BLOCK_BYTES;
+        if (slot == OPT_SLOT_M) {
+            const float* am = st->absmax4 + b * QUANT4_GROUPS;
+            for (size_t j = 0; j < len; j++) buf[j] = storage4_load_m(st->map4, q, j, am[j / QUANT4_GROUP]);
+            return buf;
+        }
+        const OptimSegment* sg = &t->segs[at->s];
+        const size_t w = optim_segment_width(sg), e = sg->trel + at->rel;
+        const float* R = st->rank1[slot] + st->rank1_off[at->s];  // the scales as stored
+        const float* C = R + optim_segment_rows(sg);
+        size_t r = e / w - optim_segment_row0(sg), col = e % w;
+        for (size_t j = 0; j < len; j++) {
+            buf[j] = storage4_load_v(q, j, storage4_min(R[r], C[col]));
+            if (++col == w) { col = 0; r++; }
+        }
+        return buf;
+    }
     if (prec == OPT_STATE_INT8) {
         if (t->small_off[at->s] != OPT_NOT_SMALL) return st->small[slot] + t->small_off[at->s] + at->rel;
         const unsigned char* q = st->q8[slot] + at->start;
@@ -75,12 +98,53 @@ static inline float* update_block_load(const OptimSlots* st, OptimStatePrecision
     return buf;
 }
 
+// 4-bit: the slot's values x of block b as codes (llmc/optim/quant4.h): m with each group's new
+// absmax, v and vmax with the step's new rank-1 scales (update4_scales). Codes past the block's
+// end (an odd length) are 0.
+static inline void update4_block_store(const OptimSlots* st, int slot, const OptimTable* t, const OptimBlockAt* at,
+                                       size_t b, const float* x) {
+    const size_t len = at->len;
+    unsigned char* q = st->q4[slot] + b * QUANT4_BLOCK_BYTES;
+    unsigned char c[OPT_BLOCK];
+    if (slot == OPT_SLOT_M) {
+        float* am = st->absmax4 + b * QUANT4_GROUPS;
+        for (size_t g0 = 0; g0 < len; g0 += QUANT4_GROUP) {
+            const size_t g1 = g0 + QUANT4_GROUP < len ? g0 + QUANT4_GROUP : len;
+            float mx = 0.0f;
+            for (size_t j = g0; j < g1; j++) mx = fabsf(x[j]) > mx ? fabsf(x[j]) : mx;
+            const float inv = quant4_inv(mx);
+            for (size_t j = g0; j < g1; j++) c[j] = (unsigned char)quant4_quantize_signed(st->map4, x[j] * inv);
+            am[g0 / QUANT4_GROUP] = mx;
+        }
+    } else {
+        const OptimSegment* sg = &t->segs[at->s];
+        const size_t w = optim_segment_width(sg), e = sg->trel + at->rel;
+        const float* R = st->rank1[slot] + st->nrank1 + st->rank1_off[at->s];  // the new scales
+        const float* C = R + optim_segment_rows(sg);
+        size_t r = e / w - optim_segment_row0(sg), col = e % w;
+        for (size_t j = 0; j < len; j++) {
+            c[j] = (unsigned char)quant4_quantize_linear(x[j] * quant4_inv(storage4_min(R[r], C[col])));
+            if (++col == w) { col = 0; r++; }
+        }
+    }
+    for (size_t k = 0; k < (len + 1) / 2; k++) {
+        const unsigned hi = 2 * k + 1 < len ? c[2 * k + 1] : 0u;
+        q[k] = (unsigned char)(c[2 * k] | hi << 4);
+    }
+}
+
 // Stores the slot's updated values x of block b. readback: x becomes what was stored (LAMB's
 // second pass and its sums read the stored moments).
 static inline void update_block_store(const OptimSlots* st, OptimStatePrecision prec, int slot, const OptimTable* t,
                                       const OptimBlockAt* at, size_t b, float* x, unsigned long long key, int readback) {
     const size_t len = at->len;
     if (prec == OPT_STATE_FP32) return;  // updated in place
+    if (prec == OPT_STATE_4BIT) {
+        if (t->small_off[at->s] != OPT_NOT_SMALL) return;  // fp32, in place
+        update4_block_store(st, slot, t, at, b, x);
+        if (readback) update_block_load(st, prec, slot, t, at, b, x);
+        return;
+    }
     if (prec == OPT_STATE_INT8) {
         if (t->small_off[at->s] != OPT_NOT_SMALL) return;  // fp32, in place
         unsigned char* q = st->q8[slot] + at->start;
@@ -240,6 +304,70 @@ static inline void lamb_trust_cpu(const OptimSegment* segs, int nseg, const size
 }
 
 // ----------------------------------------------------------------------------
+// 4-bit state: the new rank-1 scales of v and vmax, before the update (llmc/optim/quant4.h)
+
+// For each segment with scales: the new values of v (and AMSGrad's vmax) computed as the rule will
+// (rules.h: rule_adam_v, rule_vmax), from the state as stored and the scaled gradient, and their
+// row and column maxima written to the second half of the slots' scales (max is exact: any order
+// and thread count give the same bits). Inside the update's parallel region (orphaned omp for).
+static inline void update4_scales(const OptimConfig* c, const OptimStepArgs* a, const OptimTable* t,
+                                  const OptimSlots* st, const float* grads, float grad_scale) {
+    const int ams = c->kind == OPT_ADAMW && c->amsgrad;
+    for (int s = 0; s < t->nseg; s++) {
+        const size_t off = st->rank1_off[s];
+        if (off == OPT_NOT_SMALL) continue;
+        const OptimSegment* sg = &t->segs[s];
+        const size_t w = optim_segment_width(sg), rows = optim_segment_rows(sg), r0 = optim_segment_row0(sg);
+        const float* Rv = st->rank1[OPT_SLOT_V] + off;
+        const float* Cv = Rv + rows;
+        float* nRv = st->rank1[OPT_SLOT_V] + st->nrank1 + off;
+        float* nCv = nRv + rows;
+        const float* Rx = ams ? st->rank1[OPT_SLOT_VMAX] + off : NULL;
+        const float* Cx = ams ? Rx + rows : NULL;
+        float* nRx = ams ? st->rank1[OPT_SLOT_VMAX] + st->nrank1 + off : NULL;
+        float* nCx = ams ? nRx + rows : NULL;
+        #pragma omp for schedule(static)
+        for (size_t j = 0; j < w; j++) {
+            nCv[j] = 0.0f;
+            if (ams) nCx[j] = 0.0f;
+        }
+        // (the loop below reduces into nCv, nCx: each thread's maxima, then combined)
+        float* cv = nCv;
+        float* cx = ams ? nCx : nCv;  // (no vmax: one element of v's, its max unchanged)
+        #pragma omp for schedule(static) reduction(max : cv[:w], cx[:(ams ? w : 1)])
+        for (size_t r = 0; r < rows; r++) {
+            const size_t e0 = (r0 + r) * w, lo = e0 > sg->trel ? e0 - sg->trel : 0;
+            const size_t hi = e0 + w - sg->trel < sg->count ? e0 + w - sg->trel : sg->count;
+            float mv = 0.0f, mx = 0.0f;
+            for (size_t k = lo; k < hi; k++) {  // k: the element in the segment
+                const size_t col = (sg->trel + k) % w;
+                const size_t b = t->block0[s] + k / OPT_BLOCK, j = k % OPT_BLOCK;
+                const float g = grads[sg->offset + k] * grad_scale;
+                const float v = rule_adam_v(g, storage4_load_v(st->q4[OPT_SLOT_V] + b * QUANT4_BLOCK_BYTES, j,
+                                                               storage4_min(Rv[r], Cv[col])), a);
+                mv = v > mv ? v : mv;
+                cv[col] = v > cv[col] ? v : cv[col];
+                if (ams) {
+                    const float d = rule_vmax(v, storage4_load_v(st->q4[OPT_SLOT_VMAX] + b * QUANT4_BLOCK_BYTES, j,
+                                                                  storage4_min(Rx[r], Cx[col])));
+                    mx = d > mx ? d : mx;
+                    cx[col] = d > cx[col] ? d : cx[col];
+                }
+            }
+            nRv[r] = mv;
+            if (ams) nRx[r] = mx;
+        }
+    }
+}
+
+// After the update: the new scales become the stored ones.
+static inline void update4_scales_commit(const OptimConfig* c, const OptimSlots* st) {
+    for (int k = OPT_SLOT_V; k < optim_slots(c); k++) {
+        memcpy(st->rank1[k], st->rank1[k] + st->nrank1, st->nrank1 * sizeof(float));
+    }
+}
+
+// ----------------------------------------------------------------------------
 // the step
 
 // One step of the configured rule (not Muon: llmc/optim/muon.h) over table t: params (indexed by
@@ -253,10 +381,12 @@ static inline void optim_update_cpu(const OptimConfig* c, const OptimStepArgs* a
     const OptimStatePrecision prec = c->state;
     const size_t nblocks = t->block0[t->nseg];
     if (lamb && (partials == NULL || trust == NULL)) ls_fatal("optimizer: LAMB's block sums or trust ratios are missing");
+    const int scales = prec == OPT_STATE_4BIT && nslot > OPT_SLOT_V && st->nrank1 > 0;
     #pragma omp parallel
     {
         float buf[OPT_SLOTS][OPT_BLOCK];
         float* x[OPT_SLOTS] = {NULL, NULL, NULL};
+        if (scales) update4_scales(c, a, t, st, grads, grad_scale);  // (its last loop ends in a barrier)
         // the rule (LAMB: its moments and the block sums of pass 1)
         #pragma omp for schedule(static)
         for (size_t b = 0; b < nblocks; b++) {
@@ -291,6 +421,7 @@ static inline void optim_update_cpu(const OptimConfig* c, const OptimStepArgs* a
             }
         }
     }
+    if (scales) update4_scales_commit(c, st);
 }
 
 #endif // LLMC_OPTIM_UPDATE_H

@@ -12,7 +12,7 @@
  ZeRO-1's parts of a view (optim_view_parts): equal shards, or for Muon cut around whole matrices.
  Where a table may be cut without changing any bit (optim_cut_of): anywhere for the elementwise
  optimizers, at the tensors' OPT_BLOCK boundaries for int8 state of any optimizer (absmax
- blocks), at tensor boundaries for LAMB (whatever its state) (its trust ratio needs the whole tensor's sums in one table),
+ blocks), at tensor boundaries for 4-bit state (v's rank-1 scales) and LAMB (whatever its state) (its trust ratio needs the whole tensor's sums in one table),
  and for Muon around whole matrices (Newton-Schulz needs all of one), its other tensors as AdamW's.
 
  The step plan (optim_plan_step) is the mode logic the trainers share: the active BAdam block and
@@ -38,6 +38,7 @@ static inline OptimCut optim_cut_of(const OptimConfig* c) {
     if (c->kind == OPT_LAMB) return OPTIM_CUT_TENSOR;
     if (c->kind == OPT_MUON) return c->state == OPT_STATE_INT8 ? OPTIM_CUT_MATRIX_BLOCK : OPTIM_CUT_MATRIX;
     if (c->state == OPT_STATE_INT8) return OPTIM_CUT_BLOCK;
+    if (c->state == OPT_STATE_4BIT) return OPTIM_CUT_TENSOR;  // v's rank-1 scales span the segment
     return OPTIM_CUT_ELEMENT;
 }
 
