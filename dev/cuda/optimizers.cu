@@ -153,7 +153,7 @@ static const Case kCases[] = {
     {"lamb-bf16", "lamb bf16 state, bf16 SR (no master)", cfg_of(OPT_LAMB, OPT_STATE_BF16), true, false, true, 1e-2f},
     {"lamb-int8", "lamb int8 state", cfg_of(OPT_LAMB, OPT_STATE_INT8), false, false, false, 1e-2f},
     {"lamb-int8", "lamb int8 state, bf16+master+SR", cfg_of(OPT_LAMB, OPT_STATE_INT8), true, true, true, 1e-2f},
-    // 4-bit state (llmc/optim/quant4.h): AdamW, AMSGrad, SGD, Lion
+    // 4-bit state (llmc/optim/quant4.h): AdamW, AMSGrad, SGD, Lion, LAMB
     {"adamw-4bit", "adamw 4bit state", cfg_of(OPT_ADAMW, OPT_STATE_4BIT), false, false, false, 1e-3f},
     {"adamw-4bit", "adamw 4bit state, bf16+master+SR", cfg_of(OPT_ADAMW, OPT_STATE_4BIT), true, true, true, 1e-3f},
     {"adamw-4bit", "adamw 4bit state, bf16 RN", cfg_of(OPT_ADAMW, OPT_STATE_4BIT), true, false, false, 1e-3f},
@@ -163,6 +163,9 @@ static const Case kCases[] = {
     {"sgd-4bit", "sgd nesterov 4bit state, bf16 RN", cfg_of(OPT_SGD, OPT_STATE_4BIT, 0, 1), true, false, false, 0.05f},
     {"lion-4bit", "lion 4bit state", cfg_of(OPT_LION, OPT_STATE_4BIT), false, false, false, 1e-3f},
     {"lion-4bit", "lion 4bit state, bf16+master+SR", cfg_of(OPT_LION, OPT_STATE_4BIT), true, true, true, 1e-3f},
+    {"lamb-4bit", "lamb 4bit state", cfg_of(OPT_LAMB, OPT_STATE_4BIT), false, false, false, 1e-2f},
+    {"lamb-4bit", "lamb 4bit state, bf16+master+SR", cfg_of(OPT_LAMB, OPT_STATE_4BIT), true, true, true, 1e-2f},
+    {"lamb-4bit", "lamb 4bit state, bf16 SR (no master)", cfg_of(OPT_LAMB, OPT_STATE_4BIT), true, false, true, 1e-2f},
 };
 
 // Bytes one step moves per parameter (reads + writes).
@@ -482,10 +485,11 @@ static bool check_one(const Case& c, const Problem& pb, int steps) {
         for (size_t s = 0; s < pb.segs.size(); s++) {
             const OptimSegment& sg = pb.segs[s];
             const double lr_eff = (double)c.lr * sg.lr_mult;
-            // the scale of a step with bf16/int8 state: lr; LAMB's is lr * trust * |u|, and int8 leaves |u|
+            // the scale of a step with bf16/int8 state: lr; LAMB's is lr * trust * |u|, and int8 (4bit) leaves |u|
             // of an element far below its block's absmax unbounded by Adam's ratio (v toward 0): 2 lr * trust
             const double lowp_step = c.cfg.kind != OPT_LAMB ? lr_eff
-                                   : lr_eff * std::max(1.0, r.trust[s]) * (c.cfg.state == OPT_STATE_INT8 ? 2.0 : 1.0);
+                                   : lr_eff * std::max(1.0, r.trust[s]) *
+                                         (c.cfg.state == OPT_STATE_INT8 || c.cfg.state == OPT_STATE_4BIT ? 2.0 : 1.0);
             double bv = 0.0;
             for (size_t k = 0; k < sg.count; k++) {
                 const size_t i = sg.offset + k;

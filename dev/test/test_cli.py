@@ -104,7 +104,7 @@ def check_profile(binary, train, val):
 # (dev/test/test_optim_matrix.py runs every optimizer x state x placement cell.)
 REFUSED = [
     (["--optimizer", "sgd", "--momentum", "0", "--opt-state", "int8"], "plain SGD keeps no state", False),
-    (["--optimizer", "lamb", "--opt-state", "4bit"], "--opt-state 4bit with --optimizer lamb", False),
+    (["--optimizer", "muon", "--opt-state", "4bit"], "--opt-state 4bit with --optimizer muon", False),
     (["--muon-scale", "orig"], "are Muon options", False),
     (["--optimizer", "lion", "--muon-adamw-lr", "0.01"], "are Muon options", False),
 ]

@@ -641,13 +641,14 @@ static void test_quant4_vs_float64(const OptimConfig* cfg, int steps) {
                 const size_t i = sg->offset + k;
                 const double gi = (double)g[i] * scale, m0 = old[i];
                 double want;
-                if (cfg->kind == OPT_ADAMW) {
+                if (cfg->kind == OPT_ADAMW || cfg->kind == OPT_LAMB) {
                     x[i] = b1 * m0 + (1 - b1) * gi;
                     size[i] = b1 * fabs(m0) + (1 - b1) * fabs(gi);
                     x[n + i] = b2 * old[n + i] + gi * gi * (1 - b2);
                     double d = x[n + i];
                     if (ams) d = x[2 * n + i] = fmax(old[2 * n + i], d);
                     want = p0[i] - lrs * ((x[i] / bc1) / (sqrt(d / bc2) + cfg->eps) + wd * p0[i]);
+                    if (cfg->kind == OPT_LAMB) continue;  // (below, from the moments as stored)
                 } else if (cfg->kind == OPT_SGD) {
                     x[i] = t == 1 ? gi : mu * m0 + (1 - cfg->dampening) * gi;
                     size[i] = t == 1 ? fabs(gi) : mu * fabs(m0) + (1 - cfg->dampening) * fabs(gi);
@@ -660,6 +661,23 @@ static void test_quant4_vs_float64(const OptimConfig* cfg, int steps) {
                     if (c != 0.0 && fabs(c) <= 1e-5 * (fabs(t1) + fabs(t2))) { skipped++; continue; }
                 }
                 cmp_add(&cp, i, p[i], want, 1e-6 * fabs(want) + 1e-5 * lrs + 1e-30);
+            }
+            if (cfg->kind == OPT_LAMB) {  // the trust ratio of the direction applied: the moments as stored
+                double pp = 0.0, uu = 0.0;
+                double* u = (double*)mallocCheck(sg->count * sizeof(double));
+                for (size_t k = 0; k < sg->count; k++) {
+                    const double m = q4_value(&st, s, k, 0), v = q4_value(&st, s, k, 1), pk = p0[sg->offset + k];
+                    u[k] = (m / bc1) / (sqrt(v / bc2) + cfg->eps) + wd * pk;
+                    pp += pk * pk;
+                    uu += u[k] * u[k];
+                }
+                const double trust = pp > 0 && uu > 0 ? sqrt(pp) / sqrt(uu) : 1.0;
+                for (size_t k = 0; k < sg->count; k++) {
+                    const size_t i = sg->offset + k;
+                    const double want = p0[i] - lrs * trust * u[k];
+                    cmp_add(&cp, i, p[i], want, 1e-6 * fabs(want) + 1e-5 * lrs * (trust > 1 ? trust : 1) + 1e-30);
+                }
+                free(u);
             }
             if (st.small_off[s] != OPT_NOT_SMALL) {  // fp32 state
                 for (size_t k = 0; k < sg->count; k++)
@@ -1045,7 +1063,6 @@ static void test_config_check(void) {
         {OPT_SGD, OPT_STATE_FP16, 0, 0, 0.9f, 0.0f, "--opt-state fp16 is AdamW's"},
         {OPT_LION, OPT_STATE_FP16, 0, 0, 0.0f, 0.0f, "--optimizer lion takes fp32, bf16, int8 or 4bit"},
         {OPT_LAMB, OPT_STATE_FP16, 0, 0, 0.0f, 0.0f, "--opt-state fp16 is AdamW's"},
-        {OPT_LAMB, OPT_STATE_4BIT, 0, 0, 0.0f, 0.0f, "--opt-state 4bit with --optimizer lamb"},
         {OPT_MUON, OPT_STATE_4BIT, 0, 0, 0.95f, 0.0f, "--opt-state 4bit with --optimizer muon"},
         {OPT_SGD, OPT_STATE_4BIT, 0, 0, 0.0f, 0.0f, "--opt-state 4bit with --optimizer sgd --momentum 0"},
     };
@@ -1292,6 +1309,9 @@ static int variants(Variant* v) {
     OptimConfig l4 = optim_config_default(OPT_LION);
     l4.state = OPT_STATE_4BIT;
     v[k++] = (Variant){"lion 4bit state", l4, 13};
+    l4 = optim_config_default(OPT_LAMB);
+    l4.state = OPT_STATE_4BIT;
+    v[k++] = (Variant){"lamb 4bit state", l4, 22};
     return k;
 }
 
@@ -1314,7 +1334,7 @@ static void test_segments_and_bytes(void) {
     const size_t want[] = {8 * n, 12 * n, 4 * n, 6 * n, 4 * n, 6 * n, 2 * n, 4 * n, 4 * n, 0, 8 * n, 4 * n,  // (fp16: as bf16)
                            3 * n,                                                  // adamw int8 amsgrad
                            2 * n, 2 * n, 4 * n, 2 * n, 1 * n, 1 * n, 2 * n, 1 * n,  // bf16, int8: sgd x2, lamb, lion
-                           n, 3 * n / 2, n / 2, n / 2, n / 2};                      // 4bit: adamw, amsgrad, sgd x2, lion
+                           n, 3 * n / 2, n / 2, n / 2, n / 2, n};                   // 4bit: adamw, amsgrad, sgd x2, lion, lamb
     char detail[256] = "";
     for (int k = 0; k < nv; k++) {
         size_t b = optim_state_bytes(&v[k].cfg, segs, nseg, n);

@@ -174,6 +174,20 @@ __device__ __forceinline__ void optim_store(float* p, const float (&in)[V]) {
     }
 }
 
+// 4-bit state's v (llmc/optim/quant4.h): a thread's elements' rows and columns in the segment's
+// scales, from its first element rel; 32-bit (a 4-bit segment's place in its tensor is below 2^32:
+// optim_state_setup).
+struct OptimQ4Walk {
+    unsigned r, c, w;
+    __device__ __forceinline__ void next() {
+        if (++c == w) { c = 0; r++; }
+    }
+};
+__device__ __forceinline__ OptimQ4Walk optim_q4_walk(const OptimSegment& sg, size_t rel) {
+    const unsigned w = (unsigned)optim_segment_width(&sg), t0 = (unsigned)sg.trel, e = t0 + (unsigned)rel;
+    return OptimQ4Walk{e / w - t0 / w, e % w, w};
+}
+
 // ----------------------------------------------------------------------------
 // parameters: fp32, or bf16 with optional fp32 master weights (every optimizer kernel)
 

@@ -22,12 +22,12 @@
    int8  k B + 4k B/block + 4k B/small element + 2 KB maps
    4bit  k/2 B (codes in whole OPT_BLOCK blocks) + 4 B per 128 elements (m's absmax) + 4k B/small
          element + 2 x 4 B per row and column of each tensor per v slot (its scales, and the step's
-         new ones) + 64 B map; AdamW, SGD and Lion
+         new ones) + 64 B map; every optimizer but Muon
  LAMB adds 8 B/block + 4 B/segment (its block sums and trust ratios) at every precision.
  GPT-2 124M with per-layer segments (optim_segments_build_layers), B/param:
             fp32    bf16    int8    4bit
    adamw    8       4       2.012   1.053   (AMSGrad: 12, 6, 3.018, 1.570)
-   lamb     8.004   4.004   2.016   -
+   lamb     8.004   4.004   2.016   1.057
    sgd      4       2       1.006   0.536   (momentum 0: none)
    lion     4       2       1.006   0.536
  Not counted: the host copies of the segment and block tables (a few KB) and, for int8 state on
@@ -41,7 +41,7 @@
  dev/cuda/adamw.cu versions 6a, 6b; SGD's, Lion's and LAMB's: llmc/optim/update.h and
  llmc/optim/engine.cuh); plain SGD (momentum 0) keeps no state, so bf16 or int8 state has no
  meaning for it; Nesterov needs momentum > 0 and no dampening (as torch.optim.SGD); 4-bit state
- serves AdamW, SGD and Lion (LAMB's and Muon's kernels read their state their own way).
+ serves every optimizer but Muon (whose kernels read its state their own way).
  optim_config_check says which flags conflict.
 */
 #ifndef LLMC_OPTIM_STATE_H
@@ -109,9 +109,9 @@ static inline int optim_config_check(const OptimConfig* c, char* msg, size_t siz
     } else if (c->state == OPT_STATE_FP16 && c->kind != OPT_ADAMW) {
         snprintf(msg, size, "--opt-state fp16 is AdamW's (m and sqrt(v) scaled by 2^14, llmc/optim/storage.h); --optimizer %s "
                  "takes fp32, bf16, int8 or 4bit state", kn);
-    } else if (c->state == OPT_STATE_4BIT && (c->kind == OPT_LAMB || c->kind == OPT_MUON)) {
-        snprintf(msg, size, "--opt-state 4bit with --optimizer %s: 4-bit state serves adamw, sgd and lion; %s takes fp32, "
-                 "bf16 or int8 state", kn, kn);
+    } else if (c->state == OPT_STATE_4BIT && c->kind == OPT_MUON) {
+        snprintf(msg, size, "--opt-state 4bit with --optimizer muon: 4-bit state serves adamw, sgd, lion and lamb; muon "
+                 "takes fp32, bf16 or int8 state");
     } else if (c->state != OPT_STATE_FP32 && c->kind == OPT_SGD && c->momentum == 0.0f) {
         snprintf(msg, size, "--opt-state %s with --optimizer sgd --momentum 0: plain SGD keeps no state to store in %s",
                  optim_precision_name(c->state), optim_precision_name(c->state));

@@ -14,7 +14,7 @@
                              threads x 8 elements per OPT_BLOCK block of a tensor; per state value
                              dequantize, the rule in fp32, the block's new absmax, requantize;
                              tensors under QUANT8_MIN_ELEMS keep fp32 state.
-   optim_q4_scales_kernel    4-bit state of AdamW, AMSGrad: v's (vmax's) new values, their row and
+   optim_q4_scales_kernel    4-bit state of AdamW, AMSGrad, LAMB: v's (vmax's) new values, their row and
                              column maxima (atomicMax on the bits: exact, any order).
    optim_int4_kernel         4-bit state (llmc/optim/quant4.h), as the int8 kernel: one CUDA block per
                              OPT_BLOCK block, a thread's 8 codes one 32-bit word; m's group absmax
@@ -288,11 +288,12 @@ lamb_moments_kernel(const Tp* __restrict__ params, const float* __restrict__ mas
                     const size_t* __restrict__ block0, int nseg, OptimStepArgs a, const float* __restrict__ clip_scale) {
     static_assert(LAMB_THREADS * 8 == OPT_BLOCK, "one CUDA block per OPT_BLOCK block, 8 elements per thread");
     static_assert(LAMB_THREADS == OPT_Q8_THREADS, "the int8 absmax reduction's block");
-    constexpr bool kInt8 = kState == OPT_STATE_INT8, kBf16 = kState == OPT_STATE_BF16;
+    constexpr bool kInt8 = kState == OPT_STATE_INT8, kBf16 = kState == OPT_STATE_BF16, kQ4 = kState == OPT_STATE_4BIT;
+    constexpr bool kQuant = kInt8 || kQ4;  // (small tensors: fp32 state)
     __shared__ float red[LAMB_THREADS];
-    __shared__ float maps[kInt8 ? QUANT8_MAP_FLOATS : 1];
-    if constexpr (kInt8) {
-        for (int i = threadIdx.x; i < QUANT8_MAP_FLOATS; i += blockDim.x) maps[i] = S.maps[i];
+    __shared__ float maps[kInt8 ? QUANT8_MAP_FLOATS : kQ4 ? 16 : 1];
+    if constexpr (kQuant) {
+        for (int i = threadIdx.x; i < (kInt8 ? QUANT8_MAP_FLOATS : 16); i += blockDim.x) maps[i] = kInt8 ? S.maps[i] : S.map4[i];
         __syncthreads();
     }
     const float scale = optim_clip_scale(clip_scale);
@@ -300,8 +301,9 @@ lamb_moments_kernel(const Tp* __restrict__ params, const float* __restrict__ mas
     optim_for_each_block(segments, block0, nseg, [&](size_t b, int s, const OptimSegment& sg, size_t rel, size_t len) {
         const size_t start = sg.offset + rel;
         const float wd = sg.weight_decay;
-        const size_t so = kInt8 ? small_off[s] : OPT_NOT_SMALL;
-        const bool small = kInt8 && so != OPT_NOT_SMALL; // uniform over the CUDA block
+        const size_t so = kQuant ? small_off[s] : OPT_NOT_SMALL;
+        const bool small = kQuant && so != OPT_NOT_SMALL; // uniform over the CUDA block
+        const size_t rows = kQ4 ? optim_segment_rows(&sg) : 0, r1 = kQ4 ? S.rank1_off[s] : 0;
         float p[2][4], m[2][4], v[2][4];
         bool vec[2];
         int nv[2];
@@ -328,13 +330,25 @@ lamb_moments_kernel(const Tp* __restrict__ params, const float* __restrict__ mas
                 }
             }
             // the state as fp32
-            if constexpr (kInt8) {
+            if constexpr (kQuant) {
                 if (small) {
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const size_t k = so + rel + (i0[h] - start) + e;
                         m[h][e] = e < nv[h] ? S.small[0][k] : 0.0f;
                         v[h][e] = e < nv[h] ? S.small[1][k] : 0.0f;
+                    }
+                } else if constexpr (kQ4) {  // (a thread's 4 codes: 16 bits of its block's bytes)
+                    const size_t j0 = i0[h] - start;
+                    const unsigned cm = *reinterpret_cast<const unsigned short*>(S.q4[0] + b * QUANT4_BLOCK_BYTES + j0 / 2);
+                    const unsigned cv = *reinterpret_cast<const unsigned short*>(S.q4[1] + b * QUANT4_BLOCK_BYTES + j0 / 2);
+                    const float am = S.absmax4[b * QUANT4_GROUPS + j0 / QUANT4_GROUP];
+                    const float* R = S.rank1[1] + r1;
+                    OptimQ4Walk at = optim_q4_walk(sg, rel + j0);
+#pragma unroll
+                    for (int e = 0; e < 4; e++, at.next()) {
+                        m[h][e] = e < nv[h] ? maps[(cm >> (4 * e)) & 15u] * am : 0.0f;
+                        v[h][e] = e < nv[h] ? quant4_linear_value((cv >> (4 * e)) & 15u) * storage4_min(R[at.r], R[rows + at.c]) : 0.0f;
                     }
                 } else {
                     unsigned char cm[4], cv[4];
@@ -378,7 +392,7 @@ lamb_moments_kernel(const Tp* __restrict__ params, const float* __restrict__ mas
             }
         }
         // store the state; m, v become the stored values
-        if constexpr (kInt8) {
+        if constexpr (kQuant) {
             if (small) {
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
@@ -389,6 +403,45 @@ lamb_moments_kernel(const Tp* __restrict__ params, const float* __restrict__ mas
                         S.small[0][k] = m[h][e];
                         S.small[1][k] = v[h][e];
                     }
+                }
+            } else if constexpr (kQ4) {
+                // m's groups: h's 128 elements of a warp (lane l: 4l .. 4l + 3), its absmax over the warp
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const size_t j0 = i0[h] - start;
+                    float mx = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < 4; e++) mx = e < nv[h] && fabsf(m[h][e]) > mx ? fabsf(m[h][e]) : mx;
+#pragma unroll
+                    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+                    const float inv_m = quant4_inv(mx);
+                    const float* nR = S.rank1[1] + S.nrank1 + r1;  // v's new scales
+                    OptimQ4Walk at = optim_q4_walk(sg, rel + j0);
+                    unsigned cm = 0, cv = 0;
+#pragma unroll
+                    for (int e = 0; e < 4; e++, at.next()) {
+                        if (e < nv[h]) {
+                            const unsigned qm = quant4_quantize_signed(maps, m[h][e] * inv_m);
+                            const float sc = storage4_min(nR[at.r], nR[rows + at.c]);
+                            const unsigned qv = quant4_quantize_linear(v[h][e] * quant4_inv(sc));
+                            cm |= qm << (4 * e);
+                            cv |= qv << (4 * e);
+                            m[h][e] = maps[qm] * mx;
+                            v[h][e] = quant4_linear_value(qv) * sc;
+                        }
+                    }
+                    unsigned char* bm = S.q4[0] + b * QUANT4_BLOCK_BYTES + j0 / 2;
+                    unsigned char* bv = S.q4[1] + b * QUANT4_BLOCK_BYTES + j0 / 2;
+                    if (nv[h] == 4) {
+                        *reinterpret_cast<unsigned short*>(bm) = (unsigned short)cm;
+                        *reinterpret_cast<unsigned short*>(bv) = (unsigned short)cv;
+                    } else {  // the block's end: the bytes holding its elements only (the CPU's)
+                        for (int k = 0; 2 * k < nv[h]; k++) {
+                            bm[k] = (unsigned char)(cm >> (8 * k));
+                            bv[k] = (unsigned char)(cv >> (8 * k));
+                        }
+                    }
+                    if (j0 % QUANT4_GROUP == 0 && nv[h] > 0) S.absmax4[b * QUANT4_GROUPS + j0 / QUANT4_GROUP] = mx;
                 }
             } else {
                 float mx_m = 0.0f, mx_v = 0.0f;
@@ -652,26 +705,14 @@ optim_int8_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
 
 
 // ----------------------------------------------------------------------------
-// 4-bit state of AdamW, AMSGrad, SGD and Lion (llmc/optim/quant4.h), as llmc/optim/update.h: one
+// 4-bit state of AdamW, AMSGrad, SGD, Lion and LAMB's update (llmc/optim/quant4.h; LAMB's moments:
+// lamb_moments_kernel), as llmc/optim/update.h: one
 // CUDA block of OPT_Q8_THREADS per block of OPT_BLOCK elements, 8 elements per thread (a 32-bit
 // word of codes). First the new rank-1 scales of v (and vmax): optim_q4_scales_kernel computes the
 // new values as the rule will and takes their row and column maxima with atomicMax on the bits
 // (non-negative floats order as their bits; max is exact in any order); then optim_int4_kernel:
 // dequantize, the rule, m's group absmax over the group's 16 threads, the codes. Tensors under
 // QUANT8_MIN_ELEMS: fp32 state, packed (q.small).
-
-// A thread's elements' rows and columns in the segment's scales, from its first element rel; 32-bit
-// (a 4-bit segment's place in its tensor is below 2^32: optim_state_setup).
-struct OptimQ4Walk {
-    unsigned r, c, w;
-    __device__ __forceinline__ void next() {
-        if (++c == w) { c = 0; r++; }
-    }
-};
-__device__ __forceinline__ OptimQ4Walk optim_q4_walk(const OptimSegment& sg, size_t rel) {
-    const unsigned w = (unsigned)optim_segment_width(&sg), t0 = (unsigned)sg.trel, e = t0 + (unsigned)rel;
-    return OptimQ4Walk{e / w - t0 / w, e % w, w};
-}
 
 __device__ __forceinline__ void optim_atomic_max_pos(float* at, float x) {
     if (x == x) atomicMax(reinterpret_cast<unsigned*>(at), __float_as_uint(x));  // (x >= +0; NaN skipped, as the CPU)
@@ -734,8 +775,8 @@ template <int kOp, typename Tp, typename Tg>
 __global__ void __launch_bounds__(OPT_Q8_THREADS, OptimInt4Bounds<kOp>::min_blocks)
 optim_int4_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg* __restrict__ grads, OptimSlots q,
                   const OptimSegment* __restrict__ segments, const size_t* __restrict__ block0,
-                  const size_t* __restrict__ small_off, int nseg, OptimStepArgs a, const float* __restrict__ clip_scale,
-                  bool stochastic) {
+                  const size_t* __restrict__ small_off, int nseg, const float* __restrict__ seg_mul, OptimStepArgs a,
+                  const float* __restrict__ clip_scale, bool stochastic) {
     using Tr = OptimOpTraits<kOp>;
     constexpr int V = 8, K = Tr::states;
     static_assert(OPT_Q8_THREADS * V == OPT_BLOCK, "one CUDA block per block");
@@ -748,7 +789,8 @@ optim_int4_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
         const size_t start = sg.offset + rel;
         const size_t j0 = (size_t)threadIdx.x * V, i0 = start + j0, pi0 = sg.param + rel + j0;
         const int nv = j0 < len ? (len - j0 < V ? (int)(len - j0) : V) : 0;
-        const float wd = sg.weight_decay, step_lr = a.lr * sg.lr_mult;
+        const float wd = sg.weight_decay;
+        const float step_lr = seg_mul != nullptr ? (a.lr * sg.lr_mult) * seg_mul[s] : a.lr * sg.lr_mult;
         const size_t so = small_off[s];
         if (so != OPT_NOT_SMALL) {  // a small tensor: fp32 state, packed (uniform per block)
             LS_BRANCH("optim_int4.small_tensor");
@@ -757,10 +799,13 @@ optim_int4_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
                 float x[OPT_SLOTS] = {};
 #pragma unroll
                 for (int t = 0; t < K; t++) x[t] = q.small[t][k];
-                const float p = optim_element<kOp>(optim_load_param_mrt<Tp>(params, master, i, pi0 + j),
-                                                   (float)grads[i] * scale, x[0], x[1], x[2], wd, step_lr, a);
+                const float g = Tr::reads_grads ? (float)grads[i] * scale : 0.0f;
+                const float p = optim_element<kOp>(optim_load_param_mrt<Tp>(params, master, i, pi0 + j), g, x[0], x[1],
+                                                   x[2], wd, step_lr, a);
+                if constexpr (Tr::writes_state) {
 #pragma unroll
-                for (int t = 0; t < K; t++) q.small[t][k] = x[t];
+                    for (int t = 0; t < K; t++) q.small[t][k] = x[t];
+                }
                 optim_store_param_mrt<Tp>(stochastic, params, master, i, pi0 + j, p, a.rng_key);
             }
             return;
@@ -770,13 +815,13 @@ optim_int4_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
         if (vec) {
             LS_BRANCH("optim_int4.vector");
             optim_load_params_mrt<V, Tp>(params, master, i0, pi0, p);
-            optim_load<V>(grads + i0, g);
+            if constexpr (Tr::reads_grads) optim_load<V>(grads + i0, g);
         } else {
             LS_BRANCH("optim_int4.by_element");
 #pragma unroll
             for (int j = 0; j < V; j++) {
                 p[j] = j < nv ? optim_load_param_mrt<Tp>(params, master, i0 + j, pi0 + j) : 0.0f;
-                g[j] = j < nv ? (float)grads[i0 + j] : 0.0f;
+                if (Tr::reads_grads) g[j] = j < nv ? (float)grads[i0 + j] : 0.0f;
             }
         }
         const size_t rows = optim_segment_rows(&sg), off = q.rank1_off[s];
@@ -811,7 +856,7 @@ optim_int4_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
 #pragma unroll
         for (int o = QUANT4_GROUP / V / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
 #pragma unroll
-        for (int t = 0; t < K; t++) {
+        for (int t = 0; t < (Tr::writes_state ? K : 0); t++) {
             unsigned w = 0;
             if (t == OPT_SLOT_M) {
                 const float inv = quant4_inv(mx);
@@ -885,29 +930,27 @@ static void optim_launch(OptimState* st, Tp* params, float* master, const Tg* gr
         launch(optim_int8_kernel<kOp, Tp, Tg>, grid, OPT_Q8_THREADS, 0, stream, params, with_master ? master : nullptr, grads,
                slots, segs, (const size_t*)st->d_block0, (const size_t*)st->d_small_off, st->nseg, seg_mul, a, d_clip_scale, sr);
     } else if (prec == OPT_STATE_4BIT) {  // the new scales of v (vmax), then one CUDA block per block
-        if constexpr (kOp == OP_LAMB_APPLY) {
-            ls_fatal("optimizer: --opt-state 4bit is not LAMB's");
-        } else {
-            if (st->nblocks == 0) return;
-            const size_t full = (size_t)cuda_sm_count() * 8;
-            const unsigned grid = (unsigned)(st->nblocks < full ? st->nblocks : full);
-            const bool scales = Tr::states > 1 && st->nrank1 > 0;
-            if constexpr (Tr::states > 1) {
-                if (scales) {
-                    for (int t = OPT_SLOT_V; t < Tr::states; t++) {
-                        cudaCheck(cudaMemsetAsync(slots.rank1[t] + st->nrank1, 0, st->nrank1 * sizeof(float), stream));
-                    }
-                    launch(optim_q4_scales_kernel<kOp == OP_AMSGRAD, Tg>, grid, OPT_Q8_THREADS, 0, stream, grads, slots, segs,
-                           (const size_t*)st->d_block0, st->nseg, a, d_clip_scale);
-                }
-            }
-            launch(optim_int4_kernel<kOp, Tp, Tg>, grid, OPT_Q8_THREADS, 0, stream, params, with_master ? master : nullptr, grads,
-                   slots, segs, (const size_t*)st->d_block0, (const size_t*)st->d_small_off, st->nseg, a, d_clip_scale, sr);
-            if (scales) {  // the new scales become the stored ones
+        if (st->nblocks == 0) return;
+        const size_t full = (size_t)cuda_sm_count() * 8;
+        const unsigned grid = (unsigned)(st->nblocks < full ? st->nblocks : full);
+        // (LAMB's update reads what its moments pass stored, with the scales it made: lamb_moments)
+        const bool scales = Tr::states > 1 && Tr::writes_state && st->nrank1 > 0;
+        if constexpr (Tr::states > 1 && Tr::writes_state) {
+            if (scales) {
                 for (int t = OPT_SLOT_V; t < Tr::states; t++) {
-                    cudaCheck(cudaMemcpyAsync(slots.rank1[t], slots.rank1[t] + st->nrank1, st->nrank1 * sizeof(float),
-                                              cudaMemcpyDeviceToDevice, stream));
+                    cudaCheck(cudaMemsetAsync(slots.rank1[t] + st->nrank1, 0, st->nrank1 * sizeof(float), stream));
                 }
+                launch(optim_q4_scales_kernel<kOp == OP_AMSGRAD, Tg>, grid, OPT_Q8_THREADS, 0, stream, grads, slots, segs,
+                       (const size_t*)st->d_block0, st->nseg, a, d_clip_scale);
+            }
+        }
+        launch(optim_int4_kernel<kOp, Tp, Tg>, grid, OPT_Q8_THREADS, 0, stream, params, with_master ? master : nullptr, grads,
+               slots, segs, (const size_t*)st->d_block0, (const size_t*)st->d_small_off, st->nseg, seg_mul, a, d_clip_scale,
+               sr);
+        if (scales) {  // the new scales become the stored ones
+            for (int t = OPT_SLOT_V; t < Tr::states; t++) {
+                cudaCheck(cudaMemcpyAsync(slots.rank1[t], slots.rank1[t] + st->nrank1, st->nrank1 * sizeof(float),
+                                          cudaMemcpyDeviceToDevice, stream));
             }
         }
     } else if (prec == OPT_STATE_BF16) {
@@ -943,7 +986,20 @@ static void lamb_moments(OptimState* st, const Tp* params, const float* master, 
     const OptimStatePrecision prec = st->cfg.state;
     if (prec == OPT_STATE_BF16) lamb_moments_launch<Tp, Tg, OPT_STATE_BF16>(st, params, master, grads, a, d_clip_scale, stream);
     else if (prec == OPT_STATE_INT8) lamb_moments_launch<Tp, Tg, OPT_STATE_INT8>(st, params, master, grads, a, d_clip_scale, stream);
-    else lamb_moments_launch<Tp, Tg, OPT_STATE_FP32>(st, params, master, grads, a, d_clip_scale, stream);
+    else if (prec == OPT_STATE_4BIT) {  // v's new scales, the moments stored with them, then they are the stored ones
+        const OptimSlots S = optim_state_slots(st);
+        if (st->nrank1 > 0) {
+            cudaCheck(cudaMemsetAsync(S.rank1[1] + st->nrank1, 0, st->nrank1 * sizeof(float), stream));
+            const unsigned grid = (unsigned)(st->nblocks < (size_t)cuda_sm_count() * 8 ? st->nblocks : (size_t)cuda_sm_count() * 8);
+            launch(optim_q4_scales_kernel<false, Tg>, grid, OPT_Q8_THREADS, 0, stream, grads, S, (const OptimSegment*)st->d_segs,
+                   (const size_t*)st->d_block0, st->nseg, a, d_clip_scale);
+        }
+        lamb_moments_launch<Tp, Tg, OPT_STATE_4BIT>(st, params, master, grads, a, d_clip_scale, stream);
+        if (st->nrank1 > 0) {
+            cudaCheck(cudaMemcpyAsync(S.rank1[1], S.rank1[1] + st->nrank1, st->nrank1 * sizeof(float), cudaMemcpyDeviceToDevice,
+                                      stream));
+        }
+    } else lamb_moments_launch<Tp, Tg, OPT_STATE_FP32>(st, params, master, grads, a, d_clip_scale, stream);
 }
 
 // LAMB's trust ratios (st->trust) from the block sums: on the device, or (ZeRO-1: st->reduce) on

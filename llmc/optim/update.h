@@ -57,6 +57,28 @@ typedef struct {
 // ----------------------------------------------------------------------------
 // a block's state as fp32: loaded, then stored back
 
+// 4-bit: the slot's values of block b (not a small tensor's) into buf; v and vmax with the scales
+// as stored (fresh 0) or the step's new ones (fresh 1: what was just stored, read back).
+static inline void update4_block_load(const OptimSlots* st, int slot, const OptimTable* t, const OptimBlockAt* at,
+                                      size_t b, float* buf, int fresh) {
+    const size_t len = at->len;
+    const unsigned char* q = st->q4[slot] + b * QUANT4_BLOCK_BYTES;
+    if (slot == OPT_SLOT_M) {
+        const float* am = st->absmax4 + b * QUANT4_GROUPS;
+        for (size_t j = 0; j < len; j++) buf[j] = storage4_load_m(st->map4, q, j, am[j / QUANT4_GROUP]);
+        return;
+    }
+    const OptimSegment* sg = &t->segs[at->s];
+    const size_t w = optim_segment_width(sg), e = sg->trel + at->rel;
+    const float* R = st->rank1[slot] + (fresh ? st->nrank1 : 0) + st->rank1_off[at->s];
+    const float* C = R + optim_segment_rows(sg);
+    size_t r = e / w - optim_segment_row0(sg), col = e % w;
+    for (size_t j = 0; j < len; j++) {
+        buf[j] = storage4_load_v(q, j, storage4_min(R[r], C[col]));
+        if (++col == w) { col = 0; r++; }
+    }
+}
+
 // The slot's values of block b (at) as fp32: a pointer into the state when it is fp32 (the rule
 // updates it in place), else buf filled from the stored values.
 static inline float* update_block_load(const OptimSlots* st, OptimStatePrecision prec, int slot, const OptimTable* t,
@@ -65,21 +87,7 @@ static inline float* update_block_load(const OptimSlots* st, OptimStatePrecision
     if (prec == OPT_STATE_FP32) return st->f32[slot] + at->start;
     if (prec == OPT_STATE_4BIT) {
         if (t->small_off[at->s] != OPT_NOT_SMALL) return st->small[slot] + t->small_off[at->s] + at->rel;
-        const unsigned char* q = st->q4[slot] + b * QUANT4_BLOCK_BYTES;
-        if (slot == OPT_SLOT_M) {
-            const float* am = st->absmax4 + b * QUANT4_GROUPS;
-            for (size_t j = 0; j < len; j++) buf[j] = storage4_load_m(st->map4, q, j, am[j / QUANT4_GROUP]);
-            return buf;
-        }
-        const OptimSegment* sg = &t->segs[at->s];
-        const size_t w = optim_segment_width(sg), e = sg->trel + at->rel;
-        const float* R = st->rank1[slot] + st->rank1_off[at->s];  // the scales as stored
-        const float* C = R + optim_segment_rows(sg);
-        size_t r = e / w - optim_segment_row0(sg), col = e % w;
-        for (size_t j = 0; j < len; j++) {
-            buf[j] = storage4_load_v(q, j, storage4_min(R[r], C[col]));
-            if (++col == w) { col = 0; r++; }
-        }
+        update4_block_load(st, slot, t, at, b, buf, 0);
         return buf;
     }
     if (prec == OPT_STATE_INT8) {
@@ -142,7 +150,7 @@ static inline void update_block_store(const OptimSlots* st, OptimStatePrecision 
     if (prec == OPT_STATE_4BIT) {
         if (t->small_off[at->s] != OPT_NOT_SMALL) return;  // fp32, in place
         update4_block_store(st, slot, t, at, b, x);
-        if (readback) update_block_load(st, prec, slot, t, at, b, x);
+        if (readback) update4_block_load(st, slot, t, at, b, x, 1);
         return;
     }
     if (prec == OPT_STATE_INT8) {
@@ -407,6 +415,10 @@ static inline void optim_update_cpu(const OptimConfig* c, const OptimStepArgs* a
         }
         if (lamb) {
             lamb_trust_cpu(t->segs, t->nseg, t->block0, partials, red, trust);
+            if (scales) {  // pass 2 reads the moments as stored: with their new scales
+                #pragma omp single
+                update4_scales_commit(c, st);
+            }
             // pass 2 (after the barrier above: every trust ratio is known): the update
             #pragma omp for schedule(static)
             for (size_t b = 0; b < nblocks; b++) {
@@ -421,7 +433,7 @@ static inline void optim_update_cpu(const OptimConfig* c, const OptimStepArgs* a
             }
         }
     }
-    if (scales) update4_scales_commit(c, st);
+    if (scales && !lamb) update4_scales_commit(c, st);
 }
 
 #endif // LLMC_OPTIM_UPDATE_H
