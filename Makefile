@@ -62,7 +62,8 @@ LEANSTEP_DATA_MIRROR ?=
 # (CI=true), where dev/install_deps.sh must have installed it. $(call missing_dep,TARGET,WHAT,PACKAGE)
 missing_dep = echo "$(1): $(2) not found$(if $(filter true,$(CI)),: FAILED (CI=true; install $(3)),: skipped (install $(3)))"$(if $(filter true,$(CI)), && exit 1)
 
-.PHONY: all test test-san test-main test-units test-cli help clean train deps bench bench-build memory-table optim-cost-table
+.PHONY: all test test-san test-main test-units test-cli help clean train deps bench bench-build memory-table optim-cost-table \
+	quality-table quality-frontier
 all: train_gpt2 test_gpt2
 
 TEST_TARGETS :=
@@ -732,6 +733,7 @@ help:
 	@echo "make gpu-build       (GPU machine) the labs and both precisions of the GPU trainer, make -j"
 	@echo "make gpu-carry       what a GPU machine without network needs (dev/gpu_carry.txt), and its size"
 	@echo "make quality-table   the same CPU training run in every optimizer-memory mode (minutes)"
+	@echo "make quality-frontier  val loss against state bytes per parameter, two seeds (hours; build/quality_frontier.png)"
 	@echo "make fuzz            every file reader under libFuzzer, FUZZ_SECONDS each"
 	@echo "make lint            cppcheck + clang-tidy"
 	@echo "make test-docs       README.md and docs/: links, anchors, tables of contents, line lengths"
@@ -809,3 +811,10 @@ build/cuda-gpu/%: FORCE
 # the optimizer-memory quality table: the same training run in each mode (CPU trainer; minutes)
 quality-table: $(BUILD)/train_gpt2 data
 	$(PYTHON) dev/quality_table.py --bin $(BUILD)/train_gpt2
+# the quality-per-byte frontier: the state precisions of AdamW and Muon, two seeds and three rates
+# each (the CPU trainer; about an hour in all on 2 cores), as a table and build/quality_frontier.png
+FRONTIER_MODES ?= adamw,adamw-bf16,adamw-fp16,adamw-int8,adamw-4bit,muon,muon-bf16,muon-int8
+quality-frontier: $(BUILD)/train_gpt2 data
+	$(PYTHON) dev/quality_table.py --bin $(BUILD)/train_gpt2 --modes $(FRONTIER_MODES) --seeds 42,7 \
+		--json $(BUILD)/quality.json
+	$(PLOT_PYTHON) dev/plot/plot_frontier.py $(BUILD)/quality.json --out $(BUILD)/quality_frontier.png

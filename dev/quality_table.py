@@ -8,7 +8,7 @@ parameter (the trainer's memory model, `--memory-report`), and wall time. The ru
 --jobs of them side by side, each with --threads threads.
 
   quality_table.py --bin build/train_gpt2 [--steps 300] [--model L4C128H4] [--modes adamw,muon,...]
-                   [--jobs 2 --threads 1] [--val-every 25] [--seeds 42,7] [--lrs 1e-3,3e-3]
+                   [--jobs 2 --threads 1] [--val-every 25] [--seeds 42,7] [--lrs 1e-3,3e-3] [--json FILE]
 
 --seeds: each learning rate is run once per seed (the model's init and the data order); the sweep
 shows each seed's val loss and their mean, and the best learning rate is the best mean. --lrs
@@ -16,9 +16,14 @@ replaces every mode's learning rates.
 
 A mode the binary refuses (a flag or combination it does not have yet) is reported with its
 one-line reason, not skipped silently.
+
+--json FILE also writes the results (per mode: its name, the state bytes per parameter of this model
+and of GPT-2 124M, each learning rate's val loss per seed and their mean, wall time) for
+dev/plot/plot_frontier.py, which draws val loss against bytes per parameter (make quality-frontier).
 """
 import argparse
 import concurrent.futures
+import json
 import re
 import subprocess
 import sys
@@ -104,6 +109,7 @@ def main():
     ap.add_argument("--val-every", type=int, default=25)
     ap.add_argument("--seeds", default="42", help="comma-separated: each learning rate once per seed")
     ap.add_argument("--lrs", default=None, help="comma-separated learning rates for every mode (default: each mode's)")
+    ap.add_argument("--json", default=None, help="also write the results to this file (dev/plot/plot_frontier.py)")
     a = ap.parse_args()
     seeds = a.seeds.split(",")
     lrs_of = lambda k: a.lrs.split(",") if a.lrs else MODES[k][2]
@@ -116,14 +122,18 @@ def main():
         if k not in MODES:
             sys.exit("quality_table.py: unknown mode %s (one of %s)" % (k, ", ".join(MODES)))
     # the state's bytes per parameter (and whether the binary takes the flags at all)
-    state, refused = {}, {}
+    state, state124, refused = {}, {}, {}
     for k in keys:
         rep, _ = run(a.bin, base + ["--seed", seeds[0]] + MODES[k][1] + ["-l", lrs_of(k)[0], "--memory-report", "1"])
         m = STATE_RE.search(rep.stdout)
         if rep.returncode != 0 or m is None:
             refused[k] = (rep.stderr.strip().splitlines() or ["failed"])[-1]
-        else:
-            state[k] = float(m.group(2))
+            continue
+        state[k] = float(m.group(2))
+        # the same flags' state at GPT-2 124M (the memory model only: nothing is allocated)
+        rep, _ = run(a.bin, ["-e", "d12", "-b", "4", "-t", "64"] + MODES[k][1] + ["--memory-report", "1"])
+        m = STATE_RE.search(rep.stdout)
+        state124[k] = float(m.group(2)) if rep.returncode == 0 and m is not None else None
     results = {k: [] for k in keys}
     with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
         futs = {pool.submit(one_run, a.bin, base, MODES[k][1], lr, seed, a.val_every): k
@@ -135,6 +145,15 @@ def main():
             print("%-28s lr %-6s seed %-4s %s" % (MODES[k][0], res["lr"], res["seed"], "val %.4f in %.0f s" % (
                 res["final"], res["secs"]) if "error" not in res else res["error"]), file=sys.stderr)
     results = {k: merge_seeds(results[k], seeds) for k in keys}
+    if a.json:
+        out = {"model": a.model, "steps": a.steps, "seeds": seeds, "jobs": a.jobs, "threads": a.threads, "modes": {}}
+        for k in keys:
+            out["modes"][k] = {"name": MODES[k][0], "refused": refused.get(k), "state_bpp": state.get(k),
+                               "state_bpp_124m": state124.get(k),
+                               "lrs": [{key: r[key] for key in ("lr", "finals", "final", "secs", "error") if key in r}
+                                       for r in results[k]]}
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
     best = {}
     for k in keys:
         ok = [r for r in results[k] if "error" not in r and r["final"] is not None]

@@ -6,7 +6,9 @@ that each gives a PNG of the expected layout, that JSONL is preferred when both 
 missing or malformed log is one line on stderr with exit status 1. Also what the plot marks: a
 gradient-norm spike off the scale is labelled with its value and step, the resume (the trainer's
 record, and a step that goes back in main.log) is found, and a constant learning rate's axis
-starts at 0.
+starts at 0. And the quality frontier (plot_frontier.py): synthetic quality_table.py results in two
+files give the right table (best learning rate by the seeds' mean, the frontier's modes) and a PNG;
+a file that is not such results is one line on stderr and exit status 1.
 """
 import json
 import math
@@ -18,6 +20,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import plot_frontier  # noqa: E402
 import plot_run  # noqa: E402
 
 PASSED = []
@@ -110,7 +113,52 @@ def main():
         check(p.returncode == 1 and "main.log:2" in p.stderr, f"malformed main.log: {p.returncode} {p.stderr!r}")
         PASSED.append(1)
     print("  ok  make plot: JSONL and main.log runs plotted, bad logs rejected in one line")
+    test_frontier()
+    print("  ok  plot_frontier: best rates by the seeds' mean, the frontier, the PNG; bad input in one line")
     print(f"{len(PASSED)} passed, 0 failed")
+
+
+def mode(name, bpp, lrs):
+    """A quality_table.py mode: lrs {lr: [val loss per seed]}."""
+    return {"name": name, "state_bpp": bpp, "state_bpp_124m": bpp,
+            "lrs": [{"lr": lr, "finals": f, "final": sum(f) / len(f), "secs": 10.0} for lr, f in lrs.items()]}
+
+
+def test_frontier():
+    with tempfile.TemporaryDirectory() as d:
+        one = {"model": "L4C128H4", "steps": 300, "seeds": ["42", "7"], "modes": {
+            "fp32": mode("AdamW fp32", 8.0, {"1e-3": [6.0, 6.1], "3e-3": [5.8, 5.9]}),
+            "int8": mode("AdamW int8", 2.0, {"1e-3": [6.0, 6.0], "3e-3": [5.9, 6.0]}),
+            "lion": mode("Lion", 4.0, {"3e-4": [6.2, 6.3]})}}
+        two = {"model": "L4C128H4", "steps": 300, "seeds": ["42", "7"], "modes": {
+            "4bit": mode("AdamW 4bit", 1.05, {"3e-3": [5.86, 5.9], "1e-2": [6.2, 6.1]}),
+            "muon": dict(mode("Muon", 5.0, {}), lrs=[{"lr": "1e-2", "error": "refused"}])}}
+        for name, d_ in (("one.json", one), ("two.json", two)):
+            with open(os.path.join(d, name), "w") as f:
+                json.dump(d_, f)
+        modes, _ = plot_frontier.load([os.path.join(d, "one.json"), os.path.join(d, "two.json")])
+        pts = plot_frontier.points(modes)
+        check([p[0] for p in pts] == ["AdamW 4bit", "AdamW int8", "Lion", "AdamW fp32"],
+              f"frontier: the modes with a result by bytes, got {[p[0] for p in pts]}")
+        check([(p[0], p[5]) for p in pts if p[0] in ("AdamW fp32", "AdamW 4bit")] == [("AdamW 4bit", "3e-3"), ("AdamW fp32", "3e-3")],
+              "frontier: the best rate is the lowest mean")
+        front = plot_frontier.frontier(pts)
+        check([p[0] for p in front] == ["AdamW 4bit", "AdamW fp32"], f"frontier: 4bit, then fp32, got {[p[0] for p in front]}")
+        PASSED.append(1)
+        out = os.path.join(d, "frontier.png")
+        p = subprocess.run([sys.executable, os.path.join(HERE, "plot_frontier.py"), os.path.join(d, "one.json"),
+                            os.path.join(d, "two.json"), "--out", out], capture_output=True, text=True)
+        check(p.returncode == 0 and "| AdamW 4bit | 1.050 | 3e-3 | 5.8800 (5.8600 .. 5.9000) | yes |" in p.stdout,
+              f"frontier table: {p.returncode} {p.stderr} {p.stdout}")
+        w, h = png_size(out)
+        check(w > h > 100, f"frontier PNG {w}x{h}")
+        with open(os.path.join(d, "bad.json"), "w") as f:
+            f.write("[1, 2]")
+        p = subprocess.run([sys.executable, os.path.join(HERE, "plot_frontier.py"), os.path.join(d, "bad.json"), "--out", out],
+                           capture_output=True, text=True)
+        check(p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and "bad.json" in p.stderr,
+              f"bad results: {p.returncode} {p.stderr!r}")
+        PASSED.append(1)
 
 
 if __name__ == "__main__":
