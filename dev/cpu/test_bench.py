@@ -6,7 +6,8 @@
   adamw_bench: every "% of ceiling" is at most 100%, and where a kernel beat the probe a line says
   so (on sizes this small the probe and the kernels trade places from run to run: several runs).
   adamw_bench --rules: a row for every rule and storage the optimizer accepts (AdamW and AMSGrad in
-  fp32, bf16, int8, fp16; SGD, LAMB, Lion in fp32, bf16, int8), each at most 100% of the ceiling.
+  fp32, bf16, int8, fp16, 4bit; SGD, LAMB, Lion in fp32, bf16, int8, 4bit), each at most 100% of
+  the ceiling.
 Usage: test_bench.py --bench-train build/bench_train --adamw-bench build/adamw_bench. Exit 1 on a failure.
 """
 import argparse
@@ -48,8 +49,8 @@ def main():
     out = subprocess.run([a.adamw_bench, "--rules", "--desc", "L2C64H4", "--repeats", "3"], capture_output=True, text=True,
                          timeout=300).stdout
     rows = re.findall(r"^\| (\w+(?: \(amsgrad\))?) \| (\w+) \| [\d.]+ \| \d+ \| [\d.]+ \| ([\d.]+)% \|", out, re.M)
-    want = {(r, s) for r in ("adamw", "adamw (amsgrad)") for s in ("fp32", "bf16", "int8", "fp16")}
-    want |= {(r, s) for r in ("sgd", "lamb", "lion") for s in ("fp32", "bf16", "int8")}
+    want = {(r, s) for r in ("adamw", "adamw (amsgrad)") for s in ("fp32", "bf16", "int8", "fp16", "4bit")}
+    want |= {(r, s) for r in ("sgd", "lamb", "lion") for s in ("fp32", "bf16", "int8", "4bit")}
     got = {(r, s) for r, s, _ in rows}
     if got != want or len(rows) != len(want):
         fails.append("adamw_bench --rules: rows %s, expected %s" % (sorted(got), sorted(want)))

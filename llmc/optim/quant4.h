@@ -51,11 +51,11 @@
 // exponent i = 0, 1, 2 the midpoints of 2^i + 1 points spread evenly over [0.1, 1], times 10^(i - 2),
 // and their negatives; then 0 and 1.
 static inline void quant4_signed_map(float* map) {
-    double pos[7];
+    double pos[7] = {0};
     int k = 0;
     for (int i = 0; i < 3; i++) {
         const int pts = (1 << i) + 1;
-        for (int f = 0; f + 1 < pts; f++) {
+        for (int f = 0; f + 1 < pts; f++) {  // (1 + 2 + 4 = 7 values)
             const double lo = 0.1 + 0.9 * f / (pts - 1), hi = 0.1 + 0.9 * (f + 1) / (pts - 1);
             pos[k++] = pow(10.0, i - 2) * (lo + hi) / 2.0;
         }
