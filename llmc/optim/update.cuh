@@ -135,12 +135,12 @@ struct OptimEwWidth {
     static constexpr int V = (int)(16 / ms);
 };
 
-template <int kOp, typename Tp, typename Tg, int kStore, bool kMaster>
+template <int kOp, typename Tp, typename Tg, int kStore>
 __device__ __forceinline__ void optim_elementwise_one(Tp* params, float* master, const Tg* grads, const OptimSlots& st,
                                                       size_t i, size_t pi, float wd, float step_lr, float scale,
                                                       const OptimStepArgs& a, bool stochastic) {
     using Tr = OptimOpTraits<kOp>;
-    float p = optim_load_param<Tp, kMaster>(params, master, i, pi);
+    float p = optim_load_param_mrt<Tp>(params, master, i, pi);
     const float g = Tr::reads_grads ? (float)grads[i] * scale : 0.0f;
     float x[OPT_SLOTS] = {};
 #pragma unroll
@@ -150,13 +150,13 @@ __device__ __forceinline__ void optim_elementwise_one(Tp* params, float* master,
 #pragma unroll
         for (int k = 0; k < Tr::states; k++) optim_state_store_one<kStore>(st, k, i, pi, x[k], a.rng_key);
     }
-    optim_store_param_rt<Tp, kMaster>(stochastic, params, master, i, pi, p, a.rng_key);
+    optim_store_param_mrt<Tp>(stochastic, params, master, i, pi, p, a.rng_key);
 }
 
 // Every rule on fp32 or 16-bit state (st: its buffers, llmc/optim/storage.h). seg_mul: per-segment
 // factor of the learning rate (LAMB's trust ratios), or NULL. stochastic: bf16 params rounded
 // stochastically (else to nearest).
-template <int kOp, typename Tp, typename Tg, int kStore, bool kMaster>
+template <int kOp, typename Tp, typename Tg, int kStore>
 __global__ void __launch_bounds__(OPT_ELEM_BLOCK, OptimOpTraits<kOp>::min_blocks)
 optim_elementwise_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg* __restrict__ grads,
                          OptimSlots st, size_t n, const OptimSegment* __restrict__ segments, int nseg,
@@ -166,15 +166,14 @@ optim_elementwise_kernel(Tp* __restrict__ params, float* __restrict__ master, co
     constexpr int V = OptimEwWidth<kOp, Tp, Tg, kStore>::V;
     const float scale = optim_clip_scale(clip_scale);
     auto one = [&](size_t i, size_t pi, float wd, float step_lr) {
-        optim_elementwise_one<kOp, Tp, Tg, kStore, kMaster>(params, master, grads, st, i, pi, wd, step_lr, scale, a,
-                                                            stochastic);
+        optim_elementwise_one<kOp, Tp, Tg, kStore>(params, master, grads, st, i, pi, wd, step_lr, scale, a, stochastic);
     };
     auto chunk = [&](size_t i0, size_t p0, float wd, float step_lr) {
         constexpr bool k16 = kStore != OPT_STATE_FP32, kStores = Tr::writes_state && Tr::states > 0;
         float p[V], g[V] = {}, x[OPT_SLOTS][V] = {};
         Vec128<__nv_bfloat16> w[OPT_SLOTS][k16 ? V / 8 : 1];  // 16-bit state: its words, encoded as each
                                                              // element is done (fewer live registers)
-        optim_load_params<V, Tp, kMaster>(params, master, i0, p0, p);
+        optim_load_params_mrt<V, Tp>(params, master, i0, p0, p);
         if constexpr (Tr::reads_grads) optim_load<V>(grads + i0, g);
 #pragma unroll
         for (int k = 0; k < Tr::states; k++) optim_state_load<V, kStore>(st, k, i0, x[k]);
@@ -189,7 +188,7 @@ optim_elementwise_kernel(Tp* __restrict__ params, float* __restrict__ master, co
                 }
             }
         }
-        optim_store_params_rt<V, Tp, kMaster>(stochastic, params, master, i0, p0, p, a.rng_key);
+        optim_store_params_mrt<V, Tp>(stochastic, params, master, i0, p0, p, a.rng_key);
         if constexpr (kStores) {
 #pragma unroll
             for (int k = 0; k < Tr::states; k++) {
@@ -911,16 +910,10 @@ static void optim_launch(OptimState* st, Tp* params, float* master, const Tg* gr
     const OptimSegment* segs = st->d_segs;
     const bool with_master = sizeof(Tp) == 2 && master != nullptr;
     const OptimStatePrecision prec = Tr::states == 0 ? OPT_STATE_FP32 : st->cfg.state;
-#define OPT_EW(S, M) launch(optim_elementwise_kernel<kOp, Tp, Tg, S, M>, optim_elementwise_grid<kOp, Tp, Tg, S>(st->n), \
-                            OPT_ELEM_BLOCK, optim_segments_smem_bytes(st->nseg), stream, params, master, grads, slots, \
-                            st->n, segs, st->nseg, seg_mul, a, d_clip_scale, sr)
-#define OPT_EW_PARAMS(S)                                                  \
-    do {                                                                  \
-        if constexpr (sizeof(Tp) == 2) {                                  \
-            if (with_master) { OPT_EW(S, true); break; }                  \
-        }                                                                 \
-        OPT_EW(S, false);                                                 \
-    } while (0)
+#define OPT_EW_PARAMS(S)                                                                                              \
+    launch(optim_elementwise_kernel<kOp, Tp, Tg, S>, optim_elementwise_grid<kOp, Tp, Tg, S>(st->n), OPT_ELEM_BLOCK,         \
+           optim_segments_smem_bytes(st->nseg), stream, params, with_master ? master : nullptr, grads, slots, st->n, segs,  \
+           st->nseg, seg_mul, a, d_clip_scale, sr)
     if constexpr (Tr::states == 0) {  // plain SGD: no state
         OPT_EW_PARAMS(OPT_STATE_FP32);
     } else if (prec == OPT_STATE_INT8) {  // one CUDA block per quantization block, one wave
@@ -962,7 +955,6 @@ static void optim_launch(OptimState* st, Tp* params, float* master, const Tg* gr
         OPT_EW_PARAMS(OPT_STATE_FP32);
     }
 #undef OPT_EW_PARAMS
-#undef OPT_EW
 }
 
 // ----------------------------------------------------------------------------
