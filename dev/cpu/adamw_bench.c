@@ -37,11 +37,14 @@
 static double bench_share(double a, double b) { return floor(100.0 * a / b + 1e-9); }
 
 // The state bytes per parameter one step reads and writes (k values, each read and written; LAMB
-// reads them twice; int8 ~1 B per value, the absmax per block ignored).
+// reads them twice; int8 ~1 B per value, 4bit 0.5 B, the absmax per block and the scales ignored).
 static double rules_bytes_per_param(const OptimConfig* c) {
     const int k = optim_slots(c);
-    const double per = c->state == OPT_STATE_FP32 ? 4.0 : c->state == OPT_STATE_INT8 ? 1.0 : 2.0;
-    return 12.0 + (c->kind == OPT_LAMB ? 3.0 : 2.0) * k * per;  // p read and written, g read
+    const double per = c->state == OPT_STATE_FP32 ? 4.0 : c->state == OPT_STATE_INT8 ? 1.0
+                     : c->state == OPT_STATE_4BIT ? 0.5 : 2.0;
+    double b = 12.0 + (c->kind == OPT_LAMB ? 3.0 : 2.0) * k * per;  // p read and written, g read
+    if (c->state == OPT_STATE_4BIT && k > 1) b += 4.0 + 0.5 * (k - 1);  // v's scales pass: g and its codes again
+    return b;
 }
 
 // The rules table: optim_engine_step_cpu over the model's view for each rule and storage. The

@@ -1348,7 +1348,7 @@ static void test_segments_and_bytes(void) {
                 if (segs[s].count >= QUANT8_MIN_ELEMS) r1 += optim_segment_rows(&segs[s]) + optim_segment_width(&segs[s]);
             }
             extra = moments * (nblocks * QUANT4_BLOCK_BYTES - n / 2 + 4 * small) + 4 * nblocks * QUANT4_GROUPS +
-                    (moments - 1) * 2 * 4 * r1 + 4 * 16;
+                    (moments - 1) * 2 * 4 * r1 + 4 * QUANT4_MAP_FLOATS;
         }
         if (c->kind == OPT_LAMB) extra += 8 * nblocks + 4 * (size_t)nseg;
         if (b < want[k] + extra || b > want[k] + extra + 64 * 16) {

@@ -36,7 +36,7 @@ static inline void optim_state_zero_device(OptimState* st, cudaStream_t stream) 
     if (st->qvmax != NULL) cudaCheck(cudaMemsetAsync(st->qvmax, QUANT8_ZERO_UNSIGNED, st->n, stream));
     if (st->q4m != NULL) cudaCheck(cudaMemsetAsync(st->q4m, QUANT4_ZERO_BYTE, st->nblocks * QUANT4_BLOCK_BYTES, stream));
     if (st->map4 != NULL) {
-        float h[16];
+        float h[QUANT4_MAP_FLOATS];
         quant4_signed_map(h);
         cudaCheck(cudaMemcpy(st->map4, h, sizeof h, cudaMemcpyHostToDevice));
     }

@@ -544,7 +544,7 @@ static inline int optim_chunk_copies(const OptimState* whole, const OptimState* 
     }
     // constant (never copied back), per segment
     k = optim_copy_add(out, k, wb, whole->maps, 0, pb, part->maps, QUANT8_MAP_FLOATS, sizeof(float), 1);
-    k = optim_copy_add(out, k, wb, whole->map4, 0, pb, part->map4, 16, sizeof(float), 1);
+    k = optim_copy_add(out, k, wb, whole->map4, 0, pb, part->map4, QUANT4_MAP_FLOATS, sizeof(float), 1);
     return optim_copy_add(out, k, wb, whole->trust, (size_t)optim_segment_at(whole, a), pb, part->trust, (size_t)part->nseg,
                           sizeof(float), 0);
 }

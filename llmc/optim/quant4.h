@@ -12,7 +12,9 @@
        (block b's groups: absmax[b * QUANT4_GROUPS + j / QUANT4_GROUP]), on the dynamic-exponent map
        of bitsandbytes' create_dynamic_map(signed, 3 exponent bits, 4 bits): +-0.0055, +-0.0325,
        +-0.0775, +-0.2125, +-0.4375, +-0.6625, +-0.8875, 0 and 1 (16 values, quant4_signed_map);
-       nearest entry, ties to the lower one.
+       the nearest entry: the code is the number of midpoints between neighbouring entries (each
+       rounded once to float) below x, so a tie goes to the lower entry (15 compares: the loop
+       vectorizes).
    v, vmax (unsigned: second moments)
        rank-1 normalization: a segment is a matrix of `cols` columns (the tensor's row length; a
        vector's rows are QUANT4_ROW long), and element (r, c) is scaled by min(R[r], C[c]), R and C
@@ -40,6 +42,7 @@
 #define QUANT4_ROW 128                                 // a vector's rows for v's rank-1 scales
 #define QUANT4_ZERO_SIGNED 7                           // code of 0 in the signed map
 #define QUANT4_ZERO_BYTE 0x77                          // two codes of 0 (signed)
+#define QUANT4_MAP_FLOATS 32                           // the signed map (16), its 15 midpoints, +inf
 
 #if defined(__CUDACC__)
 #define QUANT4_FN __host__ __device__ __forceinline__
@@ -47,9 +50,10 @@
 #define QUANT4_FN static inline
 #endif
 
-// Host: the signed map, ascending, each value computed in double and rounded once to float: for
-// exponent i = 0, 1, 2 the midpoints of 2^i + 1 points spread evenly over [0.1, 1], times 10^(i - 2),
-// and their negatives; then 0 and 1.
+// Host: the signed map (QUANT4_MAP_FLOATS), ascending, each value computed in double and rounded once
+// to float: for exponent i = 0, 1, 2 the midpoints of 2^i + 1 points spread evenly over [0.1, 1],
+// times 10^(i - 2), and their negatives; then 0 and 1. Then the 15 midpoints between neighbours
+// (map[16 + k] between map[k] and map[k + 1], from the doubles) and +inf.
 static inline void quant4_signed_map(float* map) {
     double pos[7] = {0};
     int k = 0;
@@ -61,20 +65,21 @@ static inline void quant4_signed_map(float* map) {
         }
     }
     // pos ascending: 0.0055, 0.0325, 0.0775, 0.2125, 0.4375, 0.6625, 0.8875
-    for (int j = 0; j < 7; j++) map[j] = (float)-pos[6 - j];
-    map[7] = 0.0f;
-    for (int j = 0; j < 7; j++) map[8 + j] = (float)pos[j];
-    map[15] = 1.0f;
+    double v[16];
+    for (int j = 0; j < 7; j++) v[j] = -pos[6 - j];
+    v[7] = 0.0;
+    for (int j = 0; j < 7; j++) v[8 + j] = pos[j];
+    v[15] = 1.0;
+    for (int j = 0; j < 16; j++) map[j] = (float)v[j];
+    for (int k = 0; k < 15; k++) map[16 + k] = (float)((v[k] + v[k + 1]) / 2.0);
+    map[31] = INFINITY;
 }
 
-// Code of the signed map's entry nearest to x (ties to the lower entry; NaN: the lowest).
+// Code of the signed map's entry nearest to x: the midpoints below x (a tie: the lower entry; NaN: 0).
 QUANT4_FN unsigned quant4_quantize_signed(const float* map, float x) {
-    int lo = 0;  // ends at the largest index with map[lo] <= x (0 if none)
-    for (int step = 8; step > 0; step >>= 1) {
-        if (lo + step <= 15 && map[lo + step] <= x) lo += step;
-    }
-    const int hi = lo < 15 ? lo + 1 : 15;
-    return (unsigned)(fabsf(map[hi] - x) < fabsf(x - map[lo]) ? hi : lo);
+    unsigned c = 0;
+    for (int k = 0; k < 15; k++) c += x > map[16 + k];
+    return c;
 }
 
 // Code of the linear map without zero nearest to x in [0, 1]: (i + 1) / 16, halves up, clamped.

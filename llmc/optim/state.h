@@ -22,7 +22,7 @@
    int8  k B + 4k B/block + 4k B/small element + 2 KB maps
    4bit  k/2 B (codes in whole OPT_BLOCK blocks) + 4 B per 128 elements (m's absmax) + 4k B/small
          element + 2 x 4 B per row and column of each tensor per v slot (its scales, and the step's
-         new ones) + 64 B map; every optimizer but Muon
+         new ones) + 128 B map; every optimizer but Muon
  LAMB adds 8 B/block + 4 B/segment (its block sums and trust ratios) at every precision.
  GPT-2 124M with per-layer segments (optim_segments_build_layers), B/param:
             fp32    bf16    int8    4bit
@@ -213,7 +213,7 @@ typedef struct {
     float* absmax4_m;      // (nblocks * QUANT4_GROUPS) m's absmax per group of QUANT4_GROUP
     float* rank1_v;        // (2 * nrank1) v's row and column maxima: as stored, then the step's new ones
     float* rank1_vmax;     // (2 * nrank1) vmax's
-    float* map4;           // (16) m's 4-bit map
+    float* map4;           // (QUANT4_MAP_FLOATS) m's 4-bit map and its midpoints
     float* partials;       // (2 * nblocks) LAMB: per-block sums of p^2 and u^2
     float* trust;          // (nseg) LAMB: the trust ratios of the last step
     float* work;           // (nwork) Muon: Newton-Schulz's scratch, outside the block (not state, never
@@ -282,7 +282,7 @@ static inline void optim_state_carve(OptimState* st, uintptr_t base) {
     OPT_CARVE(absmax4_m, float, st->nblocks * QUANT4_GROUPS, has_m && q4);
     OPT_CARVE(rank1_v, float, 2 * st->nrank1, has_v && q4);
     OPT_CARVE(rank1_vmax, float, 2 * st->nrank1, ams && q4);
-    OPT_CARVE(map4, float, 16, has_m && q4);
+    OPT_CARVE(map4, float, QUANT4_MAP_FLOATS, has_m && q4);
     OPT_CARVE(partials, float, 2 * st->nblocks, c->kind == OPT_LAMB);
     OPT_CARVE(trust, float, (size_t)st->nseg, c->kind == OPT_LAMB);
 #undef OPT_CARVE

@@ -70,7 +70,7 @@ typedef struct {
     const float* maps;               // (QUANT8_MAP_FLOATS) int8: the signed, then the unsigned map
     unsigned char* q4[OPT_SLOTS];    // (nblocks * QUANT4_BLOCK_BYTES) 4bit codes, two per byte
     float* absmax4;                  // (nblocks * QUANT4_GROUPS) 4bit: m's absmax per group
-    const float* map4;               // (16) 4bit: m's signed map
+    const float* map4;               // (QUANT4_MAP_FLOATS) 4bit: m's signed map, its midpoints
     float* rank1[OPT_SLOTS];         // (2 * nrank1) 4bit v, vmax: the scales as stored, then the new ones
     const size_t* rank1_off;         // (nseg) 4bit: a segment's scales in rank1[], or OPT_NOT_SMALL
     size_t nrank1;                   // 4bit: the floats of one set of scales

@@ -290,9 +290,11 @@ lamb_moments_kernel(const Tp* __restrict__ params, const float* __restrict__ mas
     constexpr bool kInt8 = kState == OPT_STATE_INT8, kBf16 = kState == OPT_STATE_BF16, kQ4 = kState == OPT_STATE_4BIT;
     constexpr bool kQuant = kInt8 || kQ4;  // (small tensors: fp32 state)
     __shared__ float red[LAMB_THREADS];
-    __shared__ float maps[kInt8 ? QUANT8_MAP_FLOATS : kQ4 ? 16 : 1];
+    __shared__ float maps[kInt8 ? QUANT8_MAP_FLOATS : kQ4 ? QUANT4_MAP_FLOATS : 1];
     if constexpr (kQuant) {
-        for (int i = threadIdx.x; i < (kInt8 ? QUANT8_MAP_FLOATS : 16); i += blockDim.x) maps[i] = kInt8 ? S.maps[i] : S.map4[i];
+        for (int i = threadIdx.x; i < (kInt8 ? QUANT8_MAP_FLOATS : QUANT4_MAP_FLOATS); i += blockDim.x) {
+            maps[i] = kInt8 ? S.maps[i] : S.map4[i];
+        }
         __syncthreads();
     }
     const float scale = optim_clip_scale(clip_scale);
@@ -780,8 +782,8 @@ optim_int4_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
     constexpr int V = 8, K = Tr::states;
     static_assert(OPT_Q8_THREADS * V == OPT_BLOCK, "one CUDA block per block");
     static_assert(QUANT4_GROUP % V == 0 && QUANT4_GROUP / V <= 32, "a group is whole threads of one warp");
-    __shared__ float map4[16];
-    if (threadIdx.x < 16) map4[threadIdx.x] = q.map4[threadIdx.x];
+    __shared__ float map4[QUANT4_MAP_FLOATS];
+    if (threadIdx.x < QUANT4_MAP_FLOATS) map4[threadIdx.x] = q.map4[threadIdx.x];
     __syncthreads();
     const float scale = optim_clip_scale(clip_scale);
     optim_for_each_block(segments, block0, nseg, [&](size_t b, int s, const OptimSegment& sg, size_t rel, size_t len) {

@@ -57,6 +57,24 @@ typedef struct {
 // ----------------------------------------------------------------------------
 // a block's state as fp32: loaded, then stored back
 
+// 4-bit v, vmax: each element's scale min(R[r], C[c]) of block b into sc (len), from the scales
+// R (the rows', then the columns': C); row by row, so that the loops vectorize.
+static inline void update4_block_scales(const OptimTable* t, const OptimBlockAt* at, const float* R, float* sc) {
+    const OptimSegment* sg = &t->segs[at->s];
+    const size_t w = optim_segment_width(sg), e = sg->trel + at->rel;
+    const float* C = R + optim_segment_rows(sg);
+    size_t r = e / w - optim_segment_row0(sg), col = e % w;
+    for (size_t j = 0; j < at->len; r++, col = 0) {
+        const size_t run = w - col < at->len - j ? w - col : at->len - j;  // the rest of row r in the block
+        const float rr = R[r];
+        const float* cc = C + col;
+        float* out = sc + j;
+        #pragma omp simd
+        for (size_t k = 0; k < run; k++) out[k] = storage4_min(rr, cc[k]);
+        j += run;
+    }
+}
+
 // 4-bit: the slot's values of block b (not a small tensor's) into buf; v and vmax with the scales
 // as stored (fresh 0) or the step's new ones (fresh 1: what was just stored, read back).
 static inline void update4_block_load(const OptimSlots* st, int slot, const OptimTable* t, const OptimBlockAt* at,
@@ -65,18 +83,15 @@ static inline void update4_block_load(const OptimSlots* st, int slot, const Opti
     const unsigned char* q = st->q4[slot] + b * QUANT4_BLOCK_BYTES;
     if (slot == OPT_SLOT_M) {
         const float* am = st->absmax4 + b * QUANT4_GROUPS;
-        for (size_t j = 0; j < len; j++) buf[j] = storage4_load_m(st->map4, q, j, am[j / QUANT4_GROUP]);
+        const float* map = st->map4;
+        #pragma omp simd
+        for (size_t j = 0; j < len; j++) buf[j] = storage4_load_m(map, q, j, am[j / QUANT4_GROUP]);
         return;
     }
-    const OptimSegment* sg = &t->segs[at->s];
-    const size_t w = optim_segment_width(sg), e = sg->trel + at->rel;
-    const float* R = st->rank1[slot] + (fresh ? st->nrank1 : 0) + st->rank1_off[at->s];
-    const float* C = R + optim_segment_rows(sg);
-    size_t r = e / w - optim_segment_row0(sg), col = e % w;
-    for (size_t j = 0; j < len; j++) {
-        buf[j] = storage4_load_v(q, j, storage4_min(R[r], C[col]));
-        if (++col == w) { col = 0; r++; }
-    }
+    float sc[OPT_BLOCK];
+    update4_block_scales(t, at, st->rank1[slot] + (fresh ? st->nrank1 : 0) + st->rank1_off[at->s], sc);
+    #pragma omp simd
+    for (size_t j = 0; j < len; j++) buf[j] = storage4_load_v(q, j, sc[j]);
 }
 
 // The slot's values of block b (at) as fp32: a pointer into the state when it is fp32 (the rule
@@ -113,32 +128,29 @@ static inline void update4_block_store(const OptimSlots* st, int slot, const Opt
                                        size_t b, const float* x) {
     const size_t len = at->len;
     unsigned char* q = st->q4[slot] + b * QUANT4_BLOCK_BYTES;
-    unsigned char c[OPT_BLOCK];
+    unsigned char c[OPT_BLOCK + 1];
     if (slot == OPT_SLOT_M) {
         float* am = st->absmax4 + b * QUANT4_GROUPS;
+        const float* map = st->map4;
         for (size_t g0 = 0; g0 < len; g0 += QUANT4_GROUP) {
             const size_t g1 = g0 + QUANT4_GROUP < len ? g0 + QUANT4_GROUP : len;
             float mx = 0.0f;
+            #pragma omp simd reduction(max : mx)
             for (size_t j = g0; j < g1; j++) mx = fabsf(x[j]) > mx ? fabsf(x[j]) : mx;
             const float inv = quant4_inv(mx);
-            for (size_t j = g0; j < g1; j++) c[j] = (unsigned char)quant4_quantize_signed(st->map4, x[j] * inv);
+            #pragma omp simd
+            for (size_t j = g0; j < g1; j++) c[j] = (unsigned char)quant4_quantize_signed(map, x[j] * inv);
             am[g0 / QUANT4_GROUP] = mx;
         }
     } else {
-        const OptimSegment* sg = &t->segs[at->s];
-        const size_t w = optim_segment_width(sg), e = sg->trel + at->rel;
-        const float* R = st->rank1[slot] + st->nrank1 + st->rank1_off[at->s];  // the new scales
-        const float* C = R + optim_segment_rows(sg);
-        size_t r = e / w - optim_segment_row0(sg), col = e % w;
-        for (size_t j = 0; j < len; j++) {
-            c[j] = (unsigned char)quant4_quantize_linear(x[j] * quant4_inv(storage4_min(R[r], C[col])));
-            if (++col == w) { col = 0; r++; }
-        }
+        float sc[OPT_BLOCK];
+        update4_block_scales(t, at, st->rank1[slot] + st->nrank1 + st->rank1_off[at->s], sc);  // the new scales
+        #pragma omp simd
+        for (size_t j = 0; j < len; j++) c[j] = (unsigned char)quant4_quantize_linear(x[j] * quant4_inv(sc[j]));
     }
-    for (size_t k = 0; k < (len + 1) / 2; k++) {
-        const unsigned hi = 2 * k + 1 < len ? c[2 * k + 1] : 0u;
-        q[k] = (unsigned char)(c[2 * k] | hi << 4);
-    }
+    if (len % 2) c[len] = 0;  // (the high half of the last byte)
+    #pragma omp simd
+    for (size_t k = 0; k < (len + 1) / 2; k++) q[k] = (unsigned char)(c[2 * k] | c[2 * k + 1] << 4);
 }
 
 // Stores the slot's updated values x of block b. readback: x becomes what was stored (LAMB's
@@ -347,20 +359,37 @@ static inline void update4_scales(const OptimConfig* c, const OptimStepArgs* a, 
             const size_t e0 = (r0 + r) * w, lo = e0 > sg->trel ? e0 - sg->trel : 0;
             const size_t hi = e0 + w - sg->trel < sg->count ? e0 + w - sg->trel : sg->count;
             float mv = 0.0f, mx = 0.0f;
-            for (size_t k = lo; k < hi; k++) {  // k: the element in the segment
-                const size_t col = (sg->trel + k) % w;
-                const size_t b = t->block0[s] + k / OPT_BLOCK, j = k % OPT_BLOCK;
-                const float g = grads[sg->offset + k] * grad_scale;
-                const float v = rule_adam_v(g, storage4_load_v(st->q4[OPT_SLOT_V] + b * QUANT4_BLOCK_BYTES, j,
-                                                               storage4_min(Rv[r], Cv[col])), a);
-                mv = v > mv ? v : mv;
-                cv[col] = v > cv[col] ? v : cv[col];
-                if (ams) {
-                    const float d = rule_vmax(v, storage4_load_v(st->q4[OPT_SLOT_VMAX] + b * QUANT4_BLOCK_BYTES, j,
-                                                                  storage4_min(Rx[r], Cx[col])));
-                    mx = d > mx ? d : mx;
-                    cx[col] = d > cx[col] ? d : cx[col];
+            for (size_t k = lo; k < hi;) {  // k: the element in the segment; the row's part in one block at a time
+                const size_t b = t->block0[s] + k / OPT_BLOCK, j0 = k % OPT_BLOCK, c0 = (sg->trel + k) % w;
+                const size_t run = hi - k < OPT_BLOCK - j0 ? hi - k : OPT_BLOCK - j0;
+                const unsigned char* qv = st->q4[OPT_SLOT_V] + b * QUANT4_BLOCK_BYTES;
+                const float* g = grads + sg->offset + k;
+                const float* ccv = Cv + c0;
+                float* ncv = cv + c0;
+                const float rv = Rv[r];
+                if (!ams) {
+                    #pragma omp simd reduction(max : mv)
+                    for (size_t i = 0; i < run; i++) {
+                        const float v = rule_adam_v(g[i] * grad_scale, storage4_load_v(qv, j0 + i, storage4_min(rv, ccv[i])), a);
+                        mv = v > mv ? v : mv;
+                        ncv[i] = v > ncv[i] ? v : ncv[i];
+                    }
+                } else {
+                    const unsigned char* qx = st->q4[OPT_SLOT_VMAX] + b * QUANT4_BLOCK_BYTES;
+                    const float* ccx = Cx + c0;
+                    float* ncx = cx + c0;
+                    const float rx = Rx[r];
+                    #pragma omp simd reduction(max : mv, mx)
+                    for (size_t i = 0; i < run; i++) {
+                        const float v = rule_adam_v(g[i] * grad_scale, storage4_load_v(qv, j0 + i, storage4_min(rv, ccv[i])), a);
+                        const float d = rule_vmax(v, storage4_load_v(qx, j0 + i, storage4_min(rx, ccx[i])));
+                        mv = v > mv ? v : mv;
+                        ncv[i] = v > ncv[i] ? v : ncv[i];
+                        mx = d > mx ? d : mx;
+                        ncx[i] = d > ncx[i] ? d : ncx[i];
+                    }
                 }
+                k += run;
             }
             nRv[r] = mv;
             if (ams) nRx[r] = mx;
