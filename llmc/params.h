@@ -35,6 +35,9 @@ typedef struct {
     float init_std;    // std of the normal init; 0 for constant init
     float init_const;  // value of the constant init (1 for layernorm weights, 0 for biases)
     size_t init_rows;  // rows of a slice that get random init (wte: the real vocabulary only)
+    // Adam-mini's blocks of a slice (one second moment each, llmc/optim/rules.h): its first mini_lead
+    // elements in blocks of mini_lead_block, the rest in blocks of mini_block
+    size_t mini_lead, mini_lead_block, mini_block;
 } ParamTensor;
 
 typedef struct {
@@ -72,24 +75,28 @@ static inline void param_table_build(ParamTable* pt, const GPT2Config* c) {
     float std = 0.02f;
     // residual projections are scaled by 1/sqrt(2L) (GPT-2 paper), computed in double
     float std_resid = (float)(0.02 / sqrt(2.0 * (double)L));
-    // name, ndim, rows, cols, per_layer, init std, init const, rows with random init (0 = all)
-    struct { const char* name; int ndim; size_t rows, cols; int per_layer; float std, cst; size_t init_rows; } spec[NUM_PARAMETER_TENSORS] = {
-        {"wte",      2, Vp,    C,     0, std,       0.0f, (size_t)c->vocab_size},
-        {"wpe",      2, maxT,  C,     0, std,       0.0f, 0},
-        {"ln1w",     1, C,     1,     1, 0.0f,      1.0f, 0},
-        {"ln1b",     1, C,     1,     1, 0.0f,      0.0f, 0},
-        {"qkvw",     2, 3 * C, C,     1, std,       0.0f, 0},
-        {"qkvb",     1, 3 * C, 1,     1, 0.0f,      0.0f, 0},
-        {"attprojw", 2, C,     C,     1, std_resid, 0.0f, 0},
-        {"attprojb", 1, C,     1,     1, 0.0f,      0.0f, 0},
-        {"ln2w",     1, C,     1,     1, 0.0f,      1.0f, 0},
-        {"ln2b",     1, C,     1,     1, 0.0f,      0.0f, 0},
-        {"fcw",      2, 4 * C, C,     1, std,       0.0f, 0},
-        {"fcb",      1, 4 * C, 1,     1, 0.0f,      0.0f, 0},
-        {"fcprojw",  2, C,     4 * C, 1, std_resid, 0.0f, 0},
-        {"fcprojb",  1, C,     1,     1, 0.0f,      0.0f, 0},
-        {"lnfw",     1, C,     1,     0, 0.0f,      1.0f, 0},
-        {"lnfb",     1, C,     1,     0, 0.0f,      0.0f, 0},
+    const size_t hs = c->num_heads > 0 ? C / (size_t)c->num_heads : C;  // (a config is checked before use)
+    // name, ndim, rows, cols, per_layer, init std, init const, rows with random init (0 = all),
+    // Adam-mini: leading rows in blocks of several rows (qkvw: q and k per head, hs rows each); every
+    // other row of a matrix is a block (an output neuron; wte, wpe: a token's, a position's row), a
+    // vector one block (Zhang et al. 2024, "Adam-mini: Use Fewer Learning Rates To Gain More")
+    struct { const char* name; int ndim; size_t rows, cols; int per_layer; float std, cst; size_t init_rows, lead_rows, lead_block_rows; } spec[NUM_PARAMETER_TENSORS] = {
+        {"wte",      2, Vp,    C,     0, std,       0.0f, (size_t)c->vocab_size, 0, 0},
+        {"wpe",      2, maxT,  C,     0, std,       0.0f, 0, 0, 0},
+        {"ln1w",     1, C,     1,     1, 0.0f,      1.0f, 0, 0, 0},
+        {"ln1b",     1, C,     1,     1, 0.0f,      0.0f, 0, 0, 0},
+        {"qkvw",     2, 3 * C, C,     1, std,       0.0f, 0, 2 * C, hs},
+        {"qkvb",     1, 3 * C, 1,     1, 0.0f,      0.0f, 0, 0, 0},
+        {"attprojw", 2, C,     C,     1, std_resid, 0.0f, 0, 0, 0},
+        {"attprojb", 1, C,     1,     1, 0.0f,      0.0f, 0, 0, 0},
+        {"ln2w",     1, C,     1,     1, 0.0f,      1.0f, 0, 0, 0},
+        {"ln2b",     1, C,     1,     1, 0.0f,      0.0f, 0, 0, 0},
+        {"fcw",      2, 4 * C, C,     1, std,       0.0f, 0, 0, 0},
+        {"fcb",      1, 4 * C, 1,     1, 0.0f,      0.0f, 0, 0, 0},
+        {"fcprojw",  2, C,     4 * C, 1, std_resid, 0.0f, 0, 0, 0},
+        {"fcprojb",  1, C,     1,     1, 0.0f,      0.0f, 0, 0, 0},
+        {"lnfw",     1, C,     1,     0, 0.0f,      1.0f, 0, 0, 0},
+        {"lnfb",     1, C,     1,     0, 0.0f,      0.0f, 0, 0, 0},
     };
     size_t offset = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
@@ -106,6 +113,9 @@ static inline void param_table_build(ParamTable* pt, const GPT2Config* c) {
         t->init_std = spec[i].std;
         t->init_const = spec[i].cst;
         t->init_rows = spec[i].init_rows ? spec[i].init_rows : spec[i].rows;  // wte: padded rows stay 0
+        t->mini_lead = spec[i].lead_rows * spec[i].cols;
+        t->mini_lead_block = spec[i].lead_block_rows * spec[i].cols;
+        t->mini_block = spec[i].ndim == 2 ? spec[i].cols : spec[i].rows * spec[i].cols;
         offset += t->count;
     }
     pt->total = offset;

@@ -81,6 +81,12 @@ typedef struct {
     size_t n;
 } Problem;
 
+static void mini_set(OptimSegment* sg, size_t lead, size_t lead_block, size_t block) {
+    sg->mini_lead = lead;
+    sg->mini_lead_block = lead_block;
+    sg->mini_block = block;
+}
+
 static void add_seg(Problem* pb, size_t count, float wd, float lr_mult) {
     pb->segs[pb->nseg] = optim_segment(pb->n, count, wd, lr_mult, pb->nseg);
     pb->nseg++;
@@ -95,6 +101,11 @@ static Problem problem_mixed(void) {
     size_t sizes[] = {1, 7, 4096, 4095, 5003, 2048, 2049, 3, 6145, 48 * 64, 64, 9000, 13, 4097};
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
         add_seg(&pb, sizes[k], k % 2 ? 0.1f : 0.0f, k % 3 == 2 ? 0.5f : 1.0f);
+    // Adam-mini's blocks (the others: one per tensor): heads then rows (as qkv), rows, odd rows
+    mini_set(&pb.segs[2], 2048, 512, 64);    // 4096: 4 heads of 512, 32 rows of 64
+    mini_set(&pb.segs[5], 0, 0, 256);        // 2048: 8 rows of 256
+    mini_set(&pb.segs[9], 0, 0, 48);        // 3072: 64 rows of 48
+    mini_set(&pb.segs[11], 3000, 1000, 120);  // 9000: 3 heads of 1000, 50 rows of 120
     return pb;
 }
 
@@ -165,6 +176,22 @@ static void ref_step(Ref* r, const Problem* pb, const OptimConfig* c, const floa
         const OptimSegment* sg = &pb->segs[s];
         const double lr = lr0 * sg->lr_mult, wd = sg->weight_decay;
         double pp = 0.0, uu = 0.0, du = 0.0;
+        if (c->kind == OPT_ADAM_MINI) {  // per block (the lead's, then the rest's): the mean of g^2, one v
+            for (size_t e = 0, len; e < sg->count; e += len) {
+                len = e < sg->mini_lead ? sg->mini_lead_block : sg->mini_block;
+                double g2 = 0.0;
+                for (size_t k = e; k < e + len; k++) g2 += ((double)grads[sg->offset + k] * scale) * ((double)grads[sg->offset + k] * scale);
+                const double vb = b2 * r->v[sg->offset + e] + (1.0 - b2) * g2 / (double)len;
+                for (size_t k = e; k < e + len; k++) {
+                    const size_t i = sg->offset + k;
+                    const double g = (double)grads[i] * scale, p = r->p[i];
+                    r->v[i] = vb;
+                    r->m[i] = b1 * r->m[i] + (1.0 - b1) * g;
+                    r->p[i] = p - lr * ((r->m[i] / bc1) / (sqrt(vb / bc2) + eps) + wd * p);
+                }
+            }
+            continue;
+        }
         for (size_t k = 0; k < sg->count; k++) {
             size_t i = sg->offset + k;
             double g = (double)grads[i] * scale, p = r->p[i];
@@ -345,6 +372,11 @@ static void test_vs_float64(const OptimConfig* cfg, int steps, float lr) {
                 state_values(&st, &pb, i, s, &m, &v);
                 if (cfg->kind != OPT_SGD || cfg->momentum != 0.0f) cmp_add(&cm, i, m, r.m[i], mtol);
                 if (cfg->kind == OPT_ADAMW || cfg->kind == OPT_LAMB) cmp_add(&cv, i, v, r.v[i], vtol);
+                if (cfg->kind == OPT_ADAM_MINI) {  // (v per block, fp32 at every storage: the block's own index)
+                    const size_t first = st.mini0[s], lead = sg->mini_lead ? sg->mini_lead / sg->mini_lead_block : 0;
+                    const size_t bi = k < sg->mini_lead ? k / sg->mini_lead_block : lead + (k - sg->mini_lead) / sg->mini_block;
+                    cmp_add(&cv, i, st.vmini[first + bi], r.v[i], 2e-6 * t * fabs(r.v[i]) + 1e-6 * r.v_hist[i] + 1e-30);
+                }
                 if (cfg->amsgrad && cfg->state == OPT_STATE_FP32) cmp_add(&cv, i, st.vmax[i], r.vmax[i], vtol);
             }
             if (cfg->kind == OPT_LAMB) { // the fp32 bias corrections scale u, hence the ratio (not trust * u)
@@ -366,7 +398,7 @@ static void test_vs_float64(const OptimConfig* cfg, int steps, float lr) {
     snprintf(name, sizeof name, "%s vs float64, %d steps", config_name(cfg, cname, sizeof cname), steps);
     cmp_detail(&cp, "p", detail, sizeof detail);
     if (cfg->kind != OPT_SGD || cfg->momentum != 0.0f) cmp_detail(&cm, "m", detail, sizeof detail);
-    if (cfg->kind == OPT_ADAMW || cfg->kind == OPT_LAMB) cmp_detail(&cv, "v", detail, sizeof detail);
+    if (cfg->kind == OPT_ADAMW || cfg->kind == OPT_LAMB || cfg->kind == OPT_ADAM_MINI) cmp_detail(&cv, "v", detail, sizeof detail);
     if (cfg->kind == OPT_LAMB) cmp_detail(&ct, "trust", detail, sizeof detail);
     if (cfg->kind == OPT_LION) {
         size_t len = strlen(detail);
@@ -489,13 +521,18 @@ static int view_build(const Problem* pb, const OptimConfig* c, int which, ViewPa
         for (int s = 0; s < pb->nseg; s++) view_part_add(&parts[s % 2], pb->segs[s]);
         return parts[1].nseg > 0 ? 2 : 1;
     }
-    const size_t step_max = c->state == OPT_STATE_4BIT ? (size_t)-1 : OPT_BLOCK;  // (4-bit: v's scales span a segment)
+    // (4-bit: v's scales span a segment; Adam-mini: pieces of whole blocks, optim_cut_of)
+    const size_t step_max = c->state == OPT_STATE_4BIT ? (size_t)-1 : OPT_BLOCK;
     for (int s = pb->nseg - 1; s >= 0; s--) {
-        for (size_t r = 0; r < pb->segs[s].count; r += step_max) {
+        for (size_t r = 0, len; r < pb->segs[s].count; r += len) {
             OptimSegment piece = pb->segs[s];
+            len = pb->segs[s].count - r < step_max ? pb->segs[s].count - r : step_max;
+            if (c->kind == OPT_ADAM_MINI) {
+                len = optim_cut_snap(&pb->segs[s], 1, pb->segs[s].offset + r + len, optim_cut_of(c)) - pb->segs[s].offset - r;
+            }
             piece.param += r;
             piece.trel += r;
-            piece.count = pb->segs[s].count - r < step_max ? pb->segs[s].count - r : step_max;
+            piece.count = len;
             view_part_add(&parts[0], piece);
         }
     }
@@ -1614,6 +1651,13 @@ int main(int argc, char** argv) {
     test_vs_float64(&damp, 5, 1e-3f);
     for (int k = 0; k < nv; k++) test_bits(&vs[k].cfg);
     for (int k = 0; k < nv; k++) test_views(&vs[k].cfg);
+    for (int prec = OPT_STATE_FP32; prec <= OPT_STATE_LAST; prec++) {  // Adam-mini's m at every storage
+        OptimConfig mini = optim_config_default(OPT_ADAM_MINI);
+        mini.state = (OptimStatePrecision)prec;
+        if (prec != OPT_STATE_4BIT) test_vs_float64(&mini, 5, 1e-3f);
+        test_bits(&mini);
+        test_views(&mini);
+    }
     test_fp16_bits();
     test_adamw_identities();
     test_plan();

@@ -69,6 +69,7 @@ OPTIMIZERS = [  # name, flags
     ("lamb", ["--optimizer", "lamb"]),
     ("lion", ["--optimizer", "lion"]),
     ("muon", ["--optimizer", "muon"]),  # Muon for the blocks' matrices, AdamW for the rest
+    ("adam-mini", ["--optimizer", "adam-mini"]),  # one v per block of a tensor (llmc/params.h)
 ]
 STATES = ["fp32", "bf16", "int8", "fp16", "4bit"]
 PLACEMENTS = {  # name: (flags, processes)
@@ -94,6 +95,8 @@ EXPECTED_REFUSED = [
      "SGD without momentum has no state to store in bf16, int8, fp16 or 4bit", ["--opt-state", "--momentum"]),
     (("sgd", "sgd+nesterov", "lamb", "lion", "muon"), ("fp16",), "*", "*", "not yet",
      "fp16 state is AdamW's (m and sqrt(v) scaled by 2^14); the others take fp32, bf16 or int8", ["--opt-state", "--optimizer"]),
+    (("adam-mini",), "*", "*", "gpu", "not yet",
+     "the GPU trainer has no Adam-mini kernels yet (the CPU trainer runs it)", ["--optimizer"]),
     (("muon",), ("4bit",), "*", "*", "not yet",
      "4-bit state serves AdamW, SGD, Lion and LAMB (Muon's kernels read its state their own way)",
      ["--opt-state", "--optimizer"]),
@@ -109,7 +112,8 @@ RESUME_CELLS = [("adamw", "int8", "device"), ("lion", "fp32", "badam"), ("adamw"
                 ("muon", "bf16", "badam+offload"), ("muon", "int8", "z1"), ("muon", "fp32", "z1+badam"),
                 ("adamw", "fp16", "z1+offload"), ("adamw+amsgrad", "fp16", "badam"), ("adamw", "4bit", "z1+offload"),
                 ("adamw+amsgrad", "4bit", "badam+offload"), ("lion", "4bit", "device"), ("sgd+nesterov", "4bit", "z1"),
-                ("lamb", "4bit", "z1+offload"), ("lamb", "4bit", "badam")]
+                ("lamb", "4bit", "z1+offload"), ("lamb", "4bit", "badam"), ("adam-mini", "fp32", "device"),
+                ("adam-mini", "int8", "z1"), ("adam-mini", "bf16", "z1+badam"), ("adam-mini", "4bit", "badam")]
 
 # Optimizer state bytes per parameter of the whole-model view (llmc/optim/state.h's banner): exact
 # up to each buffer's 64-byte alignment, or (None) at least the number (int8's per-block scales and
@@ -119,6 +123,7 @@ STATE_BYTES = {
     ("adamw+amsgrad", "fp32"): 12, ("adamw+amsgrad", "bf16"): 6, ("adamw", "fp16"): 4, ("adamw+amsgrad", "fp16"): 6,
     ("sgd", "fp32"): 4, ("sgd+nesterov", "fp32"): 4, ("lion", "fp32"): 4, ("lamb", "fp32"): (None, 8),
     ("sgd-plain", "fp32"): 0,  # no row in the memory table
+    ("adam-mini", "fp32"): (None, 4), ("adam-mini", "bf16"): (None, 2),  # (m, and v per block)
 }
 
 MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")

@@ -108,7 +108,7 @@ static inline int optim_engine_view_parts(const OptimEngine* e, int view, size_t
 // it times the process count (every part fits: the equal shards' padding, or Muon's cuts).
 static inline size_t optim_engine_view_shard(const OptimEngine* e, int view) {
     if (!optim_engine_zero(e)) return 0;
-    if (e->cfg.kind != OPT_MUON) {
+    if (e->cfg.kind != OPT_MUON && e->cfg.kind != OPT_ADAM_MINI) {
         if (view < 0) return e->shard;
         return zero_shard_elems(badam_block_elems(e->badam, e->table, view), e->procs);
     }
@@ -345,7 +345,7 @@ static inline void optim_step_cpu(OptimState* st, float* params, const float* gr
     const OptimConfig* c = &st->cfg;
     const OptimStepArgs a = optim_step_args(c, lr, step);
     const OptimSlots slots = optim_state_slots(st);
-    const OptimTable t = {st->segs, st->nseg, st->block0, st->small_off, st->q8_index};
+    const OptimTable t = {st->segs, st->nseg, st->block0, st->small_off, st->q8_index, st->mini0};
     if (c->kind != OPT_MUON) {
         optim_update_cpu(c, &a, &t, &slots, params, grads, grad_scale, st->partials, st->trust,
                          st->reduce.hook ? &st->reduce : NULL);

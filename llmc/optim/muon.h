@@ -256,7 +256,7 @@ static inline void muon_adamw_segment(const MuonBuffers* M, const OptimConfig* c
     one.offset = 0;
     const size_t off = t->segs[s].offset, vo = M->adam_off[s], b0 = t->block0[s], so = t->small_off[s];
     const size_t block0[2] = {0, t->block0[s + 1] - b0}, small_off[1] = {so == OPT_NOT_SMALL ? OPT_NOT_SMALL : 0};
-    const OptimTable t1 = {&one, 1, block0, small_off, t->ix};
+    const OptimTable t1 = {&one, 1, block0, small_off, t->ix, NULL};
     OptimSlots r = M->slots;
     const size_t at[2] = {off, vo};  // where m's and v's elements start
     for (int k = OPT_SLOT_M; k <= OPT_SLOT_V; k++) {

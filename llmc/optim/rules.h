@@ -14,6 +14,9 @@
    SGD     buf = g at step 1, else mu buf + (1 - dampening) g;  d = nesterov ? g + mu buf : buf
            (momentum 0: d = g, no state);  p -= lr (d + wd p)   (torch.optim.SGD)
    Lion    c = b1 m + (1 - b1) g;  p -= lr (sign(c) + wd p);  m = b2 m + (1 - b2) g   (Chen et al. 2023)
+   Adam-mini  AdamW with one v per block of the tensor (its rows, heads: llmc/params.h), from the
+           block's mean of g^2: v_b = b2 v_b + (1 - b2) mean_b(g^2) (Zhang et al. 2024; the mean's
+           fixed-order sum: llmc/optim/update.h)
    LAMB    AdamW's moments; u = m^ / (sqrt(v^) + eps) + wd p;  p -= lr trust u, trust = |p| / |u| per
            tensor (You et al. 2019; the sums: llmc/optim/update.h)
    Muon    B = mu B + g;  U = g + mu B (Nesterov) or B; orthogonalized per matrix (llmc/optim/muon.h);
@@ -30,7 +33,8 @@
 #include "llmc/optim/srng.h"
 #include "llmc/optim/storage.h"
 
-typedef enum { OPT_ADAMW = 0, OPT_SGD = 1, OPT_LAMB = 2, OPT_LION = 3, OPT_MUON = 4 } OptimKind;
+typedef enum { OPT_ADAMW = 0, OPT_SGD = 1, OPT_LAMB = 2, OPT_LION = 3, OPT_MUON = 4, OPT_ADAM_MINI = 5 } OptimKind;
+#define OPT_KIND_LAST OPT_ADAM_MINI
 #define MUON_SCALE_RMS 0   // Muon's shape scale 0.2 sqrt(max(rows, cols)) (llmc/optim/muon.h)
 #define MUON_SCALE_ORIG 1  // sqrt(max(1, rows / cols))
 
@@ -57,7 +61,9 @@ static inline int optim_slots(const OptimConfig* c) {
         case OPT_LAMB: return 2;
         case OPT_SGD: return c->momentum != 0.0f ? 1 : 0;
         case OPT_LION:
-        case OPT_MUON: return 1;  // (Muon's AdamW tensors: v too, llmc/optim/muon.h)
+        case OPT_MUON:       // (Muon's AdamW tensors: v too, llmc/optim/muon.h)
+        case OPT_ADAM_MINI:  // (its v per block: OptimState.vmini)
+            return 1;
     }
     return 0;
 }
@@ -126,6 +132,16 @@ OPTIM_HD float rule_amsgrad(float p, float g, float* m, float* v, float* vmax, f
     const float d = rule_vmax(*v, *vmax);
     *vmax = d;
     return fmaf(-lr, rule_adam_direction(p, *m, d, wd, a), p);
+}
+
+// Adam-mini: a block's new v from its mean of g^2; then each element's AdamW step with the block's v
+// (m in place; returns the new p).
+OPTIM_HD float rule_adam_mini_v(float mean_g2, float v, const OptimStepArgs* a) {
+    return fmaf(a->beta2, v, a->one_minus_beta2 * mean_g2);
+}
+OPTIM_HD float rule_adam_mini(float p, float g, float* m, float v, float lr, float wd, const OptimStepArgs* a) {
+    *m = fmaf(a->beta1, *m, a->one_minus_beta1 * g);
+    return fmaf(-lr, rule_adam_direction(p, *m, v, wd, a), p);
 }
 
 // ----------------------------------------------------------------------------

@@ -35,11 +35,12 @@ typedef struct {
     size_t mat_rows, mat_cols;  // Muon: a transformer block's 2-D weight (rows, cols); 0: not a Muon matrix
     size_t cols;           // the tensor's row length when it is a matrix (0: a vector): 4-bit v's rank-1 scales
     size_t trel;           // the segment's first element within its tensor (a view's cut moves it)
+    size_t mini_lead, mini_lead_block, mini_block;  // Adam-mini's blocks of the tensor (ParamTensor's)
 } OptimSegment;
 
 // A whole tensor as one segment of a whole-model table (param == offset).
 static inline OptimSegment optim_segment(size_t offset, size_t count, float weight_decay, float lr_mult, int tensor) {
-    OptimSegment s = {offset, offset, count, count, weight_decay, lr_mult, tensor, 0, 0, 0, 0, 0};
+    OptimSegment s = {offset, offset, count, count, weight_decay, lr_mult, tensor, 0, 0, 0, 0, 0, 0, 0, count};
     return s;
 }
 // ZeRO-1: each of P processes owns one contiguous shard of the flat optimizer state. Shards are
@@ -70,7 +71,8 @@ static inline int optim_segments_cut(const OptimSegment* segs, int nseg, size_t 
     return k;
 }
 
-// One segment per parameter tensor; weight decay from the table's decay flag, never by index.
+// One segment per parameter tensor; weight decay from the table's decay flag, never by index. (Its
+// layers' slices in one segment: Adam-mini takes optim_segments_build_layers's table.)
 static inline int optim_segments_build(const ParamTable* pt, float weight_decay, OptimSegment* segs) {
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         segs[i] = optim_segment(pt->t[i].offset, pt->t[i].count, pt->t[i].decay ? weight_decay : 0.0f, pt->t[i].lr_mult, i);
@@ -80,10 +82,14 @@ static inline int optim_segments_build(const ParamTable* pt, float weight_decay,
 }
 
 
-// Sets a segment of tensor t's row length (cols, when t is a matrix) and marks it as Muon's when t is a transformer block's weight matrix (per layer,
-// 2-D): its layer shape, and qkv's three stacked matrices. (A segment may hold several layers'.)
+// Sets a segment of tensor t's row length (cols, when t is a matrix) and Adam-mini's blocks, and marks it as
+// Muon's when t is a transformer block's weight matrix (per layer, 2-D): its layer shape, and qkv's
+// three stacked matrices. (A segment may hold several layers'.)
 static inline void optim_segment_set_matrix(OptimSegment* s, const ParamTensor* t) {
     s->cols = t->ndim == 2 ? t->cols : 0;  // (every matrix: 4-bit v's rows and columns)
+    s->mini_lead = t->mini_lead;
+    s->mini_lead_block = t->mini_lead_block;
+    s->mini_block = t->mini_block;
     if (!(t->per_layer && t->ndim == 2)) return;
     s->mat_rows = t->rows;
     s->mat_cols = t->cols;
@@ -159,6 +165,35 @@ static inline size_t optim_rank1_build(const OptimSegment* segs, int nseg, const
         rank1_off[s] = small_off[s] == OPT_NOT_SMALL ? k : OPT_NOT_SMALL;
         if (small_off[s] == OPT_NOT_SMALL) k += optim_rank1_floats(&segs[s]);
     }
+    return k;
+}
+
+// Adam-mini: the block of element e of the segment's tensor (from the tensor's first element: its
+// first mini_lead elements in blocks of mini_lead_block, then blocks of mini_block), and the
+// block's first element and length (optim_segment's default: the segment is one block).
+OPTIM_HD size_t optim_mini_index(const OptimSegment* s, size_t e) {
+    if (e < s->mini_lead) return e / s->mini_lead_block;
+    const size_t lead = s->mini_lead ? s->mini_lead / s->mini_lead_block : 0;
+    return lead + (e - s->mini_lead) / s->mini_block;
+}
+OPTIM_HD size_t optim_mini_start(const OptimSegment* s, size_t i) {
+    const size_t lead = s->mini_lead ? s->mini_lead / s->mini_lead_block : 0;
+    return i < lead ? i * s->mini_lead_block : s->mini_lead + (i - lead) * s->mini_block;
+}
+OPTIM_HD size_t optim_mini_len(const OptimSegment* s, size_t i) {
+    const size_t lead = s->mini_lead ? s->mini_lead / s->mini_lead_block : 0;
+    return i < lead ? s->mini_lead_block : s->mini_block;
+}
+
+// Adam-mini: the blocks of each segment, which holds whole blocks (optim_mini_check), packed in
+// segment order: mini0[s] is segment s's first, mini0[nseg] the total (returned).
+static inline size_t optim_mini_build(const OptimSegment* segs, int nseg, size_t* mini0) {
+    size_t k = 0;
+    for (int s = 0; s < nseg; s++) {
+        mini0[s] = k;
+        k += optim_mini_index(&segs[s], segs[s].trel + segs[s].count - 1) - optim_mini_index(&segs[s], segs[s].trel) + 1;
+    }
+    mini0[nseg] = k;
     return k;
 }
 

@@ -58,18 +58,18 @@
 #include "llmc/utils.h"
 
 // The flags' words, in enum order (CLI_CHOICE tables can use them: the index is the enum value).
-static const char* const optim_kind_choices[] = {"adamw", "sgd", "lamb", "lion", "muon", NULL};
+static const char* const optim_kind_choices[] = {"adamw", "sgd", "lamb", "lion", "muon", "adam-mini", NULL};
 static const char* const optim_precision_choices[] = {"fp32", "bf16", "int8", "fp16", "4bit", NULL};
 
 static inline const char* optim_kind_name(OptimKind k) {
-    return (int)k >= (int)OPT_ADAMW && (int)k <= (int)OPT_MUON ? optim_kind_choices[k] : "?";
+    return (int)k >= (int)OPT_ADAMW && (int)k <= (int)OPT_KIND_LAST ? optim_kind_choices[k] : "?";
 }
 static inline const char* optim_precision_name(OptimStatePrecision p) {
     return (int)p >= (int)OPT_STATE_FP32 && (int)p <= (int)OPT_STATE_LAST ? optim_precision_choices[p] : "?";
 }
-// 1 and *out set when s names a kind (--optimizer adamw|sgd|lamb|lion|muon), else 0.
+// 1 and *out set when s names a kind (--optimizer adamw|sgd|lamb|lion|muon|adam-mini), else 0.
 static inline int optim_kind_parse(const char* s, OptimKind* out) {
-    for (int k = OPT_ADAMW; k <= OPT_MUON; k++) {
+    for (int k = OPT_ADAMW; k <= OPT_KIND_LAST; k++) {
         if (strcmp(s, optim_kind_choices[k]) == 0) { *out = (OptimKind)k; return 1; }
     }
     return 0;
@@ -102,13 +102,13 @@ static inline OptimConfig optim_config_default(OptimKind kind) {
 static inline int optim_config_check(const OptimConfig* c, char* msg, size_t size) {
     const char* kn = optim_kind_name(c->kind);
     msg[0] = '\0';
-    if ((int)c->kind < (int)OPT_ADAMW || (int)c->kind > (int)OPT_MUON) {
-        snprintf(msg, size, "--optimizer: unknown optimizer %d (adamw, sgd, lamb, lion or muon)", (int)c->kind);
+    if ((int)c->kind < (int)OPT_ADAMW || (int)c->kind > (int)OPT_KIND_LAST) {
+        snprintf(msg, size, "--optimizer: unknown optimizer %d (adamw, sgd, lamb, lion, muon or adam-mini)", (int)c->kind);
     } else if ((int)c->state < (int)OPT_STATE_FP32 || (int)c->state > (int)OPT_STATE_LAST) {
         snprintf(msg, size, "--opt-state: unknown state precision %d (fp32, bf16, int8, fp16 or 4bit)", (int)c->state);
-    } else if (c->state == OPT_STATE_FP16 && c->kind != OPT_ADAMW) {
-        snprintf(msg, size, "--opt-state fp16 is AdamW's (m and sqrt(v) scaled by 2^14, llmc/optim/storage.h); --optimizer %s "
-                 "takes fp32, bf16, int8 or 4bit state", kn);
+    } else if (c->state == OPT_STATE_FP16 && c->kind != OPT_ADAMW && c->kind != OPT_ADAM_MINI) {
+        snprintf(msg, size, "--opt-state fp16 is AdamW's and Adam-mini's (m and sqrt(v) scaled by 2^14, llmc/optim/storage.h); "
+                 "--optimizer %s takes fp32, bf16, int8 or 4bit state", kn);
     } else if (c->state == OPT_STATE_4BIT && c->kind == OPT_MUON) {
         snprintf(msg, size, "--opt-state 4bit with --optimizer muon: 4-bit state serves adamw, sgd, lion and lamb; muon "
                  "takes fp32, bf16 or int8 state");
@@ -139,7 +139,8 @@ static inline int optim_config_check(const OptimConfig* c, char* msg, size_t siz
                  c->momentum, c->dampening);
     } else if (c->kind != OPT_SGD && !(c->beta1 >= 0.0f && c->beta1 < 1.0f && c->beta2 >= 0.0f && c->beta2 < 1.0f)) {
         snprintf(msg, size, "--optimizer %s: beta1 %g, beta2 %g (each in [0, 1) expected)", kn, c->beta1, c->beta2);
-    } else if ((c->kind == OPT_ADAMW || c->kind == OPT_LAMB || c->kind == OPT_MUON) && !(c->eps > 0.0f && isfinite(c->eps))) {
+    } else if ((c->kind == OPT_ADAMW || c->kind == OPT_LAMB || c->kind == OPT_MUON || c->kind == OPT_ADAM_MINI) &&
+               !(c->eps > 0.0f && isfinite(c->eps))) {
         snprintf(msg, size, "--optimizer %s: eps %g (a positive number expected)", kn, c->eps);
     }
     return msg[0] == '\0';
@@ -170,6 +171,20 @@ static inline void optim_segments_check(const OptimSegment* segs, int nseg, size
     if (next != n) ls_fatal("optimizer: the segments cover %zu elements, the parameters are %zu", next, n);
 }
 
+// Fatal unless each segment holds whole Adam-mini blocks of its tensor (a cut inside one would split
+// its mean of g^2 between two states).
+static inline void optim_mini_check(const OptimSegment* segs, int nseg) {
+    for (int s = 0; s < nseg; s++) {
+        const OptimSegment* g = &segs[s];
+        const size_t e = g->trel + g->count, last = optim_mini_index(g, e - 1);
+        if (optim_mini_start(g, optim_mini_index(g, g->trel)) != g->trel ||
+            optim_mini_start(g, last) + optim_mini_len(g, last) != e) {
+            ls_fatal("optimizer: adam-mini: segment %d [%zu, %zu) of its tensor cuts a block of one second moment", s,
+                     g->trel, e);
+        }
+    }
+}
+
 // ----------------------------------------------------------------------------
 // the state
 
@@ -186,6 +201,8 @@ typedef struct {
                            // OPT_NOT_SMALL for a matrix
     size_t nadam;          // Muon: elements of the AdamW tensors (v's length)
     size_t nwork;          // Muon: scratch floats (muon_work_floats)
+    size_t* mini0;         // (nseg + 1) Adam-mini: each segment's first block in vmini (optim_mini_build)
+    size_t nmini;          // Adam-mini: its blocks
     OptimGemm gemm;        // Muon: the matrix multiply of Newton-Schulz (optim_engine_set_gemm)
     OptimGemmBatched gemm_batched;  // Muon on the GPU: its batched multiply, in elements of gemm_elem bytes
     int gemm_elem;
@@ -214,6 +231,7 @@ typedef struct {
     float* rank1_v;        // (2 * nrank1) v's row and column maxima: as stored, then the step's new ones
     float* rank1_vmax;     // (2 * nrank1) vmax's
     float* map4;           // (QUANT4_MAP_FLOATS) m's 4-bit map and its midpoints
+    float* vmini;          // (nmini) Adam-mini: v per block (fp32 at every storage)
     float* partials;       // (2 * nblocks) LAMB: per-block sums of p^2 and u^2
     float* trust;          // (nseg) LAMB: the trust ratios of the last step
     float* work;           // (nwork) Muon: Newton-Schulz's scratch, outside the block (not state, never
@@ -256,7 +274,7 @@ static inline void optim_state_carve(OptimState* st, uintptr_t base) {
     const int b16 = c->state == OPT_STATE_BF16 || c->state == OPT_STATE_FP16;  // (16-bit buffers: bf16 or fp16)
     // a first moment (AdamW, LAMB, Lion; SGD's momentum buffer), a second moment (AdamW, LAMB)
     const int muon = c->kind == OPT_MUON;
-    const int has_m = adam || muon || c->kind == OPT_LAMB || c->kind == OPT_LION || (c->kind == OPT_SGD && c->momentum != 0.0f);
+    const int has_m = adam || muon || c->kind == OPT_ADAM_MINI || c->kind == OPT_LAMB || c->kind == OPT_LION || (c->kind == OPT_SGD && c->momentum != 0.0f);
     const int has_v = adam || c->kind == OPT_LAMB;
     // (Muon: v for its AdamW tensors only, packed; absmax_v and v32 indexed as m's blocks and smalls)
     const size_t nv = muon ? st->nadam : n;
@@ -283,6 +301,7 @@ static inline void optim_state_carve(OptimState* st, uintptr_t base) {
     OPT_CARVE(rank1_v, float, 2 * st->nrank1, has_v && q4);
     OPT_CARVE(rank1_vmax, float, 2 * st->nrank1, ams && q4);
     OPT_CARVE(map4, float, QUANT4_MAP_FLOATS, has_m && q4);
+    OPT_CARVE(vmini, float, st->nmini, c->kind == OPT_ADAM_MINI);
     OPT_CARVE(partials, float, 2 * st->nblocks, c->kind == OPT_LAMB);
     OPT_CARVE(trust, float, (size_t)st->nseg, c->kind == OPT_LAMB);
 #undef OPT_CARVE
@@ -305,6 +324,7 @@ static inline size_t optim_state_bytes(const OptimConfig* cfg, const OptimSegmen
     st.nrank1 = optim_rank1_build(segs, nseg, tmp, r1);
     free(r1);
     st.nadam = muon_adam_build(segs, nseg, tmp);
+    st.nmini = cfg->kind == OPT_ADAM_MINI ? optim_mini_build(segs, nseg, tmp) : 0;
     free(tmp);
     optim_state_carve(&st, 0);
     return st.bytes;
@@ -366,6 +386,11 @@ static inline void optim_state_setup(OptimState* st, const OptimConfig* cfg, con
             }
         }
     }
+    if (cfg->kind == OPT_ADAM_MINI) {
+        optim_mini_check(segs, nseg);
+        st->mini0 = (size_t*)mallocCheck(((size_t)nseg + 1) * sizeof(size_t));
+        st->nmini = optim_mini_build(segs, nseg, st->mini0);
+    }
     if (cfg->kind == OPT_MUON) {
         st->adam_off = (size_t*)mallocCheck((size_t)nseg * sizeof(size_t));
         st->nadam = muon_adam_build(segs, nseg, st->adam_off);
@@ -413,10 +438,11 @@ static inline void optim_state_free(OptimState* st) {
     free(st->small_off);
     free(st->rank1_off);
     free(st->adam_off);
+    free(st->mini0);
     free(st->block0);
     free(st->segs);
     st->segs = NULL;  // (the memset below says it too; the static analyzer follows this better)
-    st->block0 = st->small_off = st->rank1_off = st->adam_off = NULL;
+    st->block0 = st->small_off = st->rank1_off = st->adam_off = st->mini0 = NULL;
     st->q8_index = NULL;
     st->memory = NULL;
     memset(st, 0, sizeof *st);
@@ -435,7 +461,8 @@ static inline OptimSlots optim_state_slots(const OptimState* st) {
                     st->map4,
                     {NULL, st->rank1_v, st->rank1_vmax},
                     st->on_device ? st->d_rank1_off : st->rank1_off,
-                    st->nrank1};
+                    st->nrank1,
+                    st->vmini};
     return o;
 }
 

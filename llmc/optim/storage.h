@@ -74,6 +74,7 @@ typedef struct {
     float* rank1[OPT_SLOTS];         // (2 * nrank1) 4bit v, vmax: the scales as stored, then the new ones
     const size_t* rank1_off;         // (nseg) 4bit: a segment's scales in rank1[], or OPT_NOT_SMALL
     size_t nrank1;                   // 4bit: the floats of one set of scales
+    float* vmini;                    // (nmini) Adam-mini: v per block, fp32 at every storage
 } OptimSlots;
 
 // ----------------------------------------------------------------------------

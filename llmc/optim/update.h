@@ -52,6 +52,7 @@ typedef struct {
     const size_t* block0;     // (nseg + 1)
     const size_t* small_off;  // (nseg) int8 only: OPT_NOT_SMALL, or the segment's place in `small`
     const Quant8Index* ix;    // (2) int8 only
+    const size_t* mini0;      // (nseg + 1) Adam-mini only: each segment's first block in the v of blocks
 } OptimTable;
 
 // ----------------------------------------------------------------------------
@@ -219,15 +220,14 @@ static inline void update_block_rule(const OptimConfig* c, const OptimStepArgs* 
             #pragma omp simd
             for (size_t j = 0; j < len; j++) p[j] = rule_lion(p[j], g[j] * grad_scale, &m[j], lr, wd, a);
             break;
-        case OPT_LAMB:  // (update_lamb_cpu)
-        case OPT_MUON:  // (llmc/optim/muon.h)
+        case OPT_LAMB:       // (update_lamb_cpu)
+        case OPT_MUON:       // (llmc/optim/muon.h)
+        case OPT_ADAM_MINI:  // (optim_update_cpu)
             break;
     }
 }
 
 // ----------------------------------------------------------------------------
-// LAMB's sums and trust ratios
-
 // The fixed-order sums (see the top): 256 values added in a halving tree, x[t] += x[t + w] for
 // w = 128, 64, ..., 1; the result is x[0]. Destroys x.
 static inline float optim_tree256_f32(float* x) {
@@ -240,6 +240,59 @@ static inline double optim_tree256_f64(double* x) {
         for (int t = 0; t < w; t++) x[t] = x[t] + x[t + w];
     return x[0];
 }
+
+// ----------------------------------------------------------------------------
+// Adam-mini: v per block of the tensor (llmc/params.h), from its mean of g^2
+
+// The fixed-order sum of a block's (g * scale)^2 (len elements), as the GPU's kernel adds it: lane
+// j % 256 accumulates its elements in order with fmaf, then the 256 lanes' halving tree.
+static inline float adam_mini_block_sum(const float* g, size_t len, float scale) {
+    float lane[256];
+    for (int t = 0; t < 256; t++) lane[t] = 0.0f;
+    for (size_t j0 = 0; j0 < len; j0 += 256) {
+        const size_t cnt = len - j0 < 256 ? len - j0 : 256;
+        const float* gg = g + j0;
+        #pragma omp simd
+        for (size_t t = 0; t < cnt; t++) {
+            const float x = gg[t] * scale;
+            lane[t] = fmaf(x, x, lane[t]);
+        }
+    }
+    return optim_tree256_f32(lane);
+}
+
+// Every block's new v (inside the update's parallel region: an orphaned omp for, its barrier at the end).
+static inline void adam_mini_v_cpu(const OptimStepArgs* a, const OptimTable* t, float* vmini, const float* grads,
+                                   float grad_scale) {
+    const size_t nmini = t->mini0[t->nseg];
+    #pragma omp for schedule(static)
+    for (size_t i = 0; i < nmini; i++) {
+        const int s = optim_block_segment(t->mini0, t->nseg, i);
+        const OptimSegment* sg = &t->segs[s];
+        const size_t k = optim_mini_index(sg, sg->trel) + (i - t->mini0[s]);  // the block in the tensor
+        const size_t len = optim_mini_len(sg, k);
+        const float sum = adam_mini_block_sum(grads + sg->offset + (optim_mini_start(sg, k) - sg->trel), len, grad_scale);
+        vmini[i] = rule_adam_mini_v(sum / (float)len, vmini[i], a);
+    }
+}
+
+// Each element's block v of block b (at) into vb (len): runs of one block's value.
+static inline void adam_mini_block_v(const OptimTable* t, const OptimBlockAt* at, const float* vmini, float* vb) {
+    const OptimSegment* sg = &t->segs[at->s];
+    const size_t e0 = sg->trel + at->rel, first = optim_mini_index(sg, sg->trel);
+    for (size_t j = 0; j < at->len;) {
+        const size_t k = optim_mini_index(sg, e0 + j);
+        const size_t end = optim_mini_start(sg, k) + optim_mini_len(sg, k) - e0;  // the block's end, in the block b
+        const size_t run = (end < at->len ? end : at->len) - j;
+        const float v = vmini[t->mini0[at->s] + (k - first)];
+        for (size_t r = 0; r < run; r++) vb[j + r] = v;
+        j += run;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// LAMB's sums and trust ratios
+
 
 // Block b's sums of p^2 and u^2 into partials[b], partials[nblocks + b], with u from the moments
 // m, v as stored: lane l accumulates elements l, then l + OPT_BLOCK / 2; four lanes, then a tree.
@@ -414,16 +467,18 @@ static inline void update4_scales_commit(const OptimConfig* c, const OptimSlots*
 static inline void optim_update_cpu(const OptimConfig* c, const OptimStepArgs* a, const OptimTable* t,
                                     const OptimSlots* st, float* params, const float* grads, float grad_scale,
                                     float* partials, float* trust, const OptimReduce* red) {
-    const int nslot = optim_slots(c), lamb = c->kind == OPT_LAMB;
+    const int nslot = optim_slots(c), lamb = c->kind == OPT_LAMB, mini = c->kind == OPT_ADAM_MINI;
     const OptimStatePrecision prec = c->state;
     const size_t nblocks = t->block0[t->nseg];
     if (lamb && (partials == NULL || trust == NULL)) ls_fatal("optimizer: LAMB's block sums or trust ratios are missing");
+    if (mini && (t->mini0 == NULL || st->vmini == NULL)) ls_fatal("optimizer: Adam-mini's blocks are missing");
     const int scales = prec == OPT_STATE_4BIT && nslot > OPT_SLOT_V && st->nrank1 > 0;
     #pragma omp parallel
     {
         float buf[OPT_SLOTS][OPT_BLOCK];
         float* x[OPT_SLOTS] = {NULL, NULL, NULL};
         if (scales) update4_scales(c, a, t, st, grads, grad_scale);  // (its last loop ends in a barrier)
+        if (mini) adam_mini_v_cpu(a, t, st->vmini, grads, grad_scale);  // (a barrier too)
         // the rule (LAMB: its moments and the block sums of pass 1)
         #pragma omp for schedule(static)
         for (size_t b = 0; b < nblocks; b++) {
@@ -436,6 +491,13 @@ static inline void optim_update_cpu(const OptimConfig* c, const OptimStepArgs* a
                 float *m = x[OPT_SLOT_M], *v = x[OPT_SLOT_V];
                 #pragma omp simd
                 for (size_t j = 0; j < at.len; j++) rule_adam_moments(g[j] * grad_scale, &m[j], &v[j], a);
+            } else if (mini) {
+                float* m = x[OPT_SLOT_M];
+                float* vb = buf[OPT_SLOT_V];  // (no per-element v: its slot's buffer is free)
+                adam_mini_block_v(t, &at, st->vmini, vb);
+                const float lr = a->lr * sg->lr_mult, wd = sg->weight_decay;
+                #pragma omp simd
+                for (size_t j = 0; j < at.len; j++) p[j] = rule_adam_mini(p[j], g[j] * grad_scale, &m[j], vb[j], lr, wd, a);
             } else {
                 update_block_rule(c, a, p, g, grad_scale, x, at.len, a->lr * sg->lr_mult, sg->weight_decay);
             }

@@ -32,10 +32,13 @@
 // where a table may be cut
 
 // (MATRIX, MATRIX_BLOCK: Muon's matrices whole, its other tensors by element or by int8 block)
-typedef enum { OPTIM_CUT_ELEMENT = 0, OPTIM_CUT_BLOCK, OPTIM_CUT_TENSOR, OPTIM_CUT_MATRIX, OPTIM_CUT_MATRIX_BLOCK } OptimCut;
+typedef enum { OPTIM_CUT_ELEMENT = 0, OPTIM_CUT_BLOCK, OPTIM_CUT_TENSOR, OPTIM_CUT_MATRIX, OPTIM_CUT_MATRIX_BLOCK, OPTIM_CUT_MINI } OptimCut;
 
 static inline OptimCut optim_cut_of(const OptimConfig* c) {
     if (c->kind == OPT_LAMB) return OPTIM_CUT_TENSOR;
+    if (c->kind == OPT_ADAM_MINI) {  // whole blocks of one v (and whole int8 blocks or 4-bit tensors)
+        return c->state == OPT_STATE_INT8 || c->state == OPT_STATE_4BIT ? OPTIM_CUT_TENSOR : OPTIM_CUT_MINI;
+    }
     if (c->kind == OPT_MUON) return c->state == OPT_STATE_INT8 ? OPTIM_CUT_MATRIX_BLOCK : OPTIM_CUT_MATRIX;
     if (c->state == OPT_STATE_INT8) return OPTIM_CUT_BLOCK;
     if (c->state == OPT_STATE_4BIT) return OPTIM_CUT_TENSOR;  // v's rank-1 scales span the segment
@@ -49,6 +52,12 @@ static inline size_t optim_cut_snap(const OptimSegment* segs, int nseg, size_t x
         if (x <= a || x >= b) continue;
         if (cut == OPTIM_CUT_TENSOR || (cut >= OPTIM_CUT_MATRIX && segs[s].mat_rows != 0)) return b;
         if (cut == OPTIM_CUT_ELEMENT || cut == OPTIM_CUT_MATRIX) return x;
+        if (cut == OPTIM_CUT_MINI) {  // the end of the Adam-mini block holding x, unless x starts one
+            const OptimSegment* g = &segs[s];
+            const size_t k = optim_mini_index(g, g->trel + (x - a)), st = optim_mini_start(g, k);
+            const size_t end = a + (st + optim_mini_len(g, k) - g->trel);
+            return st == g->trel + (x - a) ? x : end < b ? end : b;
+        }
         const size_t up = a + (x - a + OPT_BLOCK - 1) / OPT_BLOCK * OPT_BLOCK;
         return up < b ? up : b;
     }
@@ -88,13 +97,16 @@ static inline size_t optim_muon_part_cut(const OptimConfig* cfg, const OptimSegm
 static inline int optim_view_parts(const OptimConfig* cfg, const OptimSegment* segs, int nseg, size_t n, int procs,
                                    size_t* parts) {
     const size_t shard = zero_shard_elems(n, procs);
-    const int even = cfg->kind != OPT_MUON;
+    const int even = cfg->kind != OPT_MUON && cfg->kind != OPT_ADAM_MINI;
     double total = 0.0;
     for (int s = 0; s < nseg; s++) total += (segs[s].mat_rows != 0 ? 1.0 : 2.0) * (double)segs[s].count;
     parts[0] = 0;
     for (int r = 1; r <= procs; r++) {
         size_t x = (size_t)r * shard;
-        if (!even) {
+        if (cfg->kind == OPT_ADAM_MINI) {  // (the equal shard's end moved up to a whole block's)
+            x = r < procs ? optim_cut_snap(segs, nseg, x < n ? x : n, optim_cut_of(cfg)) : n;
+            if (x > n) x = n;
+        } else if (!even) {
             x = r < procs ? optim_muon_part_cut(cfg, segs, nseg, n, total * r / procs) : n;
             if (x > n) x = n;
             if (x < parts[r - 1]) x = parts[r - 1];
