@@ -13,6 +13,10 @@ PyTorch, on fresh random tensors of several shapes, 5 steps each. Exits 1 on any
          Nesterov, Newton-Schulz with the quintic (3.4445, -4.7750, 2.0315), 5 steps, in float64;
          AdamW for the vectors), on tall, wide, square and stacked (qkv-like) matrices. Also the
          Newton-Schulz output's properties on matrices of known spectrum (test_optim --ns).
+  Adam-mini  not in PyTorch 1.13: written below in torch ops from Zhang et al. 2024 ("Adam-mini: Use
+         Fewer Learning Rates To Gain More", Algorithm 1 with the Transformer partition): one v per
+         block, the block's mean of g^2; blocks from the shapes alone: a (3, R, C) tensor is qkv (q
+         and k per head of R / 4 rows, v per row), a matrix per row, a vector one block.
 Three parameter groups, as leanstep's segments: 2-D weights with weight decay, vectors without,
 and a group with half the learning rate (lr_mult 0.5). Weight decay is DECOUPLED in leanstep for
 every optimizer (p -= lr * wd * p, as AdamW); torch.optim.SGD's weight_decay adds wd * p to the
@@ -88,6 +92,22 @@ def muon_rows(shape):
     return None
 
 
+MINI_HEADS = 4  # the heads of Adam-mini's qkv-like (3, R, C) tensors
+
+
+def mini_blocks(shape):
+    """Adam-mini's blocks of a tensor as (first element, length) of its flat elements, from its shape."""
+    n = int(np.prod(shape))
+    if len(shape) == 1:
+        return [(0, n)]
+    cols = shape[-1]
+    if len(shape) == 3:  # qkv: q and k per head, then v per row
+        rows, hr = shape[1], shape[1] // MINI_HEADS
+        return [(h * hr * cols, hr * cols) for h in range(2 * MINI_HEADS)] + \
+               [((2 * rows + r) * cols, cols) for r in range(rows)]
+    return [(r * cols, cols) for r in range(shape[0])]
+
+
 def run_c(binary, cfg, shapes, params, grads, tmp):
     groups = groups_of(shapes)
     specs = []
@@ -95,6 +115,9 @@ def run_c(binary, cfg, shapes, params, grads, tmp):
         spec = "%d:%r:%r" % (int(np.prod(sh)), cfg["wd"] if dec else 0.0, lm)
         if cfg["kind"] == "muon" and muon_rows(sh) is not None:
             spec += ":%d:%d" % muon_rows(sh)
+        if cfg["kind"] == "adam-mini" and len(sh) >= 2:
+            rows, parts = muon_rows(sh)
+            spec += ":%d:%d:%d" % (rows, parts, MINI_HEADS if parts == 3 else 0)
         specs.append(spec)
     segs = ",".join(specs)
     fin, fout = os.path.join(tmp, "in.bin"), os.path.join(tmp, "out.bin")
@@ -251,6 +274,34 @@ def ref_muon(cfg, shapes, params, grads):
     return np.stack(out), None
 
 
+def ref_adam_mini(cfg, shapes, params, grads):
+    """Adam-mini (Zhang et al. 2024, Algorithm 1), in torch ops: per block v from the mean of g^2."""
+    groups = groups_of(shapes)
+    b1, b2, eps = f32(cfg.get("beta1", 0.9)), f32(cfg.get("beta2", 0.95)), f32(cfg.get("eps", 1e-8))
+    lr, wd = f32(cfg["lr"]), f32(cfg["wd"])
+    ps, ms, _ = float64_state(params)
+    vs = [torch.zeros(len(mini_blocks(sh)), dtype=torch.float64) for sh in shapes]
+    out = []
+    for t in range(1, STEPS + 1):
+        for k, (dec, lm) in enumerate(groups):
+            g = grads[t - 1][k].double().reshape(-1)
+            h = torch.empty_like(g)
+            for b, (a, n) in enumerate(mini_blocks(shapes[k])):
+                vs[k][b] = b2 * vs[k][b] + (1 - b2) * torch.mean(g[a:a + n] * g[a:a + n])
+                h[a:a + n] = vs[k][b].sqrt() / (1 - b2 ** t) ** 0.5 + eps
+            ms[k] = b1 * ms[k] + (1 - b1) * g.reshape(ms[k].shape)
+            step = lr * lm
+            ps[k] = ps[k] * (1 - step * (wd if dec else 0.0)) - (step / (1 - b1 ** t)) * ms[k] / h.reshape(ms[k].shape)
+        out.append(torch.cat([p.reshape(-1) for p in ps]).numpy().copy())
+    return np.stack(out), None
+
+
+# Adam-mini's problems: qkv-like stacks, matrices of odd shapes, vectors (one over the int8 threshold)
+MINI_SHAPE_SETS = [
+    ([(3, 16, 8), (64, 48), (48,), (7,), (33, 5), (1,), (300, 20)], 21),
+    ([(3, 24, 24), (129, 65), (4097,), (2, 3)], 22),
+]
+
 # Muon's problems: tall, wide, square, stacked (3 x 16 x 16, as qkv), and vectors for AdamW
 MUON_SHAPE_SETS = [
     ([(96, 32), (32,), (24, 80), (7,), (48, 48), (3, 16, 16), (1,)], 11),
@@ -304,6 +355,9 @@ CONFIGS = [
     # low-precision state against the same float64 Muon (see MUON_LOWP_ATOL)
     ("muon bf16 state", {"kind": "muon", "lr": 2e-2, "wd": 0.1, "momentum": 0.95, "state": "bf16"}, ref_muon),
     ("muon int8 state", {"kind": "muon", "lr": 2e-2, "wd": 0.1, "momentum": 0.95, "state": "int8"}, ref_muon),
+    ("adam-mini", {"kind": "adam-mini", "lr": 1e-3, "wd": 0.1, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8}, ref_adam_mini),
+    ("adam-mini bf16 state", {"kind": "adam-mini", "lr": 1e-3, "wd": 0.1, "state": "bf16"}, ref_adam_mini),
+    ("adam-mini int8 state", {"kind": "adam-mini", "lr": 1e-3, "wd": 0.1, "state": "int8"}, ref_adam_mini),
 ]
 
 
@@ -317,13 +371,16 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name, cfg, ref in CONFIGS:
             worst, excl_total, n_total, failed_before = 0.0, 0, 0, failures
-            for shapes, seed in (MUON_SHAPE_SETS if cfg["kind"] == "muon" else SHAPE_SETS):
+            sets = {"muon": MUON_SHAPE_SETS, "adam-mini": MINI_SHAPE_SETS}.get(cfg["kind"], SHAPE_SETS)
+            for shapes, seed in sets:
                 params, grads = make_data(shapes, seed)
                 got = run_c(a.bin, cfg, shapes, params, grads, tmp).astype(np.float64)
                 want, excluded = ref(cfg, shapes, params, grads)
                 lr = f32(cfg["lr"])
                 atol_lr = ATOL_LR
-                if cfg.get("state") in MUON_LOWP_ATOL:  # per element: a Muon matrix's, or an AdamW tensor's
+                if cfg["kind"] == "adam-mini" and cfg.get("state") in ADAMW_LOWP_ATOL:  # m as AdamW's, v exact
+                    atol_lr = ADAMW_LOWP_ATOL[cfg["state"]]
+                elif cfg.get("state") in MUON_LOWP_ATOL:  # per element: a Muon matrix's, or an AdamW tensor's
                     atol_lr = np.concatenate([np.full(int(np.prod(sh)), MUON_LOWP_ATOL[cfg["state"]]
                                                       if muon_rows(sh) is not None else ADAMW_LOWP_ATOL[cfg["state"]])
                                               for sh in shapes])

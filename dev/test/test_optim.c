@@ -1415,11 +1415,12 @@ static void test_segments_and_bytes(void) {
 
 static void run_usage(void) {
     fprintf(stderr,
-            "usage: test_optim --run --optimizer adamw|sgd|lamb|lion|muon [--opt-state fp32|bf16|int8] [--amsgrad]\n"
+            "usage: test_optim --run --optimizer adamw|sgd|lamb|lion|muon|adam-mini [--opt-state fp32|bf16|int8] [--amsgrad]\n"
             "         [--nesterov] [--momentum M] [--dampening D] [--beta1 B] [--beta2 B] [--eps E] --lr LR\n"
             "         [--muon-plain] [--muon-scale rms|orig] [--muon-joined] [--adamw-lr-mult X]\n"
-            "         --steps S --segments COUNT:WD:LRMULT[:ROWS[:PARTS]],... --in FILE --out FILE\n"
-            "  ROWS: a Muon matrix of ROWS x COUNT/ROWS (PARTS stacked matrices, as qkv's 3)\n"
+            "         --steps S --segments COUNT:WD:LRMULT[:ROWS[:PARTS[:HEADS]]],... --in FILE --out FILE\n"
+            "  ROWS: a Muon matrix of ROWS x COUNT/ROWS (PARTS stacked matrices, as qkv's 3); Adam-mini: v per\n"
+            "  row, and with PARTS 3 and HEADS q and k per head (a vector: one v)\n"
             "  FILE in: n float32 parameters, then S x n float32 gradients (n = the sum of COUNTs)\n"
             "  FILE out: S x n float32, the parameters after each step\n"
             "       test_optim --ns ROWS COLS --in FILE --out FILE\n"
@@ -1475,7 +1476,7 @@ static int run_main(int argc, char** argv) {
         if (i + 1 >= argc) run_usage();
         const char* val = argv[++i];
         if (strcmp(a, "--optimizer") == 0) {
-            if (!optim_kind_parse(val, &kind)) ls_fatal("--optimizer '%s': expected adamw, sgd, lamb, lion or muon", val);
+            if (!optim_kind_parse(val, &kind)) ls_fatal("--optimizer '%s': expected adamw, sgd, lamb, lion, muon or adam-mini", val);
             have_kind = 1;
         } else if (strcmp(a, "--opt-state") == 0) {
             if (!optim_precision_parse(val, &state)) ls_fatal("--opt-state '%s': expected fp32, bf16 or int8", val);
@@ -1519,13 +1520,16 @@ static int run_main(int argc, char** argv) {
         char* end;
         unsigned long long cnt = strtoull(s, &end, 10);
         float wd = 0.0f, lm = 1.0f;
-        unsigned long long rows = 0, parts = 1;
+        unsigned long long rows = 0, parts = 1, heads = 0;
         if (*end == ':') wd = strtof(end + 1, &end);
         if (*end == ':') lm = strtof(end + 1, &end);
         if (*end == ':') rows = strtoull(end + 1, &end, 10);
         if (*end == ':') parts = strtoull(end + 1, &end, 10);
-        if (cnt == 0 || (*end != ',' && *end != '\0') || (rows > 0 && (cnt % rows != 0 || parts < 1 || rows % parts != 0))) {
-            ls_fatal("--segments '%s': expected COUNT:WD:LRMULT[:ROWS[:PARTS]],... (ROWS dividing COUNT, PARTS ROWS)", segspec);
+        if (*end == ':') heads = strtoull(end + 1, &end, 10);
+        if (cnt == 0 || (*end != ',' && *end != '\0') || (rows > 0 && (cnt % rows != 0 || parts < 1 || rows % parts != 0)) ||
+            (heads > 0 && (parts != 3 || (rows / parts) % heads != 0))) {
+            ls_fatal("--segments '%s': expected COUNT:WD:LRMULT[:ROWS[:PARTS[:HEADS]]],... (ROWS dividing COUNT, PARTS "
+                     "ROWS, HEADS a qkv part's rows)", segspec);
         }
         if (nseg == cap) { cap *= 2; segs = (OptimSegment*)realloc(segs, (size_t)cap * sizeof(OptimSegment)); if (!segs) ls_fatal("oom"); }
         segs[nseg] = optim_segment(n, (size_t)cnt, wd, lm, nseg);
@@ -1533,6 +1537,11 @@ static int run_main(int argc, char** argv) {
             segs[nseg].mat_rows = (size_t)rows;
             segs[nseg].mat_cols = (size_t)(cnt / rows);
             segs[nseg].mat_parts = (int)parts;
+            segs[nseg].mini_block = (size_t)(cnt / rows);  // Adam-mini: rows, and q and k per head
+            if (heads > 0) {
+                segs[nseg].mini_lead = 2 * (size_t)(cnt / 3);
+                segs[nseg].mini_lead_block = (size_t)(cnt / 3 / heads);
+            }
         }
         nseg++;
         n += (size_t)cnt;
