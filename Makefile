@@ -187,10 +187,18 @@ $(REF_DIR)/$(REF_DESC)_muon_state.bin: $(REF_DIR)/$(REF_DESC)_model.bin
 		--steps 10 --lr 1e-3 --beta1 0.9 --beta2 0.95 --eps 1e-8 --weight-decay 0.1 --grad-clip 1.0 \
 		--optimizer muon --momentum 0.95 --out $@ >/dev/null
 
-test-main: $(BUILD)/test_gpt2 $(REF_DIR)/$(REF_DESC)_state.bin $(REF_DIR)/$(REF_DESC)_muon_state.bin
+# Adam-mini's steps (test_gpt2 --adam-mini-state)
+$(REF_DIR)/$(REF_DESC)_adam_mini_state.bin: $(REF_DIR)/$(REF_DESC)_model.bin
+	@echo "  REF   $@"
+	$(Q)$(TORCH_PYTHON) dev/reference/gpt2_ref.py state --model $< --batch $(REF_B) --seq $(REF_T) --seed 1 \
+		--steps 10 --lr 1e-2 --beta1 0.9 --beta2 0.95 --eps 1e-8 --weight-decay 0.1 --grad-clip 1.0 \
+		--optimizer adam-mini --out $@ >/dev/null
+
+test-main: $(BUILD)/test_gpt2 $(REF_DIR)/$(REF_DESC)_state.bin $(REF_DIR)/$(REF_DESC)_muon_state.bin \
+		$(REF_DIR)/$(REF_DESC)_adam_mini_state.bin
 	$(BUILD)/test_gpt2 --units
 	$(BUILD)/test_gpt2 --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DESC)_state.bin \
-		--muon-state $(REF_DIR)/$(REF_DESC)_muon_state.bin \
+		--muon-state $(REF_DIR)/$(REF_DESC)_muon_state.bin --adam-mini-state $(REF_DIR)/$(REF_DESC)_adam_mini_state.bin \
 		--descriptor $(REF_DESC) --init-seed 42 --init-model $(REF_DIR)/$(REF_DESC)_init.bin
 
 # The checks have teeth: against a reference with a planted bug (dev/test/test_ref_mutants.py),

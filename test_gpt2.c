@@ -853,9 +853,20 @@ static void check_muon(const char* model_path, const char* state_path) {
     ref_check_muon(model_path, state_path, &tol, &o);
 }
 
+// Adam-mini's steps against gpt2_ref.py state --optimizer adam-mini (its block means in float64) at
+// lr 1e-2, where a block partition off by one head moves the losses past the tolerances; the same
+// tolerances.
+static void check_adam_mini(const char* model_path, const char* state_path) {
+    TrainOptions o;
+    train_options_defaults(&o);
+    static const RefTolerances tol = {1e-5, 1e-6, 2e-5, 2e-6};
+    ref_check_optimizer(model_path, state_path, &tol, &o, OPT_ADAM_MINI, 1e-2f);
+}
+
 int main(int argc, char** argv) {
     cpu_env_apply(argv);  // the trainer's OpenMP and BLAS settings (llmc/run/blas_env.h)
-    const char *model_path = NULL, *state_path = NULL, *descriptor = NULL, *init_path = NULL, *muon_path = NULL;
+    const char *model_path = NULL, *state_path = NULL, *descriptor = NULL, *init_path = NULL, *muon_path = NULL,
+               *mini_path = NULL;
     int seed = 42, units = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--units") == 0) { units = 1; continue; }
@@ -871,6 +882,7 @@ int main(int argc, char** argv) {
         if (strcmp(argv[i], "--model") == 0) { model_path = argv[++i]; }
         else if (strcmp(argv[i], "--state") == 0) { state_path = argv[++i]; }
         else if (strcmp(argv[i], "--muon-state") == 0) { muon_path = argv[++i]; }
+        else if (strcmp(argv[i], "--adam-mini-state") == 0) { mini_path = argv[++i]; }
         else if (strcmp(argv[i], "--descriptor") == 0) { descriptor = argv[++i]; }
         else if (strcmp(argv[i], "--init-model") == 0) { init_path = argv[++i]; }
         else if (strcmp(argv[i], "--init-seed") == 0) {
@@ -879,10 +891,10 @@ int main(int argc, char** argv) {
             if (end == argv[i] || *end != '\0' || v < 0 || v > INT_MAX) { fprintf(stderr, "test_gpt2: --init-seed expects an integer in [0, %d], got '%s'\n", INT_MAX, argv[i]); return 2; }
             seed = (int)v;
         }
-        else { fprintf(stderr, "test_gpt2: unknown flag %s (use --units, --d12, or --model M --state S [--muon-state S2 --descriptor D --init-seed S --init-model I])\n", argv[i]); return 2; }
+        else { fprintf(stderr, "test_gpt2: unknown flag %s (use --units, --d12, or --model M --state S [--muon-state S2 --adam-mini-state S3 --descriptor D --init-seed S --init-model I])\n", argv[i]); return 2; }
     }
     if (!units && (model_path == NULL || state_path == NULL)) {
-        fprintf(stderr, "usage: test_gpt2 --units | --d12 | --model M.bin --state S.bin [--muon-state S2.bin --descriptor D --init-seed S --init-model I.bin]\n");
+        fprintf(stderr, "usage: test_gpt2 --units | --d12 | --model M.bin --state S.bin [--muon-state S2.bin --adam-mini-state S3.bin --descriptor D --init-seed S --init-model I.bin]\n");
         return 2;
     }
     printf("test_gpt2: %s\n", blas_env_describe());
@@ -891,6 +903,7 @@ int main(int argc, char** argv) {
     if (descriptor && (init_path || model_path)) { check_init(init_path ? init_path : model_path, descriptor, seed); }
     if (model_path && state_path) { check_model(model_path, state_path); }
     if (model_path && muon_path) { check_muon(model_path, muon_path); }
+    if (model_path && mini_path) { check_adam_mini(model_path, mini_path); }
     int checks_failed = failures;
     printf("%s: %d failed check(s)\n", checks_failed ? "FAILED" : "OK", checks_failed);
     return checks_failed ? 1 : 0;

@@ -379,6 +379,50 @@ class Muon(AdamW):
         return norm
 
 
+# Adam-mini, written out from its published description (Zhang et al. 2024; llmc/params.h holds the
+# C side's partition)
+
+class AdamMini(AdamW):
+    """AdamW's m per element, one v per block: the block's mean of g^2, v = beta2 v + (1 - beta2)
+    mean; p = p - lr (m_hat / (sqrt(v_hat) + eps) + wd p). The blocks, from the names and shapes
+    (Transformer partition): wte, wpe per row (a token's, a position's); qkvw per layer: q and k per
+    head (C / H rows each), v per row; attprojw, fcw, fcprojw per layer per row (an output neuron);
+    a vector per layer (lnf: the whole tensor). The means in float64."""
+
+    def __init__(self, params, heads, lr, beta1, beta2, eps, weight_decay, grad_clip):
+        super().__init__(params, lr, beta1, beta2, eps, weight_decay, grad_clip)
+        self.heads = heads
+        self.v = {k: None for k in params}
+
+    def block_means(self, name, g):
+        """Each element's block mean of g^2 (float64, broadcast to g's shape)."""
+        g2 = g.double() * g.double()
+        if name == "qkvw":  # (L, 3C, C)
+            L, rows, cols = g2.shape
+            c = rows // 3
+            qk = g2[:, :2 * c].reshape(L, 2 * self.heads, -1).mean(-1, keepdim=True)
+            qk = qk.expand(L, 2 * self.heads, (c // self.heads) * cols).reshape(L, 2 * c, cols)
+            return torch.cat([qk, g2[:, 2 * c:].mean(-1, keepdim=True).expand(L, c, cols)], dim=1)
+        if g2.dim() == 1 or name in ("lnfw", "lnfb"):
+            return g2.mean().expand(g2.shape)
+        return g2.mean(-1, keepdim=True).expand(g2.shape)  # rows of matrices; a layer's vector
+
+    @torch.no_grad()
+    def step(self, step):
+        norm, grads = self.clipped_grads()
+        t = step + 1
+        for name, p in self.params.items():
+            g, m = grads[name], self.m[name]
+            mean = self.block_means(name, g)
+            v = (1.0 - self.beta2) * mean if self.v[name] is None else self.beta2 * self.v[name] + (1.0 - self.beta2) * mean
+            self.v[name] = v
+            m.mul_(self.beta1).add_(g, alpha=1.0 - self.beta1)
+            upd = (m.double() / (1.0 - self.beta1 ** t)) / ((v / (1.0 - self.beta2 ** t)).sqrt() + self.eps)
+            wd = self.weight_decay if name in DECAYED else 0.0
+            p.add_((upd + wd * p.double()).float(), alpha=-self.lr)
+        return norm
+
+
 # ----------------------------------------------------------------------------------------------
 # subcommands
 
@@ -525,6 +569,8 @@ def cmd_state(a):
         p.requires_grad_(True)
     if a.optimizer == "muon":
         opt = Muon(params, a.lr, a.momentum, a.beta1, a.beta2, a.eps, a.weight_decay, a.grad_clip)
+    elif a.optimizer == "adam-mini":
+        opt = AdamMini(params, cfg.H, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.grad_clip)
     else:
         opt = AdamW(params, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.grad_clip)
     losses, norms = [], []
@@ -964,8 +1010,9 @@ def parse_args(argv):
     p.add_argument("--eps", type=float, default=1e-8)
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--grad-clip", type=float, default=1.0)
-    p.add_argument("--optimizer", choices=["adamw", "muon"], default="adamw",
-                   help="the steps' optimizer (muon: Muon for the blocks' matrices, AdamW for the rest)")
+    p.add_argument("--optimizer", choices=["adamw", "muon", "adam-mini"], default="adamw",
+                   help="the steps' optimizer (muon: Muon for the blocks' matrices, AdamW for the rest; "
+                        "adam-mini: one v per block)")
     p.add_argument("--momentum", type=float, default=0.95, help="Muon's momentum (Nesterov)")
     p.add_argument("--inject-bug", choices=sorted(INJECTABLE_BUGS), default=None,
                    help="testing: write the state of a reference with this bug (make test-ref-mutants)")

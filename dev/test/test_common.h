@@ -187,17 +187,23 @@ static LS_UNUSED void ref_check_steps(const char* model_path, const RefState* s,
 // Muon's steps against gpt2_ref.py state --optimizer muon (lr 1e-3, momentum 0.95 with Nesterov,
 // the AdamW tensors at the same lr, betas 0.9 0.95, eps 1e-8, wd 0.1, clip 1): the trainer built
 // with o (the test's defaults) and --optimizer muon.
-static LS_UNUSED void ref_check_muon(const char* model_path, const char* state_path, const RefTolerances* tol,
-                                     TrainOptions* o) {
+// The steps of another optimizer (kind) at learning rate lr against a gpt2_ref.py state of it
+// (--optimizer muon, adam-mini).
+static LS_UNUSED void ref_check_optimizer(const char* model_path, const char* state_path, const RefTolerances* tol,
+                                          TrainOptions* o, OptimKind kind, float lr) {
     GPT2Config c;
     ParamTable pt;
     RefState s;
     ref_load(model_path, state_path, &c, &pt, &s);
-    o->optimizer = OPT_MUON;
+    o->optimizer = kind;
     const TrainOptions ro = ref_options(o);
-    printf("muon:\n");
-    ref_check_steps_with(model_path, &s, tol, &ro, 1e-3f);
+    printf("%s:\n", optim_kind_name(kind));
+    ref_check_steps_with(model_path, &s, tol, &ro, lr);
     ref_state_free(&s);
+}
+static LS_UNUSED void ref_check_muon(const char* model_path, const char* state_path, const RefTolerances* tol,
+                                     TrainOptions* o) {
+    ref_check_optimizer(model_path, state_path, tol, o, OPT_MUON, 1e-3f);
 }
 
 #endif // DEV_TEST_TEST_COMMON_H
