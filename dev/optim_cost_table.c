@@ -61,6 +61,8 @@ int main(void) {
         {"adamw", OPT_ADAMW, OPT_STATE_4BIT, 0, 0, -1.0f},      {"adamw + amsgrad", OPT_ADAMW, OPT_STATE_4BIT, 1, 0, -1.0f},
         {"sgd (momentum 0.9)", OPT_SGD, OPT_STATE_4BIT, 0, 0, -1.0f}, {"lion", OPT_LION, OPT_STATE_4BIT, 0, 0, -1.0f},
         {"lamb", OPT_LAMB, OPT_STATE_4BIT, 0, 0, -1.0f},        {"muon", OPT_MUON, OPT_STATE_4BIT, 0, 1, -1.0f},
+        {"adam-mini", OPT_ADAM_MINI, OPT_STATE_FP32, 0, 0, -1.0f}, {"adam-mini", OPT_ADAM_MINI, OPT_STATE_BF16, 0, 0, -1.0f},
+        {"adam-mini", OPT_ADAM_MINI, OPT_STATE_INT8, 0, 0, -1.0f}, {"adam-mini", OPT_ADAM_MINI, OPT_STATE_4BIT, 0, 0, -1.0f},
     };
     printf("| optimizer | state | GPU, 1 process | d48: GPU, 1 process | -z 1, per process of 2 | -z 1, per process of 8 | --badam 4 | --offload: host | --offload: GPU staging |\n");
     printf("|---|---|---|---|---|---|---|---|---|\n");
@@ -95,6 +97,10 @@ int main(void) {
         o.badam = 4;
         cell(per_param(train_options_optim_sizes(&o, &c, 0, 1).bytes, n));
         o.badam = 0;
+        if (r->kind == OPT_ADAM_MINI) {  // (no GPU kernels yet)
+            printf(" - | - |\n");
+            continue;
+        }
         o.offload = 1;
         OptimSizes off = train_options_optim_sizes(&o, &c, 0, 1);
         cell(per_param(off.bytes, n));
@@ -102,7 +108,9 @@ int main(void) {
     }
     printf("\nGPT-2 124M (d12), %zu parameters (d48: GPT-2 1.5B, %zu); bytes of optimizer state per parameter of the model (Muon: its\n"
            "Newton-Schulz scratch aside: 0.27 B/param on the CPU, the largest batched piece on the GPU); -z 1: the\n"
-           "process that holds the most (Muon's parts hold whole matrices; int8's and 4bit's small tensors stay fp32).\n", n, n48);
+           "process that holds the most (Muon's parts hold whole matrices; int8's and 4bit's small tensors stay fp32).\n"
+           "Adam-mini: the CPU trainer's (the GPU trainer has no Adam-mini kernels yet), its parts cut around whole blocks\n"
+           "(int8: also whole absmax blocks; 4bit: whole tensors).\n", n, n48);
     // Muon's GPU cost on paper: its Newton-Schulz FLOPs against a training step's at llm.c's batch
     // (-d 524288 tokens; 6 N + 12 L T C per token: the matmuls forward and backward, and attention)
     ParamTable pt;

@@ -1283,6 +1283,40 @@ static void test_zero_parts(void) {
     report("ZeRO-1 parts: AdamW equal shards; Muon whole matrices, int8 at blocks, the state shared", ok, detail);
 }
 
+// Adam-mini's ZeRO-1 parts: each cut at the start of a block of one v (checked from the blocks' own
+// definition: the lead's multiples of mini_lead_block, then of mini_block), int8 also at its absmax
+// blocks; each part within one block (int8: a few) of the equal shard.
+static void test_zero_parts_mini(void) {
+    const char* descs[] = {"L12C768H12", "L2C16H2T16V512", "L4C128H4"};
+    int ok = 1;
+    for (size_t d = 0; d < sizeof descs / sizeof descs[0]; d++) {
+        OptimSegment* segs;
+        size_t n;
+        const int nseg = gpt2_segments(descs[d], &segs, &n);
+        for (int procs = 2; procs <= 8; procs++) {
+            for (int q = 0; q < 2; q++) {
+                OptimConfig c = optim_config_default(OPT_ADAM_MINI);
+                c.state = q ? OPT_STATE_INT8 : OPT_STATE_FP32;
+                size_t parts[9];
+                ok &= optim_view_parts(&c, segs, nseg, n, procs, parts) == 0 && parts[0] == 0 && parts[procs] == n;
+                const size_t shard = zero_shard_elems(n, procs);
+                for (int r = 1; r < procs; r++) {
+                    ok &= parts[r] >= (size_t)r * shard && parts[r] - (size_t)r * shard <= (q ? 24 : 1) * 49152;
+                    for (int s = 0; s < nseg; s++) {
+                        const OptimSegment* g = &segs[s];
+                        if (parts[r] <= g->offset || parts[r] >= g->offset + g->count) continue;
+                        const size_t e = parts[r] - g->offset;  // (trel 0: whole-model segments)
+                        ok &= e < g->mini_lead ? e % g->mini_lead_block == 0 : (e - g->mini_lead) % g->mini_block == 0;
+                        if (q) ok &= e % OPT_BLOCK == 0;
+                    }
+                }
+            }
+        }
+        free(segs);
+    }
+    report("ZeRO-1 parts: Adam-mini cut at whole blocks of one v (int8: and absmax blocks), near equal shards", ok, "");
+}
+
 typedef struct { const char* name; OptimConfig cfg; int bytes_moved; } Variant;
 
 static int variants(Variant* v) {
@@ -1671,6 +1705,7 @@ int main(int argc, char** argv) {
     test_adamw_identities();
     test_plan();
     test_zero_parts();
+    test_zero_parts_mini();
     test_lamb_edges();
     test_lion_sign();
     test_bf16_rounding();

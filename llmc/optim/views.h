@@ -32,12 +32,13 @@
 // where a table may be cut
 
 // (MATRIX, MATRIX_BLOCK: Muon's matrices whole, its other tensors by element or by int8 block)
-typedef enum { OPTIM_CUT_ELEMENT = 0, OPTIM_CUT_BLOCK, OPTIM_CUT_TENSOR, OPTIM_CUT_MATRIX, OPTIM_CUT_MATRIX_BLOCK, OPTIM_CUT_MINI } OptimCut;
+typedef enum { OPTIM_CUT_ELEMENT = 0, OPTIM_CUT_BLOCK, OPTIM_CUT_TENSOR, OPTIM_CUT_MATRIX, OPTIM_CUT_MATRIX_BLOCK, OPTIM_CUT_MINI,
+               OPTIM_CUT_MINI_BLOCK } OptimCut;
 
 static inline OptimCut optim_cut_of(const OptimConfig* c) {
     if (c->kind == OPT_LAMB) return OPTIM_CUT_TENSOR;
     if (c->kind == OPT_ADAM_MINI) {  // whole blocks of one v (and whole int8 blocks or 4-bit tensors)
-        return c->state == OPT_STATE_INT8 || c->state == OPT_STATE_4BIT ? OPTIM_CUT_TENSOR : OPTIM_CUT_MINI;
+        return c->state == OPT_STATE_4BIT ? OPTIM_CUT_TENSOR : c->state == OPT_STATE_INT8 ? OPTIM_CUT_MINI_BLOCK : OPTIM_CUT_MINI;
     }
     if (c->kind == OPT_MUON) return c->state == OPT_STATE_INT8 ? OPTIM_CUT_MATRIX_BLOCK : OPTIM_CUT_MATRIX;
     if (c->state == OPT_STATE_INT8) return OPTIM_CUT_BLOCK;
@@ -50,13 +51,20 @@ static inline size_t optim_cut_snap(const OptimSegment* segs, int nseg, size_t x
     for (int s = 0; s < nseg; s++) {
         const size_t a = segs[s].offset, b = a + segs[s].count;
         if (x <= a || x >= b) continue;
-        if (cut == OPTIM_CUT_TENSOR || (cut >= OPTIM_CUT_MATRIX && segs[s].mat_rows != 0)) return b;
+        if (cut == OPTIM_CUT_TENSOR || ((cut == OPTIM_CUT_MATRIX || cut == OPTIM_CUT_MATRIX_BLOCK) && segs[s].mat_rows != 0)) {
+            return b;
+        }
         if (cut == OPTIM_CUT_ELEMENT || cut == OPTIM_CUT_MATRIX) return x;
-        if (cut == OPTIM_CUT_MINI) {  // the end of the Adam-mini block holding x, unless x starts one
-            const OptimSegment* g = &segs[s];
-            const size_t k = optim_mini_index(g, g->trel + (x - a)), st = optim_mini_start(g, k);
-            const size_t end = a + (st + optim_mini_len(g, k) - g->trel);
-            return st == g->trel + (x - a) ? x : end < b ? end : b;
+        if (cut == OPTIM_CUT_MINI || cut == OPTIM_CUT_MINI_BLOCK) {  // the first start of an Adam-mini block
+            const OptimSegment* g = &segs[s];                              // (and of an int8 block) at or after x
+            const size_t step = cut == OPTIM_CUT_MINI_BLOCK ? OPT_BLOCK : 1;
+            for (size_t y = a + (x - a + step - 1) / step * step; y < b;) {
+                const size_t k = optim_mini_index(g, g->trel + (y - a)), st = optim_mini_start(g, k);
+                if (st == g->trel + (y - a)) return y;
+                const size_t next = a + (st + optim_mini_len(g, k) - g->trel);  // the next block's start
+                y = a + (next - a + step - 1) / step * step;
+            }
+            return b;
         }
         const size_t up = a + (x - a + OPT_BLOCK - 1) / OPT_BLOCK * OPT_BLOCK;
         return up < b ? up : b;
