@@ -181,6 +181,7 @@ static int bytes_per_param(const Case& c) {
         case OPT_LION: return g + 2 * sb + pr + pw;
         case OPT_LAMB: return (pr + g + 4 * sb) + (pr + 2 * sb + pw); // moments pass (m, v read and written), update pass
         case OPT_MUON: return 0;  // not elementwise: its lab is dev/cuda/muon.cu
+        case OPT_ADAM_MINI: return 0;  // (no GPU kernels yet: the CPU trainer runs it)
     }
     return 0;
 }

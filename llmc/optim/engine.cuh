@@ -128,6 +128,7 @@ void optim_step_gpu(OptimState* st, Tp* params, float* master, const Tg* grads, 
         case OPT_LION: OPT_RULE(OP_LION); break;
         case OPT_LAMB: lamb_update(st, params, master, grads, a, sr, d_clip_scale, stream); break;
         case OPT_MUON: muon_step_gpu(st, params, master, grads, lr, step, sr, d_clip_scale, stream); break;
+        case OPT_ADAM_MINI: ls_fatal("optimizer: adam-mini has no GPU kernels yet (the CPU trainer runs it)");
         default: ls_fatal("optimizer: unknown kind %d", (int)c->kind);
     }
 #undef OPT_RULE
