@@ -191,7 +191,7 @@ $(REF_DIR)/$(REF_DESC)_muon_state.bin: $(REF_DIR)/$(REF_DESC)_model.bin
 $(REF_DIR)/$(REF_DESC)_adam_mini_state.bin: $(REF_DIR)/$(REF_DESC)_model.bin
 	@echo "  REF   $@"
 	$(Q)$(TORCH_PYTHON) dev/reference/gpt2_ref.py state --model $< --batch $(REF_B) --seq $(REF_T) --seed 1 \
-		--steps 10 --lr 1e-2 --beta1 0.9 --beta2 0.95 --eps 1e-8 --weight-decay 0.1 --grad-clip 1.0 \
+		--steps 10 --lr 5e-3 --beta1 0.9 --beta2 0.95 --eps 1e-8 --weight-decay 0.1 --grad-clip 1.0 \
 		--optimizer adam-mini --out $@ >/dev/null
 
 test-main: $(BUILD)/test_gpt2 $(REF_DIR)/$(REF_DESC)_state.bin $(REF_DIR)/$(REF_DESC)_muon_state.bin \

@@ -854,13 +854,15 @@ static void check_muon(const char* model_path, const char* state_path) {
 }
 
 // Adam-mini's steps against gpt2_ref.py state --optimizer adam-mini (its block means in float64) at
-// lr 1e-2, where a block partition off by one head moves the losses past the tolerances; the same
-// tolerances.
+// lr 5e-3 (the Makefile's reference), the same tolerances: a partition with two heads per q/k block
+// moves the losses by 6e-6 relative from step 4 on, while two builds' roundings (-O2, ASan) stay
+// within 3e-7 over all 10 steps. At 1e-2 the loss falls to a plateau by step 9 and the builds differ
+// there by 2e-5.
 static void check_adam_mini(const char* model_path, const char* state_path) {
     TrainOptions o;
     train_options_defaults(&o);
     static const RefTolerances tol = {1e-5, 1e-6, 2e-5, 2e-6};
-    ref_check_optimizer(model_path, state_path, &tol, &o, OPT_ADAM_MINI, 1e-2f);
+    ref_check_optimizer(model_path, state_path, &tol, &o, OPT_ADAM_MINI, 5e-3f);
 }
 
 int main(int argc, char** argv) {
