@@ -580,8 +580,9 @@ GPU_EMU_TESTS := $(addprefix test-gpu-emu-,model-fp32 model-bf16 model-bf16-matm
 test-gpu-emu: $(GPU_EMU_TESTS)
 $(filter test-gpu-emu-%,$(GPU_EMU_TESTS)): $(EMU_TRAIN)
 test-gpu-emu-model-fp32 test-gpu-emu-model-bf16: test-gpu-emu-model-%: $(BUILD)/test_gpt2cu_emu_% $(REF_DIR)/$(REF_DESC)_state.bin \
-		$(REF_DIR)/$(REF_DESC)_muon_state.bin
-	$(EMU_RUN) $(BUILD)/test_gpt2cu_emu_$* $(EMU_REF) --muon-state $(REF_DIR)/$(REF_DESC)_muon_state.bin
+		$(REF_DIR)/$(REF_DESC)_muon_state.bin $(REF_DIR)/$(REF_DESC)_adam_mini_state.bin
+	$(EMU_RUN) $(BUILD)/test_gpt2cu_emu_$* $(EMU_REF) --muon-state $(REF_DIR)/$(REF_DESC)_muon_state.bin \
+		--adam-mini-state $(REF_DIR)/$(REF_DESC)_adam_mini_state.bin
 test-gpu-emu-model-bf16-matmul: $(BUILD)/test_gpt2cu_emu_bf16 $(REF_DIR)/$(REF_DESC)_state.bin
 	$(EMU_RUN) $(BUILD)/test_gpt2cu_emu_bf16 $(EMU_REF) --attention matmul --resume-check 0
 # PRECISION=FP16 (fp32 master weights, the reference checks under loss scaling 1024: test_gpt2.cu)

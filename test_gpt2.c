@@ -587,7 +587,8 @@ static void test_lamb_zero(void) {
 // chunk, each chunk's state copied from the view's block into a state of its own and back
 // (optim_chunk_copies), gives the whole view's step bit for bit: parameters and the whole state
 // block, for every optimizer and state precision and each way a table is cut (elements, int8
-// blocks, LAMB tensors). Chunks of 3000 elements cut int8 blocks and tensors of the tiny model.
+// blocks, LAMB and 4-bit tensors, Adam-mini blocks). Chunks of 3000 elements cut int8 blocks and
+// tensors of the tiny model.
 static void test_engine_chunks(void) {
 #ifndef __clang_analyzer__  // it cannot follow the engine's views through these loops (false positives)
     static const struct { OptimKind kind; OptimStatePrecision state; int amsgrad, nesterov; } cases[] = {
@@ -595,6 +596,8 @@ static void test_engine_chunks(void) {
         {OPT_SGD, OPT_STATE_FP32, 0, 1},   {OPT_LAMB, OPT_STATE_FP32, 0, 0},  {OPT_LION, OPT_STATE_FP32, 0, 0},
         {OPT_ADAMW, OPT_STATE_INT8, 1, 0}, {OPT_SGD, OPT_STATE_INT8, 0, 1},   {OPT_LAMB, OPT_STATE_BF16, 0, 0},
         {OPT_LAMB, OPT_STATE_INT8, 0, 0},  {OPT_LION, OPT_STATE_BF16, 0, 0},  {OPT_LION, OPT_STATE_INT8, 0, 0},
+        {OPT_ADAMW, OPT_STATE_4BIT, 0, 0}, {OPT_LAMB, OPT_STATE_4BIT, 0, 0},  {OPT_ADAM_MINI, OPT_STATE_FP32, 0, 0},
+        {OPT_ADAM_MINI, OPT_STATE_INT8, 0, 0}, {OPT_ADAM_MINI, OPT_STATE_4BIT, 0, 0},
     };
     GPT2Config c;
     gpt2_config_from_descriptor("L2C64H2T16V300", &c);

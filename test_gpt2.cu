@@ -26,6 +26,8 @@
  Muon (--muon-state): 10 steps against gpt2_ref.py's float64 Muon with the same tolerances, each run
  orthogonalized in pieces of one matrix (MUON_PIECE_ELEMS here: the trainer's default takes these
  small runs whole, and the matrix test compares it with the CPU trainer), and a bit-exact resume.
+ Adam-mini (--adam-mini-state): 10 steps against gpt2_ref.py's (block means in float64) at lr 5e-3
+ with the same tolerances, and a bit-exact resume with int8 state.
 */
 #define TESTING
 #define MUON_PIECE_ELEMS ((size_t)1024)
@@ -207,6 +209,17 @@ static void check_muon(const char* model_path, const char* state_path) {
     check_resume(model_path, state_path, &o, "muon, bf16 state,");
 }
 
+// Adam-mini's 10 steps against gpt2_ref.py state --optimizer adam-mini (the CPU test's
+// check_adam_mini, its lr), then a resume with int8 state (its blocks' absmax and v per block).
+static void check_adam_mini(const char* model_path, const char* state_path) {
+    TrainOptions o;
+    train_options_defaults(&o);
+    trainer_defaults(&o);
+    ref_check_optimizer(model_path, state_path, &TOL, &o, OPT_ADAM_MINI, 5e-3f);
+    o.opt_state = OPT_STATE_INT8;
+    check_resume(model_path, state_path, &o, "adam-mini, int8 state,");
+}
+
 // Save after 3 steps, run 5 more; reload the checkpoint and rerun the 5: bit-identical.
 static void check_resume(const char* model_path, const char* state_path, const TrainOptions* opts, const char* what) {
     GPT2Config c;
@@ -256,12 +269,14 @@ static void check_resume(const char* model_path, const char* state_path, const T
 // --offload: the same steps as the on-device update, bit for bit (losses, parameters, the whole
 // state block), with the state on the host and only two chunks of staging on the device (chunks
 // that do not divide the parameter count), for optimizers whose chunks cut differently: elements
-// (AdamW, Lion), int8 absmax blocks, LAMB's tensors.
+// (AdamW, Lion), int8 absmax blocks, LAMB's and 4-bit tensors, Adam-mini's blocks.
 static void check_offload(const char* model_path, const char* state_path) {
     static const struct { OptimKind kind; OptimStatePrecision state; int sanitized; } cases[] = {
         {OPT_ADAMW, OPT_STATE_FP32, 0}, {OPT_ADAMW, OPT_STATE_INT8, 1}, {OPT_LION, OPT_STATE_FP32, 0},
         {OPT_LAMB, OPT_STATE_FP32, 1},
         {OPT_MUON, OPT_STATE_INT8, 1},  // (whole matrices per chunk; its AdamW tensors' v packed)
+        {OPT_ADAM_MINI, OPT_STATE_BF16, 0},  // (whole blocks of one v per chunk, v per block copied)
+        {OPT_ADAM_MINI, OPT_STATE_4BIT, 1},  // (whole tensors per chunk)
     };
     GPT2Config c;
     ParamTable pt;
@@ -479,12 +494,13 @@ static void check_badam(void) {
 #include "dev/test/shape_sweep.h"
 
 int main(int argc, char** argv) {
-    const char *model_path = NULL, *state_path = NULL, *muon_path = NULL;
+    const char *model_path = NULL, *state_path = NULL, *muon_path = NULL, *mini_path = NULL;
     int resume_check = 1, sweep = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--model") == 0) { model_path = argv[i + 1]; }
         else if (strcmp(argv[i], "--state") == 0) { state_path = argv[i + 1]; }
         else if (strcmp(argv[i], "--muon-state") == 0) { muon_path = argv[i + 1]; }
+        else if (strcmp(argv[i], "--adam-mini-state") == 0) { mini_path = argv[i + 1]; }
         else if (strcmp(argv[i], "--resume-check") == 0) { resume_check = atoi(argv[i + 1]); }
         else if (strcmp(argv[i], "--sweep") == 0) { sweep = atoi(argv[i + 1]); }
         else if (strcmp(argv[i], "--attention") == 0) {
@@ -496,7 +512,8 @@ int main(int argc, char** argv) {
         else { fprintf(stderr, "test_gpt2cu: unknown flag %s\n", argv[i]); return 2; }
     }
     if ((!sweep && (model_path == NULL || state_path == NULL)) || argc % 2 == 0) {
-        fprintf(stderr, "usage: test_gpt2cu --model M.bin --state S.bin [--muon-state S2.bin] [--resume-check 0|1] [--attention matmul|cudnn]\n"
+        fprintf(stderr, "usage: test_gpt2cu --model M.bin --state S.bin [--muon-state S2.bin] [--adam-mini-state S3.bin] "
+                        "[--resume-check 0|1] [--attention matmul|cudnn]\n"
                         "       test_gpt2cu --sweep 1   (every awkward shape against a float64 forward pass)\n");
         return 2;
     }
@@ -518,6 +535,7 @@ int main(int argc, char** argv) {
     }
     g_recompute = -1;
     if (muon_path != NULL) { check_muon(model_path, muon_path); }
+    if (mini_path != NULL) { check_adam_mini(model_path, mini_path); }
     if (resume_check) { check_resume(model_path, state_path, NULL, "adamw"); }
     if (resume_check) { check_offload(model_path, state_path); }
     check_badam();

@@ -289,10 +289,6 @@ static void gpu_check_flags(const TrainOptions* o) {
         ls_fatal("flag --attention %s: cuDNN's flash attention needs the BF16 build (make train_gpt2cu PRECISION=BF16); "
                  "this %s build has --attention matmul", attention_choices[o->attention], PRECISION_NAME);
     }
-    if (o->optimizer == OPT_ADAM_MINI) {
-        ls_fatal("flag --optimizer adam-mini: the GPU trainer has no Adam-mini kernels yet; the CPU trainer (train_gpt2) "
-                 "runs it");
-    }
     if (FLOATX_IS_FP16 && !o->master_weights) {
         ls_fatal("flag -w 0: the FP16 build always keeps fp32 master weights (fp16 parameters cannot take AdamW's small "
                  "steps); drop -w 0, or build PRECISION=BF16 for bf16 parameters without them");

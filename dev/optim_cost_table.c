@@ -97,10 +97,6 @@ int main(void) {
         o.badam = 4;
         cell(per_param(train_options_optim_sizes(&o, &c, 0, 1).bytes, n));
         o.badam = 0;
-        if (r->kind == OPT_ADAM_MINI) {  // (no GPU kernels yet)
-            printf(" - | - |\n");
-            continue;
-        }
         o.offload = 1;
         OptimSizes off = train_options_optim_sizes(&o, &c, 0, 1);
         cell(per_param(off.bytes, n));
@@ -109,8 +105,8 @@ int main(void) {
     printf("\nGPT-2 124M (d12), %zu parameters (d48: GPT-2 1.5B, %zu); bytes of optimizer state per parameter of the model (Muon: its\n"
            "Newton-Schulz scratch aside: 0.27 B/param on the CPU, the largest batched piece on the GPU); -z 1: the\n"
            "process that holds the most (Muon's parts hold whole matrices; int8's and 4bit's small tensors stay fp32).\n"
-           "Adam-mini: the CPU trainer's (the GPU trainer has no Adam-mini kernels yet), its parts cut around whole blocks\n"
-           "(int8: also whole absmax blocks; 4bit: whole tensors).\n", n, n48);
+           "Adam-mini: its parts and offload chunks cut around whole blocks (int8: also whole absmax blocks; 4bit: whole\n"
+           "tensors).\n", n, n48);
     // Muon's GPU cost on paper: its Newton-Schulz FLOPs against a training step's at llm.c's batch
     // (-d 524288 tokens; 6 N + 12 L T C per token: the matmuls forward and backward, and attention)
     ParamTable pt;

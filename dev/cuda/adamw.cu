@@ -124,8 +124,8 @@ static __global__ void adamw_v3_kernel(float* __restrict__ p, const float* __res
                                        int nseg, OptimStepArgs a, const float* __restrict__ clip_scale) {
     const float scale = *clip_scale;
     // whole-model tables only (param == offset: the second index is i's)
-    auto one = [&](size_t i, size_t, float wd, float lr_eff) { v3_element(p[i], g[i] * scale, m[i], v[i], wd, lr_eff, a); };
-    auto chunk = [&](size_t i0, size_t, float wd, float lr_eff) {
+    auto one = [&](size_t i, size_t, float wd, float lr_eff, int) { v3_element(p[i], g[i] * scale, m[i], v[i], wd, lr_eff, a); };
+    auto chunk = [&](size_t i0, size_t, float wd, float lr_eff, int) {
         const size_t c = i0 / 4;
         float4 P = __ldcs(reinterpret_cast<const float4*>(p) + c), G = __ldcs(reinterpret_cast<const float4*>(g) + c);
         float4 M = __ldcs(reinterpret_cast<const float4*>(m) + c), W = __ldcs(reinterpret_cast<const float4*>(v) + c);
@@ -160,8 +160,8 @@ static __global__ void adamw_v4_kernel(__nv_bfloat16* __restrict__ p, float* __r
                                        int nseg, OptimStepArgs a, const float* __restrict__ clip_scale) {
     const float scale = *clip_scale;
     // whole-model tables only (param == offset: the second index is i's)
-    auto one = [&](size_t i, size_t, float wd, float lr_eff) { v4_element(p, master, g, m, v, i, wd, lr_eff, scale, a); };
-    auto chunk = [&](size_t i0, size_t, float wd, float lr_eff) {
+    auto one = [&](size_t i, size_t, float wd, float lr_eff, int) { v4_element(p, master, g, m, v, i, wd, lr_eff, scale, a); };
+    auto chunk = [&](size_t i0, size_t, float wd, float lr_eff, int) {
         Vec128<__nv_bfloat16> gv = load128cs(g + i0), out;
 #pragma unroll
         for (int k = 0; k < 2; k++) { // two halves of 4: fewer live registers

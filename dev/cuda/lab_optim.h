@@ -78,21 +78,29 @@ static inline double ulp_bf16(double x) {
 // GPT-2 (vocabulary V, channels C, layers L, context T), one segment per tensor in PyTorch's
 // named_parameters order: wte, wpe, per layer ln_1.{weight,bias}, attn.c_attn.{weight,bias},
 // attn.c_proj.{weight,bias}, ln_2.{weight,bias}, mlp.c_fc.{weight,bias}, mlp.c_proj.{weight,bias},
-// then ln_f.{weight,bias}. Weight decay 0.1 on the 2-D tensors.
-static inline Problem gpt2_problem(const char* name, size_t V, size_t C, size_t L, size_t T) {
+// then ln_f.{weight,bias}. Weight decay 0.1 on the 2-D tensors. Adam-mini's blocks as
+// llmc/params.h cuts them (NH heads): a matrix's rows, c_attn's q and k rows per head, a vector whole.
+static inline void gpt2_problem_matrix(Problem& pb, size_t cols, size_t lead_rows = 0, size_t lead_block_rows = 0) {
+    OptimSegment& s = pb.segs.back();
+    s.cols = cols;
+    s.mini_block = cols;
+    s.mini_lead = lead_rows * cols;
+    s.mini_lead_block = lead_block_rows * cols;
+}
+static inline Problem gpt2_problem(const char* name, size_t V, size_t C, size_t NH, size_t L, size_t T) {
     Problem pb;
     pb.name = name;
     add_seg(pb, V * C, 0.1f, 1.0f);
-    pb.segs.back().cols = C;
+    gpt2_problem_matrix(pb, C);
     add_seg(pb, T * C, 0.1f, 1.0f);
-    pb.segs.back().cols = C;
+    gpt2_problem_matrix(pb, C);
     for (size_t l = 0; l < L; l++) {
         const size_t sizes[12] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
         const size_t cols[12] = {0, 0, C, 0, C, 0, 0, 0, C, 0, 4 * C, 0};  // (the matrices' row lengths)
         const bool decay[12] = {0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0};
         for (int k = 0; k < 12; k++) {
             add_seg(pb, sizes[k], decay[k] ? 0.1f : 0.0f, 1.0f);
-            pb.segs.back().cols = cols[k];
+            if (cols[k] > 0) gpt2_problem_matrix(pb, cols[k], k == 2 ? 2 * C : 0, C / NH);
         }
     }
     add_seg(pb, C, 0.0f, 1.0f);
@@ -192,7 +200,7 @@ struct OptLabArgs {
 // under the threshold).
 static inline std::vector<Problem> optlab_problems(const OptLabArgs& o) {
     std::vector<Problem> problems;
-    if (o.gpt2) problems.push_back(gpt2_problem("GPT-2 124M", 50304, 768, 12, 1024));
+    if (o.gpt2) problems.push_back(gpt2_problem("GPT-2 124M", 50304, 768, 12, 12, 1024));
     else if (o.n > 0) problems.push_back(random_problem((size_t)o.n, 42));
     else if (o.bench) problems.push_back(random_problem(LS_HARNESS ? 100000 : 124475904, 42));
     else {
@@ -202,9 +210,9 @@ static inline std::vector<Problem> optlab_problems(const OptLabArgs& o) {
         problems.push_back(one);
         problems.push_back(random_problem(7, 1));
         problems.push_back(random_problem(4099, 2));
-        problems.push_back(gpt2_problem("mini GPT-2 (V=101 C=20 L=2 T=16)", 101, 20, 2, 16));
+        problems.push_back(gpt2_problem("mini GPT-2 (V=101 C=20 NH=4 L=2 T=16)", 101, 20, 4, 2, 16));
         problems.push_back(random_problem(50001, 3));
-        problems.push_back(gpt2_problem("GPT-2 shapes (V=128 C=32 L=1 T=16)", 128, 32, 1, 16));
+        problems.push_back(gpt2_problem("GPT-2 shapes (V=128 C=32 NH=4 L=1 T=16)", 128, 32, 4, 1, 16));
     }
     return problems;
 }
@@ -269,7 +277,8 @@ static inline void view_cut(std::vector<ViewPart>& parts, const Problem& pb, std
 static inline std::vector<ViewPart> view_build(const char* name, const Problem& pb, OptimCut cut, bool whole_tensors = false) {
     std::vector<ViewPart> parts;
     const int nseg = (int)pb.segs.size();
-    const OptimCut chunk = cut == OPTIM_CUT_TENSOR ? cut : OPTIM_CUT_BLOCK;
+    // (offload's chunks: whole blocks, and whole tensors or Adam-mini blocks where the state asks)
+    const OptimCut chunk = cut == OPTIM_CUT_TENSOR || cut == OPTIM_CUT_MINI || cut == OPTIM_CUT_MINI_BLOCK ? cut : OPTIM_CUT_BLOCK;
     if (strcmp(name, "zero") == 0) {
         const size_t shard = zero_shard_elems(pb.n, 3);
         view_cut(parts, pb, {optim_cut_snap(pb.segs.data(), nseg, shard, cut), optim_cut_snap(pb.segs.data(), nseg, 2 * shard, cut)});

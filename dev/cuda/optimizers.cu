@@ -166,6 +166,12 @@ static const Case kCases[] = {
     {"lamb-4bit", "lamb 4bit state", cfg_of(OPT_LAMB, OPT_STATE_4BIT), false, false, false, 1e-2f},
     {"lamb-4bit", "lamb 4bit state, bf16+master+SR", cfg_of(OPT_LAMB, OPT_STATE_4BIT), true, true, true, 1e-2f},
     {"lamb-4bit", "lamb 4bit state, bf16 SR (no master)", cfg_of(OPT_LAMB, OPT_STATE_4BIT), true, false, true, 1e-2f},
+    {"adam-mini", "adam-mini", cfg_of(OPT_ADAM_MINI), false, false, false, 1e-3f},
+    {"adam-mini", "adam-mini bf16+master+SR", cfg_of(OPT_ADAM_MINI), true, true, true, 1e-3f},
+    {"adam-mini-bf16", "adam-mini bf16 state, bf16 SR (no master)", cfg_of(OPT_ADAM_MINI, OPT_STATE_BF16), true, false, true, 1e-3f},
+    {"adam-mini-fp16", "adam-mini fp16 state", cfg_of(OPT_ADAM_MINI, OPT_STATE_FP16), false, false, false, 1e-3f},
+    {"adam-mini-int8", "adam-mini int8 state", cfg_of(OPT_ADAM_MINI, OPT_STATE_INT8), false, false, false, 1e-3f},
+    {"adam-mini-4bit", "adam-mini 4bit state, bf16+master+SR", cfg_of(OPT_ADAM_MINI, OPT_STATE_4BIT), true, true, true, 1e-3f},
 };
 
 // Bytes one step moves per parameter (reads + writes).
@@ -181,7 +187,7 @@ static int bytes_per_param(const Case& c) {
         case OPT_LION: return g + 2 * sb + pr + pw;
         case OPT_LAMB: return (pr + g + 4 * sb) + (pr + 2 * sb + pw); // moments pass (m, v read and written), update pass
         case OPT_MUON: return 0;  // not elementwise: its lab is dev/cuda/muon.cu
-        case OPT_ADAM_MINI: return 0;  // (no GPU kernels yet: the CPU trainer runs it)
+        case OPT_ADAM_MINI: return 2 * g + 2 * sb + pr + pw;  // (its v pass reads g too)
     }
     return 0;
 }
@@ -324,7 +330,17 @@ static void ref_step(Ref& r, const Problem& pb, const OptimConfig& c, const std:
         for (size_t k = 0; k < sg.count; k++) {
             const size_t i = sg.offset + k;
             const double g = (double)grads[i] * scale, p = r.p[i];
-            if (c.kind == OPT_ADAMW || c.kind == OPT_LAMB) {
+            if (c.kind == OPT_ADAM_MINI) {  // v: its block's, set below before the block's first element
+                if (optim_mini_start(&sg, optim_mini_index(&sg, sg.trel + k)) == sg.trel + k) {
+                    const size_t len = optim_mini_len(&sg, optim_mini_index(&sg, sg.trel + k));
+                    double sum = 0.0;
+                    for (size_t j = 0; j < len; j++) sum += ((double)grads[i + j] * scale) * ((double)grads[i + j] * scale);
+                    const double vb = b2 * r.v[i] + (1.0 - b2) * (sum / (double)len);
+                    for (size_t j = 0; j < len; j++) r.v[i + j] = vb;
+                }
+                r.m[i] = b1 * r.m[i] + (1.0 - b1) * g;
+                r.p[i] = p - lr * ((r.m[i] / bc1) / (sqrt(r.v[i] / bc2) + eps) + wd * p);
+            } else if (c.kind == OPT_ADAMW || c.kind == OPT_LAMB) {
                 r.m[i] = b1 * r.m[i] + (1.0 - b1) * g;
                 r.v[i] = b2 * r.v[i] + (1.0 - b2) * g * g;
                 double vv = r.v[i];
@@ -592,7 +608,9 @@ static bool check_views(const Case& c, const Problem& pb, int steps) {
     std::vector<void*> vparams;
     for (const char* name : kViews) {
         views.emplace_back();
-        for (const ViewPart& part : view_build(name, pb, optim_cut_of(&c.cfg), c.cfg.state == OPT_STATE_4BIT)) {
+        // (pieces: whole tensors where a piece of OPT_BLOCK would split 4-bit v's scales or an Adam-mini block)
+        for (const ViewPart& part : view_build(name, pb, optim_cut_of(&c.cfg),
+                                               c.cfg.state == OPT_STATE_4BIT || c.cfg.kind == OPT_ADAM_MINI)) {
             views.back().emplace_back();
             views.back().back().part = part;
         }

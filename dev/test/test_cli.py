@@ -107,7 +107,6 @@ REFUSED = [
     (["--optimizer", "muon", "--opt-state", "4bit"], "--opt-state 4bit with --optimizer muon", False),
     (["--muon-scale", "orig"], "are Muon options", False),
     (["--optimizer", "lion", "--muon-adamw-lr", "0.01"], "are Muon options", False),
-    (["--optimizer", "adam-mini"], "flag --optimizer adam-mini: the GPU trainer has no Adam-mini kernels yet", True),
 ]
 # Combinations the optimizer engine made possible (refused before it); gpu: a GPU trainer's flag is in it.
 ACCEPTED = [
@@ -166,9 +165,6 @@ def main():
                 args = ["--dry-run", "1", "-t", "16", name, SMALL]
             if f["long"].startswith("muon-"):  # Muon's own options: with Muon
                 args += ["--optimizer", "muon"]
-            if f["long"] == "optimizer" and "gpt2cu" in os.path.basename(binary):  # (adam-mini: REFUSED there)
-                value = "muon"
-                args = args[:-1] + [value]
             rr = run(binary, args)
             check(rr.returncode == 0, "flag %s %s parses (exit %d: %s)" % (name, value, rr.returncode, rr.stderr.strip()))
         name = "-" + f["short"] if f["short"] else "--" + f["long"]

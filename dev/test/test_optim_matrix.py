@@ -7,9 +7,9 @@ run for a few steps by the CPU trainer and, when given, the harness GPU trainer.
       [--record-hashes FILE] [--compare-hashes FILE] [--cells-only]
 
 Cells: optimizer {adamw, adamw+amsgrad, sgd (momentum 0.9, the default), sgd-plain (--momentum 0:
-no state), sgd+nesterov, lamb, lion, muon} x state {fp32, bf16, int8, fp16, 4bit} (--opt-state) x placement
+no state), sgd+nesterov, lamb, lion, muon, adam-mini} x state {fp32, bf16, int8, fp16, 4bit} (--opt-state) x placement
 {device (plain), badam (--badam 2), z1 (-z 1 over 2 processes, mpirun), offload (--offload 1 in
-chunks of 4096, GPU), and the placements combined: z1+badam, badam+offload, z1+offload}: 280 cells. Each cell
+chunks of 4096, GPU), and the placements combined: z1+badam, badam+offload, z1+offload}: 315 cells. Each cell
 trains a tiny model (L2C16H2T16V512, 15,040 parameters) for 4 steps on a synthetic learnable token
 stream and must either
   - run: exit 0, 4 step lines with finite losses, losses after step 1 other than those of the same
@@ -95,8 +95,6 @@ EXPECTED_REFUSED = [
      "SGD without momentum has no state to store in bf16, int8, fp16 or 4bit", ["--opt-state", "--momentum"]),
     (("sgd", "sgd+nesterov", "lamb", "lion", "muon"), ("fp16",), "*", "*", "not yet",
      "fp16 state is AdamW's (m and sqrt(v) scaled by 2^14); the others take fp32, bf16 or int8", ["--opt-state", "--optimizer"]),
-    (("adam-mini",), "*", "*", "gpu", "not yet",
-     "the GPU trainer has no Adam-mini kernels yet (the CPU trainer runs it)", ["--optimizer"]),
     (("muon",), ("4bit",), "*", "*", "not yet",
      "4-bit state serves AdamW, SGD, Lion and LAMB (Muon's kernels read its state their own way)",
      ["--opt-state", "--optimizer"]),

@@ -107,10 +107,11 @@ __device__ __forceinline__ float optim_clip_scale(const float* clip_scale) {
 // buffer. Copies the segment table into shared memory (optim_segments_to_smem with lr and seg_mul;
 // launch with optim_segments_smem_bytes(nseg) of dynamic shared memory; one barrier, reached by
 // every thread), then thread tid takes chunks tid, tid + the grid's threads, ...:
-//   chunk(i0, p0, wd, step_lr)  a chunk inside one tensor whose parameters p0 ... are whole
-//                               128-bit words too (nearly all; all when param == offset): the
-//                               vector path, with the tensor's hyperparameters in registers;
-//   one(i, pi, wd, step_lr)     each element of any other chunk (a tensor boundary inside, or
+//   chunk(i0, p0, wd, step_lr, s)  a chunk inside one tensor (segment s) whose parameters p0 ...
+//                               are whole 128-bit words too (nearly all; all when param ==
+//                               offset): the vector path, with the tensor's hyperparameters in
+//                               registers;
+//   one(i, pi, wd, step_lr, s)  each element of any other chunk (a tensor boundary inside, or
 //                               parameters placed off the chunk grid by a view), and the n % V
 //                               tail (one element per thread): scalar loads and stores.
 // i indexes grads, state and master, pi = i + param - offset the parameters. A thread finds the
@@ -136,18 +137,18 @@ __device__ __forceinline__ void optim_for_each_chunk(const OptimSegment* segment
 #pragma unroll 1
             for (int j = 0; j < V; j++) {
                 const int sj = optim_find_segment(seg_end, nseg, i0 + j);
-                one(i0 + j, i0 + j + seg_delta[sj], seg_par[sj].x, seg_par[sj].y);
+                one(i0 + j, i0 + j + seg_delta[sj], seg_par[sj].x, seg_par[sj].y, sj);
             }
             continue;
         }
         LS_BRANCH("optim.chunk_vector");
-        chunk(i0, p0, seg_par[s].x, seg_par[s].y);
+        chunk(i0, p0, seg_par[s].x, seg_par[s].y, s);
     }
     if (tid < n - nchunks * V) { // the tail
         LS_BRANCH("optim.tail");
         const size_t i = nchunks * V + tid;
         const int sj = optim_find_segment(seg_end, nseg, i);
-        one(i, i + seg_delta[sj], seg_par[sj].x, seg_par[sj].y);
+        one(i, i + seg_delta[sj], seg_par[sj].x, seg_par[sj].y, sj);
     }
 }
 

@@ -10,7 +10,7 @@
    optim_state_free_device(&st);
 
  optim_step_gpu picks the rule and launches its kernel (llmc/optim/update.cuh: optim_launch; LAMB's
- three passes; Muon, llmc/optim/muon.cuh). The trainer's path: main -> gpt2_update (train_gpt2.cu)
+ three passes; Adam-mini's two; Muon, llmc/optim/muon.cuh). The trainer's path: main -> gpt2_update (train_gpt2.cu)
  -> optim_engine_step_gpu -> optim_step_gpu (here) -> optim_launch (update.cuh) -> the kernel.
 */
 #ifndef LLMC_OPTIM_ENGINE_CUH
@@ -67,6 +67,10 @@ static inline void optim_state_attach_device(OptimState* st, const OptimConfig* 
     cudaCheck(cudaMemcpy(st->d_block0, st->block0, ((size_t)nseg + 1) * sizeof(size_t), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(st->d_small_off, st->small_off, (size_t)nseg * sizeof(size_t), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(st->d_rank1_off, st->rank1_off, (size_t)nseg * sizeof(size_t), cudaMemcpyHostToDevice));
+    if (st->mini0 != NULL) {
+        cudaCheck(cudaMalloc((void**)&st->d_mini0, ((size_t)nseg + 1) * sizeof(size_t)));
+        cudaCheck(cudaMemcpy(st->d_mini0, st->mini0, ((size_t)nseg + 1) * sizeof(size_t), cudaMemcpyHostToDevice));
+    }
     optim_state_zero_device(st, 0);
     cudaCheck(cudaDeviceSynchronize());
 }
@@ -85,6 +89,8 @@ static inline void optim_state_free_device(OptimState* st) {
     if (st == NULL || !st->on_device) return;
     muon_plan_free(st);
     cudaCheck(cudaFree(st->d_rank1_off));
+    if (st->d_mini0 != NULL) cudaCheck(cudaFree(st->d_mini0));
+    st->d_mini0 = NULL;
     cudaCheck(cudaFree(st->d_small_off));
     cudaCheck(cudaFree(st->d_block0));
     cudaCheck(cudaFree(st->d_segs));
@@ -128,7 +134,10 @@ void optim_step_gpu(OptimState* st, Tp* params, float* master, const Tg* grads, 
         case OPT_LION: OPT_RULE(OP_LION); break;
         case OPT_LAMB: lamb_update(st, params, master, grads, a, sr, d_clip_scale, stream); break;
         case OPT_MUON: muon_step_gpu(st, params, master, grads, lr, step, sr, d_clip_scale, stream); break;
-        case OPT_ADAM_MINI: ls_fatal("optimizer: adam-mini has no GPU kernels yet (the CPU trainer runs it)");
+        case OPT_ADAM_MINI:  // v per block from the gradients, then the elements with their block's v
+            adam_mini_v_launch(st, grads, a, d_clip_scale, stream);
+            OPT_RULE(OP_ADAM_MINI);
+            break;
         default: ls_fatal("optimizer: unknown kind %d", (int)c->kind);
     }
 #undef OPT_RULE

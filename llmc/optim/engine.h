@@ -382,9 +382,10 @@ static inline void optim_engine_free_cpu(OptimEngine* e) {
 // The view's state stays in its block (pinned host memory); chunk k is the view's elements
 // [bounds[k], bounds[k + 1]) with the table cut there (optim_segments_cut: offsets rebased, params
 // global), carved as a state of its own in device staging. The cuts follow optim_cut_of, so every
-// int8 absmax block and LAMB tensor lies in one chunk, and a chunk's per-element, per-block,
-// per-small-element and per-segment state is one contiguous range of each of the view's buffers:
-// optim_chunk_copies lists them, and the chunked steps give the view's step bit for bit.
+// int8 absmax block, LAMB tensor and Adam-mini block lies in one chunk, and a chunk's
+// per-element, per-block, per-small-element and per-segment state is one contiguous range of each
+// of the view's buffers: optim_chunk_copies lists them, and the chunked steps give the view's step
+// bit for bit.
 
 // One copy between the view's block and a chunk's block (byte offsets from each block's start).
 typedef struct {
@@ -478,6 +479,17 @@ static inline size_t optim_rank1_before(const OptimState* st, size_t x) {
     }
     return k;
 }
+// Adam-mini: its blocks before x (x at a block boundary: optim_cut_of's cuts).
+static inline size_t optim_minis_before(const OptimState* st, size_t x) {
+    for (int s = 0; s < st->nseg; s++) {
+        const OptimSegment* g = &st->segs[s];
+        if (x < g->offset + g->count) {
+            const size_t first = optim_mini_index(g, g->trel);
+            return st->mini0[s] + (x > g->offset ? optim_mini_index(g, g->trel + (x - g->offset)) - first : 0);
+        }
+    }
+    return st->nmini;
+}
 static inline int optim_segment_at(const OptimState* st, size_t x) {
     for (int s = 0; s < st->nseg; s++) {
         if (st->segs[s].offset == x) return s;
@@ -541,6 +553,10 @@ static inline int optim_chunk_copies(const OptimState* whole, const OptimState* 
             k = optim_copy_add(out, k, wb, wr[i], r1 + half * whole->nrank1, pb, pr[i] ? pr[i] + half * part->nrank1 : NULL,
                                part->nrank1, sizeof(float), 0);
         }
+    }
+    // Adam-mini: v per block
+    if (part->vmini != NULL) {
+        k = optim_copy_add(out, k, wb, whole->vmini, optim_minis_before(whole, a), pb, part->vmini, part->nmini, sizeof(float), 0);
     }
     // constant (never copied back), per segment
     k = optim_copy_add(out, k, wb, whole->maps, 0, pb, part->maps, QUANT8_MAP_FLOATS, sizeof(float), 1);

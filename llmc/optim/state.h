@@ -248,6 +248,7 @@ typedef struct {
     size_t* d_block0;      // (nseg + 1)
     size_t* d_small_off;   // (nseg)
     size_t* d_rank1_off;   // (nseg)
+    size_t* d_mini0;       // (nseg + 1) Adam-mini, else NULL
 } OptimState;
 
 static inline size_t optim_align64(size_t x) { return (x + 63) & ~(size_t)63; }
@@ -462,7 +463,8 @@ static inline OptimSlots optim_state_slots(const OptimState* st) {
                     {NULL, st->rank1_v, st->rank1_vmax},
                     st->on_device ? st->d_rank1_off : st->rank1_off,
                     st->nrank1,
-                    st->vmini};
+                    st->vmini,
+                    st->on_device ? st->d_mini0 : st->mini0};
     return o;
 }
 

@@ -75,6 +75,7 @@ typedef struct {
     const size_t* rank1_off;         // (nseg) 4bit: a segment's scales in rank1[], or OPT_NOT_SMALL
     size_t nrank1;                   // 4bit: the floats of one set of scales
     float* vmini;                    // (nmini) Adam-mini: v per block, fp32 at every storage
+    const size_t* mini0;             // (nseg + 1) Adam-mini: each segment's first block in vmini
 } OptimSlots;
 
 // ----------------------------------------------------------------------------

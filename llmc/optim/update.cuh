@@ -31,11 +31,15 @@
                              order; then the tree) and writes the trust ratio; then the elementwise
                              kernel applies the update with lr * lr_mult * trust. No atomics, no order
                              depending on the grid: the same bits on any GPU and under the CPU harness.
+   adam_mini_v_kernel        Adam-mini pass 1: one CUDA block of 256 threads per block of one v
+                             (llmc/params.h), the mean of g^2 in llmc/optim/update.h's order, the new
+                             v; then the rule's kernel of the storage of m (any of the above) reads
+                             each element's block v (adam_mini_v_load).
  Traffic per parameter, fp32 params and grads: AdamW 28 B (bf16, fp16 state 20 B; int8 ~16 B),
  AMSGrad +8 B (+4, +2); SGD with momentum and Lion 20 B (bf16 16 B, int8 ~14 B); plain SGD 12 B;
-4bit: AdamW ~18.6 B (its scales pass reads g and v's codes again), SGD and Lion ~13 B;
- LAMB 40 B. bf16 params with fp32 master weights: the same as fp32 params plus 2 B (the bf16 copy
- written); without master weights 6 B less than fp32 (p read and written as bf16, g bf16).
+ 4bit: AdamW ~18.6 B (its scales pass reads g and v's codes again), SGD and Lion ~13 B;
+ LAMB 40 B; Adam-mini 24 B (its v pass reads g once more; m as in AdamW's storages). bf16 params
+ with fp32 master weights: the same as fp32 params plus 2 B (the bf16 copy written); without master weights 6 B less than fp32 (p read and written as bf16, g bf16).
 
  optim_launch<rule>(st, ...) is the one place that picks a kernel variant (storage, master weights);
  optim_step_gpu (llmc/optim/engine.cuh) picks the rule. To add a rule: its element function in
@@ -60,17 +64,18 @@
 // ----------------------------------------------------------------------------
 // the elementwise ops: p (fp32, from the master if any), g (scaled), the state (m, v, vmax) in place
 
-enum OptimElemOp { OP_SGD_PLAIN, OP_SGD, OP_SGD_NESTEROV, OP_LION, OP_LAMB_APPLY, OP_ADAMW, OP_AMSGRAD };
+enum OptimElemOp { OP_SGD_PLAIN, OP_SGD, OP_SGD_NESTEROV, OP_LION, OP_LAMB_APPLY, OP_ADAMW, OP_AMSGRAD, OP_ADAM_MINI };
 
-// The state values an op reads (and, but for LAMB's update, writes), in slot order (m, v, vmax),
-// and the CUDA blocks per SM its kernel is built for (AMSGrad's three state values: one block, so
-// up to 128 registers; the others two, <= 64 registers).
+// The state values an op reads (and, but for LAMB's update, writes), in slot order (m, v, vmax;
+// Adam-mini: m, its v being its block's, read into the v slot by adam_mini_v_load and never stored),
+// and the CUDA blocks per SM its kernel is built for (AMSGrad's three state values and Adam-mini's
+// block walk: one block, so up to 128 registers; the others two, <= 64 registers).
 template <int kOp>
 struct OptimOpTraits {
     static constexpr int states = kOp == OP_SGD_PLAIN ? 0 : kOp == OP_AMSGRAD ? 3 : (kOp == OP_ADAMW || kOp == OP_LAMB_APPLY) ? 2 : 1;
     static constexpr bool reads_grads = kOp != OP_LAMB_APPLY;
     static constexpr bool writes_state = kOp != OP_LAMB_APPLY;
-    static constexpr int min_blocks = kOp == OP_AMSGRAD ? 1 : 2;
+    static constexpr int min_blocks = kOp == OP_AMSGRAD || kOp == OP_ADAM_MINI ? 1 : 2;
 };
 
 // One element (llmc/optim/rules.h); returns the new p. step_lr: lr * lr_mult (* trust for LAMB).
@@ -87,8 +92,30 @@ __device__ __forceinline__ float optim_element(float p, float g, float& m, float
         return rule_sgd(p, g, &m, kOp == OP_SGD_NESTEROV, step_lr, wd, &a);
     } else if constexpr (kOp == OP_LION) {
         return rule_lion(p, g, &m, step_lr, wd, &a);
+    } else if constexpr (kOp == OP_ADAM_MINI) {  // v: the element's block's (adam_mini_v_load)
+        return rule_adam_mini(p, g, &m, v, step_lr, wd, &a);
     } else { // OP_LAMB_APPLY: m, v as stored by the moments kernel
         return rule_lamb_apply(p, m, v, step_lr, wd, &a);
+    }
+}
+
+// Adam-mini: the v of elements rel ... rel + nv - 1 of segment s (sg) into x: runs of one block's
+// value (llmc/optim/update.h's adam_mini_block_v). Blocks follow each other, so one division finds
+// the first; the next starts where it ends.
+template <int V>
+__device__ __forceinline__ void adam_mini_v_load(const OptimSlots& q, const OptimSegment& sg, int s, size_t rel, int nv,
+                                                 float (&x)[V]) {
+    const size_t e0 = sg.trel + rel, first = optim_mini_index(&sg, sg.trel);
+    size_t k = optim_mini_index(&sg, e0), end = optim_mini_start(&sg, k) + optim_mini_len(&sg, k);
+    float v = q.vmini[q.mini0[s] + (k - first)];
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        if (j < nv && e0 + j >= end) {
+            k++;
+            end += optim_mini_len(&sg, k);
+            v = q.vmini[q.mini0[s] + (k - first)];
+        }
+        x[j] = v;
     }
 }
 
@@ -137,14 +164,19 @@ struct OptimEwWidth {
 
 template <int kOp, typename Tp, typename Tg, int kStore>
 __device__ __forceinline__ void optim_elementwise_one(Tp* params, float* master, const Tg* grads, const OptimSlots& st,
-                                                      size_t i, size_t pi, float wd, float step_lr, float scale,
-                                                      const OptimStepArgs& a, bool stochastic) {
+                                                      const OptimSegment* segments, int s, size_t i, size_t pi, float wd,
+                                                      float step_lr, float scale, const OptimStepArgs& a, bool stochastic) {
     using Tr = OptimOpTraits<kOp>;
     float p = optim_load_param_mrt<Tp>(params, master, i, pi);
     const float g = Tr::reads_grads ? (float)grads[i] * scale : 0.0f;
     float x[OPT_SLOTS] = {};
 #pragma unroll
     for (int k = 0; k < Tr::states; k++) x[k] = optim_state_load_one<kStore>(st, k, i);
+    if constexpr (kOp == OP_ADAM_MINI) {
+        float vb[1];
+        adam_mini_v_load<1>(st, segments[s], s, i - segments[s].offset, 1, vb);
+        x[OPT_SLOT_V] = vb[0];
+    }
     p = optim_element<kOp>(p, g, x[0], x[1], x[2], wd, step_lr, a);
     if constexpr (Tr::writes_state) {
 #pragma unroll
@@ -165,10 +197,11 @@ optim_elementwise_kernel(Tp* __restrict__ params, float* __restrict__ master, co
     using Tr = OptimOpTraits<kOp>;
     constexpr int V = OptimEwWidth<kOp, Tp, Tg, kStore>::V;
     const float scale = optim_clip_scale(clip_scale);
-    auto one = [&](size_t i, size_t pi, float wd, float step_lr) {
-        optim_elementwise_one<kOp, Tp, Tg, kStore>(params, master, grads, st, i, pi, wd, step_lr, scale, a, stochastic);
+    auto one = [&](size_t i, size_t pi, float wd, float step_lr, int s) {
+        optim_elementwise_one<kOp, Tp, Tg, kStore>(params, master, grads, st, segments, s, i, pi, wd, step_lr, scale, a,
+                                                   stochastic);
     };
-    auto chunk = [&](size_t i0, size_t p0, float wd, float step_lr) {
+    auto chunk = [&](size_t i0, size_t p0, float wd, float step_lr, int s) {
         constexpr bool k16 = kStore != OPT_STATE_FP32, kStores = Tr::writes_state && Tr::states > 0;
         float p[V], g[V] = {}, x[OPT_SLOTS][V] = {};
         Vec128<__nv_bfloat16> w[OPT_SLOTS][k16 ? V / 8 : 1];  // 16-bit state: its words, encoded as each
@@ -177,6 +210,7 @@ optim_elementwise_kernel(Tp* __restrict__ params, float* __restrict__ master, co
         if constexpr (Tr::reads_grads) optim_load<V>(grads + i0, g);
 #pragma unroll
         for (int k = 0; k < Tr::states; k++) optim_state_load<V, kStore>(st, k, i0, x[k]);
+        if constexpr (kOp == OP_ADAM_MINI) adam_mini_v_load<V>(st, segments[s], s, i0 - segments[s].offset, V, x[OPT_SLOT_V]);
 #pragma unroll
         for (int j = 0; j < V; j++) p[j] = optim_element<kOp>(p[j], g[j] * scale, x[0][j], x[1][j], x[2][j], wd, step_lr, a);
 #pragma unroll
@@ -622,6 +656,10 @@ optim_int8_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
         const int nv = j0 < len ? (len - j0 < V ? (int)(len - j0) : V) : 0;
         const float wd = sg.weight_decay;
         const float step_lr = seg_mul != nullptr ? (a.lr * sg.lr_mult) * seg_mul[s] : a.lr * sg.lr_mult;
+        float vb[V] = {};  // Adam-mini: the elements' block v
+        if constexpr (kOp == OP_ADAM_MINI) {
+            if (nv > 0) adam_mini_v_load<V>(q, sg, s, rel + j0, nv, vb);
+        }
         const size_t so = small_off[s];
         if (so != OPT_NOT_SMALL) { // a small tensor: fp32 state, packed (uniform per block)
             LS_BRANCH("optim_int8.small_tensor");
@@ -630,6 +668,7 @@ optim_int8_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
                 float x[OPT_SLOTS] = {};
 #pragma unroll
                 for (int t = 0; t < K; t++) x[t] = q.small[t][k];
+                if constexpr (kOp == OP_ADAM_MINI) x[OPT_SLOT_V] = vb[j];
                 const float g = Tr::reads_grads ? (float)grads[i] * scale : 0.0f;
                 const float p = optim_element<kOp>(optim_load_param_mrt<Tp>(params, master, i, pi0 + j), g, x[0], x[1],
                                                    x[2], wd, step_lr, a);
@@ -642,6 +681,10 @@ optim_int8_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
             return;
         }
         float p[V], g[V] = {}, x[OPT_SLOTS][V] = {};
+        if constexpr (kOp == OP_ADAM_MINI) {
+#pragma unroll
+            for (int j = 0; j < V; j++) x[OPT_SLOT_V][j] = vb[j];
+        }
         const bool vec = nv == V && i0 % V == 0 && pi0 % V == 0;
         if (vec) {
             LS_BRANCH("optim_int8.vector");
@@ -792,6 +835,10 @@ optim_int4_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
         const int nv = j0 < len ? (len - j0 < V ? (int)(len - j0) : V) : 0;
         const float wd = sg.weight_decay;
         const float step_lr = seg_mul != nullptr ? (a.lr * sg.lr_mult) * seg_mul[s] : a.lr * sg.lr_mult;
+        float vb[V] = {};  // Adam-mini: the elements' block v
+        if constexpr (kOp == OP_ADAM_MINI) {
+            if (nv > 0) adam_mini_v_load<V>(q, sg, s, rel + j0, nv, vb);
+        }
         const size_t so = small_off[s];
         if (so != OPT_NOT_SMALL) {  // a small tensor: fp32 state, packed (uniform per block)
             LS_BRANCH("optim_int4.small_tensor");
@@ -800,6 +847,7 @@ optim_int4_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
                 float x[OPT_SLOTS] = {};
 #pragma unroll
                 for (int t = 0; t < K; t++) x[t] = q.small[t][k];
+                if constexpr (kOp == OP_ADAM_MINI) x[OPT_SLOT_V] = vb[j];
                 const float g = Tr::reads_grads ? (float)grads[i] * scale : 0.0f;
                 const float p = optim_element<kOp>(optim_load_param_mrt<Tp>(params, master, i, pi0 + j), g, x[0], x[1],
                                                    x[2], wd, step_lr, a);
@@ -812,6 +860,10 @@ optim_int4_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
             return;
         }
         float p[V], g[V] = {}, x[OPT_SLOTS][V] = {};
+        if constexpr (kOp == OP_ADAM_MINI) {
+#pragma unroll
+            for (int j = 0; j < V; j++) x[OPT_SLOT_V][j] = vb[j];
+        }
         const bool vec = nv == V && i0 % V == 0 && pi0 % V == 0;
         if (vec) {
             LS_BRANCH("optim_int4.vector");
@@ -890,6 +942,49 @@ optim_int4_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
 }
 
 // ----------------------------------------------------------------------------
+// Adam-mini: v per block of a tensor (llmc/params.h), before the elements' kernel
+
+// One CUDA block of OPT_Q8_THREADS per Adam-mini block of the table (q.mini0), CUDA block k taking
+// blocks k, k + gridDim.x, ...: thread t adds (g * scale)^2 of the block's elements t, t + 256, ...
+// in order with fmaf, then the tree; thread 0 stores the block's new v from the mean. The order of
+// llmc/optim/update.h's adam_mini_block_sum: the CPU's bits.
+template <typename Tg>
+__global__ void __launch_bounds__(OPT_Q8_THREADS)
+adam_mini_v_kernel(const Tg* __restrict__ grads, OptimSlots q, const OptimSegment* __restrict__ segments, int nseg,
+                   OptimStepArgs a, const float* __restrict__ clip_scale) {
+    static_assert(OPT_Q8_THREADS == 256, "the lanes of adam_mini_block_sum");
+    __shared__ float red[OPT_Q8_THREADS];
+    const float scale = optim_clip_scale(clip_scale);
+    const size_t nmini = q.mini0[nseg];
+    int s = blockIdx.x < nmini ? optim_block_segment(q.mini0, nseg, blockIdx.x) : 0;
+    for (size_t i = blockIdx.x; i < nmini; i += gridDim.x) {
+        while (q.mini0[s + 1] <= i) s++;
+        const OptimSegment sg = segments[s];
+        const size_t k = optim_mini_index(&sg, sg.trel) + (i - q.mini0[s]);  // the block in the tensor
+        const size_t len = optim_mini_len(&sg, k);
+        const Tg* g = grads + sg.offset + (optim_mini_start(&sg, k) - sg.trel);
+        float acc = 0.0f;
+        for (size_t j = threadIdx.x; j < len; j += OPT_Q8_THREADS) {
+            const float x = (float)g[j] * scale;
+            acc = fmaf(x, x, acc);
+        }
+        const float sum = optim_tree256(acc, red);
+        if (threadIdx.x == 0) q.vmini[i] = rule_adam_mini_v(sum / (float)len, q.vmini[i], &a);
+        __syncthreads();  // (red is reused)
+    }
+}
+
+template <typename Tg>
+static void adam_mini_v_launch(OptimState* st, const Tg* grads, const OptimStepArgs& a, const float* d_clip_scale,
+                               cudaStream_t stream) {
+    if (st->nmini == 0) return;
+    const size_t full = (size_t)cuda_sm_count() * 8;
+    const unsigned grid = (unsigned)(st->nmini < full ? st->nmini : full);
+    launch(adam_mini_v_kernel<Tg>, grid, OPT_Q8_THREADS, 0, stream, grads, optim_state_slots(st),
+           (const OptimSegment*)st->d_segs, st->nseg, a, d_clip_scale);
+}
+
+// ----------------------------------------------------------------------------
 // the launch of a rule's kernel
 
 // One wave of the elementwise kernel over n elements (its launch bounds' blocks per SM).
@@ -950,9 +1045,9 @@ static void optim_launch(OptimState* st, Tp* params, float* master, const Tg* gr
         }
     } else if (prec == OPT_STATE_BF16) {
         OPT_EW_PARAMS(OPT_STATE_BF16);
-    } else if (prec == OPT_STATE_FP16) {  // AdamW's only (optim_config_check)
-        if constexpr (kOp == OP_ADAMW || kOp == OP_AMSGRAD) OPT_EW_PARAMS(OPT_STATE_FP16);
-        else ls_fatal("optimizer: --opt-state fp16 is AdamW's");
+    } else if (prec == OPT_STATE_FP16) {  // AdamW's and Adam-mini's only (optim_config_check)
+        if constexpr (kOp == OP_ADAMW || kOp == OP_AMSGRAD || kOp == OP_ADAM_MINI) OPT_EW_PARAMS(OPT_STATE_FP16);
+        else ls_fatal("optimizer: --opt-state fp16 is AdamW's and Adam-mini's");
     } else {
         OPT_EW_PARAMS(OPT_STATE_FP32);
     }
