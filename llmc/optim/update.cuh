@@ -39,7 +39,8 @@
  AMSGrad +8 B (+4, +2); SGD with momentum and Lion 20 B (bf16 16 B, int8 ~14 B); plain SGD 12 B;
  4bit: AdamW ~18.6 B (its scales pass reads g and v's codes again), SGD and Lion ~13 B;
  LAMB 40 B; Adam-mini 24 B (its v pass reads g once more; m as in AdamW's storages). bf16 params
- with fp32 master weights: the same as fp32 params plus 2 B (the bf16 copy written); without master weights 6 B less than fp32 (p read and written as bf16, g bf16).
+ with fp32 master weights: the same as fp32 params plus 2 B (the bf16 copy written); without
+ master weights 6 B less than fp32 (p read and written as bf16, g bf16).
 
  optim_launch<rule>(st, ...) is the one place that picks a kernel variant (storage, master weights);
  optim_step_gpu (llmc/optim/engine.cuh) picks the rule. To add a rule: its element function in
