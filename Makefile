@@ -823,7 +823,7 @@ quality-table: $(BUILD)/train_gpt2 data
 # the quality-per-byte frontier: the state precisions of AdamW and Muon, two seeds and three rates
 # each (the CPU trainer; about an hour in all on 2 cores), as a table and build/quality_frontier.png
 FRONTIER_MODES ?= adamw,adamw-bf16,adamw-fp16,adamw-int8,adamw-4bit,adam-mini,adam-mini-bf16,adam-mini-int8,\
-	adam-mini-4bit,muon,muon-bf16,muon-int8
+	adam-mini-4bit,muon,muon-bf16,muon-int8,muon-4bit
 quality-frontier: $(BUILD)/train_gpt2 data
 	$(PYTHON) dev/quality_table.py --bin $(BUILD)/train_gpt2 --modes $(FRONTIER_MODES) --seeds 42,7 \
 		--json $(BUILD)/quality.json

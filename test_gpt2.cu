@@ -280,6 +280,7 @@ static void check_offload(const char* model_path, const char* state_path) {
         {OPT_ADAMW, OPT_STATE_FP32, 0}, {OPT_ADAMW, OPT_STATE_INT8, 1}, {OPT_LION, OPT_STATE_FP32, 0},
         {OPT_LAMB, OPT_STATE_FP32, 1},
         {OPT_MUON, OPT_STATE_INT8, 1},  // (whole matrices per chunk; its AdamW tensors' v packed)
+        {OPT_MUON, OPT_STATE_4BIT, 0},  // (whole tensors per chunk; v's codes packed in whole blocks)
         {OPT_ADAM_MINI, OPT_STATE_4BIT, 0},  // (whole tensors per chunk, the blocks' v copied)
     };
     GPT2Config c;

@@ -42,6 +42,7 @@ MODES = {  # key: (name, flags, learning rates)
     "muon-joined": ("Muon fp32, qkv joined", ["--optimizer", "muon", "--muon-qkv", "joined"], ADAMW_LRS),
     "muon-bf16": ("Muon bf16", ["--optimizer", "muon", "--opt-state", "bf16"], ADAMW_LRS + ["3e-2"]),
     "muon-int8": ("Muon int8", ["--optimizer", "muon", "--opt-state", "int8"], ADAMW_LRS + ["3e-2"]),
+    "muon-4bit": ("Muon 4-bit", ["--optimizer", "muon", "--opt-state", "4bit"], ADAMW_LRS + ["3e-2"]),
     "adam-mini": ("Adam-mini fp32", ["--optimizer", "adam-mini"], ["3e-4"] + ADAMW_LRS),  # (1e-3 was the best)
     "adam-mini-bf16": ("Adam-mini bf16", ["--optimizer", "adam-mini", "--opt-state", "bf16"], ADAMW_LRS),
     "adam-mini-int8": ("Adam-mini int8", ["--optimizer", "adam-mini", "--opt-state", "int8"], ADAMW_LRS),

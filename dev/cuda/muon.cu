@@ -19,7 +19,7 @@
                 output's singular values still land in the quintic's band (~[0.7, 1.2]), which
                 is what Muon needs (dev/reference/optim_ref.py checks the band on the CPU's).
             (2) a whole Muon step through muon_step_gpu (matrix runs of two shapes and AdamW
-            vectors, fp32, bf16 or int8 state) against optim_step_cpu on the same inputs for 4 steps, the
+            vectors, fp32, bf16, int8 or 4-bit state) against optim_step_cpu on the same inputs for 4 steps, the
             CPU's products a float64-accumulated loop here: the state block bit for bit (it depends on
             the gradients only: momentum, AdamW's moments, the same rounding bits); FP32 parameters within
             1e-6 |p| + 1e-4 lr t (the orthogonalized update differs by ~1e-5 relative, scaled by
@@ -189,6 +189,7 @@ static bool check_step(OptimStatePrecision prec, uint64_t seed) {
     for (int l = 0; l < 3; l++) add(16 * 48, 16, 48, 0.1f);
     add(48, 0, 0, 0.0f);
     add(5000, 0, 0, 0.1f);  // (over the int8 size threshold: quantized AdamW state)
+    add(4500, 0, 0, 0.0f);  // (a second: 4-bit v packed after the first's whole blocks)
     for (int l = 0; l < 3; l++) add(128 * 48, 128, 48, 0.1f);  // (quantized momentum, a block straddling rows)
     add(32, 0, 0, 0.0f);
     OptimConfig cfg = optim_config_default(OPT_MUON);
@@ -318,7 +319,7 @@ int main(int argc, char** argv) {
             total++;
             if (!check_orthogonalize(k[0], k[1], k[2], s += 7)) failed++;
         }
-        for (OptimStatePrecision prec : {OPT_STATE_FP32, OPT_STATE_BF16, OPT_STATE_INT8}) {
+        for (OptimStatePrecision prec : {OPT_STATE_FP32, OPT_STATE_BF16, OPT_STATE_INT8, OPT_STATE_4BIT}) {
             total++;
             if (!check_step(prec, s += 7)) failed++;
         }

@@ -72,8 +72,8 @@ def table(pts, front):
     lines = ["| mode | state B/param (GPT-2 124M) | best lr | val loss: mean (seeds) | on the frontier | time (s) |",
              "|---|---|---|---|---|---|"]
     for p in pts:
-        lines.append("| %s | %.3f | %s | %.4f (%.4f .. %.4f) | %s | %.0f |" % (p[0], p[1], p[5], p[2], p[3], p[4],
-                                                                            "yes" if p in front else "", p[6]))
+        lines.append("| %s | %.3f | %s | %.4f (%.4f .. %.4f) | %s | %s |" % (
+            p[0], p[1], p[5], p[2], p[3], p[4], "yes" if p in front else "", "-" if p[6] is None else "%.0f" % p[6]))
     return "\n".join(lines)
 
 

@@ -49,11 +49,14 @@ RTOL, ATOL_LR = 1e-6, 1e-5
 # Muon with bf16 / int8 state: the stored momentum is off by up to 2^-8 (bf16, stochastic) or half
 # a code gap of the block's absmax (int8, 0.0072) relative, the AdamW tensors' m and v likewise, and
 # the Newton-Schulz output moves about as much: per step an element moves by lr * s * |X| with s
-# up to 0.2 sqrt(130) = 2.3 and |X| ~ 1 / sqrt(min dim) <= 0.5, so a few 1e-3 of lr per step
-MUON_LOWP_ATOL = {"bf16": 6e-3, "int8": 2e-2}
+# up to 0.2 sqrt(130) = 2.3 and |X| ~ 1 / sqrt(min dim) <= 0.5, so a few 1e-3 of lr per step;
+# 4-bit: int8's bound times the ratio of the signed maps' widest half gaps, 0.1125 / 0.0072 = 15.6
+MUON_LOWP_ATOL = {"bf16": 6e-3, "int8": 2e-2, "4bit": 0.3}
 # and its AdamW tensors: AdamW's low-precision bounds (dev/cuda/optimizers.cu, dev/test/test_optim.c):
-# p + 0.1 lr t (bf16), p + 0.5 lr t (int8: an element whose v quantizes toward 0 has |u| > 1)
-ADAMW_LOWP_ATOL = {"bf16": 0.1, "int8": 0.5}
+# p + 0.1 lr t (bf16), p + 0.5 lr t (int8: an element whose v quantizes toward 0 has |u| > 1),
+# p + lr t (4bit: m off by up to 0.1125 of its group's max |m| moves |u| by up to ~0.1 of the
+# group's largest, v read on its 1/16 grid of its row's and column's scale; measured up to 0.57 lr t)
+ADAMW_LOWP_ATOL = {"bf16": 0.1, "int8": 0.5, "4bit": 1.0}
 
 # (shapes, seed): odd sizes, single elements, a tensor over the int8 threshold and LAMB's blocks
 SHAPE_SETS = [
@@ -307,6 +310,7 @@ MUON_SHAPE_SETS = [
     ([(96, 32), (32,), (24, 80), (7,), (48, 48), (3, 16, 16), (1,)], 11),
     ([(130, 40), (40,), (3, 24, 24), (33, 65), (5,)], 12),
     ([(128, 64), (5000,), (3, 48, 48), (64,)], 13),  # over the int8 size threshold (4096): quantized
+    ([(4500,), (64, 96), (6000,), (3, 32, 32), (8,)], 14),  # two quantized AdamW tensors (v packed after one)
 ]
 
 
@@ -355,6 +359,7 @@ CONFIGS = [
     # low-precision state against the same float64 Muon (see MUON_LOWP_ATOL)
     ("muon bf16 state", {"kind": "muon", "lr": 2e-2, "wd": 0.1, "momentum": 0.95, "state": "bf16"}, ref_muon),
     ("muon int8 state", {"kind": "muon", "lr": 2e-2, "wd": 0.1, "momentum": 0.95, "state": "int8"}, ref_muon),
+    ("muon 4bit state", {"kind": "muon", "lr": 2e-2, "wd": 0.1, "momentum": 0.95, "state": "4bit"}, ref_muon),
     ("adam-mini", {"kind": "adam-mini", "lr": 1e-3, "wd": 0.1, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8}, ref_adam_mini),
     ("adam-mini bf16 state", {"kind": "adam-mini", "lr": 1e-3, "wd": 0.1, "state": "bf16"}, ref_adam_mini),
     ("adam-mini int8 state", {"kind": "adam-mini", "lr": 1e-3, "wd": 0.1, "state": "int8"}, ref_adam_mini),

@@ -104,7 +104,6 @@ def check_profile(binary, train, val):
 # (dev/test/test_optim_matrix.py runs every optimizer x state x placement cell.)
 REFUSED = [
     (["--optimizer", "sgd", "--momentum", "0", "--opt-state", "int8"], "plain SGD keeps no state", False),
-    (["--optimizer", "muon", "--opt-state", "4bit"], "--opt-state 4bit with --optimizer muon", False),
     (["--muon-scale", "orig"], "are Muon options", False),
     (["--optimizer", "lion", "--muon-adamw-lr", "0.01"], "are Muon options", False),
 ]
@@ -123,6 +122,7 @@ ACCEPTED = [
     (["-pn", "2", "-z", "1", "--offload", "1", "--opt-state", "int8"], True),
     (["-pn", "2", "-z", "1", "--offload", "1", "--opt-state", "4bit", "--amsgrad", "1"], True),
     (["--optimizer", "muon", "--badam", "2", "--muon-qkv", "joined", "--muon-plain", "1"], False),
+    (["--optimizer", "muon", "--opt-state", "4bit", "-pn", "2", "-z", "1", "--offload", "1"], True),
     (["--optimizer", "muon", "-pn", "2", "-z", "0", "--muon-adamw-lr", "0.003"], False),
     (["--optimizer", "muon", "--opt-state", "int8", "--badam", "2"], False),
     (["--optimizer", "muon", "-pn", "2", "-z", "1"], False),  # Muon needs whole matrices, not shards

@@ -1100,7 +1100,6 @@ static void test_config_check(void) {
         {OPT_SGD, OPT_STATE_FP16, 0, 0, 0.9f, 0.0f, "--opt-state fp16 is AdamW's"},
         {OPT_LION, OPT_STATE_FP16, 0, 0, 0.0f, 0.0f, "--optimizer lion takes fp32, bf16, int8 or 4bit"},
         {OPT_LAMB, OPT_STATE_FP16, 0, 0, 0.0f, 0.0f, "--opt-state fp16 is AdamW's"},
-        {OPT_MUON, OPT_STATE_4BIT, 0, 0, 0.95f, 0.0f, "--opt-state 4bit with --optimizer muon"},
         {OPT_SGD, OPT_STATE_4BIT, 0, 0, 0.0f, 0.0f, "--opt-state 4bit with --optimizer sgd --momentum 0"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
@@ -1220,43 +1219,47 @@ static void test_plan(void) {
     cok &= optim_cut_snap(pb.segs, pb.nseg, 100, optim_cut_of(&lion8)) == 8 + OPT_BLOCK;
     cok &= optim_cut_snap(pb.segs, pb.nseg, 100, optim_cut_of(&lamb8)) == 8 + 4096;
     // Muon: its matrices whole, its other tensors as AdamW's (tensor 2 as a 64 x 64 matrix, then not)
-    OptimConfig mu = optim_config_default(OPT_MUON), mu8 = mu;
+    OptimConfig mu = optim_config_default(OPT_MUON), mu8 = mu, mu4 = mu;
     mu8.state = OPT_STATE_INT8;
+    mu4.state = OPT_STATE_4BIT;
     pb.segs[2].mat_rows = pb.segs[2].mat_cols = 64;
     pb.segs[2].mat_parts = 1;
     cok &= optim_cut_snap(pb.segs, pb.nseg, 100, optim_cut_of(&mu)) == 8 + 4096;
     cok &= optim_cut_snap(pb.segs, pb.nseg, 100, optim_cut_of(&mu8)) == 8 + 4096;
+    cok &= optim_cut_snap(pb.segs, pb.nseg, 100, optim_cut_of(&mu4)) == 8 + 4096;
     pb.segs[2].mat_rows = pb.segs[2].mat_cols = 0;
     cok &= optim_cut_snap(pb.segs, pb.nseg, 100, optim_cut_of(&mu)) == 100;
     cok &= optim_cut_snap(pb.segs, pb.nseg, 100, optim_cut_of(&mu8)) == 8 + OPT_BLOCK;
+    cok &= optim_cut_snap(pb.segs, pb.nseg, 100, optim_cut_of(&mu4)) == 8 + 4096;  // (4-bit: v's scales, whole tensors)
     report("cut rules: int8 at blocks, LAMB at tensors, Muon around matrices, elementwise anywhere", cok, "");
 }
 
 // ZeRO-1's parts (llmc/optim/views.h optim_view_parts) over GPT-2 tables: equal shards for AdamW;
-// for Muon from 0 to n, no matrix split, int8 cuts at their tensor's blocks, and each process's
-// state (a matrix element weighs 1, any other 2: its m and v) within a matrix's weight plus an int8
-// block's of an equal share.
+// for Muon from 0 to n, no matrix split, int8 cuts at their tensor's blocks, 4-bit at tensors, and
+// each process's state (a matrix element weighs 1, any other 2: its m and v) within a matrix's
+// weight plus an int8 block's of an equal share (4-bit: the largest tensor's weight).
 static void test_zero_parts(void) {
     const char* descs[] = {"L12C768H12", "L2C16H2T16V512", "L4C128H4"};
     int ok = 1;
-    double worst = 0.0;
+    double worst = 0.0, worst4 = 0.0;
     for (size_t d = 0; d < sizeof descs / sizeof descs[0]; d++) {
         OptimSegment* segs;
         size_t n;
         const int nseg = gpt2_segments(descs[d], &segs, &n);
-        double total = 0.0, maxmat = 0.0;
+        double total = 0.0, maxmat = 0.0, maxadam = 0.0;
         for (int s = 0; s < nseg; s++) {
             total += (segs[s].mat_rows ? 1.0 : 2.0) * (double)segs[s].count;
             if (segs[s].mat_rows && (double)segs[s].count > maxmat) maxmat = (double)segs[s].count;
+            if (!segs[s].mat_rows && 2.0 * (double)segs[s].count > maxadam) maxadam = 2.0 * (double)segs[s].count;
         }
         for (int procs = 2; procs <= 8; procs++) {
             size_t parts[9];
             OptimConfig aw = optim_config_default(OPT_ADAMW);
             ok &= optim_view_parts(&aw, segs, nseg, n, procs, parts) == 1;
             for (int r = 0; r <= procs; r++) ok &= parts[r] == (size_t)r * zero_shard_elems(n, procs);
-            for (int q = 0; q < 2; q++) {
+            for (int q = 0; q < 3; q++) {
                 OptimConfig mu = optim_config_default(OPT_MUON);
-                mu.state = q ? OPT_STATE_INT8 : OPT_STATE_FP32;
+                mu.state = q == 2 ? OPT_STATE_4BIT : q ? OPT_STATE_INT8 : OPT_STATE_FP32;
                 ok &= optim_view_parts(&mu, segs, nseg, n, procs, parts) == 0;
                 ok &= parts[0] == 0 && parts[procs] == n;
                 for (int r = 0; r < procs; r++) {
@@ -1268,19 +1271,22 @@ static void test_zero_parts(void) {
                         if (lo >= hi) continue;
                         w += (segs[s].mat_rows ? 1.0 : 2.0) * (double)(hi - lo);
                         if (segs[s].mat_rows) ok &= lo == a && hi == b;  // whole matrices
-                        if (q && lo > a) ok &= (lo - a) % OPT_BLOCK == 0;  // int8: at its blocks
+                        if (q == 1 && lo > a) ok &= (lo - a) % OPT_BLOCK == 0;  // int8: at its blocks
+                        if (q == 2) ok &= lo == a && hi == b;                   // 4-bit: whole tensors
                     }
                     const double off = fabs(w - total / procs);
-                    ok &= off <= maxmat + 2.0 * OPT_BLOCK + 64.0;
-                    if (d == 0 && off / (total / procs) > worst) worst = off / (total / procs);  // (GPT-2 124M)
+                    ok &= off <= (q == 2 ? (maxmat > maxadam ? maxmat : maxadam) : maxmat + 2.0 * OPT_BLOCK + 64.0);
+                    double* w_of = q == 2 ? &worst4 : &worst;  // (GPT-2 124M)
+                    if (d == 0 && off / (total / procs) > *w_of) *w_of = off / (total / procs);
                 }
             }
         }
         free(segs);
     }
-    char detail[96];
-    snprintf(detail, sizeof detail, "GPT-2 124M, 2-8 processes: worst state %.2f%% off an equal share", 100.0 * worst);
-    report("ZeRO-1 parts: AdamW equal shards; Muon whole matrices, int8 at blocks, the state shared", ok, detail);
+    char detail[128];
+    snprintf(detail, sizeof detail, "GPT-2 124M, 2-8 processes: worst state %.2f%% off an equal share (4-bit: %.0f%%)",
+             100.0 * worst, 100.0 * worst4);
+    report("ZeRO-1 parts: AdamW equal shards; Muon whole matrices, int8 at blocks, 4-bit at tensors, the state shared", ok, detail);
 }
 
 // Adam-mini's ZeRO-1 parts: each cut at the start of a block of one v (checked from the blocks' own

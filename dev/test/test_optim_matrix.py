@@ -95,9 +95,6 @@ EXPECTED_REFUSED = [
      "SGD without momentum has no state to store in bf16, int8, fp16 or 4bit", ["--opt-state", "--momentum"]),
     (("sgd", "sgd+nesterov", "lamb", "lion", "muon"), ("fp16",), "*", "*", "not yet",
      "fp16 state is AdamW's (m and sqrt(v) scaled by 2^14); the others take fp32, bf16 or int8", ["--opt-state", "--optimizer"]),
-    (("muon",), ("4bit",), "*", "*", "not yet",
-     "4-bit state serves AdamW, SGD, Lion and LAMB (Muon's kernels read its state their own way)",
-     ["--opt-state", "--optimizer"]),
 ]
 
 # Resume is bit-exact for these cells (BAdam with --badam 3 there: the resumed step 3 continues
@@ -111,7 +108,8 @@ RESUME_CELLS = [("adamw", "int8", "device"), ("lion", "fp32", "badam"), ("adamw"
                 ("adamw", "fp16", "z1+offload"), ("adamw+amsgrad", "fp16", "badam"), ("adamw", "4bit", "z1+offload"),
                 ("adamw+amsgrad", "4bit", "badam+offload"), ("lion", "4bit", "device"), ("sgd+nesterov", "4bit", "z1"),
                 ("lamb", "4bit", "z1+offload"), ("lamb", "4bit", "badam"), ("adam-mini", "fp32", "device"),
-                ("adam-mini", "int8", "z1"), ("adam-mini", "bf16", "z1+badam"), ("adam-mini", "4bit", "badam")]
+                ("adam-mini", "int8", "z1"), ("adam-mini", "bf16", "z1+badam"), ("adam-mini", "4bit", "badam"),
+                ("muon", "4bit", "z1+offload"), ("muon", "4bit", "badam")]
 
 # Optimizer state bytes per parameter of the whole-model view (llmc/optim/state.h's banner): exact
 # up to each buffer's 64-byte alignment, or (None) at least the number (int8's per-block scales and

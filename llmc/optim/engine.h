@@ -521,10 +521,13 @@ static inline int optim_chunk_copies(const OptimState* whole, const OptimState* 
     const void* pe[] = {part->m, part->v, part->vmax, part->m16, part->v16, part->vmax16, part->qm, part->qv, part->qvmax};
     const size_t es[] = {4, 4, 4, 2, 2, 2, 1, 1, 1};
     const int muon = whole->cfg.kind == OPT_MUON, is_v[] = {0, 1, 0, 0, 1, 0, 0, 1, 0};
-    size_t adam_before = 0;
+    size_t adam_before = 0, adam_blocks = 0;  // (4-bit: v's codes of a tensor in whole blocks; tensors are never cut)
     for (int s = 0; muon && s < whole->nseg && whole->segs[s].offset < a; s++) {  // (a matrix is never cut)
-        const size_t in = a - whole->segs[s].offset;
-        if (whole->adam_off[s] != OPT_NOT_SMALL) adam_before += in < whole->segs[s].count ? in : whole->segs[s].count;
+        const size_t in = a - whole->segs[s].offset, c = in < whole->segs[s].count ? in : whole->segs[s].count;
+        if (whole->adam_off[s] != OPT_NOT_SMALL) {
+            adam_before += c;
+            adam_blocks += (c + OPT_BLOCK - 1) / OPT_BLOCK;
+        }
     }
     for (int i = 0; i < 9; i++) {
         const int packed = muon && is_v[i];
@@ -542,7 +545,11 @@ static inline int optim_chunk_copies(const OptimState* whole, const OptimState* 
     // 4-bit: codes and m's group absmax per block; v's scales (as stored, then the step's) per segment
     const unsigned char* wq[] = {whole->q4m, whole->q4v, whole->q4vmax};
     const unsigned char* pq[] = {part->q4m, part->q4v, part->q4vmax};
-    for (int i = 0; i < 3; i++) k = optim_copy_add(out, k, wb, wq[i], bl, pb, pq[i], part->nblocks, QUANT4_BLOCK_BYTES, 0);
+    for (int i = 0; i < 3; i++) {
+        const int packed = muon && i == 1;
+        k = optim_copy_add(out, k, wb, wq[i], packed ? adam_blocks : bl, pb, pq[i], packed ? part->nadam / OPT_BLOCK : part->nblocks,
+                           QUANT4_BLOCK_BYTES, 0);
+    }
     k = optim_copy_add(out, k, wb, whole->absmax4_m, bl * QUANT4_GROUPS, pb, part->absmax4_m, part->nblocks * QUANT4_GROUPS,
                        sizeof(float), 0);
     const size_t r1 = optim_rank1_before(whole, a);

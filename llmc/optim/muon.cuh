@@ -14,8 +14,9 @@
      fp32 accumulation in the bf16 build), tall matrices as X^T X without a transpose; (4)
      muon_apply_kernel: W = W (1 - lr wd) - lr s X (master weights, stochastic rounding of bf16
      parameters as every optimizer).
- int8 state: the momentum kernel works per quantization block (muon_momentum_int8_kernel), a run's
- pieces hold whole segments so that no block straddles two.
+ int8 and 4-bit state: the momentum kernel works per quantization block (muon_momentum_int8_kernel,
+ muon_momentum_int4_kernel), a run's pieces hold whole segments so that no block straddles two; the
+ AdamW runs' 4-bit v lies packed in whole blocks per tensor (muon_adam_align).
 */
 #ifndef LLMC_OPTIM_MUON_CUH
 #define LLMC_OPTIM_MUON_CUH
@@ -94,6 +95,64 @@ muon_momentum_int8_kernel(const Tg* __restrict__ grads, OptimSlots q, const Opti
             if (j0 + j < len) q.q8[0][start + j0 + j] = quant8_quantize(q.maps, m[j] * inv);
         }
         if (threadIdx.x == 0) q.absmax[0][b] = am;
+    }
+}
+
+// (1) with 4-bit state (llmc/optim/quant4.h): as the int8 kernel, 8 elements per thread (one 32-bit
+// word of codes), m's group absmax over the group's 16 threads (aligned lanes of one warp).
+template <typename Tg, typename Tw>
+__global__ void __launch_bounds__(OPT_Q8_THREADS)
+muon_momentum_int4_kernel(const Tg* __restrict__ grads, OptimSlots q, const OptimSegment* __restrict__ segs,
+                          const size_t* __restrict__ block0, const size_t* __restrict__ small_off, int nseg,
+                          size_t b_first, size_t b_count, size_t u_off, Tw* __restrict__ u, float mu, int nesterov,
+                          const float* __restrict__ clip_scale) {
+    constexpr int V = 8;
+    static_assert(OPT_Q8_THREADS * V == OPT_BLOCK && QUANT4_GROUP % V == 0 && QUANT4_GROUP / V <= 32, "a group in one warp");
+    __shared__ float map4[QUANT4_MAP_FLOATS];
+    if (threadIdx.x < QUANT4_MAP_FLOATS) map4[threadIdx.x] = q.map4[threadIdx.x];
+    __syncthreads();
+    const float scale = optim_clip_scale(clip_scale);
+    for (size_t b = b_first + blockIdx.x; b < b_first + b_count; b += gridDim.x) {
+        const int s = optim_block_segment(block0, nseg, b);
+        const OptimSegment sg = segs[s];
+        const size_t rel = (b - block0[s]) * OPT_BLOCK, rest = sg.count - rel, len = rest < OPT_BLOCK ? rest : OPT_BLOCK;
+        const size_t j0 = (size_t)threadIdx.x * V, start = sg.offset + rel, so = small_off[s];
+        const int nv = j0 < len ? (len - j0 < V ? (int)(len - j0) : V) : 0;
+        unsigned char* blk = q.q4[OPT_SLOT_M] + b * QUANT4_BLOCK_BYTES + j0 / 2;
+        unsigned word = 0;
+        float am = 0.0f;
+        if (so == OPT_NOT_SMALL && nv > 0) {
+            word = nv == V ? *reinterpret_cast<const unsigned*>(blk) : 0u;
+            for (int k = 0; nv < V && 2 * k < nv; k++) word |= (unsigned)blk[k] << (8 * k);
+            am = q.absmax4[b * QUANT4_GROUPS + j0 / QUANT4_GROUP];
+        }
+        float m[V];
+        float mx = 0.0f;
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            m[j] = 0.0f;
+            if (j >= nv) continue;
+            const size_t i = start + j0 + j;
+            const float old = so != OPT_NOT_SMALL ? q.small[0][so + rel + j0 + j] : map4[(word >> (4 * j)) & 15u] * am;
+            const float gi = (float)grads[i] * scale;
+            m[j] = fmaf(mu, old, gi);
+            u[i - u_off] = muon_from_float<Tw>(nesterov ? fmaf(mu, m[j], gi) : m[j]);
+            if (so != OPT_NOT_SMALL) q.small[0][so + rel + j0 + j] = m[j];
+            mx = fmaxf(mx, fabsf(m[j]));
+        }
+        if (so != OPT_NOT_SMALL) continue;  // (uniform per CUDA block)
+#pragma unroll
+        for (int o = QUANT4_GROUP / V / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        const float inv = quant4_inv(mx);
+        unsigned w = 0;
+#pragma unroll
+        for (int j = 0; j < V; j++) w |= (j < nv ? quant4_quantize_signed(map4, m[j] * inv) : 0u) << (4 * j);
+        if (j0 % QUANT4_GROUP == 0 && nv > 0) q.absmax4[b * QUANT4_GROUPS + j0 / QUANT4_GROUP] = mx;
+        if (nv == V) {
+            *reinterpret_cast<unsigned*>(blk) = w;
+        } else {  // the block's end: the bytes holding its elements only (the CPU's)
+            for (int k = 0; 2 * k < nv; k++) blk[k] = (unsigned char)(w >> (8 * k));
+        }
     }
 }
 
@@ -190,11 +249,25 @@ static inline void muon_adam_substate(const OptimState* st, const MuonRun* r, Op
     a->m32 = st->m32 ? st->m32 + small : NULL;
     a->v32 = st->v32 ? st->v32 + small : NULL;
     a->maps = st->maps;
+    // 4-bit: m's codes and group absmax by block, v's codes at the run's packed blocks (block-aligned
+    // per tensor: muon_adam_align), v's scales from the run's first (the step's new ones st's stride on)
+    size_t r1 = 0;
+    for (int k = 0; k < r->nseg; k++) {
+        if (st->rank1_off[r->first + k] != OPT_NOT_SMALL) { r1 = st->rank1_off[r->first + k]; break; }
+    }
+    a->q4m = st->q4m ? st->q4m + b0 * QUANT4_BLOCK_BYTES : NULL;
+    a->q4v = st->q4v ? st->q4v + r->aoff / OPT_BLOCK * QUANT4_BLOCK_BYTES : NULL;
+    a->absmax4_m = st->absmax4_m ? st->absmax4_m + b0 * QUANT4_GROUPS : NULL;
+    a->rank1_v = st->rank1_v ? st->rank1_v + r1 : NULL;
+    a->rank1_stride = st->rank1_stride;
+    a->map4 = st->map4;
     a->owns_memory = 0;
     a->on_device = 1;
     cudaCheck(cudaMalloc((void**)&a->d_segs, (size_t)a->nseg * sizeof(OptimSegment)));
     cudaCheck(cudaMalloc((void**)&a->d_block0, ((size_t)a->nseg + 1) * sizeof(size_t)));
     cudaCheck(cudaMalloc((void**)&a->d_small_off, (size_t)a->nseg * sizeof(size_t)));
+    cudaCheck(cudaMalloc((void**)&a->d_rank1_off, (size_t)a->nseg * sizeof(size_t)));
+    cudaCheck(cudaMemcpy(a->d_rank1_off, a->rank1_off, (size_t)a->nseg * sizeof(size_t), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(a->d_segs, a->segs, (size_t)a->nseg * sizeof(OptimSegment), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(a->d_block0, a->block0, ((size_t)a->nseg + 1) * sizeof(size_t), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(a->d_small_off, a->small_off, (size_t)a->nseg * sizeof(size_t), cudaMemcpyHostToDevice));
@@ -226,6 +299,7 @@ static inline void muon_plan_free(OptimState* st) {
         if (P->runs[r].matrix) continue;
         OptimState* a = &P->adam[r];
         cudaCheck(cudaFree(a->d_small_off));
+        cudaCheck(cudaFree(a->d_rank1_off));
         cudaCheck(cudaFree(a->d_block0));
         cudaCheck(cudaFree(a->d_segs));
         a->on_device = 0;
@@ -318,14 +392,15 @@ static void muon_step_gpu(OptimState* st, Tp* params, float* master, const Tg* g
             MuonRun part = *r;
             part.batch = nb;
             const size_t n = (size_t)nb * per, off = r->off + (size_t)b0 * per, param = r->param + (size_t)b0 * per;
-            if (c->state == OPT_STATE_INT8) {
+            if (c->state == OPT_STATE_INT8 || c->state == OPT_STATE_4BIT) {
                 const int s0 = r->first + b0 / r->per_seg, ns = nb / r->per_seg;
                 const size_t bf = st->block0[s0], bc = st->block0[s0 + ns] - bf;
                 const OptimSlots q = optim_state_slots(st);
                 const unsigned grid = (unsigned)(bc < (size_t)cuda_sm_count() * 8 ? bc : (size_t)cuda_sm_count() * 8);
-                launch(muon_momentum_int8_kernel<Tg, Tp>, grid > 0 ? grid : 1, OPT_Q8_THREADS, 0, stream, grads, q,
-                       (const OptimSegment*)st->d_segs, (const size_t*)st->d_block0, (const size_t*)st->d_small_off,
-                       st->nseg, bf, bc, off, x, c->momentum, c->nesterov, d_clip_scale);
+                launch(c->state == OPT_STATE_INT8 ? muon_momentum_int8_kernel<Tg, Tp> : muon_momentum_int4_kernel<Tg, Tp>,
+                       grid > 0 ? grid : 1, OPT_Q8_THREADS, 0, stream, grads, q, (const OptimSegment*)st->d_segs,
+                       (const size_t*)st->d_block0, (const size_t*)st->d_small_off, st->nseg, bf, bc, off, x, c->momentum,
+                       c->nesterov, d_clip_scale);
             } else if (c->state == OPT_STATE_BF16) {
                 launch(muon_momentum_kernel<Tg, Tp, true>, muon_grid(n), MUON_THREADS, 0, stream, grads + off,
                        (float*)nullptr, st->m16 + off, x, n, param, c->momentum, c->nesterov, key, d_clip_scale);

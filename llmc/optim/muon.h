@@ -18,10 +18,11 @@
 
  State: m (n elements, the step's buffer indexes): the matrices' momentum B and the AdamW tensors'
  first moment; v (the AdamW tensors' elements only, packed: adam_off[s] is segment s's first
- element there, OPT_NOT_SMALL for a matrix). fp32, bf16 (rounded stochastically) or int8 (blockwise),
- stored as every rule's state (llmc/optim/storage.h); the AdamW tensors through the template's
- update (llmc/optim/update.h) as AdamW. fp32 GPT-2 124M: 4 B/param + 4 B per AdamW element (the embeddings: 32% of the model)
- = 5.27 B/param, where AdamW keeps 8 (+0.27 of scratch).
+ element there, OPT_NOT_SMALL for a matrix; 4-bit: each tensor from a whole block). fp32, bf16
+ (rounded stochastically), int8 (blockwise) or 4-bit, stored as every rule's state
+ (llmc/optim/storage.h); the AdamW tensors through the template's update (llmc/optim/update.h) as
+ AdamW. fp32 GPT-2 124M: 4 B/param + 4 B per AdamW element (the embeddings: 32% of the model)
+ = 5.27 B/param, where AdamW keeps 8 (+0.27 of scratch); 4-bit: 0.71.
  The Newton-Schulz products run through a matrix-multiply hook (OptimGemm: OpenBLAS's sgemm on
  the CPU), so the optimizer library needs no BLAS of its own; the scratch (X, its next value,
  A and B') is the largest matrix's, carved after the state.
@@ -103,15 +104,18 @@ static inline size_t muon_work_floats(const OptimSegment* segs, int nseg, int qk
 }
 
 // The AdamW tensors' packed v: adam_off[s] is segment s's first element there, or OPT_NOT_SMALL
-// for a Muon matrix. Returns the packed length.
-static inline size_t muon_adam_build(const OptimSegment* segs, int nseg, size_t* adam_off) {
+// for a Muon matrix; each tensor's elements rounded up to a multiple of `align` (4-bit state:
+// OPT_BLOCK, so that a tensor's codes start a block of their own). Returns the packed length.
+static inline size_t muon_adam_build(const OptimSegment* segs, int nseg, size_t align, size_t* adam_off) {
     size_t k = 0;
     for (int s = 0; s < nseg; s++) {
         adam_off[s] = segs[s].mat_rows != 0 ? OPT_NOT_SMALL : k;
-        if (segs[s].mat_rows == 0) k += segs[s].count;
+        if (segs[s].mat_rows == 0) k += (segs[s].count + align - 1) / align * align;
     }
     return k;
 }
+// The packing's alignment for a state precision.
+static inline size_t muon_adam_align(OptimStatePrecision state) { return state == OPT_STATE_4BIT ? OPT_BLOCK : 1; }
 
 // ----------------------------------------------------------------------------
 // runs: consecutive segments the GPU steps together (llmc/optim/muon.cuh)
@@ -182,7 +186,7 @@ static inline int muon_piece(const MuonRun* r) {
 // (the norms' partial sums).
 static inline void muon_device_work(const OptimSegment* segs, int nseg, int qkv_joined, size_t* elems, size_t* floats) {
     size_t* aoff = (size_t*)mallocCheck((size_t)(nseg > 0 ? nseg : 1) * sizeof(size_t));
-    muon_adam_build(segs, nseg, aoff);
+    muon_adam_build(segs, nseg, 1, aoff);
     MuonRun runs[MUON_MAX_RUNS];
     const int nr = muon_runs_build(segs, nseg, qkv_joined, aoff, runs);
     free(aoff);
@@ -259,13 +263,25 @@ static inline void muon_adamw_segment(const MuonBuffers* M, const OptimConfig* c
     const OptimTable t1 = {&one, 1, block0, small_off, t->ix, NULL};
     OptimSlots r = M->slots;
     const size_t at[2] = {off, vo};  // where m's and v's elements start
+    const size_t q4b[2] = {b0, vo / OPT_BLOCK};  // 4-bit: m's first block, v's (its packing is block-aligned)
     for (int k = OPT_SLOT_M; k <= OPT_SLOT_V; k++) {
         if (r.f32[k] != NULL) r.f32[k] += at[k];
         if (r.h16[k] != NULL) r.h16[k] += at[k];
         if (r.q8[k] != NULL) r.q8[k] += at[k];
         if (r.absmax[k] != NULL) r.absmax[k] += b0;
         if (r.small[k] != NULL && so != OPT_NOT_SMALL) r.small[k] += so;
+        if (r.q4[k] != NULL) r.q4[k] += q4b[k] * QUANT4_BLOCK_BYTES;
     }
+    // 4-bit: m's group absmax by block; v's scales: the segment's alone (the new ones nrank1 further)
+    size_t rank1_off[1] = {OPT_NOT_SMALL};
+    if (r.absmax4 != NULL) r.absmax4 += b0 * QUANT4_GROUPS;
+    r.rank1_len = 0;
+    if (r.rank1[OPT_SLOT_V] != NULL && r.rank1_off[s] != OPT_NOT_SMALL) {
+        r.rank1[OPT_SLOT_V] += r.rank1_off[s];
+        rank1_off[0] = 0;
+        r.rank1_len = optim_rank1_floats(&one);
+    }
+    r.rank1_off = rank1_off;
     OptimConfig cw = *c;
     cw.kind = OPT_ADAMW;
     cw.amsgrad = 0;

@@ -22,7 +22,7 @@
    int8  k B + 4k B/block + 4k B/small element + 2 KB maps
    4bit  k/2 B (codes in whole OPT_BLOCK blocks) + 4 B per 128 elements (m's absmax) + 4k B/small
          element + 2 x 4 B per row and column of each tensor per v slot (its scales, and the step's
-         new ones) + 128 B map; every optimizer but Muon
+         new ones) + 128 B map (Muon: v's codes packed per tensor in whole blocks)
  LAMB adds 8 B/block + 4 B/segment (its block sums and trust ratios) at every precision.
  GPT-2 124M with per-layer segments (optim_segments_build_layers), B/param:
             fp32    bf16    int8    4bit
@@ -30,6 +30,7 @@
    lamb     8.004   4.004   2.016   1.057
    sgd      4       2       1.006   0.536   (momentum 0: none)
    lion     4       2       1.006   0.536
+   muon     5.271   2.635   1.329   0.712   (momentum of the matrices, m and v of the rest)
  Not counted: the host copies of the segment and block tables (a few KB) and, for int8 state on
  the CPU, the quantize indexes (2 x 257 KB, quant8_index_build).
  The GPU uses the same layout in device memory (llmc/optim/engine.cuh: optim_state_init_device,
@@ -40,9 +41,8 @@
  Combinations: every optimizer with state at every precision (AdamW's bf16 and int8 kernels:
  dev/cuda/adamw.cu versions 6a, 6b; SGD's, Lion's and LAMB's: llmc/optim/update.h and
  llmc/optim/engine.cuh); plain SGD (momentum 0) keeps no state, so bf16 or int8 state has no
- meaning for it; Nesterov needs momentum > 0 and no dampening (as torch.optim.SGD); 4-bit state
- serves every optimizer but Muon (whose kernels read its state their own way).
- optim_config_check says which flags conflict.
+ meaning for it; Nesterov needs momentum > 0 and no dampening (as torch.optim.SGD); fp16 state is
+ AdamW's and Adam-mini's. optim_config_check says which flags conflict.
 */
 #ifndef LLMC_OPTIM_STATE_H
 #define LLMC_OPTIM_STATE_H
@@ -109,9 +109,6 @@ static inline int optim_config_check(const OptimConfig* c, char* msg, size_t siz
     } else if (c->state == OPT_STATE_FP16 && c->kind != OPT_ADAMW && c->kind != OPT_ADAM_MINI) {
         snprintf(msg, size, "--opt-state fp16 is AdamW's and Adam-mini's (m and sqrt(v) scaled by 2^14, llmc/optim/storage.h); "
                  "--optimizer %s takes fp32, bf16, int8 or 4bit state", kn);
-    } else if (c->state == OPT_STATE_4BIT && c->kind == OPT_MUON) {
-        snprintf(msg, size, "--opt-state 4bit with --optimizer muon: 4-bit state serves adamw, sgd, lion and lamb; muon "
-                 "takes fp32, bf16 or int8 state");
     } else if (c->state != OPT_STATE_FP32 && c->kind == OPT_SGD && c->momentum == 0.0f) {
         snprintf(msg, size, "--opt-state %s with --optimizer sgd --momentum 0: plain SGD keeps no state to store in %s",
                  optim_precision_name(c->state), optim_precision_name(c->state));
@@ -197,6 +194,8 @@ typedef struct {
     size_t* small_off;     // (nseg) int8, 4bit: offset of a small tensor's fp32 state, or OPT_NOT_SMALL
     size_t* rank1_off;     // (nseg) 4bit: offset of a segment's v scales (optim_rank1_build), or OPT_NOT_SMALL
     size_t nblocks, nsmall, nrank1;
+    size_t rank1_stride;   // 4bit: the new scales' distance from the stored ones (nrank1; Muon's AdamW
+                           // sub-states on the GPU: their parent's, whose scales they point into)
     size_t* adam_off;      // (nseg) Muon: a segment's first element in the packed v of the AdamW tensors, or
                            // OPT_NOT_SMALL for a matrix
     size_t nadam;          // Muon: elements of the AdamW tensors (v's length)
@@ -296,10 +295,10 @@ static inline void optim_state_carve(OptimState* st, uintptr_t base) {
     OPT_CARVE(vmax32, float, st->nsmall, ams && (i8 || q4));
     OPT_CARVE(maps, float, QUANT8_MAP_FLOATS, has_m && i8);
     OPT_CARVE(q4m, unsigned char, st->nblocks * QUANT4_BLOCK_BYTES, has_m && q4);
-    OPT_CARVE(q4v, unsigned char, st->nblocks * QUANT4_BLOCK_BYTES, has_v && q4);
+    OPT_CARVE(q4v, unsigned char, muon ? nv / 2 : st->nblocks * QUANT4_BLOCK_BYTES, (has_v || muon) && q4);  // (Muon: nv in whole blocks)
     OPT_CARVE(q4vmax, unsigned char, st->nblocks * QUANT4_BLOCK_BYTES, ams && q4);
     OPT_CARVE(absmax4_m, float, st->nblocks * QUANT4_GROUPS, has_m && q4);
-    OPT_CARVE(rank1_v, float, 2 * st->nrank1, has_v && q4);
+    OPT_CARVE(rank1_v, float, 2 * st->nrank1, (has_v || muon) && q4);
     OPT_CARVE(rank1_vmax, float, 2 * st->nrank1, ams && q4);
     OPT_CARVE(map4, float, QUANT4_MAP_FLOATS, has_m && q4);
     OPT_CARVE(vmini, float, st->nmini, c->kind == OPT_ADAM_MINI);
@@ -324,7 +323,7 @@ static inline size_t optim_state_bytes(const OptimConfig* cfg, const OptimSegmen
     size_t* r1 = (size_t*)mallocCheck(((size_t)nseg + 1) * sizeof(size_t));
     st.nrank1 = optim_rank1_build(segs, nseg, tmp, r1);
     free(r1);
-    st.nadam = muon_adam_build(segs, nseg, tmp);
+    st.nadam = muon_adam_build(segs, nseg, muon_adam_align(cfg->state), tmp);
     st.nmini = cfg->kind == OPT_ADAM_MINI ? optim_mini_build(segs, nseg, tmp) : 0;
     free(tmp);
     optim_state_carve(&st, 0);
@@ -380,6 +379,7 @@ static inline void optim_state_setup(OptimState* st, const OptimConfig* cfg, con
     for (int s = 0; s < nseg; s++) st->rank1_off[s] = OPT_NOT_SMALL;
     if (cfg->state == OPT_STATE_4BIT) {
         st->nrank1 = optim_rank1_build(segs, nseg, st->small_off, st->rank1_off);
+        st->rank1_stride = st->nrank1;
         for (int s = 0; s < nseg; s++) {  // (the GPU walks a segment's rows and columns in 32 bits)
             if (segs[s].trel + segs[s].count > 0xffffffffu) {
                 ls_fatal("optimizer: --opt-state 4bit: tensor piece %d reaches element %zu (4-bit state takes tensors of "
@@ -394,7 +394,7 @@ static inline void optim_state_setup(OptimState* st, const OptimConfig* cfg, con
     }
     if (cfg->kind == OPT_MUON) {
         st->adam_off = (size_t*)mallocCheck((size_t)nseg * sizeof(size_t));
-        st->nadam = muon_adam_build(segs, nseg, st->adam_off);
+        st->nadam = muon_adam_build(segs, nseg, muon_adam_align(cfg->state), st->adam_off);
         st->nwork = muon_work_floats(segs, nseg, cfg->muon_qkv_joined);
     }
     optim_state_carve(st, 0);
@@ -462,6 +462,7 @@ static inline OptimSlots optim_state_slots(const OptimState* st) {
                     st->map4,
                     {NULL, st->rank1_v, st->rank1_vmax},
                     st->on_device ? st->d_rank1_off : st->rank1_off,
+                    st->rank1_stride,
                     st->nrank1,
                     st->vmini,
                     st->on_device ? st->d_mini0 : st->mini0};

@@ -71,9 +71,10 @@ typedef struct {
     unsigned char* q4[OPT_SLOTS];    // (nblocks * QUANT4_BLOCK_BYTES) 4bit codes, two per byte
     float* absmax4;                  // (nblocks * QUANT4_GROUPS) 4bit: m's absmax per group
     const float* map4;               // (QUANT4_MAP_FLOATS) 4bit: m's signed map, its midpoints
-    float* rank1[OPT_SLOTS];         // (2 * nrank1) 4bit v, vmax: the scales as stored, then the new ones
+    float* rank1[OPT_SLOTS];         // 4bit v, vmax: the scales as stored (rank1_len), the new ones nrank1 further
     const size_t* rank1_off;         // (nseg) 4bit: a segment's scales in rank1[], or OPT_NOT_SMALL
-    size_t nrank1;                   // 4bit: the floats of one set of scales
+    size_t nrank1;                   // 4bit: the floats of one set of the state's scales (the new ones' distance)
+    size_t rank1_len;                // 4bit: this table's scales (nrank1; Muon's AdamW tensors: theirs alone)
     float* vmini;                    // (nmini) Adam-mini: v per block, fp32 at every storage
     const size_t* mini0;             // (nseg + 1) Adam-mini: each segment's first block in vmini
 } OptimSlots;

@@ -1025,11 +1025,11 @@ static void optim_launch(OptimState* st, Tp* params, float* master, const Tg* gr
         const size_t full = (size_t)cuda_sm_count() * 8;
         const unsigned grid = (unsigned)(st->nblocks < full ? st->nblocks : full);
         // (LAMB's update reads what its moments pass stored, with the scales it made: lamb_moments)
-        const bool scales = Tr::states > 1 && Tr::writes_state && st->nrank1 > 0;
+        const bool scales = Tr::states > 1 && Tr::writes_state && slots.rank1_len > 0;
         if constexpr (Tr::states > 1 && Tr::writes_state) {
             if (scales) {
                 for (int t = OPT_SLOT_V; t < Tr::states; t++) {
-                    cudaCheck(cudaMemsetAsync(slots.rank1[t] + st->nrank1, 0, st->nrank1 * sizeof(float), stream));
+                    cudaCheck(cudaMemsetAsync(slots.rank1[t] + slots.nrank1, 0, slots.rank1_len * sizeof(float), stream));
                 }
                 launch(optim_q4_scales_kernel<kOp == OP_AMSGRAD, Tg>, grid, OPT_Q8_THREADS, 0, stream, grads, slots, segs,
                        (const size_t*)st->d_block0, st->nseg, a, d_clip_scale);
@@ -1040,7 +1040,7 @@ static void optim_launch(OptimState* st, Tp* params, float* master, const Tg* gr
                sr);
         if (scales) {  // the new scales become the stored ones
             for (int t = OPT_SLOT_V; t < Tr::states; t++) {
-                cudaCheck(cudaMemcpyAsync(slots.rank1[t], slots.rank1[t] + st->nrank1, st->nrank1 * sizeof(float),
+                cudaCheck(cudaMemcpyAsync(slots.rank1[t], slots.rank1[t] + slots.nrank1, slots.rank1_len * sizeof(float),
                                           cudaMemcpyDeviceToDevice, stream));
             }
         }
@@ -1078,15 +1078,15 @@ static void lamb_moments(OptimState* st, const Tp* params, const float* master, 
     else if (prec == OPT_STATE_INT8) lamb_moments_launch<Tp, Tg, OPT_STATE_INT8>(st, params, master, grads, a, d_clip_scale, stream);
     else if (prec == OPT_STATE_4BIT) {  // v's new scales, the moments stored with them, then they are the stored ones
         const OptimSlots S = optim_state_slots(st);
-        if (st->nrank1 > 0) {
-            cudaCheck(cudaMemsetAsync(S.rank1[1] + st->nrank1, 0, st->nrank1 * sizeof(float), stream));
+        if (S.rank1_len > 0) {
+            cudaCheck(cudaMemsetAsync(S.rank1[1] + S.nrank1, 0, S.rank1_len * sizeof(float), stream));
             const unsigned grid = (unsigned)(st->nblocks < (size_t)cuda_sm_count() * 8 ? st->nblocks : (size_t)cuda_sm_count() * 8);
             launch(optim_q4_scales_kernel<false, Tg>, grid, OPT_Q8_THREADS, 0, stream, grads, S, (const OptimSegment*)st->d_segs,
                    (const size_t*)st->d_block0, st->nseg, a, d_clip_scale);
         }
         lamb_moments_launch<Tp, Tg, OPT_STATE_4BIT>(st, params, master, grads, a, d_clip_scale, stream);
-        if (st->nrank1 > 0) {
-            cudaCheck(cudaMemcpyAsync(S.rank1[1], S.rank1[1] + st->nrank1, st->nrank1 * sizeof(float), cudaMemcpyDeviceToDevice,
+        if (S.rank1_len > 0) {
+            cudaCheck(cudaMemcpyAsync(S.rank1[1], S.rank1[1] + S.nrank1, S.rank1_len * sizeof(float), cudaMemcpyDeviceToDevice,
                                       stream));
         }
     } else lamb_moments_launch<Tp, Tg, OPT_STATE_FP32>(st, params, master, grads, a, d_clip_scale, stream);

@@ -453,7 +453,7 @@ static inline void update4_scales(const OptimConfig* c, const OptimStepArgs* a, 
 // After the update: the new scales become the stored ones.
 static inline void update4_scales_commit(const OptimConfig* c, const OptimSlots* st) {
     for (int k = OPT_SLOT_V; k < optim_slots(c); k++) {
-        memcpy(st->rank1[k], st->rank1[k] + st->nrank1, st->nrank1 * sizeof(float));
+        memcpy(st->rank1[k], st->rank1[k] + st->nrank1, st->rank1_len * sizeof(float));
     }
 }
 
@@ -472,7 +472,7 @@ static inline void optim_update_cpu(const OptimConfig* c, const OptimStepArgs* a
     const size_t nblocks = t->block0[t->nseg];
     if (lamb && (partials == NULL || trust == NULL)) ls_fatal("optimizer: LAMB's block sums or trust ratios are missing");
     if (mini && (t->mini0 == NULL || st->vmini == NULL)) ls_fatal("optimizer: Adam-mini's blocks are missing");
-    const int scales = prec == OPT_STATE_4BIT && nslot > OPT_SLOT_V && st->nrank1 > 0;
+    const int scales = prec == OPT_STATE_4BIT && nslot > OPT_SLOT_V && st->rank1_len > 0;
     #pragma omp parallel
     {
         float buf[OPT_SLOTS][OPT_BLOCK];

@@ -40,7 +40,9 @@ static inline OptimCut optim_cut_of(const OptimConfig* c) {
     if (c->kind == OPT_ADAM_MINI) {  // whole blocks of one v (and whole int8 blocks or 4-bit tensors)
         return c->state == OPT_STATE_4BIT ? OPTIM_CUT_TENSOR : c->state == OPT_STATE_INT8 ? OPTIM_CUT_MINI_BLOCK : OPTIM_CUT_MINI;
     }
-    if (c->kind == OPT_MUON) return c->state == OPT_STATE_INT8 ? OPTIM_CUT_MATRIX_BLOCK : OPTIM_CUT_MATRIX;
+    if (c->kind == OPT_MUON) {  // (4-bit: the AdamW tensors whole, for v's rank-1 scales)
+        return c->state == OPT_STATE_INT8 ? OPTIM_CUT_MATRIX_BLOCK : c->state == OPT_STATE_4BIT ? OPTIM_CUT_TENSOR : OPTIM_CUT_MATRIX;
+    }
     if (c->state == OPT_STATE_INT8) return OPTIM_CUT_BLOCK;
     if (c->state == OPT_STATE_4BIT) return OPTIM_CUT_TENSOR;  // v's rank-1 scales span the segment
     return OPTIM_CUT_ELEMENT;

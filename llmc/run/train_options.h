@@ -141,7 +141,7 @@ static const CliFlag train_flags[] = {
     {NULL, "profile", CLI_SWITCH, OPT(profile), 0, 1, NULL, CLI_GPU, "run a warm-up step and one profiled step, print the device time per kernel family (ms, % of the step, calls) and exit"},
     // the optimizer family (llmc/optim/state.h; GPU kernels in llmc/optim/update.cuh)
     {NULL, "optimizer", CLI_CHOICE, OPT(optimizer), 0, 0, optim_kind_choices, CLI_BOTH, "the optimizer"},
-    {NULL, "opt-state", CLI_CHOICE, OPT(opt_state), 0, 0, optim_precision_choices, CLI_BOTH, "precision of the optimizer state (m, v; none for plain SGD; fp16: AdamW only; 4bit: not Muon)"},
+    {NULL, "opt-state", CLI_CHOICE, OPT(opt_state), 0, 0, optim_precision_choices, CLI_BOTH, "precision of the optimizer state (m, v; none for plain SGD; fp16: AdamW and Adam-mini only)"},
     {NULL, "amsgrad", CLI_SWITCH, OPT(amsgrad), 0, 1, NULL, CLI_BOTH, "AdamW with AMSGrad (the running max of v)"},
     {NULL, "nesterov", CLI_SWITCH, OPT(nesterov), 0, 1, NULL, CLI_BOTH, "SGD with Nesterov momentum"},
     {NULL, "momentum", CLI_FLOAT, OPT(momentum), -1, 0.9999, NULL, CLI_BOTH, "SGD and Muon momentum (-1: SGD 0.9, Muon 0.95)"},
