@@ -32,6 +32,7 @@
  kCases with its bytes per parameter and tolerances.
 */
 #include "dev/cuda/lab_optim.h"
+#include "dev/cuda/optim_step_parts.h"
 #include "llmc/optim/engine.cuh"
 #include "llmc/kernels/global_norm.cuh"
 #include "llmc/optim/optim.h" // the CPU trainer's AdamW, compared bit for bit with version 5
@@ -290,6 +291,8 @@ static void run_v4(const Case&, Bufs& b, const Problem&, const LabHyper& hp, int
 // Versions 5, 6a, 6b: the production launch of the AdamW rule, optim_launch (llmc/optim/update.cuh:
 // the kernel optim_step_gpu picks for AdamW), on the case's state (alloc_case). (Not optim_step_gpu
 // itself: it instantiates every rule, which doubles this lab's build: 25 s against 12 s.)
+OPT_PART_ADAMW(extern, float)  // (fp32 and bf16 parameters with their own grads: the lab's parts)
+OPT_PART_ADAMW(extern, __nv_bfloat16)
 template <typename Tp, typename Tg>
 static void run_prod(const Case& c, Bufs& b, const Problem&, const LabHyper& hp, int step, cudaStream_t st) {
     const OptimStepArgs a = optim_step_args(&b.st.cfg, hp.lr, step);

@@ -5,6 +5,12 @@
 # and <lab>_fp16 (-DENABLE_FP16) the other two. The others (adamw, optimizers, global_norm, ...)
 # do not touch floatX in a way that differs by precision and are built once.
 LAB_PRECISION_LABS := encoder layernorm gelu fused_classifier muon matmul attention
+# Labs with parts: dev/cuda/parts/<part>.cu compiled apart and linked to the lab (the optimizer
+# step's launchers, dev/cuda/optim_step_parts.h: no one file holds every rule's kernels).
+LAB_PARTS_optimizers := $(foreach f,adamw sgd_lion lamb_muon,optim_step_$(f)_f32 optim_step_$(f)_bf16)
+LAB_PARTS_adamw := optim_step_adamw_f32 optim_step_adamw_bf16
+# (a lab's part objects under a build directory)
+lab_parts = $(patsubst %,$(1)/parts/%.o,$(LAB_PARTS_$(2)))
 # Every lab links the same libraries: cuBLAS(Lt) (matmul, attention and muon call it through
 # llmc/kernels/matmul.cuh), libdl (attention opens the cuDNN library at run time) and OpenMP's
 # runtime (the host references' parallel loops; nvcc passes -Xcompiler -fopenmp to the compile

@@ -56,8 +56,17 @@
  To add a case: a row in kCases (an OptimConfig and a parameter format).
 */
 #include "dev/cuda/lab_optim.h"
+#include "dev/cuda/optim_step_parts.h"
 #include "llmc/optim/engine.cuh"
 #include "llmc/optim/state.h"
+
+// every rule's launchers in both parameter types: built in the lab's parts (dev/cuda/labs.mk)
+OPT_PART_ADAMW(extern, float)
+OPT_PART_ADAMW(extern, __nv_bfloat16)
+OPT_PART_SGD_LION(extern, float)
+OPT_PART_SGD_LION(extern, __nv_bfloat16)
+OPT_PART_LAMB_MUON(extern, float)
+OPT_PART_LAMB_MUON(extern, __nv_bfloat16)
 
 // ----------------------------------------------------------------------------
 // the problems (lab_optim.h): deterministic data

@@ -41,15 +41,21 @@ CUDA_LABS := $(filter-out harness_selftest,$(patsubst dev/cuda/%.cu,%,$(CUDA_SOU
 CUDA_TEST_CMDS := $(BUILD)/cuda/harness_selftest -q $(foreach l,$(CUDA_LABS),&& $(BUILD)/cuda/$(l) --check -q) && \
 	$(BUILD)/cuda/adamw --bench -r 2 -n 20000 >/dev/null
 
-# Header dependencies come from the compiler (-MMD): only the headers a lab file includes.
+# Header dependencies come from the compiler (-MMD): only the headers a lab file includes. A lab's
+# parts (dev/cuda/labs.mk: LAB_PARTS_<lab>) are objects of their own, linked to it.
 $(BUILD)/cuda/%: dev/cuda/%.cu
 	@mkdir -p $(@D)
 	@test -f $(CUDA_HOME)/include/cuda_runtime.h || { echo "error: CUDA headers not found in $(CUDA_HOME)/include (set CUDA_HOME)"; exit 1; }
 	@echo "  CXX   $@ (CPU harness)"
-	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) -MMD -MP -MF $@.d $< -o $@ $(CUDA_HARNESS_LIBS)
--include $(wildcard $(BUILD)/cuda/*.d)
+	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) -MMD -MP -MF $@.d $< -x none $(filter %.o,$^) -o $@ $(CUDA_HARNESS_LIBS)
+$(BUILD)/cuda/parts/%.o: dev/cuda/parts/%.cu
+	@mkdir -p $(@D)
+	@echo "  CXX   $@ (CPU harness, a lab's part)"
+	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) -MMD -MP -MF $@.d -c $< -o $@
+CUDA_PART_OBJS := $(patsubst dev/cuda/parts/%.cu,$(BUILD)/cuda/parts/%.o,$(wildcard dev/cuda/parts/*.cu))
+-include $(wildcard $(BUILD)/cuda/*.d $(BUILD)/cuda/parts/*.d)
 # (a binary built before it had a .d file depends on every header once)
-$(foreach b,$(CUDA_HARNESS_BINS),$(if $(wildcard $(b).d),,$(eval $(b): $(LLMC_HEADERS) $(LLMC_CUDA_HEADERS) $(HARNESS_HEADERS) $(wildcard dev/cuda/*.h))))
+$(foreach b,$(CUDA_HARNESS_BINS) $(CUDA_PART_OBJS),$(if $(wildcard $(b).d),,$(eval $(b): $(LLMC_HEADERS) $(LLMC_CUDA_HEADERS) $(HARNESS_HEADERS) $(wildcard dev/cuda/*.h))))
 
 .PHONY: cuda-harness test-cuda test-cuda-san cuda-compile-check cuda-gpu
 cuda-harness: $(CUDA_HARNESS_BINS)
@@ -86,6 +92,7 @@ TEST_SAN_PHONY += test-cuda-san
 # runs --check of each and a --bench smoke run of some (small shapes on the harness); the nvcc
 # compile check of every precision build is dev/cuda/Makefile's.
 include dev/cuda/labs.mk
+$(foreach l,$(CUDA_LABS),$(eval $(BUILD)/cuda/$(l): $(call lab_parts,$(BUILD)/cuda,$(l))))
 CUDA_PRECISION_LABS := encoder layernorm gelu fused_classifier
 define CUDA_PRECISION_RULES
 $$(BUILD)/cuda/%_$(1): dev/cuda/%.cu

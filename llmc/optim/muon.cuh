@@ -357,8 +357,8 @@ static void muon_orthogonalize_gpu(const OptimState* st, const MuonRun* part, Tw
 }
 
 template <typename Tp, typename Tg>
-static void muon_step_gpu(OptimState* st, Tp* params, float* master, const Tg* grads, float lr, int step, bool sr,
-                          const float* d_clip_scale, cudaStream_t stream) {
+void muon_step_gpu(OptimState* st, Tp* params, float* master, const Tg* grads, float lr, int step, bool sr,
+                   const float* d_clip_scale, cudaStream_t stream) {
     const OptimConfig* c = &st->cfg;
     if (st->muon_plan == NULL) st->muon_plan = muon_plan_build(st);
     MuonPlan* P = (MuonPlan*)st->muon_plan;

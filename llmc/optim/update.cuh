@@ -577,8 +577,8 @@ lamb_moments_kernel(const Tp* __restrict__ params, const float* __restrict__ mas
 
 // trust[s] from the partial sums of the blocks of segment s's tensor: its own, and those of the
 // adjacent pieces of the same tensor (optim_tensor_blocks). One CUDA block of LAMB_THREADS per
-// segment.
-__global__ void __launch_bounds__(LAMB_THREADS)
+// segment. (static: the one kernel here that is not a template, in each translation unit its own)
+static __global__ void __launch_bounds__(LAMB_THREADS)
 lamb_trust_kernel(float* __restrict__ trust, const float* __restrict__ partials, const OptimSegment* __restrict__ segments,
                   const size_t* __restrict__ block0, int nseg) {
     __shared__ double red[LAMB_THREADS];
@@ -976,8 +976,8 @@ adam_mini_v_kernel(const Tg* __restrict__ grads, OptimSlots q, const OptimSegmen
 }
 
 template <typename Tg>
-static void adam_mini_v_launch(OptimState* st, const Tg* grads, const OptimStepArgs& a, const float* d_clip_scale,
-                               cudaStream_t stream) {
+void adam_mini_v_launch(OptimState* st, const Tg* grads, const OptimStepArgs& a, const float* d_clip_scale,
+                        cudaStream_t stream) {
     if (st->nmini == 0) return;
     const size_t full = (size_t)cuda_sm_count() * 8;
     const unsigned grid = (unsigned)(st->nmini < full ? st->nmini : full);
@@ -1001,8 +1001,8 @@ static unsigned optim_elementwise_grid(size_t n) {
 // for int8, in the variant of the parameters (master weights: bf16 params only). seg_mul: LAMB's
 // trust ratios (or NULL); sr: bf16 params rounded stochastically.
 template <int kOp, typename Tp, typename Tg>
-static void optim_launch(OptimState* st, Tp* params, float* master, const Tg* grads, const float* seg_mul,
-                         const OptimStepArgs& a, bool sr, const float* d_clip_scale, cudaStream_t stream) {
+void optim_launch(OptimState* st, Tp* params, float* master, const Tg* grads, const float* seg_mul,
+                  const OptimStepArgs& a, bool sr, const float* d_clip_scale, cudaStream_t stream) {
     using Tr = OptimOpTraits<kOp>;
     const OptimSlots slots = optim_state_slots(st);
     const OptimSegment* segs = st->d_segs;
@@ -1118,8 +1118,8 @@ static void lamb_apply(OptimState* st, Tp* params, float* master, const Tg* grad
 }
 
 template <typename Tp, typename Tg>
-static void lamb_update(OptimState* st, Tp* params, float* master, const Tg* grads, const OptimStepArgs& a,
-                        bool stochastic, const float* d_clip_scale, cudaStream_t stream) {
+void lamb_update(OptimState* st, Tp* params, float* master, const Tg* grads, const OptimStepArgs& a,
+                 bool stochastic, const float* d_clip_scale, cudaStream_t stream) {
     lamb_moments(st, params, master, grads, a, d_clip_scale, stream);
     lamb_trust(st, stream);
     lamb_apply(st, params, master, grads, a, stochastic, d_clip_scale, stream);

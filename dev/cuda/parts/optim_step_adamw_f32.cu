@@ -1,0 +1,5 @@
+// optim_step_adamw_f32.cu: the optimizer step's launchers of AdamW, AMSGrad and Adam-mini for f32 parameters,
+// a part of the labs that link it (dev/cuda/optim_step_parts.h, dev/cuda/labs.mk).
+#include "dev/cuda/optim_step_parts.h"
+
+OPT_PART_ADAMW(OPT_PART_NONE, float)
