@@ -14,9 +14,9 @@
      fp32 accumulation in the bf16 build), tall matrices as X^T X without a transpose; (4)
      muon_apply_kernel: W = W (1 - lr wd) - lr s X (master weights, stochastic rounding of bf16
      parameters as every optimizer).
- int8 and 4-bit state: the momentum kernel works per quantization block (muon_momentum_int8_kernel,
- muon_momentum_int4_kernel), a run's pieces hold whole segments so that no block straddles two; the
- AdamW runs' 4-bit v lies packed in whole blocks per tensor (muon_adam_align).
+ int8 and 4-bit state: the momentum kernel works per quantization block (muon_momentum_q_kernel),
+ a run's pieces hold whole segments so that no block straddles two; the AdamW runs' 4-bit v lies
+ packed in whole blocks per tensor (muon_adam_align).
 */
 #ifndef LLMC_OPTIM_MUON_CUH
 #define LLMC_OPTIM_MUON_CUH
@@ -56,61 +56,25 @@ __global__ void muon_momentum_kernel(const Tg* __restrict__ g, float* __restrict
     }
 }
 
-// (1) with int8 state: one CUDA block per quantization block b in [b_first, b_first + b_count) (whole
-// segments): dequantize (or the small tensor's fp32), B = mu B + g, U, the block's new absmax and
-// codes: the CPU's muon_momentum_segment bit for bit. u holds the piece from state element u_off.
-template <typename Tg, typename Tw>
+// (1) with int8 or 4-bit state: one CUDA block per quantization block b in [b_first, b_first +
+// b_count) (whole segments): dequantize (or the small tensor's fp32), B = mu B + g, U, then the
+// block's new absmax (int8) or its groups' (4-bit, llmc/optim/quant4.h: over a group's 16 threads,
+// aligned lanes of one warp; a thread's 8 codes are one 32-bit word) and the codes: the CPU's
+// muon_momentum_segment bit for bit. u holds the piece from state element u_off.
+template <typename Tg, typename Tw, bool kQ4>
 __global__ void __launch_bounds__(OPT_Q8_THREADS)
-muon_momentum_int8_kernel(const Tg* __restrict__ grads, OptimSlots q, const OptimSegment* __restrict__ segs,
-                          const size_t* __restrict__ block0, const size_t* __restrict__ small_off, int nseg,
-                          size_t b_first, size_t b_count, size_t u_off, Tw* __restrict__ u, float mu, int nesterov,
-                          const float* __restrict__ clip_scale) {
+muon_momentum_q_kernel(const Tg* __restrict__ grads, OptimSlots q, const OptimSegment* __restrict__ segs,
+                       const size_t* __restrict__ block0, const size_t* __restrict__ small_off, int nseg,
+                       size_t b_first, size_t b_count, size_t u_off, Tw* __restrict__ u, float mu, int nesterov,
+                       const float* __restrict__ clip_scale) {
     constexpr int V = OPT_BLOCK / OPT_Q8_THREADS;
+    static_assert(!kQ4 || (V == 8 && QUANT4_GROUP % V == 0 && QUANT4_GROUP / V <= 32), "a 4-bit group in one warp");
     __shared__ float red[OPT_Q8_THREADS / 32];
-    const float scale = optim_clip_scale(clip_scale);
-    for (size_t b = b_first + blockIdx.x; b < b_first + b_count; b += gridDim.x) {
-        const int s = optim_block_segment(block0, nseg, b);
-        const OptimSegment sg = segs[s];
-        const size_t rel = (b - block0[s]) * OPT_BLOCK, rest = sg.count - rel, len = rest < OPT_BLOCK ? rest : OPT_BLOCK;
-        const size_t j0 = (size_t)threadIdx.x * V, start = sg.offset + rel, so = small_off[s];
-        const float am_old = so == OPT_NOT_SMALL ? q.absmax[0][b] : 0.0f;
-        float m[V];
-        float mx = 0.0f;
-#pragma unroll
-        for (int j = 0; j < V; j++) {
-            m[j] = 0.0f;
-            if (j0 + j >= len) continue;
-            const size_t i = start + j0 + j;
-            const float old = so != OPT_NOT_SMALL ? q.small[0][so + rel + j0 + j] : q.maps[q.q8[0][i]] * am_old;
-            const float gi = (float)grads[i] * scale;
-            m[j] = fmaf(mu, old, gi);
-            u[i - u_off] = muon_from_float<Tw>(nesterov ? fmaf(mu, m[j], gi) : m[j]);
-            if (so != OPT_NOT_SMALL) q.small[0][so + rel + j0 + j] = m[j];
-            mx = fmaxf(mx, fabsf(m[j]));
-        }
-        if (so != OPT_NOT_SMALL) continue;  // (uniform per CUDA block: no barrier skipped by a part)
-        const float am = optim_block_max(mx, red), inv = quant8_inv_absmax(am);
-#pragma unroll
-        for (int j = 0; j < V; j++) {
-            if (j0 + j < len) q.q8[0][start + j0 + j] = quant8_quantize(q.maps, m[j] * inv);
-        }
-        if (threadIdx.x == 0) q.absmax[0][b] = am;
+    __shared__ float map4[kQ4 ? QUANT4_MAP_FLOATS : 1];
+    if constexpr (kQ4) {
+        if (threadIdx.x < QUANT4_MAP_FLOATS) map4[threadIdx.x] = q.map4[threadIdx.x];
+        __syncthreads();
     }
-}
-
-// (1) with 4-bit state (llmc/optim/quant4.h): as the int8 kernel, 8 elements per thread (one 32-bit
-// word of codes), m's group absmax over the group's 16 threads (aligned lanes of one warp).
-template <typename Tg, typename Tw>
-__global__ void __launch_bounds__(OPT_Q8_THREADS)
-muon_momentum_int4_kernel(const Tg* __restrict__ grads, OptimSlots q, const OptimSegment* __restrict__ segs,
-                          const size_t* __restrict__ block0, const size_t* __restrict__ small_off, int nseg,
-                          size_t b_first, size_t b_count, size_t u_off, Tw* __restrict__ u, float mu, int nesterov,
-                          const float* __restrict__ clip_scale) {
-    constexpr int V = 8;
-    static_assert(OPT_Q8_THREADS * V == OPT_BLOCK && QUANT4_GROUP % V == 0 && QUANT4_GROUP / V <= 32, "a group in one warp");
-    __shared__ float map4[QUANT4_MAP_FLOATS];
-    if (threadIdx.x < QUANT4_MAP_FLOATS) map4[threadIdx.x] = q.map4[threadIdx.x];
-    __syncthreads();
     const float scale = optim_clip_scale(clip_scale);
     for (size_t b = b_first + blockIdx.x; b < b_first + b_count; b += gridDim.x) {
         const int s = optim_block_segment(block0, nseg, b);
@@ -118,13 +82,17 @@ muon_momentum_int4_kernel(const Tg* __restrict__ grads, OptimSlots q, const Opti
         const size_t rel = (b - block0[s]) * OPT_BLOCK, rest = sg.count - rel, len = rest < OPT_BLOCK ? rest : OPT_BLOCK;
         const size_t j0 = (size_t)threadIdx.x * V, start = sg.offset + rel, so = small_off[s];
         const int nv = j0 < len ? (len - j0 < V ? (int)(len - j0) : V) : 0;
-        unsigned char* blk = q.q4[OPT_SLOT_M] + b * QUANT4_BLOCK_BYTES + j0 / 2;
-        unsigned word = 0;
-        float am = 0.0f;
+        unsigned char* blk4 = kQ4 ? q.q4[OPT_SLOT_M] + b * QUANT4_BLOCK_BYTES + j0 / 2 : nullptr;
+        unsigned word = 0;  // (4-bit: the thread's codes)
+        float am = 0.0f;    // the stored absmax of the block (int8) or of the thread's group (4-bit)
         if (so == OPT_NOT_SMALL && nv > 0) {
-            word = nv == V ? *reinterpret_cast<const unsigned*>(blk) : 0u;
-            for (int k = 0; nv < V && 2 * k < nv; k++) word |= (unsigned)blk[k] << (8 * k);
-            am = q.absmax4[b * QUANT4_GROUPS + j0 / QUANT4_GROUP];
+            if constexpr (kQ4) {
+                word = nv == V ? *reinterpret_cast<const unsigned*>(blk4) : 0u;
+                for (int k = 0; nv < V && 2 * k < nv; k++) word |= (unsigned)blk4[k] << (8 * k);
+                am = q.absmax4[b * QUANT4_GROUPS + j0 / QUANT4_GROUP];
+            } else {
+                am = q.absmax[0][b];
+            }
         }
         float m[V];
         float mx = 0.0f;
@@ -133,25 +101,37 @@ muon_momentum_int4_kernel(const Tg* __restrict__ grads, OptimSlots q, const Opti
             m[j] = 0.0f;
             if (j >= nv) continue;
             const size_t i = start + j0 + j;
-            const float old = so != OPT_NOT_SMALL ? q.small[0][so + rel + j0 + j] : map4[(word >> (4 * j)) & 15u] * am;
+            float old;
+            if (so != OPT_NOT_SMALL) old = q.small[0][so + rel + j0 + j];
+            else if constexpr (kQ4) old = map4[(word >> (4 * j)) & 15u] * am;
+            else old = q.maps[q.q8[0][i]] * am;
             const float gi = (float)grads[i] * scale;
             m[j] = fmaf(mu, old, gi);
             u[i - u_off] = muon_from_float<Tw>(nesterov ? fmaf(mu, m[j], gi) : m[j]);
             if (so != OPT_NOT_SMALL) q.small[0][so + rel + j0 + j] = m[j];
             mx = fmaxf(mx, fabsf(m[j]));
         }
-        if (so != OPT_NOT_SMALL) continue;  // (uniform per CUDA block)
+        if (so != OPT_NOT_SMALL) continue;  // (uniform per CUDA block: no barrier skipped by a part)
+        if constexpr (kQ4) {
 #pragma unroll
-        for (int o = QUANT4_GROUP / V / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        const float inv = quant4_inv(mx);
-        unsigned w = 0;
+            for (int o = QUANT4_GROUP / V / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            const float inv = quant4_inv(mx);
+            unsigned w = 0;
 #pragma unroll
-        for (int j = 0; j < V; j++) w |= (j < nv ? quant4_quantize_signed(map4, m[j] * inv) : 0u) << (4 * j);
-        if (j0 % QUANT4_GROUP == 0 && nv > 0) q.absmax4[b * QUANT4_GROUPS + j0 / QUANT4_GROUP] = mx;
-        if (nv == V) {
-            *reinterpret_cast<unsigned*>(blk) = w;
-        } else {  // the block's end: the bytes holding its elements only (the CPU's)
-            for (int k = 0; 2 * k < nv; k++) blk[k] = (unsigned char)(w >> (8 * k));
+            for (int j = 0; j < V; j++) w |= (j < nv ? quant4_quantize_signed(map4, m[j] * inv) : 0u) << (4 * j);
+            if (j0 % QUANT4_GROUP == 0 && nv > 0) q.absmax4[b * QUANT4_GROUPS + j0 / QUANT4_GROUP] = mx;
+            if (nv == V) {
+                *reinterpret_cast<unsigned*>(blk4) = w;
+            } else {  // the block's end: the bytes holding its elements only (the CPU's)
+                for (int k = 0; 2 * k < nv; k++) blk4[k] = (unsigned char)(w >> (8 * k));
+            }
+        } else {
+            const float amn = optim_block_max(mx, red), inv = quant8_inv_absmax(amn);
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                if (j < nv) q.q8[0][start + j0 + j] = quant8_quantize(q.maps, m[j] * inv);
+            }
+            if (threadIdx.x == 0) q.absmax[0][b] = amn;
         }
     }
 }
@@ -397,7 +377,7 @@ void muon_step_gpu(OptimState* st, Tp* params, float* master, const Tg* grads, f
                 const size_t bf = st->block0[s0], bc = st->block0[s0 + ns] - bf;
                 const OptimSlots q = optim_state_slots(st);
                 const unsigned grid = (unsigned)(bc < (size_t)cuda_sm_count() * 8 ? bc : (size_t)cuda_sm_count() * 8);
-                launch(c->state == OPT_STATE_INT8 ? muon_momentum_int8_kernel<Tg, Tp> : muon_momentum_int4_kernel<Tg, Tp>,
+                launch(c->state == OPT_STATE_INT8 ? muon_momentum_q_kernel<Tg, Tp, false> : muon_momentum_q_kernel<Tg, Tp, true>,
                        grid > 0 ? grid : 1, OPT_Q8_THREADS, 0, stream, grads, q, (const OptimSegment*)st->d_segs,
                        (const size_t*)st->d_block0, (const size_t*)st->d_small_off, st->nseg, bf, bc, off, x, c->momentum,
                        c->nesterov, d_clip_scale);
