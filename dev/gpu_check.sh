@@ -664,7 +664,8 @@ labs_check() {
     "$LAB/harness_selftest" -q || rc=1
     for lab in "$LAB"/*; do
         case $lab in *.d | */harness_selftest) continue ;; esac
-        [ -f "$lab" ] && [ -x "$lab" ] || continue  # (parts/: the labs' objects)
+        [ -f "$lab" ] || continue  # (parts/: the labs' objects)
+        [ -x "$lab" ] || continue
         echo "--- $lab --check"
         "$lab" --check -q || { echo "error: $lab --check failed"; rc=1; }
     done
