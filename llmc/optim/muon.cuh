@@ -68,7 +68,7 @@ muon_momentum_q_kernel(const Tg* __restrict__ grads, OptimSlots q, const OptimSe
                        size_t b_first, size_t b_count, size_t u_off, Tw* __restrict__ u, float mu, int nesterov,
                        const float* __restrict__ clip_scale) {
     constexpr int V = OPT_BLOCK / OPT_Q8_THREADS;
-    static_assert(!kQ4 || (V == 8 && QUANT4_GROUP % V == 0 && QUANT4_GROUP / V <= 32), "a 4-bit group in one warp");
+    static_assert(!kQ4 || V == 8, "4-bit: a thread's codes are one 32-bit word");
     __shared__ float red[OPT_Q8_THREADS / 32];
     __shared__ float map4[kQ4 ? QUANT4_MAP_FLOATS : 1];
     if constexpr (kQ4) {
@@ -83,12 +83,11 @@ muon_momentum_q_kernel(const Tg* __restrict__ grads, OptimSlots q, const OptimSe
         const size_t j0 = (size_t)threadIdx.x * V, start = sg.offset + rel, so = small_off[s];
         const int nv = j0 < len ? (len - j0 < V ? (int)(len - j0) : V) : 0;
         unsigned char* blk4 = kQ4 ? q.q4[OPT_SLOT_M] + b * QUANT4_BLOCK_BYTES + j0 / 2 : nullptr;
-        unsigned word = 0;  // (4-bit: the thread's codes)
+        unsigned word = 0;  // (4-bit: the thread's codes, one word of the block's bytes)
         float am = 0.0f;    // the stored absmax of the block (int8) or of the thread's group (4-bit)
         if (so == OPT_NOT_SMALL && nv > 0) {
             if constexpr (kQ4) {
-                word = nv == V ? *reinterpret_cast<const unsigned*>(blk4) : 0u;
-                for (int k = 0; nv < V && 2 * k < nv; k++) word |= (unsigned)blk4[k] << (8 * k);
+                word = *reinterpret_cast<const unsigned*>(blk4);
                 am = q.absmax4[b * QUANT4_GROUPS + j0 / QUANT4_GROUP];
             } else {
                 am = q.absmax[0][b];
@@ -113,18 +112,13 @@ muon_momentum_q_kernel(const Tg* __restrict__ grads, OptimSlots q, const OptimSe
         }
         if (so != OPT_NOT_SMALL) continue;  // (uniform per CUDA block: no barrier skipped by a part)
         if constexpr (kQ4) {
-#pragma unroll
-            for (int o = QUANT4_GROUP / V / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            mx = quant4_group_max<V>(mx);
             const float inv = quant4_inv(mx);
             unsigned w = 0;
 #pragma unroll
             for (int j = 0; j < V; j++) w |= (j < nv ? quant4_quantize_signed(map4, m[j] * inv) : 0u) << (4 * j);
             if (j0 % QUANT4_GROUP == 0 && nv > 0) q.absmax4[b * QUANT4_GROUPS + j0 / QUANT4_GROUP] = mx;
-            if (nv == V) {
-                *reinterpret_cast<unsigned*>(blk4) = w;
-            } else {  // the block's end: the bytes holding its elements only (the CPU's)
-                for (int k = 0; 2 * k < nv; k++) blk4[k] = (unsigned char)(w >> (8 * k));
-            }
+            quant4_store_word(blk4, w, nv);
         } else {
             const float amn = optim_block_max(mx, red), inv = quant8_inv_absmax(amn);
 #pragma unroll

@@ -759,6 +759,24 @@ optim_int8_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
 // dequantize, the rule, m's group absmax over the group's 16 threads, the codes. Tensors under
 // QUANT8_MIN_ELEMS: fp32 state, packed (q.small).
 
+// m's group absmax: the max of |m| over the group's QUANT4_GROUP / V threads (aligned lanes of one warp).
+template <int V>
+__device__ __forceinline__ float quant4_group_max(float mx) {
+    static_assert(QUANT4_GROUP % V == 0 && QUANT4_GROUP / V <= 32, "a group is whole threads of one warp");
+#pragma unroll
+    for (int o = QUANT4_GROUP / V / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    return mx;
+}
+// A thread's 8 codes w into its place blk in the block's bytes: the whole word, or at the block's
+// end (nv < 8 elements) the bytes holding its elements only (the CPU's).
+__device__ __forceinline__ void quant4_store_word(unsigned char* blk, unsigned w, int nv) {
+    if (nv == 8) {
+        *reinterpret_cast<unsigned*>(blk) = w;
+    } else {
+        for (int k = 0; 2 * k < nv; k++) blk[k] = (unsigned char)(w >> (8 * k));
+    }
+}
+
 __device__ __forceinline__ void optim_atomic_max_pos(float* at, float x) {
     if (x == x) atomicMax(reinterpret_cast<unsigned*>(at), __float_as_uint(x));  // (x >= +0; NaN skipped, as the CPU)
 }
@@ -825,7 +843,6 @@ optim_int4_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
     using Tr = OptimOpTraits<kOp>;
     constexpr int V = 8, K = Tr::states;
     static_assert(OPT_Q8_THREADS * V == OPT_BLOCK, "one CUDA block per block");
-    static_assert(QUANT4_GROUP % V == 0 && QUANT4_GROUP / V <= 32, "a group is whole threads of one warp");
     __shared__ float map4[QUANT4_MAP_FLOATS];
     if (threadIdx.x < QUANT4_MAP_FLOATS) map4[threadIdx.x] = q.map4[threadIdx.x];
     __syncthreads();
@@ -906,9 +923,7 @@ optim_int4_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
                 mx = fabsf(x[0][j]) > mx ? fabsf(x[0][j]) : mx;
             }
         }
-        // m's group absmax: the max over the group's QUANT4_GROUP / V threads (aligned lanes of one warp)
-#pragma unroll
-        for (int o = QUANT4_GROUP / V / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        mx = quant4_group_max<V>(mx);  // m's group absmax
 #pragma unroll
         for (int t = 0; t < (Tr::writes_state ? K : 0); t++) {
             unsigned w = 0;
@@ -925,12 +940,7 @@ optim_int4_kernel(Tp* __restrict__ params, float* __restrict__ master, const Tg*
                     if (j < nv) w |= quant4_quantize_linear(x[t][j] * quant4_inv(storage4_min(nR[at.r], nR[rows + at.c]))) << (4 * j);
                 }
             }
-            unsigned char* blk = q.q4[t] + b * QUANT4_BLOCK_BYTES + j0 / 2;
-            if (nv == V) {
-                *reinterpret_cast<unsigned*>(blk) = w;
-            } else {  // the block's end: the bytes holding its elements only (the CPU's)
-                for (int k = 0; 2 * k < nv; k++) blk[k] = (unsigned char)(w >> (8 * k));
-            }
+            quant4_store_word(q.q4[t] + b * QUANT4_BLOCK_BYTES + j0 / 2, w, nv);
         }
         if (vec) {
             optim_store_params_mrt<V, Tp>(stochastic, params, master, i0, pi0, p, a.rng_key);
