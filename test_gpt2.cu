@@ -71,6 +71,10 @@ static size_t check_memory_model(const GPT2* model, int B, int T, size_t badam_b
         CHECK(predicted.bytes[i] == model->mem.bytes[i], "%s memory %s: predicted %zu bytes, allocated %zu", what,
               mem_category_names[i], predicted.bytes[i], model->mem.bytes[i]);
     }
+    for (int i = 0; i < MEM_COUNT; i++) {
+        CHECK(predicted.host[i] == model->mem.host[i], "%s host memory %s: predicted %zu bytes, allocated %zu", what,
+              mem_category_names[i], predicted.host[i], model->mem.host[i]);
+    }
     CHECK(predicted.host_pinned == model->mem.host_pinned, "%s memory: host pinned predicted %zu, allocated %zu", what,
           predicted.host_pinned, model->mem.host_pinned);
     return memory_report_total(&predicted);
@@ -271,35 +275,46 @@ static void check_resume(const char* model_path, const char* state_path, const T
     rmdir(dir);
 }
 
-// --offload: the same steps as the on-device update, bit for bit (losses, parameters, the whole
-// state block), with the state on the host and only two chunks of staging on the device (chunks
-// that do not divide the parameter count), for optimizers whose chunks cut differently: elements
-// (AdamW, Lion), int8 absmax blocks, LAMB's and 4-bit tensors (Adam-mini's: the blocks' v too).
+// --offload stream and cpu: the same steps as the on-device update, bit for bit (losses,
+// parameters, the whole state block), with the state on the host. stream: only two chunks of
+// staging on the device (chunks that do not divide the parameter count), for optimizers whose
+// chunks cut differently: elements (AdamW, Lion), int8 absmax blocks, LAMB's and 4-bit tensors
+// (Adam-mini's: the blocks' v too). cpu: the CPU's update of every rule but Muon, no state or
+// master weights on the device.
 static void check_offload(const char* model_path, const char* state_path) {
-    static const struct { OptimKind kind; OptimStatePrecision state; int sanitized; } cases[] = {
-        {OPT_ADAMW, OPT_STATE_FP32, 0}, {OPT_ADAMW, OPT_STATE_INT8, 1}, {OPT_LION, OPT_STATE_FP32, 0},
-        {OPT_LAMB, OPT_STATE_FP32, 1},
-        {OPT_MUON, OPT_STATE_INT8, 1},  // (whole matrices per chunk; its AdamW tensors' v packed)
-        {OPT_MUON, OPT_STATE_4BIT, 0},  // (whole tensors per chunk; v's codes packed in whole blocks)
-        {OPT_ADAM_MINI, OPT_STATE_4BIT, 0},  // (whole tensors per chunk, the blocks' v copied)
+    static const struct { OptimKind kind; OptimStatePrecision state; int sanitized, badam; } cases[] = {
+        {OPT_ADAMW, OPT_STATE_FP32, 0, 0}, {OPT_ADAMW, OPT_STATE_INT8, 1, 0}, {OPT_LION, OPT_STATE_FP32, 0, 0},
+        {OPT_LAMB, OPT_STATE_FP32, 1, 0},
+        {OPT_MUON, OPT_STATE_INT8, 1, 0},  // (whole matrices per chunk; its AdamW tensors' v packed)
+        {OPT_MUON, OPT_STATE_4BIT, 0, 0},  // (whole tensors per chunk; v's codes packed in whole blocks)
+        {OPT_ADAM_MINI, OPT_STATE_4BIT, 0, 0},  // (whole tensors per chunk, the blocks' v copied)
+        // a BAdam block per step: views whose parameters are not at their state's offsets (cpu: the
+        // host's rounding keys the global index), in bf16 state (its rounding too)
+        {OPT_ADAMW, OPT_STATE_BF16, 1, 1},
     };
     GPT2Config c;
     ParamTable pt;
     RefState s;
     ref_load(model_path, state_path, &c, &pt, &s);
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        if (LS_SANITIZED && !cases[i].sanitized) { continue; }  // (elements: int8's cut covers them)
+    for (size_t i = 0; i < 2 * sizeof(cases) / sizeof(cases[0]); i++) {
+        const int mode = i % 2 ? OFFLOAD_CPU : OFFLOAD_STREAM;
+        const size_t ci = i / 2;
+        if (LS_SANITIZED && !cases[ci].sanitized) { continue; }  // (elements: int8's cut covers them)
+        if (mode == OFFLOAD_CPU && cases[ci].kind == OPT_MUON) { continue; }  // (refused: test_cli.py)
+        if (mode == OFFLOAD_STREAM && cases[ci].badam) { continue; }  // (the matrix's badam+offload cells)
         TrainOptions o;
         train_options_defaults(&o);
         trainer_defaults(&o);  // the build's attention
-        o.optimizer = cases[i].kind;
-        o.opt_state = cases[i].state;
-        if (cases[i].kind == OPT_LION) { o.beta2 = 0.99f; }
+        o.optimizer = cases[ci].kind;
+        o.opt_state = cases[ci].state;
+        if (cases[ci].kind == OPT_LION) { o.beta2 = 0.99f; }
+        if (cases[ci].badam) { o.badam = 1; o.badam_order = BADAM_DESCENDING; o.badam_embed = 1; }
         TrainOptions oo = o;
-        oo.offload = 1;
+        oo.offload = mode;
         oo.offload_chunk = (int)(pt.total / 3 + 1000);  // 3 full chunks and a short one
         char what[64];
-        snprintf(what, sizeof(what), "offload %s %s", optim_kind_name(cases[i].kind), optim_precision_name(cases[i].state));
+        snprintf(what, sizeof(what), "offload %s %s %s%s", offload_choices[mode], optim_kind_name(cases[ci].kind),
+                 optim_precision_name(cases[ci].state), cases[ci].badam ? " --badam 1" : "");
         GPT2 on, off;
         gpt2_build(&on, model_path, 5, s.B, s.T, &o);
         gpt2_build(&off, model_path, 5, s.B, s.T, &oo);
@@ -309,6 +324,9 @@ static void check_offload(const char* model_path, const char* state_path) {
         // staging are more than the on-device state)
         CHECK(off.mem.bytes[MEM_OPT_STATE] < on.mem.bytes[MEM_OPT_STATE] || 2 * off.stage_elems > pt.total,
               "%s: device state is the staging only (%zu vs %zu)", what, off.mem.bytes[MEM_OPT_STATE], on.mem.bytes[MEM_OPT_STATE]);
+        CHECK(mode != OFFLOAD_CPU || (off.mem.bytes[MEM_OPT_STATE] == 0 && off.mem.bytes[MEM_MASTER] == 0 &&
+                                      off.mem.host[MEM_MASTER] == off.opt.max_elems * sizeof(float)),
+              "%s: no state or master weights on the device, fp32 master weights on the host", what);
         float la[4], lb[4];
         const int steps = san_steps(4, 2);
         memset(la, 0, sizeof(la));
@@ -319,6 +337,7 @@ static void check_offload(const char* model_path, const char* state_path) {
         float* pb = (float*)mallocCheck(pt.total * sizeof(float));
         download_floatx(pa, on.params_memory, pt.total);
         download_floatx(pb, off.params_memory, pt.total);
+        const int fails = failures;
         CHECK(memcmp(la, lb, sizeof(la)) == 0, "%s: losses differ from the on-device update (%.7f vs %.7f)", what, la[3], lb[3]);
         CHECK(memcmp(pa, pb, pt.total * sizeof(float)) == 0, "%s: parameters differ from the on-device update", what);
         const size_t bytes = on.opt.st.bytes;
@@ -326,12 +345,101 @@ static void check_offload(const char* model_path, const char* state_path) {
         cudaCheck(cudaMemcpy(st_dev, on.opt.st.memory, bytes, cudaMemcpyDeviceToHost));
         CHECK(off.opt.st.bytes == bytes && memcmp(st_dev, off.opt.st.memory, bytes) == 0,
               "%s: the state block differs from the on-device update's", what);
-        printf("%s: %d chunks, %d steps bit-identical to the on-device update (state block too); device state %.2f MiB "
-               "instead of %.2f MiB\n", what, off.offl.num_chunks, steps, mib(off.mem.bytes[MEM_OPT_STATE] + off.mem.bytes[MEM_MASTER]),
-               mib(on.mem.bytes[MEM_OPT_STATE] + on.mem.bytes[MEM_MASTER]));
+        char how[32] = "the CPU's update";
+        if (mode == OFFLOAD_STREAM) { snprintf(how, sizeof(how), "%d chunks", off.offl.num_chunks); }
+        if (failures == fails) printf("%s: %s, %d steps bit-identical to the on-device update (state block too); device state %.2f MiB "
+               "instead of %.2f MiB\n", what, how, steps,
+               mib(off.mem.bytes[MEM_OPT_STATE] + off.mem.bytes[MEM_MASTER]), mib(on.mem.bytes[MEM_OPT_STATE] + on.mem.bytes[MEM_MASTER]));
         free(st_dev); free(pa); free(pb);
         gpt2_free(&on);
         gpt2_free(&off);
+    }
+    ref_state_free(&s);
+}
+
+// --offload cpu --offload-delay 1: against a reference that applies each update one step late on
+// the device (its gradients and clip scale kept aside until the next step's backward pass is done),
+// bit for bit, the first `warmup` steps undelayed; then a resume through a checkpoint (which
+// applies the pending update first) is bit-identical.
+static void check_offload_delay(const char* model_path, const char* state_path) {
+    GPT2Config c;
+    ParamTable pt;
+    RefState s;
+    ref_load(model_path, state_path, &c, &pt, &s);
+    static const OptimStatePrecision states[] = {OPT_STATE_FP32, OPT_STATE_INT8};
+    const int warmup = 2, steps = san_steps(6, 4);
+    const float lr = 3e-4f;
+    for (int k = 0; k < 2; k++) {
+        if (LS_SANITIZED && k == 0) { continue; }
+        TrainOptions o;
+        train_options_defaults(&o);
+        trainer_defaults(&o);
+        o.opt_state = states[k];
+        TrainOptions od = o;
+        od.offload = OFFLOAD_CPU;
+        od.offload_delay = 1;
+        od.offload_delay_warmup = warmup;
+        char what[64];
+        snprintf(what, sizeof(what), "offload cpu, delay 1 (warm-up %d), %s state", warmup, optim_precision_name(states[k]));
+        GPT2 ref, dpu;
+        gpt2_build(&ref, model_path, 5, s.B, s.T, &o);
+        gpt2_build(&dpu, model_path, 5, s.B, s.T, &od);
+        const size_t n = pt.total;
+        floatX *g_now, *g_late;
+        float* scale_late;
+        cudaCheck(cudaMalloc((void**)&g_now, n * sizeof(floatX)));
+        cudaCheck(cudaMalloc((void**)&g_late, n * sizeof(floatX)));
+        cudaCheck(cudaMalloc((void**)&scale_late, sizeof(float)));
+        float* d_scale = ref.d_norm_scratch + GLOBAL_NORM_MAX_BLOCKS + 2;
+        float la[8], lb[8];
+        int pending = 0;
+        for (int i = 0; i < steps; i++) {
+            // the reference: the late update (step i - 1's gradients and scale) after step i's backward pass
+            gpt2_begin_step(&ref, i);
+            gpt2_forward_train(&ref, s.inputs, s.targets, s.B, s.T, 1.0f);
+            gpt2_backward(&ref, s.inputs, s.targets, s.B, s.T, 1.0f);
+            if (pending) {
+                cudaCheck(cudaMemcpy(g_now, ref.grads_memory, n * sizeof(floatX), cudaMemcpyDeviceToDevice));
+                cudaCheck(cudaMemcpy(ref.grads_memory, g_late, n * sizeof(floatX), cudaMemcpyDeviceToDevice));
+                cudaCheck(cudaMemcpy(d_scale, scale_late, sizeof(float), cudaMemcpyDeviceToDevice));
+                ref.opt_step = i;  // step i - 1's (no BAdam: the step + 1)
+                gpt2_update(&ref, lr, i);
+                ref.opt_step = i + 1;
+                cudaCheck(cudaMemcpy(ref.grads_memory, g_now, n * sizeof(floatX), cudaMemcpyDeviceToDevice));
+                pending = 0;
+            }
+            gpt2_grad_norm(&ref, 1.0f, 1.0f);
+            la[i] = (float)gpt2_loss_sum(&ref);
+            if (i < warmup) {
+                gpt2_update(&ref, lr, i + 1);
+            } else {
+                cudaCheck(cudaMemcpy(g_late, ref.grads_memory, n * sizeof(floatX), cudaMemcpyDeviceToDevice));
+                cudaCheck(cudaMemcpy(scale_late, d_scale, sizeof(float), cudaMemcpyDeviceToDevice));
+                pending = 1;
+            }
+        }
+        run_steps(&dpu, &s, 0, steps, lb);
+        CHECK(dpu.host.pending, "%s: the last step's update is pending", what);
+        float* pa = (float*)mallocCheck(n * sizeof(float));
+        float* pb = (float*)mallocCheck(n * sizeof(float));
+        download_floatx(pa, ref.params_memory, n);
+        download_floatx(pb, dpu.params_memory, n);
+        const int fails = failures;
+        CHECK(memcmp(la, lb, (size_t)steps * sizeof(float)) == 0, "%s: losses differ from the late reference (%.7f vs %.7f)",
+              what, la[steps - 1], lb[steps - 1]);
+        CHECK(memcmp(pa, pb, n * sizeof(float)) == 0, "%s: parameters differ from the late reference", what);
+        const size_t bytes = ref.opt.st.bytes;
+        unsigned char* st_dev = (unsigned char*)mallocCheck(bytes);
+        cudaCheck(cudaMemcpy(st_dev, ref.opt.st.memory, bytes, cudaMemcpyDeviceToHost));
+        CHECK(dpu.opt.st.bytes == bytes && memcmp(st_dev, dpu.opt.st.memory, bytes) == 0,
+              "%s: the state block differs from the late reference's", what);
+        if (failures == fails) printf("%s: %d steps bit-identical to the on-device update applied one step late (state block too)\n", what, steps);
+        free(st_dev); free(pa); free(pb);
+        cudaCheck(cudaFree(g_now)); cudaCheck(cudaFree(g_late)); cudaCheck(cudaFree(scale_late));
+        gpt2_free(&ref);
+        gpt2_free(&dpu);
+        od.offload_delay_warmup = 1;
+        check_resume(model_path, state_path, &od, what);
     }
     ref_state_free(&s);
 }
@@ -500,7 +608,7 @@ static void check_badam(void) {
 
 int main(int argc, char** argv) {
     const char *model_path = NULL, *state_path = NULL, *muon_path = NULL, *mini_path = NULL;
-    int resume_check = 1, sweep = 0;
+    int resume_check = 1, sweep = 0, offload_only = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--model") == 0) { model_path = argv[i + 1]; }
         else if (strcmp(argv[i], "--state") == 0) { state_path = argv[i + 1]; }
@@ -508,6 +616,7 @@ int main(int argc, char** argv) {
         else if (strcmp(argv[i], "--adam-mini-state") == 0) { mini_path = argv[i + 1]; }
         else if (strcmp(argv[i], "--resume-check") == 0) { resume_check = atoi(argv[i + 1]); }
         else if (strcmp(argv[i], "--sweep") == 0) { sweep = atoi(argv[i + 1]); }
+        else if (strcmp(argv[i], "--offload-only") == 0) { offload_only = atoi(argv[i + 1]); }
         else if (strcmp(argv[i], "--attention") == 0) {
             for (int k = 0; attention_choices[k]; k++) {
                 if (strcmp(argv[i + 1], attention_choices[k]) == 0) { g_attention = k; }
@@ -518,7 +627,7 @@ int main(int argc, char** argv) {
     }
     if ((!sweep && (model_path == NULL || state_path == NULL)) || argc % 2 == 0) {
         fprintf(stderr, "usage: test_gpt2cu --model M.bin --state S.bin [--muon-state S2.bin] [--adam-mini-state S3.bin] "
-                        "[--resume-check 0|1] [--attention matmul|cudnn]\n"
+                        "[--resume-check 0|1] [--attention matmul|cudnn] [--offload-only 0|1]\n"
                         "       test_gpt2cu --sweep 1   (every awkward shape against a float64 forward pass)\n");
         return 2;
     }
@@ -533,6 +642,12 @@ int main(int argc, char** argv) {
         printf("%s: %d failed check(s)\n", failures ? "FAILED" : "OK", failures);
         return failures ? 1 : 0;
     }
+    if (offload_only) {  // (developing the offload modes: their checks alone)
+        check_offload(model_path, state_path);
+        check_offload_delay(model_path, state_path);
+        printf("%s: %d failed check(s)\n", failures ? "FAILED" : "OK", failures);
+        return failures ? 1 : 0;
+    }
     check_model(model_path, state_path);
     for (int r = 0; r <= 2; r += 2) {  // -r 0 and -r 2 against the reference too (default -r 1 above)
         g_recompute = r;
@@ -542,7 +657,7 @@ int main(int argc, char** argv) {
     if (muon_path != NULL) { check_muon(model_path, muon_path); }
     if (mini_path != NULL) { check_adam_mini(model_path, mini_path); }
     if (resume_check) { check_resume(model_path, state_path, NULL, "adamw"); }
-    if (resume_check) { check_offload(model_path, state_path); }
+    if (resume_check) { check_offload(model_path, state_path); check_offload_delay(model_path, state_path); }
     check_badam();
     printf("%s: %d failed check(s)\n", failures ? "FAILED" : "OK", failures);
     return failures ? 1 : 0;

@@ -61,6 +61,8 @@
 #include "llmc/kernels/global_norm.cuh"
 #include "llmc/optim/engine.cuh"
 #include "llmc/optim/offload.cuh"
+#include "llmc/optim/offload_cpu.cuh"
+#include <omp.h>
 #include "llmc/optim/srng.h"
 #include "llmc/dist/nccl_comm.cuh"
 #include "llmc/optim/views.h"
@@ -147,14 +149,19 @@ struct GPT2 {
     int badam_master_stale;   // 1: resumed from a checkpoint without master weights (the block's are made at the next step)
     BadamSlice slices[BADAM_MAX_SLICES];  // the active block's slices
     int num_slices;
-    // --offload: the engine's block and the master weights live in pinned host memory and stream
-    // through device staging, two chunks at a time (llmc/optim/offload.cuh)
+    // --offload (OffloadMode): the engine's block and the master weights live in host memory.
+    // stream: pinned, streamed through device staging two chunks at a time (llmc/optim/offload.cuh);
+    // cpu: updated there by the CPU, the gradients down and the parameters up (llmc/optim/offload_cpu.cuh)
     int offload;
-    size_t chunk;             // elements asked per chunk
+    size_t chunk;             // stream: elements asked per chunk
     OptimOffload offl;
     size_t stage_bytes, stage_elems;  // the largest chunk's state bytes and elements
     size_t work_bytes;                // Muon's Newton-Schulz scratch on the device (OptimEngine.work)
-    float* master_host;       // (opt.max_elems) the view's master weights, or NULL
+    float* master_host;       // (opt.max_elems) the view's master weights, or NULL (cpu: host.params,
+                              // the view's fp32 parameters in every build)
+    OptimHost host;           // cpu: the host step's buffers and copy stream
+    int delay, delay_warmup;  // cpu: --offload-delay, and the steps before it starts
+    double host_update_ms;    // cpu: wall time of the last host update (widen, update, round)
     // data parallelism: NULL nccl = one process
     NcclComm* nccl;           // the communicator (trainer_init's), when there are several processes
     int zero_stage;           // -z
@@ -241,6 +248,7 @@ static GpuMemoryOptions gpu_memory_options(const GPT2Config* c, int B, int T, in
     g.opt_state_bytes = opt_state_bytes;
     g.master_elems = master_elems;
     g.stage_bytes = g.stage_elems = g.zero_elems = g.opt_work_bytes = 0;
+    g.host_update = 0;
     g.flash_attention = flash;
     return g;
 }
@@ -293,6 +301,16 @@ static void gpu_check_flags(const TrainOptions* o) {
         ls_fatal("flag -w 0: the FP16 build always keeps fp32 master weights (fp16 parameters cannot take AdamW's small "
                  "steps); drop -w 0, or build PRECISION=BF16 for bf16 parameters without them");
     }
+    if (o->offload == OFFLOAD_CPU && FLOATX_IS_LOWP && !o->master_weights) {
+        ls_fatal("flag -w 0: --offload cpu keeps fp32 master weights on the host (they cost no GPU memory there); drop -w 0");
+    }
+    if (o->offload == OFFLOAD_CPU && o->optimizer == OPT_MUON) {
+        ls_fatal("flag --offload cpu: Muon's Newton-Schulz iterations are matrix products for the GPU; use --offload stream "
+                 "with --optimizer muon");
+    }
+    if (o->offload_delay && o->offload != OFFLOAD_CPU) {
+        ls_fatal("flag --offload-delay 1: the delayed update is --offload cpu's (got --offload %s)", offload_choices[o->offload]);
+    }
 }
 
 // The processes of a run and its ZeRO stage (0 with one process, as the CPU trainer).
@@ -340,7 +358,9 @@ static void gpt2_setup_modes(GPT2* model, uint64_t seed, int B, int T, const Tra
     model->flash = attention_flash_mode(opts);
     model->use_master = FLOATX_IS_LOWP && (opts ? opts->master_weights : 1);
     model->seed = seed;
-    model->offload = opts ? opts->offload : 0;
+    model->offload = opts ? opts->offload : OFFLOAD_OFF;
+    model->delay = opts && opts->offload == OFFLOAD_CPU ? opts->offload_delay : 0;
+    model->delay_warmup = opts ? opts->offload_delay_warmup : 0;
     size_t n_params = gpt2_num_parameters(c);
     int procs = gpu_procs(opts);
     model->zero_stage = gpu_zero_stage(opts);
@@ -348,7 +368,7 @@ static void gpt2_setup_modes(GPT2* model, uint64_t seed, int B, int T, const Tra
     if (procs > 1 && model->nccl == NULL) { ls_fatal("gpt2_build: %d processes but no communicator (trainer_init first)", procs); }
     long long per_micro = (long long)B * T * procs;
     model->accum = opts && opts->total_batch > 0 ? (int)(opts->total_batch / per_micro) : 1;
-    if (model->offload) {  // chunks of a multiple of 32 elements keep every chunk 128-bit aligned
+    if (model->offload == OFFLOAD_STREAM) {  // chunks of a multiple of 32 elements keep every chunk 128-bit aligned
         model->chunk = optim_chunk_elems(n_params, (size_t)opts->offload_chunk);
     }
     param_table_build(&model->table, c);
@@ -368,7 +388,7 @@ static void gpt2_setup_modes(GPT2* model, uint64_t seed, int B, int T, const Tra
                       opts ? opts->weight_decay : 0.0f, model->nccl ? model->nccl->rank : 0, procs,
                       model->zero_stage >= 1 ? model->shard : 0);
     if (model->zero_stage >= 1) { optim_engine_set_reduce(&model->opt, comm_sum_hook, (void*)opts->comm); }  // LAMB
-    if (model->offload) { optim_engine_offload_size(&model->opt, model->chunk, &model->stage_bytes, &model->stage_elems); }
+    if (model->offload == OFFLOAD_STREAM) { optim_engine_offload_size(&model->opt, model->chunk, &model->stage_bytes, &model->stage_elems); }
     optim_engine_set_gemm_batched(&model->opt, matmul_gemm_batched, (int)sizeof(floatX));  // Muon
     model->work_bytes = optim_engine_device_work_bytes(&model->opt, (int)sizeof(floatX));
 }
@@ -383,6 +403,7 @@ static GpuMemoryOptions gpt2_memory_options(const GPT2* model, int B, int T, int
     g.stage_elems = model->stage_elems;
     g.zero_elems = optim_engine_zero_elems(&model->opt);
     g.opt_work_bytes = model->work_bytes;
+    g.host_update = model->offload == OFFLOAD_CPU;
     return g;
 }
 
@@ -394,6 +415,13 @@ static void gpt2_check_fits(const GPT2* model, int B, int T, const TrainOptions*
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
     GpuMemoryOptions mo = gpt2_memory_options(model, B, T, procs);
     MemoryReport need = memory_model_gpu(c, B, T, &mo);
+    const size_t host_free = memory_host_available();
+    if (need.host_pinned > 0 && host_free > 0 && need.host_pinned > host_free) {
+        ls_fatal("out of host memory: --offload %s keeps %.1f MiB in pinned host memory (optimizer state %.1f, master "
+                 "weights %.1f, gradients %.1f), the host has %.1f MiB available; try --opt-state int8 or 4bit",
+                 offload_choices[model->offload], mib(need.host_pinned), mib(need.host[MEM_OPT_STATE]),
+                 mib(need.host[MEM_MASTER]), mib(need.host[MEM_GRADS]), mib(host_free));
+    }
     if (memory_report_total(&need) > free_b) {
         memory_report_print(stderr, &need, gpt2_num_parameters(c));
         int fit = 0;
@@ -432,10 +460,20 @@ static void gpt2_alloc_state(GPT2* model) {
         model->master_memory = master ? (float*)cuda_malloc_counted(mc, MEM_MASTER, gpu_tensor_bytes(e->max_elems, 4)) : NULL;
         return;
     }
-    // --offload: the block in pinned host memory (its views set up at the first step, or a resume),
-    // two chunks of device staging
+    // --offload: the block in pinned host memory (its views set up at the first step, or a resume)
     cudaCheck(cudaMallocHost(&e->memory, e->bytes > 0 ? e->bytes : 64));
     mc->host_pinned = e->bytes;
+    mc->host[MEM_OPT_STATE] = e->bytes;
+    if (model->offload == OFFLOAD_CPU) {  // the master weights, the gradients' host copy and the transfer buffer
+        optim_host_init(&model->host, e->max_elems, (int)sizeof(floatX));
+        model->master_host = model->host.params;
+        size_t hm, hg;
+        mc->host_pinned += optim_host_bytes(e->max_elems, (int)sizeof(floatX), &hm, &hg);
+        mc->host[MEM_MASTER] = hm;
+        mc->host[MEM_GRADS] = hg;
+        return;
+    }
+    // stream: two chunks of device staging
     e->work = model->work_bytes > 0 ? cuda_malloc_counted(mc, MEM_OPT_STATE, gpu_tensor_bytes(model->work_bytes, 1)) : NULL;
     void* stage[2];
     float* mstage[2] = {NULL, NULL};
@@ -446,6 +484,7 @@ static void gpt2_alloc_state(GPT2* model) {
     if (master) {
         cudaCheck(cudaMallocHost((void**)&model->master_host, (e->max_elems > 0 ? e->max_elems : 1) * sizeof(float)));
         mc->host_pinned += e->max_elems * sizeof(float);
+        mc->host[MEM_MASTER] = e->max_elems * sizeof(float);
     }
     optim_offload_init(&model->offl, model->chunk, stage[0], stage[1], mstage[0], mstage[1]);
 }
@@ -463,6 +502,7 @@ static void gpt2_load_params(GPT2* model, const char* model_or_descriptor, int f
     upload_floatx(model->params_memory, host, n);
     size_t lo, hi;  // ZeRO-1: this process's shard
     zero_range(model, &lo, &hi);
+    if (model->offload == OFFLOAD_CPU) { master = 1; }  // the host update's fp32 parameters, in every build
     if (master && model->use_badam) {  // (ZeRO-1: this process's shard of the block)  // filled at a switch
         if (model->offload) { memset(model->master_host, 0, nm * sizeof(float)); }
         else { cudaCheck(cudaMemset(model->master_memory, 0, nm * sizeof(float))); }
@@ -533,7 +573,12 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
 }
 
 static void gpt2_free(GPT2* model) {
-    if (model->offload) {
+    if (model->offload == OFFLOAD_CPU) {
+        optim_host_free(&model->host);
+        optim_engine_free_cpu(&model->opt);
+        cudaCheck(cudaFreeHost(model->opt.memory));
+        model->master_host = NULL;
+    } else if (model->offload) {
         optim_offload_free(&model->offl);
         for (int i = 0; i < 2; i++) {
             cudaCheck(cudaFree(model->offl.staging[i]));
@@ -762,6 +807,26 @@ static void zero_gather_params(GPT2* model) {
     }
 }
 
+// --offload cpu: the pending host update (its gradients down, or on their way) runs on the CPU
+// now, and its parameters go up once the compute stream's queued work is done with the old ones
+// (ZeRO-1: then all-gathered); the compute stream's later work sees them.
+static void host_update_apply(GPT2* model) {
+    const double t0 = wall_seconds();
+    optim_host_update<floatX>(&model->host, &model->opt, true);
+    model->host_update_ms = 1000.0 * (wall_seconds() - t0);
+    optim_host_upload(&model->host, &model->opt, model->params_memory, model->stream);
+    zero_gather_params(model);
+}
+
+// --offload-delay: applies the pending update now (before a checkpoint, a BAdam switch or a view's
+// reset), and waits for it.
+static void host_update_flush(GPT2* model) {
+    if (model->offload != OFFLOAD_CPU || !model->host.pending) { return; }
+    host_update_apply(model);
+    if (model->nccl) { nccl_comm_sync(model->nccl, model->stream, "the parameter all-gather"); }
+    else { cudaCheck(cudaStreamSynchronize(model->stream)); }
+}
+
 // Starts training step `step` (from 0): the step plan (llmc/optim/views.h) picks BAdam's block and
 // the engine's view of this update (its state zeroed at a switch); the gradients are zeroed.
 static void gpt2_begin_step(GPT2* model, int step) {
@@ -775,6 +840,8 @@ static void gpt2_begin_step(GPT2* model, int step) {
     model->active_block = plan.block;
     model->num_slices = plan.num_slices;
     memcpy(model->slices, plan.slices, (size_t)plan.num_slices * sizeof(BadamSlice));
+    const int view = plan.block >= 0 ? plan.block : OPTIM_VIEW_MODEL;
+    if (plan.reset || view != model->opt.view) { host_update_flush(model); }  // the old view's pending update
     if (model->offload) { optim_engine_begin_step_cpu(&model->opt, &plan); }  // the state is on the host
     else { optim_engine_begin_step_device(&model->opt, &plan, model->stream); }  // (ZeRO-1: its parts, opt.parts)
     // at a switch; or on a fresh start in the middle of a block phase (no state to continue)
@@ -782,6 +849,8 @@ static void gpt2_begin_step(GPT2* model, int step) {
         if (model->master_memory || model->master_host) { badam_master_from_params(model); }
         model->badam_fresh = model->badam_master_stale = 0;
     }
+    // --offload-delay: the last step's gradients may still be going down
+    if (model->offload == OFFLOAD_CPU) { cudaCheck(cudaStreamWaitEvent(model->stream, model->host.down, 0)); }
     gpt2_zero_grad(model);
 }
 
@@ -895,9 +964,16 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
     }
 }
 
-// Host<->device bytes the optimizer moves per step with --offload.
+// Host<->device bytes the optimizer moves per step with --offload: stream, the state and master
+// weights both ways; cpu, the gradients down and the parameters up.
 static size_t offload_bytes_per_step(const GPT2* model) {
+    if (model->offload == OFFLOAD_CPU) { return 2 * model->opt.max_elems * sizeof(floatX); }
     return model->offload ? 2 * (model->opt.bytes + (model->use_master ? model->opt.max_elems * sizeof(float) : 0)) : 0;
+}
+
+// --offload-delay 1 past its warm-up: this step's host update runs under the next step.
+static int host_update_delayed(const GPT2* model) {
+    return model->offload == OFFLOAD_CPU && model->delay && model->step >= model->delay_warmup;
 }
 
 // Elements of BAdam's active block (its compact gradients).
@@ -912,6 +988,9 @@ static size_t badam_active_elems(const GPT2* model) {
 static float gpt2_grad_norm(GPT2* model, float grad_clip, float inv_loss_scale) {
     cudaStream_t s = model->stream;
     if (model->use_badam && model->num_slices == 0) { ls_fatal("gpt2_grad_norm: BAdam needs gpt2_begin_step first (no active block)"); }
+    // --offload-delay: the last step's host update runs here, while the GPU works through this
+    // step's queued forward and backward passes; its parameters go up after them
+    if (model->offload == OFFLOAD_CPU && model->host.pending) { host_update_apply(model); }
     float* partials = model->d_norm_scratch;
     float* sumsq = partials + GLOBAL_NORM_MAX_BLOCKS;
     float* norm = sumsq + 1;
@@ -957,7 +1036,13 @@ static void gpt2_update(GPT2* model, float lr, int step) {
     const float* scale = model->d_norm_scratch + GLOBAL_NORM_MAX_BLOCKS + 2;
     const floatX* grads = model->grads_memory;  // ZeRO-1: the shard's; the segments keep the parameters' place
     if (model->zero_stage >= 1) { grads += model->opt.parts[model->nccl->rank]; }
-    if (model->offload) {
+    if (model->offload == OFFLOAD_CPU) {  // the gradients down; the update now, or under the next step
+        optim_host_download(&model->host, &model->opt, grads, scale, lr, model->opt_step, s);
+        if (host_update_delayed(model)) { return; }
+        host_update_apply(model);
+        if (model->nccl) { nccl_comm_sync(model->nccl, s, "the parameter all-gather"); } else { cudaCheck(cudaStreamSynchronize(s)); }
+        return;
+    } else if (model->offload) {
         optim_offload_step(&model->offl, &model->opt, model->params_memory, model->master_host, grads, lr,
                            model->opt_step, true, scale, s);
     } else {
@@ -1015,6 +1100,7 @@ static LS_UNUSED void gpt2_eval_shape(const GPT2* model, int B, int T, int* Bp, 
 // and the view's master weights (--offload: all of them).
 static LS_UNUSED void gpt2_checkpoint_write(GPT2* model, const char* model_path, const char* state_path, const RunState* rs) {
     size_t n = model->num_parameters;
+    host_update_flush(model);  // --offload-delay: the parameters and state of every update so far
     if (rs->process_rank == 0) {  // the parameters are the same on every process
         float* host = (float*)mallocCheck(n * sizeof(float));
         download_floatx(host, model->params_memory, n);
@@ -1070,7 +1156,8 @@ static LS_UNUSED void gpt2_state_read(GPT2* model, const char* state_path, RunSt
     else { optim_engine_set_view_device(e, view); }
     OptimState* st = &e->st;
     size_t nm = st->n;
-    float* master = model->offload && model->use_master ? model->master_host : (float*)mallocCheck(nm * sizeof(float) + 4);
+    const int host_master = model->offload == OFFLOAD_CPU || (model->offload && model->use_master);  // read in place
+    float* master = host_master ? model->master_host : (float*)mallocCheck(nm * sizeof(float) + 4);
     void* block = model->offload ? st->memory : mallocCheck(st->bytes + 4);
     // version-1 fp32 AdamW files (m, v): into the block's carve (host), uploaded with it
     const int v1_adamw = e->cfg.kind == OPT_ADAMW && e->cfg.state == OPT_STATE_FP32 && !e->cfg.amsgrad && st->n > 0;
@@ -1088,7 +1175,7 @@ static LS_UNUSED void gpt2_state_read(GPT2* model, const char* state_path, RunSt
         cudaCheck(cudaMemcpy(model->master_memory, master, nm * sizeof(float), cudaMemcpyHostToDevice));
     } else if (had_master && !model->use_master) {
         gpt2_params_from_master(model, master);
-    } else if (!had_master && model->use_master && model->use_badam) {
+    } else if (!had_master && (model->use_master || model->offload == OFFLOAD_CPU) && model->use_badam) {
         model->badam_master_stale = 1;
     }
     if (master != model->master_host) { free(master); }
@@ -1146,7 +1233,7 @@ static LS_UNUSED void trainer_init(const TrainOptions* o) {
 
 static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOptions* o) {
     gpu_check_flags(o);
-    size_t chunk = o->offload ? optim_chunk_elems(gpt2_num_parameters(c), (size_t)o->offload_chunk) : 0;
+    size_t chunk = o->offload == OFFLOAD_STREAM ? optim_chunk_elems(gpt2_num_parameters(c), (size_t)o->offload_chunk) : 0;
     size_t badam_block = badam_block_for(c, o, 1);
     OptimSizes z = train_options_optim_sizes(o, c, 0, gpu_zero_stage(o) ? gpu_procs(o) : 1);
     GpuMemoryOptions g = gpu_memory_options(c, o->B, o->T, o->recompute, FLOATX_IS_LOWP && o->master_weights, chunk,
@@ -1156,6 +1243,7 @@ static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOpti
     g.stage_elems = z.stage_elems;
     g.zero_elems = z.zero_elems;
     g.opt_work_bytes = z.gpu_work_bytes[FLOATX_IS_LOWP ? 0 : 1];
+    g.host_update = o->offload == OFFLOAD_CPU;
     MemoryReport predicted = memory_model_gpu(c, o->B, o->T, &g);
     printf("GPU memory (%s, recompute %d, master weights %s, attention %s", PRECISION_NAME, o->recompute,
            g.master_weights ? "on" : "off", attention_choices[o->attention]);
@@ -1175,7 +1263,11 @@ static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o,
     gpt2_describe(&model->config, model->num_parameters, o, accum);
     printf("recompute %d, master weights %s, attention %s", model->recompute, model->use_master ? "on" : "off",
            model->flash ? attention_choices[model->flash == 1 ? ATTENTION_CUDNN : ATTENTION_CUDNN_FAST] : "matmul");
-    if (model->offload) {
+    if (model->offload == OFFLOAD_CPU) {
+        printf(", optimizer step on the host CPU (%d threads)%s, %.1f MiB host<->device per step", omp_get_max_threads(),
+               model->delay ? ", delayed one step" : "", mib(offload_bytes_per_step(model)));
+        if (model->delay) { printf(" (the first %d steps undelayed)", model->delay_warmup); }
+    } else if (model->offload) {
         printf(", optimizer state offloaded to host: chunks of %zu elements, %.1f MiB host<->device per step",
                model->chunk, mib(offload_bytes_per_step(model)));
     }

@@ -729,9 +729,9 @@ if needs torch-step torch; then
 fi
 train_modes() {
     local mode rc=0
-    for mode in "--attention matmul" "--attention cudnn-fast" "" "--offload 1" "--opt-state bf16" "--opt-state fp16" "--opt-state int8" "--optimizer lion" \
+    for mode in "--attention matmul" "--attention cudnn-fast" "" "--offload stream" "--opt-state bf16" "--opt-state fp16" "--opt-state int8" "--optimizer lion" \
         "--optimizer muon" "--optimizer muon --opt-state bf16" \
-        "--optimizer lamb" "--badam 5" "-r 2" "--optimizer lion --opt-state int8" "--offload 1 --badam 5 --opt-state int8" \
+        "--optimizer lamb" "--badam 5" "-r 2" "--optimizer lion --opt-state int8" "--offload stream --badam 5 --opt-state int8" \
         "--opt-state 4bit"; do
         echo "=== mode: ${mode:-adamw}"
         # shellcheck disable=SC2086  # the mode and the data flags are several words

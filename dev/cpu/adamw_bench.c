@@ -11,11 +11,17 @@
  a kernel that beats the probe (noise, a busy machine) sets the ceiling, and a line says so, so no
  percentage exceeds 100%.
 
-   adamw_bench [--desc d12] [--repeats 7] [--torch-python /usr/bin/python3|none] [--rules]
+   adamw_bench [--desc d12] [--repeats 7] [--torch-python /usr/bin/python3|none] [--rules | --host-step]
 
  --rules: instead, every rule (but Muon, whose Newton-Schulz products are matmuls) in every state
    storage through the engine as train_gpt2.c runs it, with the bytes each one moves per parameter
    (llmc/optim/update.h's count) and its share of the probe's bandwidth.
+ --host-step: instead, the GPU trainer's host update of --offload cpu (bf16 build) for AdamW in each
+   state precision: the bf16 gradients widened, the engine's step over the fp32 master weights
+   (indexed by offset), the parameters rounded to bf16 with the GPU's random bits
+   (llmc/optim/engine.h: optim_host_widen_bf16, optim_host_round_bf16), each part timed, with its
+   bytes per parameter and share of the probe (measured over at most 2^27 elements: a bandwidth,
+   whatever the size). A precision whose buffers do not fit in the available memory is named, not run.
 */
 #include <math.h>
 #include <stdio.h>
@@ -30,6 +36,7 @@
 #include "llmc/optim/optim.h"
 #include "llmc/optim/engine.h"
 #include "llmc/run/logger.h"
+#include "llmc/run/memory.h"
 #include "dev/cpu/bench_util.h"
 
 // a / b in percent, rounded down: only the ceiling itself reads 100% (a share of 99.6% printed as
@@ -103,17 +110,71 @@ static void bench_rules(const ParamTable* pt, float* p, const float* g, int repe
     }
 }
 
+// --host-step: see the banner. n parameters of table pt; t_probe over probe_n elements.
+static void bench_host_step(const ParamTable* pt, int repeats, double t_probe, size_t probe_n) {
+    const size_t n = pt->total;
+    const double probe_gbs = 28.0 * (double)probe_n / t_probe / 1e9;
+    printf("| state | widen (ms) | update (ms) | round (ms) | host step (ms) | B/param | GB/s | %% of probe |\n"
+           "|---|---|---|---|---|---|---|---|\n");
+    for (int s = OPT_STATE_FP32; s <= OPT_STATE_LAST; s++) {
+        if (s == OPT_STATE_FP16) continue;  // (AdamW's fp16 state moves bf16's bytes)
+        OptimConfig cfg = optim_config_default(OPT_ADAMW);
+        cfg.state = (OptimStatePrecision)s;
+        OptimEngine e;
+        optim_engine_init(&e, &cfg, pt, NULL, 0.1f, 0, 1, 0);
+        const size_t need = e.bytes + n * (sizeof(float) * 2 + sizeof(uint16_t)), avail = memory_host_available();
+        if (avail > 0 && need + ((size_t)1 << 30) > avail) {
+            printf("| %s | not run: needs %.1f GB, %.1f GB available | | | | | | |\n", optim_precision_name(cfg.state),
+                   (double)need / 1e9, (double)avail / 1e9);
+            continue;
+        }
+        e.memory = mallocCheck(e.bytes);
+        float* master = (float*)mallocCheck(n * sizeof(float));
+        float* g = (float*)mallocCheck(n * sizeof(float));
+        uint16_t* xfer = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) {  // first touch by the threads that use the pages
+            master[i] = 0.01f * (float)(i % 101);
+            xfer[i] = bf16_bits_round_nearest(0.001f * (float)(i % 37) - 0.018f);
+        }
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < e.bytes; i++) ((unsigned char*)e.memory)[i] = 0;
+        optim_engine_set_view_cpu(&e, OPTIM_VIEW_MODEL);
+        e.st.params_at_offset = 1;
+        double* t = (double*)mallocCheck(3 * (size_t)repeats * sizeof(double));
+        for (int r = -1; r < repeats; r++) {
+            const double t0 = wall_seconds();
+            optim_host_widen_bf16(xfer, g, n);
+            const double t1 = wall_seconds();
+            optim_engine_step_cpu(&e, master, g, 1e-4f, r + 2, 1.0f);
+            const double t2 = wall_seconds();
+            optim_host_round_bf16(&e.st, master, xfer, optim_step_args(&e.st.cfg, 1e-4f, r + 2).rng_key, 1);
+            const double t3 = wall_seconds();
+            if (r >= 0) { t[r] = t1 - t0; t[repeats + r] = t2 - t1; t[2 * repeats + r] = t3 - t2; }
+        }
+        const double tw = bench_median(t, repeats), tu = bench_median(t + repeats, repeats);
+        const double tr = bench_median(t + 2 * repeats, repeats), tt = tw + tu + tr;
+        const double bpp = 6.0 + rules_bytes_per_param(&cfg) + 6.0;  // widen: 2 in, 4 out; round: 4 in, 2 out
+        const double gbs = bpp * (double)n / tt / 1e9;
+        printf("| %s | %.1f | %.1f | %.1f | %.1f | %.0f | %.1f | %.0f%% |\n", optim_precision_name(cfg.state), 1e3 * tw,
+               1e3 * tu, 1e3 * tr, 1e3 * tt, bpp, gbs, floor(100.0 * gbs / probe_gbs));
+        optim_engine_free_cpu(&e);
+        free(e.memory); free(master); free(g); free(xfer); free(t);
+    }
+}
+
 int main(int argc, char** argv) {
     const char* desc = "d12";
     const char* torch_python = "/usr/bin/python3";
-    int repeats = 7, rules = 0;
+    int repeats = 7, rules = 0, host_step = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--rules") == 0) { rules = 1; continue; }
+        if (strcmp(argv[i], "--host-step") == 0) { host_step = 1; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "adamw_bench: flag %s needs a value\n", argv[i]); return 2; }
         if (strcmp(argv[i], "--desc") == 0) { desc = argv[++i]; }
         else if (strcmp(argv[i], "--repeats") == 0) { repeats = atoi(argv[++i]); }
         else if (strcmp(argv[i], "--torch-python") == 0) { torch_python = argv[++i]; }
-        else { fprintf(stderr, "adamw_bench: unknown flag %s (--desc D --repeats N --torch-python PATH|none --rules)\n", argv[i]); return 2; }
+        else { fprintf(stderr, "adamw_bench: unknown flag %s (--desc D --repeats N --torch-python PATH|none --rules --host-step)\n", argv[i]); return 2; }
     }
     if (repeats < 1 || repeats > 1000) { fprintf(stderr, "adamw_bench: --repeats must be in [1, 1000]\n"); return 2; }
     GPT2Config c;
@@ -121,6 +182,29 @@ int main(int argc, char** argv) {
     ParamTable pt;
     param_table_build(&pt, &c);
     size_t n = pt.total;
+    if (host_step) {  // the probe over at most 2^27 elements (2 GB), then the host step at full size
+        const size_t pn = n < ((size_t)1 << 27) ? n : ((size_t)1 << 27);
+        float* b = (float*)mallocCheck(4 * pn * sizeof(float));
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < 4 * pn; i++) b[i] = 0.001f * (float)(i % 37);
+        double* tp = (double*)mallocCheck((size_t)repeats * sizeof(double));
+        for (int r = -1; r < repeats; r++) {
+            double t0 = wall_seconds();
+            probe_adamw_pattern(b, b + pn, b + 2 * pn, b + 3 * pn, pn, 0.999f);
+            if (r >= 0) tp[r] = wall_seconds() - t0;
+        }
+        const double t_probe = bench_median(tp, repeats);
+        free(b);
+        free(tp);
+        int threads = 1;
+#ifdef _OPENMP
+        threads = omp_get_max_threads();
+#endif
+        printf("adamw_bench --host-step: %s, %zu parameters, %d threads, median of %d; the probe: %.1f GB/s\n\n", desc, n,
+               threads, repeats, 28.0 * (double)pn / t_probe / 1e9);
+        bench_host_step(&pt, repeats, t_probe, pn);
+        return 0;
+    }
     float* p = (float*)mallocCheck(n * sizeof(float));
     float* g = (float*)mallocCheck(n * sizeof(float));
     float* m = (float*)mallocCheck(n * sizeof(float));

@@ -160,7 +160,7 @@ def cli_inputs():
         return bytes([trainer]) + b"\0".join(a.encode() for a in args)
     return {
         "seed-cpu.bin": cl(0, "-e", "L2C64H4T128V1000", "-b", "4", "-t", "64", "-l", "1e-3", "-k", "wsd", "--memory-report", "1"),
-        "seed-gpu.bin": cl(1, "--model=d12", "-b", "8", "-t", "1024", "-d", "524288", "-r", "2", "--offload", "1"),
+        "seed-gpu.bin": cl(1, "--model=d12", "-b", "8", "-t", "1024", "-d", "524288", "-r", "2", "--offload", "stream"),
         "seed-badam.bin": cl(0, "-e", "L4C64H4", "--badam", "10", "--badam-order", "random", "-t", "32"),
         "seed-help.bin": cl(0, "-x", "10", "--help"),
         "seed-bad.bin": cl(0, "-b", "0x10", "--nope", "-q"),

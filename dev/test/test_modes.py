@@ -37,7 +37,7 @@ ROWS = [
     ("-k wsd", FEW + ["-k", "wsd", "-q", "0.1", "-x", "5"], 5, None, "lr decays"),  # cools down over the last 20%
     ("-r 0", FEW + ["-r", "0", "-t", "37"], 3, "gpu", None),
     ("-r 2", FEW + ["-r", "2", "-t", "37"], 3, "gpu", None),
-    ("--offload 1", FEW + ["--offload", "1", "--offload-chunk", "100000"], 3, "gpu", None),
+    ("--offload stream", FEW + ["--offload", "stream", "--offload-chunk", "100000"], 3, "gpu", None),
     ("-a 1 (overfit one batch)", FEW + ["-a", "1", "-x", "6", "-l", "1e-3"], 6, None, "loss falls"),
     ("-w 0 (no master weights)", FEW + ["-w", "0"], 3, "gpu", None),
     ("--attention matmul", FEW + ["--attention", "matmul", "-t", "37"], 3, "gpu", None),

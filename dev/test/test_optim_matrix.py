@@ -8,8 +8,9 @@ run for a few steps by the CPU trainer and, when given, the harness GPU trainer.
 
 Cells: optimizer {adamw, adamw+amsgrad, sgd (momentum 0.9, the default), sgd-plain (--momentum 0:
 no state), sgd+nesterov, lamb, lion, muon, adam-mini} x state {fp32, bf16, int8, fp16, 4bit} (--opt-state) x placement
-{device (plain), badam (--badam 2), z1 (-z 1 over 2 processes, mpirun), offload (--offload 1 in
-chunks of 4096, GPU), and the placements combined: z1+badam, badam+offload, z1+offload}: 315 cells. Each cell
+{device (plain), badam (--badam 2), z1 (-z 1 over 2 processes, mpirun), offload (--offload stream in
+chunks of 4096, GPU), host (--offload cpu: the CPU's update, GPU), and the placements combined:
+z1+badam, badam+offload, z1+offload, badam+host, z1+host}: 450 cells. Each cell
 trains a tiny model (L2C16H2T16V512, 15,040 parameters) for 4 steps on a synthetic learnable token
 stream and must either
   - run: exit 0, 4 step lines with finite losses, losses after step 1 other than those of the same
@@ -23,7 +24,9 @@ stream and must either
 A cell expected to run that is refused, or expected refused that runs, fails. With a GPU build,
 every cell it runs must give the CPU trainer's per-step losses within 1e-4 relative (both fp32; the
 same seed, data and batches): the same cell, or for an offload cell the CPU trainer's cell without
---offload (the CPU trainer's state always is in host memory).
+--offload (the CPU trainer's state always is in host memory). A host cell (the CPU's update of the
+GPU trainer's state) must also give the GPU's checkpoint of the same cell on the device, bit for bit
+(model and state hashes).
 Resume: for a sample of cells (RESUME_CELLS) in each trainer, a 4-step run with checkpoints at steps
 2 and 4 resumed from step 2 (-y 1) prints exactly the losses of steps 3-4 and writes a bit-identical
 final model; a version-1 state file (AdamW m then v, written before the engine) made from an fp32
@@ -76,11 +79,15 @@ PLACEMENTS = {  # name: (flags, processes)
     "device": ([], 1),
     "badam": (["--badam", "2"], 1),
     "z1": (["-z", "1"], 2),
-    "offload": (["--offload", "1", "--offload-chunk", "4096"], 1),  # 4 chunks of the 15,040 parameters
+    "offload": (["--offload", "stream", "--offload-chunk", "4096"], 1),  # 4 chunks of the 15,040 parameters
     "z1+badam": (["-z", "1", "--badam", "2"], 2),
-    "badam+offload": (["--badam", "2", "--offload", "1", "--offload-chunk", "4096"], 1),
-    "z1+offload": (["-z", "1", "--offload", "1", "--offload-chunk", "4096"], 2),
+    "badam+offload": (["--badam", "2", "--offload", "stream", "--offload-chunk", "4096"], 1),
+    "z1+offload": (["-z", "1", "--offload", "stream", "--offload-chunk", "4096"], 2),
+    "host": (["--offload", "cpu"], 1),
+    "badam+host": (["--badam", "2", "--offload", "cpu"], 1),
+    "z1+host": (["-z", "1", "--offload", "cpu"], 2),
 }
+OFFLOADED = ("offload", "host")  # placement parts whose state is in host memory
 
 # The cells that are refused, and why: (optimizers, states, placements, trainers, kind, reason, flags).
 # "*" matches every value; placements match when the cell's placement contains every part named
@@ -91,6 +98,10 @@ PLACEMENTS = {  # name: (flags, processes)
 EXPECTED_REFUSED = [
     ("*", "*", "offload", "cpu", "no meaning",
      "the CPU trainer's state is in host memory already (--offload is a GPU trainer flag)", ["--offload"]),
+    ("*", "*", "host", "cpu", "no meaning",
+     "the CPU trainer's update runs on the host already (--offload is a GPU trainer flag)", ["--offload"]),
+    (("muon",), "*", "host", "gpu", "not yet",
+     "Muon's Newton-Schulz products stay on the GPU: --offload stream serves Muon", ["--offload"]),
     (("sgd-plain",), ("bf16", "int8", "fp16", "4bit"), "*", "*", "no meaning",
      "SGD without momentum has no state to store in bf16, int8, fp16 or 4bit", ["--opt-state", "--momentum"]),
     (("sgd", "sgd+nesterov", "lamb", "lion", "muon"), ("fp16",), "*", "*", "not yet",
@@ -109,7 +120,8 @@ RESUME_CELLS = [("adamw", "int8", "device"), ("lion", "fp32", "badam"), ("adamw"
                 ("adamw+amsgrad", "4bit", "badam+offload"), ("lion", "4bit", "device"), ("sgd+nesterov", "4bit", "z1"),
                 ("lamb", "4bit", "z1+offload"), ("lamb", "4bit", "badam"), ("adam-mini", "fp32", "device"),
                 ("adam-mini", "int8", "z1"), ("adam-mini", "bf16", "z1+badam"), ("adam-mini", "4bit", "badam"),
-                ("muon", "4bit", "z1+offload"), ("muon", "4bit", "badam")]
+                ("muon", "4bit", "z1+offload"), ("muon", "4bit", "badam"), ("adamw", "int8", "z1+host"),
+                ("lamb", "bf16", "badam+host"), ("adam-mini", "4bit", "host"), ("lion", "fp32", "z1+host")]
 
 # Optimizer state bytes per parameter of the whole-model view (llmc/optim/state.h's banner): exact
 # up to each buffer's 64-byte alignment, or (None) at least the number (int8's per-block scales and
@@ -146,7 +158,17 @@ def expected_refusal(opt, state, place, trainer):
 
 def procs_of(trainer, place):
     """Processes a cell runs with (the CPU trainer refuses --offload before any MPI: one process)."""
-    return 1 if trainer == "cpu" and "offload" in place else PLACEMENTS[place][1]
+    return 1 if trainer == "cpu" and offloaded(place) else PLACEMENTS[place][1]
+
+
+def offloaded(place):
+    return any(part in OFFLOADED for part in place.split("+"))
+
+
+def on_device(place):
+    """The placement without its offload: the cell whose state is on the device (or the CPU trainer's)."""
+    parts = [p for p in place.split("+") if p not in OFFLOADED]
+    return "+".join(parts) if parts else "device"
 
 
 def cell_flags(opt, state, place):
@@ -211,13 +233,15 @@ def judge(trainer, cell, r, procs, zero_lr):
         moved = zero_lr is not None and len(losses) == len(zero_lr) and losses[1:] != zero_lr[1:]
         check(zero_lr is None or moved, "%s: the update moved the model (losses %s vs -l 0 %s)" % (tag, losses, zero_lr))
         stateless = opt == "sgd-plain"
-        check((bpp is None) == stateless, "%s: the memory table has %s 'optimizer state' row: %s"
-              % (tag, "no" if stateless else "an", r.stdout[:1500]))
-        if "offload" in place and not stateless:
-            check("offloaded to pinned host memory" in r.stdout, "%s: the state is in pinned host memory: %s" % (tag, r.stdout[:1500]))
+        no_row = stateless or "host" in place.split("+")  # (--offload cpu: no state on the device)
+        check((bpp is None) == no_row, "%s: the memory table has %s 'optimizer state' row: %s"
+              % (tag, "no" if no_row else "an", r.stdout[:1500]))
+        if offloaded(place) and not stateless:
+            check(re.search(r"offloaded to pinned host memory: .*optimizer state", r.stdout) is not None,
+                  "%s: the state is in pinned host memory: %s" % (tag, r.stdout[:1500]))
         if want is not None:
             return "FAIL: ran", losses, bpp
-        return ("ran" if ok and (zero_lr is None or moved) and (bpp is None) == stateless else "FAIL"), losses, bpp
+        return ("ran" if ok and (zero_lr is None or moved) and (bpp is None) == no_row else "FAIL"), losses, bpp
     errs = error_lines(r, procs)
     text = " ".join(errs)
     if want is None:
@@ -521,6 +545,13 @@ def main():
                 check(h is not None, "%s %s: its final checkpoint was written (-o, -n %d)" % (t, "/".join(c), STEPS))
                 if h is not None:
                     hashes["%s %s" % (t, "/".join(c))] = h
+        # the CPU's update of the GPU trainer's state: the device's bits
+        for key, h in sorted(hashes.items()):
+            t, c = key.split(" ")
+            o, s_, p = c.split("/")
+            if t == "gpu" and "host" in p.split("+"):
+                dev = hashes.get("gpu %s/%s/%s" % (o, s_, on_device(p)))
+                check(dev is None or dev == h, "gpu %s: checkpoint bits equal the on-device cell %s's" % (c, on_device(p)))
         for t in trainers:
             check_state_bytes(t, results)
         z1_worst = None if a.cells_only else check_zero_one(runner, results, a.jobs)
@@ -528,7 +559,7 @@ def main():
         # without --offload, where the state always is in host memory)
         compared, worst = 0, 0.0
         for c in cells:
-            on_cpu = (c[0], c[1], c[2].replace("+offload", "").replace("offload", "device"))
+            on_cpu = (c[0], c[1], on_device(c[2]))
             rc, rg = results.get(("cpu",) + on_cpu), results.get(("gpu",) + c)
             if rc and rg and rc[0] == "ran" and rg[0] == "ran":
                 check(close(rg[1], rc[1], 1e-4), "GPU %s: losses %s equal the CPU trainer's %s (%s; 1e-4 relative)"

@@ -345,7 +345,7 @@ static inline void optim_step_cpu(OptimState* st, float* params, const float* gr
     const OptimConfig* c = &st->cfg;
     const OptimStepArgs a = optim_step_args(c, lr, step);
     const OptimSlots slots = optim_state_slots(st);
-    const OptimTable t = {st->segs, st->nseg, st->block0, st->small_off, st->q8_index, st->mini0};
+    const OptimTable t = {st->segs, st->nseg, st->block0, st->small_off, st->q8_index, st->mini0, st->params_at_offset};
     if (c->kind != OPT_MUON) {
         optim_update_cpu(c, &a, &t, &slots, params, grads, grad_scale, st->partials, st->trust,
                          st->reduce.hook ? &st->reduce : NULL);
@@ -367,6 +367,29 @@ static inline void optim_engine_step_cpu(OptimEngine* e, float* params, const fl
         return;
     }
     optim_step_cpu(&e->st, params, grads, lr, step, grad_scale);
+}
+
+// --offload cpu's host step around the update (llmc/optim/offload_cpu.cuh), bf16 side: the
+// gradients widened to fp32, and the view's master weights (by offset) rounded to the bf16
+// parameters (by offset too) with the GPU kernels' bits: srng_bits of the global index, stream 0.
+static inline void optim_host_widen_bf16(const uint16_t* g16, float* g, size_t n) {
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) g[i] = bf16_bits_to_float(g16[i]);
+}
+static inline void optim_host_round_bf16(const OptimState* st, const float* master, uint16_t* out,
+                                         unsigned long long key, int stochastic) {
+    for (int s = 0; s < st->nseg; s++) {
+        const OptimSegment* sg = &st->segs[s];
+        const float* p = master + sg->offset;
+        uint16_t* o = out + sg->offset;
+        if (!stochastic) {
+            #pragma omp parallel for simd schedule(static)
+            for (size_t k = 0; k < sg->count; k++) o[k] = bf16_bits_round_nearest(p[k]);
+            continue;
+        }
+        #pragma omp parallel for simd schedule(static)
+        for (size_t k = 0; k < sg->count; k++) o[k] = bf16_bits_round_stochastic(p[k], srng_bits(key, sg->param + k, 0));
+    }
 }
 
 static inline void optim_engine_free_cpu(OptimEngine* e) {

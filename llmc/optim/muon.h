@@ -260,7 +260,7 @@ static inline void muon_adamw_segment(const MuonBuffers* M, const OptimConfig* c
     one.offset = 0;
     const size_t off = t->segs[s].offset, vo = M->adam_off[s], b0 = t->block0[s], so = t->small_off[s];
     const size_t block0[2] = {0, t->block0[s + 1] - b0}, small_off[1] = {so == OPT_NOT_SMALL ? OPT_NOT_SMALL : 0};
-    const OptimTable t1 = {&one, 1, block0, small_off, t->ix, NULL};
+    const OptimTable t1 = {&one, 1, block0, small_off, t->ix, NULL, t->params_at_offset};
     OptimSlots r = M->slots;
     const size_t at[2] = {off, vo};  // where m's and v's elements start
     const size_t q4b[2] = {b0, vo / OPT_BLOCK};  // 4-bit: m's first block, v's (its packing is block-aligned)
@@ -285,7 +285,7 @@ static inline void muon_adamw_segment(const MuonBuffers* M, const OptimConfig* c
     OptimConfig cw = *c;
     cw.kind = OPT_ADAMW;
     cw.amsgrad = 0;
-    optim_update_cpu(&cw, a, &t1, &r, params, grads + off, grad_scale, NULL, NULL, NULL);
+    optim_update_cpu(&cw, a, &t1, &r, t->params_at_offset ? params + off : params, grads + off, grad_scale, NULL, NULL, NULL);
 }
 
 // A matrix segment's momentum into u (the segment's elements): B <- mu B + g, stored in the state's
@@ -331,7 +331,7 @@ static inline void muon_update_cpu(OptimGemm gemm, const MuonBuffers* M, float* 
         for (size_t part = 0; part < n / (rows * cols); part++) muon_orthogonalize(gemm, u + part * rows * cols, rows, cols, M->work);
         const float lr = a->lr * sg->lr_mult, step = lr * muon_shape_scale(c->muon_scale, rows, cols);
         const float keep = 1.0f - lr * sg->weight_decay;
-        float* p = params + sg->param;
+        float* p = params + (M->t->params_at_offset ? sg->offset : sg->param);
         #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; i++) p[i] = rule_muon_apply(p[i], u[i], step, keep);
     }

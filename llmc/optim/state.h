@@ -206,6 +206,8 @@ typedef struct {
     OptimGemmBatched gemm_batched;  // Muon on the GPU: its batched multiply, in elements of gemm_elem bytes
     int gemm_elem;
     void* muon_plan;       // Muon on the GPU: its runs and AdamW sub-states (llmc/optim/muon.cuh)
+    int params_at_offset;  // the CPU step's params are the view's master weights, indexed as the state
+                           // (OptimTable.params_at_offset; --offload cpu)
     // state, carved from `memory`; NULL where the configuration has none
     float* m;              // (n) fp32 first moment: AdamW, LAMB, Lion; SGD's momentum buffer
     float* v;              // (n) fp32 second moment: AdamW, LAMB; (nadam) Muon's AdamW tensors

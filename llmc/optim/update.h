@@ -53,7 +53,15 @@ typedef struct {
     const size_t* small_off;  // (nseg) int8 only: OPT_NOT_SMALL, or the segment's place in `small`
     const Quant8Index* ix;    // (2) int8 only
     const size_t* mini0;      // (nseg + 1) Adam-mini only: each segment's first block in the v of blocks
+    int params_at_offset;     // 1: the params buffer is the view's master weights, indexed by offset as the
+                              // state (--offload cpu's host update); 0: by param, the global index (which
+                              // keys stochastic rounding either way)
 } OptimTable;
+
+// Where block `at`'s parameters start in the params buffer of table t.
+static inline size_t optim_table_pstart(const OptimTable* t, const OptimBlockAt* at) {
+    return t->params_at_offset ? at->start : at->pstart;
+}
 
 // ----------------------------------------------------------------------------
 // a block's state as fp32: loaded, then stored back
@@ -484,7 +492,7 @@ static inline void optim_update_cpu(const OptimConfig* c, const OptimStepArgs* a
         for (size_t b = 0; b < nblocks; b++) {
             const OptimBlockAt at = optim_block_at(t->segs, t->block0, t->nseg, b);
             const OptimSegment* sg = &t->segs[at.s];
-            float* p = params + at.pstart;
+            float* p = params + optim_table_pstart(t, &at);
             const float* g = grads + at.start;
             for (int k = 0; k < nslot; k++) x[k] = update_block_load(st, prec, k, t, &at, b, buf[k]);
             if (lamb) {
@@ -516,7 +524,7 @@ static inline void optim_update_cpu(const OptimConfig* c, const OptimStepArgs* a
                 const OptimBlockAt at = optim_block_at(t->segs, t->block0, t->nseg, b);
                 const OptimSegment* sg = &t->segs[at.s];
                 const float step_lr = (a->lr * sg->lr_mult) * trust[at.s], wd = sg->weight_decay;
-                float* p = params + at.pstart;
+                float* p = params + optim_table_pstart(t, &at);
                 const float* m = update_block_load(st, prec, OPT_SLOT_M, t, &at, b, buf[OPT_SLOT_M]);
                 const float* v = update_block_load(st, prec, OPT_SLOT_V, t, &at, b, buf[OPT_SLOT_V]);
                 #pragma omp simd

@@ -18,6 +18,9 @@
 #define LLMC_MEMORY_H
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 #include "llmc/config.h"
 #include "llmc/optim/optim.h"
 #include "llmc/utils.h"
@@ -40,7 +43,8 @@ static const char* const mem_category_names[MEM_COUNT] = {
 
 typedef struct {
     size_t bytes[MEM_COUNT];  // where the trainer computes: host for the CPU trainer, the device for the GPU one
-    size_t host_pinned;       // GPU trainer: optimizer state kept in pinned host memory (--offload)
+    size_t host_pinned;       // GPU trainer: what --offload keeps in pinned host memory, in all
+    size_t host[MEM_COUNT];   // and by category (master weights, gradients' copies, optimizer state)
 } MemoryReport;
 
 // ----------------------------------------------------------------------------
@@ -233,6 +237,8 @@ typedef struct {
     size_t stage_elems;     // staging buffers; llmc/optim/offload.cuh)
     size_t zero_elems;      // ZeRO-1: the gradients' elements (OptimSizes.zero_elems; 0: the equal shards')
     size_t opt_work_bytes;  // the step's scratch beside the block (Muon's batched Newton-Schulz)
+    int host_update;        // --offload cpu: the state and fp32 master weights on the host, updated
+                            // there (llmc/optim/offload_cpu.cuh); the device holds none of either
     int flash_attention;    // 0: --attention matmul; 1 cudnn, 2 cudnn-fast (no T x T activations, LSE stats)
 } GpuMemoryOptions;
 
@@ -257,8 +263,18 @@ static inline MemoryReport memory_model_gpu(const GPT2Config* c, int B, int T, c
         r.bytes[MEM_OPT_STATE] = 2 * gpu_tensor_bytes(g->stage_bytes, 1);
         if (g->opt_work_bytes > 0) r.bytes[MEM_OPT_STATE] += gpu_tensor_bytes(g->opt_work_bytes, 1);
         r.bytes[MEM_MASTER] = g->master_weights ? 2 * gpu_tensor_bytes(g->stage_elems, 4) : 0;
-        r.host_pinned = g->opt_state_bytes + (g->master_weights ? g->master_elems * 4 : 0);
+        r.host[MEM_OPT_STATE] = g->opt_state_bytes;
+        r.host[MEM_MASTER] = g->master_weights ? g->master_elems * 4 : 0;
     }
+    if (g->host_update) {  // fp32 master weights in every build, the gradients as fp32 and (16-bit
+                           // builds) the transfer buffer of the gradients down and parameters up
+        r.bytes[MEM_OPT_STATE] = 0;
+        r.bytes[MEM_MASTER] = 0;
+        r.host[MEM_OPT_STATE] = g->opt_state_bytes;
+        r.host[MEM_MASTER] = g->master_elems * 4;
+        r.host[MEM_GRADS] = g->master_elems * 4 + (g->floatx_bytes == 4 ? 0 : g->master_elems * g->floatx_bytes);
+    }
+    for (int i = 0; i < MEM_COUNT; i++) r.host_pinned += r.host[i];
     size_t acts[GPU_NUM_ACTIVATIONS], scratch[GPU_NUM_SCRATCH];
     int fp32[GPU_NUM_ACTIVATIONS];
     gpu_activation_sizes(c, B, T, g->recompute, g->floatx_bytes, g->flash_attention, acts, fp32);
@@ -268,6 +284,27 @@ static inline MemoryReport memory_model_gpu(const GPT2Config* c, int B, int T, c
     r.bytes[MEM_SCRATCH] += gpu_tensor_bytes(g->kernel_scratch, 1);
     r.bytes[MEM_WORKSPACE] = g->workspace;
     return r;
+}
+
+// The host memory available to a new allocation (MemAvailable of /proc/meminfo; the free pages
+// elsewhere), bytes; 0 when unknown.
+static inline size_t memory_host_available(void) {
+    FILE* f = fopen("/proc/meminfo", "r");
+    if (f != NULL) {
+        char line[256];
+        unsigned long long kb = 0;
+        const char* key = "MemAvailable:";
+        while (fgets(line, sizeof(line), f) != NULL) {
+            if (strncmp(line, key, strlen(key)) == 0) {
+                kb = strtoull(line + strlen(key), NULL, 10);
+                break;
+            }
+        }
+        fclose(f);
+        if (kb > 0) { return (size_t)kb * 1024; }
+    }
+    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
 }
 
 static inline size_t memory_report_total(const MemoryReport* r) {
@@ -298,7 +335,17 @@ static inline void memory_report_print(FILE* out, const MemoryReport* r, size_t 
     fprintf(out, "+-----------------------+------------+-------------+\n");
     fprintf(out, "| total                 | %10.1f |             |\n", mib(total));
     fprintf(out, "+-----------------------+------------+-------------+\n");
-    if (r->host_pinned) { fprintf(out, "offloaded to pinned host memory: %.1f MiB (optimizer state, master weights)\n", mib(r->host_pinned)); }
+    if (r->host_pinned) {
+        fprintf(out, "offloaded to pinned host memory: %.1f MiB (", mib(r->host_pinned));
+        const char* sep = "";
+        for (int i = 0; i < MEM_COUNT; i++) {
+            if (r->host[i] == 0) { continue; }
+            fprintf(out, "%s%s %.1f MiB, %.2f B/param", sep, mem_category_names[i], mib(r->host[i]),
+                    (double)r->host[i] / (double)num_params);
+            sep = "; ";
+        }
+        fprintf(out, ")\n");
+    }
     fprintf(out, "parameters: %zu; optimizer side (master weights, gradients, optimizer state): %.1f MiB (%.1f MB) = %.0f%% of "
             "parameter-related memory\n", num_params, mib(optimizer_side), (double)optimizer_side / 1e6,
             100.0 * (double)optimizer_side / (double)param_related);
@@ -310,6 +357,7 @@ static inline void memory_report_print(FILE* out, const MemoryReport* r, size_t 
 typedef struct {
     size_t bytes[MEM_COUNT];
     size_t host_pinned;
+    size_t host[MEM_COUNT];
 } MemCounter;
 
 static inline void* mem_alloc_counted(MemCounter* mc, MemCategory cat, size_t bytes, const char* file, int line) {
@@ -326,6 +374,12 @@ static inline void memory_check_allocation(const MemoryReport* predicted, const 
         if (predicted->bytes[i] != allocated->bytes[i]) {
             ls_fatal("memory model: %s predicted %zu bytes, allocated %zu", mem_category_names[i], predicted->bytes[i],
                      allocated->bytes[i]);
+        }
+    }
+    for (int i = 0; i < MEM_COUNT; i++) {
+        if (predicted->host[i] != allocated->host[i]) {
+            ls_fatal("memory model: host %s predicted %zu bytes, allocated %zu", mem_category_names[i], predicted->host[i],
+                     allocated->host[i]);
         }
     }
     if (predicted->host_pinned != allocated->host_pinned) {

@@ -85,8 +85,11 @@ typedef struct {
     // GPU trainer only
     int recompute;            // -r 0: keep all activations, 1: recompute GELU, 2: also layernorms
     int master_weights;       // -w keep fp32 master weights of bf16 parameters
-    int offload;              // optimizer state (m, v, master) in pinned host memory, streamed in chunks
+    int offload;              // OffloadMode: the optimizer state (m, v, master) on the device, in pinned
+                              // host memory streamed through it in chunks, or on the host with the update
     int offload_chunk;        // elements per streamed chunk
+    int offload_delay;        // --offload cpu: 1 = the host update of step t overlaps step t + 1 (DPU)
+    int offload_delay_warmup; // steps run undelayed before the delay starts
     int attention;            // AttentionKind: the matmul-softmax path or cuDNN's flash attention
 } TrainOptions;
 
@@ -94,6 +97,8 @@ static const char* const lr_schedule_choices[] = {"cosine", "linear", "constant"
 static const char* const badam_order_choices[] = {"ascending", "descending", "random", NULL};
 static const char* const muon_scale_choices[] = {"rms", "orig", NULL};  // MUON_SCALE_RMS, MUON_SCALE_ORIG
 static const char* const muon_qkv_choices[] = {"split", "joined", NULL};
+typedef enum { OFFLOAD_OFF, OFFLOAD_STREAM, OFFLOAD_CPU } OffloadMode;
+static const char* const offload_choices[] = {"off", "stream", "cpu", NULL};
 typedef enum { ATTENTION_CUDNN, ATTENTION_CUDNN_FAST, ATTENTION_MATMUL } AttentionKind;
 static const char* const attention_choices[] = {"cudnn", "cudnn-fast", "matmul", NULL};
 // flags whose values differ between the processes of one run (left out of the same-flags check)
@@ -168,8 +173,10 @@ static const CliFlag train_flags[] = {
     {NULL, "comm-timeout", CLI_FLOAT, OPT(comm_timeout), 1, 1e6, NULL, CLI_GPU, "seconds a wait on the other processes may take before every rank stops with an error"},
     {"r", "recompute", CLI_INT, OPT(recompute), 0, 2, NULL, CLI_GPU, "recompute in the backward pass: 0 none, 1 GELU, 2 GELU + layernorms"},
     {"w", "master-weights", CLI_SWITCH, OPT(master_weights), 0, 1, NULL, CLI_GPU, "keep fp32 master weights (bf16 build; the fp16 build always keeps them)"},
-    {NULL, "offload", CLI_SWITCH, OPT(offload), 0, 1, NULL, CLI_GPU, "keep AdamW m, v (and master weights) in pinned host memory; stream them through the GPU in chunks"},
-    {NULL, "offload-chunk", CLI_INT, OPT(offload_chunk), 1024, 1 << 30, NULL, CLI_GPU, "elements per offload chunk (two chunks of staging on the GPU)"},
+    {NULL, "offload", CLI_CHOICE, OPT(offload), 0, 0, offload_choices, CLI_GPU, "where the optimizer state (m, v, master weights) lives: off (the GPU), stream (pinned host memory, streamed through the GPU in chunks for the update) or cpu (host memory; gradients go down, the CPU updates, the parameters come up)"},
+    {NULL, "offload-chunk", CLI_INT, OPT(offload_chunk), 1024, 1 << 30, NULL, CLI_GPU, "--offload stream: elements per chunk (two chunks of staging on the GPU)"},
+    {NULL, "offload-delay", CLI_SWITCH, OPT(offload_delay), 0, 1, NULL, CLI_GPU, "--offload cpu: 1 runs step t's host update under step t+1's forward and backward, which use the parameters one update behind (delayed parameter update)"},
+    {NULL, "offload-delay-warmup", CLI_INT, OPT(offload_delay_warmup), 0, 1e9, NULL, CLI_GPU, "--offload-delay 1: the first steps run undelayed"},
     {NULL, "attention", CLI_CHOICE, OPT(attention), 0, 0, attention_choices, CLI_GPU, "attention: cudnn (flash attention, no T x T activations, deterministic backward; BF16 build only, its default), cudnn-fast (the same with cuDNN's atomic, non-deterministic backward: no T x T workspace) or matmul (scores, softmax, GEMMs; the FP32 build's)"},
 };
 #undef OPT
@@ -238,6 +245,8 @@ static inline void train_options_defaults(TrainOptions* o) {
     o->master_weights = 1;
     o->offload = 0;
     o->offload_chunk = 1 << 24;
+    o->offload_delay = 0;
+    o->offload_delay_warmup = 10;
     o->attention = ATTENTION_MATMUL;  // the BF16 GPU trainer defaults to cudnn (its trainer_defaults)
 }
 
@@ -353,7 +362,7 @@ static inline OptimSizes train_options_optim_sizes(const TrainOptions* o, const 
                       zero ? zero_shard_elems(pt.total, procs) : 0);
     OptimSizes z = {e.bytes, e.max_elems, 0, 0, optim_engine_max_shard(&e), optim_engine_zero_elems(&e), e.work_bytes,
                     {optim_engine_device_work_bytes(&e, 2), optim_engine_device_work_bytes(&e, 4)}};
-    if (o->offload) {
+    if (o->offload == OFFLOAD_STREAM) {
         optim_engine_offload_size(&e, optim_chunk_elems(pt.total, (size_t)o->offload_chunk), &z.stage_bytes, &z.stage_elems);
     }
     return z;
