@@ -62,7 +62,7 @@ LEANSTEP_DATA_MIRROR ?=
 # (CI=true), where dev/install_deps.sh must have installed it. $(call missing_dep,TARGET,WHAT,PACKAGE)
 missing_dep = echo "$(1): $(2) not found$(if $(filter true,$(CI)),: FAILED (CI=true; install $(3)),: skipped (install $(3)))"$(if $(filter true,$(CI)), && exit 1)
 
-.PHONY: all test test-san test-main test-units test-cli help clean train deps bench bench-build memory-table optim-cost-table \
+.PHONY: all test test-san test-main test-units test-cli help clean train deps bench bench-build memory-table optim-cost-table offload-table \
 	quality-table quality-frontier
 all: train_gpt2 test_gpt2
 
@@ -729,6 +729,7 @@ help:
 	@echo "make bench-peer PEER=llm.c/train_gpt2  the CPU trainer against llm.c's, ms/step on this machine"
 	@echo "make memory-table    published memory figures vs their formulas vs our memory model"
 	@echo "make optim-cost-table  bytes per parameter of every optimizer x state x placement (docs/optimizers.md)"
+	@echo "make offload-table   GPT-2 124M..1.5B: which fits which GPU with which --offload, and --offload cpu's predicted step"
 	@echo "make gpu-sm70-check    the FP16 trainer's PTX assembled for Volta (sm_70) by CUDA 12.9's ptxas (PyPI)"
 	@echo "make train_gpt2cu    the GPU trainer (PRECISION=BF16|FP16|FP32, GPU_ARCH=native|sm_90...)"
 	@echo "make cudnn-frontend  the cuDNN frontend headers (pip) for the BF16 GPU trainer's flash attention"
@@ -772,6 +773,13 @@ $(BUILD)/optim_cost_table: dev/optim_cost_table.c $(LLMC_HEADERS)
 
 optim-cost-table: $(BUILD)/optim_cost_table
 	$(Q)$(BUILD)/optim_cost_table
+
+# which GPT-2 sizes fit which GPU with which --offload mode, and --offload cpu's predicted step
+# (README's table): the bf16 GPU trainer's memory model and prediction (the harness build: no GPU
+# needed); the host update measured here, scaled to HOST_THREADS at most HOST_GBS
+OFFLOAD_TABLE_FLAGS ?= --host-threads 16 --host-gbs 100
+offload-table: $(BUILD)/train_gpt2cu_emu_bf16
+	$(Q)$(PYTHON) dev/offload_table.py --bin $(BUILD)/train_gpt2cu_emu_bf16 $(OFFLOAD_TABLE_FLAGS)
 
 # ----------------------------------------------------------------------------
 # benchmarks (programs that print tables; not tests)

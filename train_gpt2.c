@@ -446,6 +446,13 @@ struct GPT2 {
     double loss_sum;       // the mean losses of the gpt2_forward_train calls since gpt2_begin_step
     float grad_norm;       // of the last gpt2_grad_norm, before clipping
     float clip_scale;      // what gpt2_update multiplies the gradients by
+    // --offload-delay 1 (the GPU trainer's delayed update, --offload cpu, on this trainer's schedule):
+    // step t's update is applied after step t + 1's backward pass, from its kept gradients and scale
+    int delay, delay_warmup, step;
+    float* grads_late;     // (num_parameters) the pending update's gradients
+    int pending;           // an update is pending: its lr, step and clip scale
+    float late_lr, late_scale;
+    int late_step;
 };
 
 // Builds the model from a model file or a descriptor (random init from seed), and allocates
@@ -474,6 +481,12 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     }
     model->comm = opts ? opts->comm : NULL;
     int procs = model->comm ? model->comm->size : 1;
+    model->delay = opts ? opts->offload_delay : 0;
+    model->delay_warmup = opts ? opts->offload_delay_warmup : 0;
+    if (model->delay && (model->use_badam || (procs > 1 && opts->zero_stage >= 1))) {
+        ls_fatal("flag --offload-delay 1: the CPU trainer's delayed update is for the whole model on one process (no "
+                 "--badam or -z 1); the GPU trainer's --offload cpu composes with them");
+    }
     model->zero_stage = (opts && procs > 1) ? opts->zero_stage : 0;
     if (model->zero_stage >= 1) { model->shard = zero_shard_elems(n, procs); }
     // the optimizer: its views and its state block (the largest view's, zeroed when a view is set up)
@@ -492,6 +505,7 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
     model->params_memory = (float*)memAlloc(mc, MEM_PARAMS, n_alloc * sizeof(float));
     model->grads_memory = (float*)memAlloc(mc, MEM_GRADS, ng * sizeof(float));
     if (model->zero_stage >= 1) { model->grad_shard = (float*)memAlloc(mc, MEM_GRADS, max_shard * sizeof(float)); }
+    if (model->delay) { model->grads_late = (float*)memAlloc(mc, MEM_GRADS, ng * sizeof(float)); }
     model->opt.memory = model->opt.bytes > 0 ? memAlloc(mc, MEM_OPT_STATE, model->opt.bytes) : NULL;
     model->opt.work = model->opt.work_bytes > 0 ? memAlloc(mc, MEM_OPT_STATE, model->opt.work_bytes) : NULL;  // Muon
     memset(model->params_memory, 0, n_alloc * sizeof(float));
@@ -521,6 +535,7 @@ static void gpt2_free(GPT2* model) {
     free(model->opt.memory);  // ours (memAlloc), lent to the engine
     free(model->opt.work);
     free(model->grad_shard);
+    free(model->grads_late);
     free(model->scratch_memory);
     free(model->acts_memory);
     free(model->grads_memory);
@@ -618,6 +633,7 @@ static void gpt2_begin_step(GPT2* model, int step) {
     model->num_slices = plan.num_slices;
     memcpy(model->slices, plan.slices, (size_t)plan.num_slices * sizeof(BadamSlice));
     optim_engine_begin_step_cpu(&model->opt, &plan);  // (ZeRO-1: its parts, opt.parts)
+    model->step = step;
     model->loss_sum = 0.0;
     gpt2_zero_grad(model);
 }
@@ -672,6 +688,11 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
 static float gpt2_grad_norm(GPT2* model, float grad_clip, float inv_loss_scale) {
     const Comm* comm = model->comm;
     float norm;
+    if (model->pending) {  // --offload-delay: the last step's update, after this step's backward pass
+        optim_engine_step_cpu(&model->opt, model->params_memory, model->grads_late, model->late_lr, model->late_step,
+                              model->late_scale);
+        model->pending = 0;
+    }
     if (model->zero_stage >= 1) {  // (BAdam: the active block's compact gradients in the block's parts)
         const size_t* parts = model->opt.parts;
         const size_t part = parts[comm->rank + 1] - parts[comm->rank];
@@ -719,6 +740,14 @@ static void zero_gather_params(GPT2* model) {
 // from the switch); lr is this step's, the rest of the optimizer's settings were fixed at build.
 static void gpt2_update(GPT2* model, float lr, int step) {
     (void)step;
+    if (model->delay && model->step >= model->delay_warmup) {  // applied after the next step's backward pass
+        memcpy(model->grads_late, model->grads_memory, model->num_parameters * sizeof(float));
+        model->late_lr = lr;
+        model->late_step = model->opt_step;
+        model->late_scale = model->clip_scale;
+        model->pending = 1;
+        return;
+    }
     const float* grads = model->zero_stage >= 1 ? model->grad_shard : model->grads_memory;
     optim_engine_step_cpu(&model->opt, model->params_memory, grads, lr, model->opt_step, model->clip_scale);
     zero_gather_params(model);
@@ -742,6 +771,11 @@ static LS_UNUSED void gpt2_eval_shape(const GPT2* model, int B, int T, int* Bp, 
 }
 
 static LS_UNUSED void gpt2_checkpoint_write(GPT2* model, const char* model_path, const char* state_path, const RunState* rs) {
+    if (model->pending) {  // --offload-delay: every update so far in the checkpoint (as the GPU trainer)
+        optim_engine_step_cpu(&model->opt, model->params_memory, model->grads_late, model->late_lr, model->late_step,
+                              model->late_scale);
+        model->pending = 0;
+    }
     if (rs->process_rank == 0) { model_file_write(model_path, &model->config, model->params_memory, MODEL_VERSION_FP32); }
     RunState r = *rs;  // the engine's current view: the whole model, BAdam's block, the ZeRO-1 shard
     r.num_params = model->opt.st.bytes / sizeof(float);
@@ -795,7 +829,8 @@ static LS_UNUSED void trainer_init(const TrainOptions* o) {
 static LS_UNUSED MemoryReport trainer_memory_predicted(const GPT2Config* c, const TrainOptions* o) {
     int procs = o->comm ? o->comm->size : 1;
     OptimSizes z = train_options_optim_sizes(o, c, o->comm ? o->comm->rank : 0, procs);
-    CpuMemoryOptions mo = {0, o->zero_stage, procs, z.bytes + z.work_bytes, z.max_shard, z.zero_elems};  // (+ Muon's scratch)
+    CpuMemoryOptions mo = {0, o->zero_stage, procs, z.bytes + z.work_bytes, z.max_shard, z.zero_elems,
+                           o->offload_delay};  // (+ Muon's scratch)
     if (o->badam > 0) {
         ParamTable pt;
         param_table_build(&pt, c);

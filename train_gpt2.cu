@@ -289,6 +289,9 @@ static void* carve_tensors(MemCounter* mc, MemCategory cat, const size_t* counts
     return base;
 }
 
+// The processes of a run and its ZeRO stage (0 with one process, as the CPU trainer).
+static int gpu_procs(const TrainOptions* o) { return o && o->comm ? o->comm->size : 1; }
+
 // Flag combinations the GPU trainer does not support: the options layer's table (run_setup checks
 // it too; here for callers of gpt2_build such as the tests), and what this build cannot do.
 static void gpu_check_flags(const TrainOptions* o) {
@@ -308,13 +311,15 @@ static void gpu_check_flags(const TrainOptions* o) {
         ls_fatal("flag --offload cpu: Muon's Newton-Schulz iterations are matrix products for the GPU; use --offload stream "
                  "with --optimizer muon");
     }
+    if (o->offload_delay && o->badam > 0 && gpu_procs(o) > 1 && o->zero_stage >= 1) {
+        ls_fatal("flag --offload-delay 1: not with -z 1 and --badam together (the block's parameter all-gather goes through "
+                 "the gradient buffer, which holds the next step's gradients when the delayed update runs)");
+    }
     if (o->offload_delay && o->offload != OFFLOAD_CPU) {
         ls_fatal("flag --offload-delay 1: the delayed update is --offload cpu's (got --offload %s)", offload_choices[o->offload]);
     }
 }
 
-// The processes of a run and its ZeRO stage (0 with one process, as the CPU trainer).
-static int gpu_procs(const TrainOptions* o) { return o && o->comm ? o->comm->size : 1; }
 static int gpu_zero_stage(const TrainOptions* o) { return gpu_procs(o) > 1 ? o->zero_stage : 0; }
 
 // ZeRO-1: the parameters this process updates, [lo, hi) (the real ones of its part of the whole
@@ -1231,6 +1236,116 @@ static LS_UNUSED void trainer_init(const TrainOptions* o) {
     cuda_check_device_arch(0);
 }
 
+// --memory-report with --offload cpu: seconds per parameter of the host step (the gradients
+// widened, the CPU update over the master weights, the parameters rounded: what optim_host_update
+// runs), measured now with this run's threads on a one-layer slice of the model (small vocabulary),
+// the median of 3 after a warm-up.
+static double host_step_seconds_per_param(const TrainOptions* o, const GPT2Config* c) {
+    char desc[96];
+    snprintf(desc, sizeof(desc), "L1C%dH%dT%dV1024", c->channels, c->num_heads, c->max_seq_len);
+    GPT2Config sc;
+    gpt2_config_from_descriptor(desc, &sc);
+    ParamTable pt;
+    param_table_build(&pt, &sc);
+    OptimConfig cfg = train_options_optimizer(o);
+    OptimEngine e;
+    optim_engine_init(&e, &cfg, &pt, NULL, 0.1f, 0, 1, 0);
+    const size_t n = pt.total;
+    e.memory = mallocCheck(e.bytes + 64);
+    e.work = NULL;
+    float* master = (float*)mallocCheck(n * sizeof(float));
+    float* g = (float*)mallocCheck(n * sizeof(float));
+    uint16_t* xfer = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {  // first touch by the threads that use the pages
+        master[i] = 0.01f * (float)(i % 101);
+        g[i] = 0.0f;
+        xfer[i] = bf16_bits_round_nearest(0.001f * (float)(i % 37) - 0.018f);
+    }
+    memset(e.memory, 0, e.bytes);
+    optim_engine_set_view_cpu(&e, OPTIM_VIEW_MODEL);
+    e.st.params_at_offset = 1;
+    double t[3];
+    for (int r = -1; r < 3; r++) {
+        const double t0 = wall_seconds();
+        if (FLOATX_IS_LOWP) { optim_host_widen_bf16(xfer, g, n); }  // (fp16: the same bytes)
+        optim_engine_step_cpu(&e, master, g, 1e-4f, r + 2, 1.0f);
+        if (FLOATX_IS_LOWP) { optim_host_round_bf16(&e.st, master, xfer, optim_step_args(&e.st.cfg, 1e-4f, r + 2).rng_key, 1); }
+        if (r >= 0) { t[r] = wall_seconds() - t0; }
+    }
+    optim_engine_free_cpu(&e);
+    free(e.memory); free(master); free(g); free(xfer);
+    const double lo = t[0] < t[1] ? t[0] : t[1], hi = t[0] < t[1] ? t[1] : t[0];
+    const double med = t[2] < lo ? lo : t[2] > hi ? hi : t[2];
+    return med / (double)n;
+}
+
+// The host's memory bandwidth with AdamW's access pattern (read 4 fp32 streams, write 3), GB/s:
+// 2^25 elements per stream, this run's threads, the best of 3.
+static double host_probe_gbs(void) {
+    const size_t n = (size_t)1 << 25;
+    float* b = (float*)mallocCheck(4 * n * sizeof(float));
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < 4 * n; i++) { b[i] = 0.001f * (float)(i % 37); }
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) {
+        const double t0 = wall_seconds();
+        float *p = b, *g = b + n, *m = b + 2 * n, *v = b + 3 * n;
+        #pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) {
+            const float gi = g[i];
+            m[i] = m[i] * 0.999f + gi;
+            v[i] = v[i] * 0.999f + gi;
+            p[i] = p[i] * 0.999f + gi;
+        }
+        const double dt = wall_seconds() - t0;
+        if (dt < best) { best = dt; }
+    }
+    free(b);
+    return 28.0 * (double)n / best / 1e9;
+}
+
+// --memory-report with --offload: the step time predicted from the GPU's achieved FLOP/s, PCIe's
+// bandwidth and the host's (measured, or the flags), showing what the GPU step hides and what it
+// does not. cpu: the gradients go down after the backward pass, the host update runs, the
+// parameters come up; undelayed all of it adds to the step, with --offload-delay 1 it runs under
+// the next step's forward and backward and only what exceeds them shows. stream: the state and
+// master weights cross PCIe both ways (the update's kernels hide under the copies).
+static void offload_predict(const GPT2Config* c, const TrainOptions* o, const OptimSizes* z, int accum) {
+    const double n = (double)z->max_elems;  // the view's elements (ZeRO-1: this process's part)
+    const double tokens = (double)o->B * o->T * accum;
+    const double gpu_ms = 1e3 * gpt2_flops_per_token(c, o->T) * tokens / (1e12 * o->predict_gpu_tflops);
+    const double pcie = 1e9 * o->predict_pcie_gbs;
+    printf("predicted step (GPU %g TFLOP/s achieved, PCIe %g GB/s each way): forward and backward %.1f ms (%.0f tokens)\n",
+           o->predict_gpu_tflops, o->predict_pcie_gbs, gpu_ms, tokens);
+    if (o->offload == OFFLOAD_STREAM) {
+        const double bytes = (double)z->bytes + (FLOATX_IS_LOWP && o->master_weights ? 4.0 * n : 0.0);
+        const double copy_ms = 1e3 * 2.0 * bytes / pcie;  // both ways (the copy engines may overlap them: at most)
+        printf("  --offload stream: %.0f MiB of state and master weights up and down, %.1f ms after the backward pass: "
+               "step %.1f ms (+%.0f%%)\n", bytes / 1048576.0, copy_ms, gpu_ms + copy_ms, 100.0 * copy_ms / gpu_ms);
+        return;
+    }
+    int threads = omp_get_max_threads();
+    const int target = o->predict_host_threads > 0 ? o->predict_host_threads : threads;
+    const double host_gbs = o->predict_host_gbs > 0 ? o->predict_host_gbs : host_probe_gbs();
+    const OptimConfig cfg = train_options_optimizer(o);
+    const double bpp = optim_update_bytes_per_param(&cfg) + (FLOATX_IS_LOWP ? 12.0 : 0.0);  // + widen 2+4, round 4+2
+    const double measured = host_step_seconds_per_param(o, c) * n;  // at `threads`
+    const double floor_s = bpp * n / (1e9 * host_gbs);
+    double host_s = measured * (double)threads / (double)target;  // the compute scales with the threads...
+    if (host_s < floor_s) { host_s = floor_s; }                     // ...down to the memory bandwidth
+    const double xfer_ms = 1e3 * n * (double)sizeof(floatX) / pcie, host_ms = 1e3 * host_s;
+    const double side = 2.0 * xfer_ms + host_ms;
+    printf("  --offload cpu: gradients down %.1f ms, host update %.1f ms, parameters up %.1f ms\n", xfer_ms, host_ms, xfer_ms);
+    printf("    (host update: measured here at %.2f ns/param with %d thread%s, scaled to %d, at least %.0f B/param at %.1f GB/s%s)\n",
+           1e9 * measured / n, threads, threads == 1 ? "" : "s", target, bpp, host_gbs,
+           o->predict_host_gbs > 0 ? "" : " measured");
+    printf("    undelayed: step %.1f ms, %.1f ms exposed (+%.0f%%)\n", gpu_ms + side, side, 100.0 * side / gpu_ms);
+    const double exposed = side > gpu_ms ? side - gpu_ms : 0.0;
+    printf("    --offload-delay 1: step %.1f ms, %.1f ms hidden under the GPU step, %.1f ms exposed (+%.0f%%)\n",
+           gpu_ms + exposed, side - exposed, exposed, 100.0 * exposed / gpu_ms);
+}
+
 static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOptions* o) {
     gpu_check_flags(o);
     size_t chunk = o->offload == OFFLOAD_STREAM ? optim_chunk_elems(gpt2_num_parameters(c), (size_t)o->offload_chunk) : 0;
@@ -1250,6 +1365,7 @@ static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOpti
     if (gpu_procs(o) > 1) { printf(", per process of %d, -z %d", gpu_procs(o), gpu_zero_stage(o)); }
     printf("):\n");
     memory_report_print(stdout, &predicted, gpt2_num_parameters(c));
+    if (o->offload != OFFLOAD_OFF) { offload_predict(c, o, &z, train_options_accum_steps(o, c, gpu_procs(o))); }
 }
 
 static LS_UNUSED void trainer_describe(const GPT2* model, const TrainOptions* o, int accum) {
@@ -1304,7 +1420,10 @@ static LS_UNUSED void trainer_step_extra(const GPT2* model, const TrainOptions* 
         double mfu = tok_per_s * gpt2_flops_per_token(&model->config, o->T) / peak;
         used += (size_t)snprintf(buf, len, " %.1f%% %s MFU |", 100.0 * mfu, PRECISION_NAME);
     }
-    if (model->offload && used < len) {
+    if (model->offload == OFFLOAD_CPU && used < len) {  // (delayed: the update that ran under this step)
+        snprintf(buf + used, len - used, " %.0f MiB h<->d, host update %.1f ms |", mib(offload_bytes_per_step(model)),
+                 model->host_update_ms);
+    } else if (model->offload && used < len) {
         snprintf(buf + used, len - used, " %.0f MiB h<->d |", mib(offload_bytes_per_step(model)));
     }
 }

@@ -798,6 +798,33 @@ else
 fi
 
 # ---------------------------------------------------------------------------------------------
+# the optimizer on the host CPU (--offload cpu), undelayed and delayed one step: GPT-2 124M bf16,
+# 20 steps each; the step time against the on-device update's (train-modes' adamw row), and the
+# host update's own time from the step lines
+
+offload_cpu() {
+    local mode rc=0
+    for mode in "--offload cpu" "--offload cpu --offload-delay 1 --offload-delay-warmup 5"; do
+        echo "=== mode: $mode"
+        # shellcheck disable=SC2086  # the mode and the data flags are several words
+        "$TRAIN_BF16" -e d12 -b 16 -t 1024 -x 20 -v 0 -s 0 -l 6e-4 -u 10 -c 0.1 $DATA_ARGS $mode || { echo "error: mode '$mode' failed"; rc=1; }
+    done
+    return $rc
+}
+if needs offload-cpu "file:$DATA_TRAIN" "built:$GB/train_gpt2cu_bf16"; then
+    gpu_step offload-cpu 150 offload_cpu
+fi
+if ran offload-cpu; then
+    NOTES+=("--offload cpu, GPT-2 124M bf16 B16 T1024, $(nproc) host cores (median of steps 6-20: ms/step, host update ms):
+$(awk '/^=== mode:/ { if (m != "") emit(); m = substr($0, 11); n = 0; next }
+       /^step/ { for (i = 1; i <= NF; i++) { if ($i == "ms" && $(i - 2) == "|") { n++; if (n > 5) t[n - 5] = $(i - 1) }
+                                             if ($i == "update") h[n] = $(i + 1) } }
+       function emit(   k, i, j, x) { k = n - 5; for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (t[j] < t[i]) { x = t[i]; t[i] = t[j]; t[j] = x }
+           printf "  %-48s %9s ms/step  host update %s ms\n", m, (k > 0 ? t[int((k + 1) / 2)] : "?"), h[n] }
+       END { if (m != "") emit() }' "$LOGS/offload-cpu.log")")
+fi
+
+# ---------------------------------------------------------------------------------------------
 # the end: any background job still running is ended; every refused fetch is a failure
 
 for name in "${!BG_PID[@]}"; do

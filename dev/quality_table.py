@@ -36,6 +36,10 @@ MODES = {  # key: (name, flags, learning rates)
     "adamw-fp16": ("AdamW fp16", ["--opt-state", "fp16"], ADAMW_LRS),
     "adamw-int8": ("AdamW int8", ["--opt-state", "int8"], ADAMW_LRS),
     "adamw-4bit": ("AdamW 4-bit", ["--opt-state", "4bit"], ADAMW_LRS),
+    # the GPU trainer's --offload cpu --offload-delay 1 on the CPU trainer's schedule (10 steps undelayed)
+    "adamw-delay": ("AdamW fp32, update delayed a step", ["--offload-delay", "1"], ["3e-4"] + ADAMW_LRS),
+    "adamw-delay-50": ("AdamW fp32, delayed after 50 steps", ["--offload-delay", "1", "--offload-delay-warmup", "50"],
+                       ["3e-4"] + ADAMW_LRS),
     "lion-4bit": ("Lion 4-bit", ["--optimizer", "lion", "--opt-state", "4bit"], ["1e-4", "3e-4", "1e-3"]),
     "lion": ("Lion", ["--optimizer", "lion"], ["1e-4", "3e-4", "1e-3"]),
     "muon": ("Muon fp32", ["--optimizer", "muon"], ADAMW_LRS + ["3e-2"]),  # (1e-2 was the best: past it too)

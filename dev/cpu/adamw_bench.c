@@ -43,17 +43,6 @@
 // 100% would hide that something beat the row).
 static double bench_share(double a, double b) { return floor(100.0 * a / b + 1e-9); }
 
-// The state bytes per parameter one step reads and writes (k values, each read and written; LAMB
-// reads them twice; int8 ~1 B per value, 4bit 0.5 B, the absmax per block and the scales ignored).
-static double rules_bytes_per_param(const OptimConfig* c) {
-    const int k = optim_slots(c);
-    const double per = c->state == OPT_STATE_FP32 ? 4.0 : c->state == OPT_STATE_INT8 ? 1.0
-                     : c->state == OPT_STATE_4BIT ? 0.5 : 2.0;
-    double b = 12.0 + (c->kind == OPT_LAMB ? 3.0 : 2.0) * k * per;  // p read and written, g read
-    if (c->state == OPT_STATE_4BIT && k > 1) b += 4.0 + 0.5 * (k - 1);  // v's scales pass: g and its codes again
-    return b;
-}
-
 // The rules table: optim_engine_step_cpu over the model's view for each rule and storage. The
 // ceiling is the fastest of the probe and the rows (as in the AdamW table: no share above 100%).
 static void bench_rules(const ParamTable* pt, float* p, const float* g, int repeats, double t_probe) {
@@ -85,7 +74,7 @@ static void bench_rules(const ParamTable* pt, float* p, const float* g, int repe
                 snprintf(name[rows], sizeof name[rows], "%s%s | %s", optim_kind_name(cfg.kind), ams ? " (amsgrad)" : "",
                          optim_precision_name(cfg.state));
                 ms[rows] = 1e3 * bench_median(t, repeats);
-                bpp[rows] = rules_bytes_per_param(&cfg);
+                bpp[rows] = optim_update_bytes_per_param(&cfg);
                 gbs[rows] = bpp[rows] * (double)n / (ms[rows] / 1e3) / 1e9;
                 rows++;
                 optim_engine_free_cpu(&e);
@@ -154,7 +143,7 @@ static void bench_host_step(const ParamTable* pt, int repeats, double t_probe, s
         }
         const double tw = bench_median(t, repeats), tu = bench_median(t + repeats, repeats);
         const double tr = bench_median(t + 2 * repeats, repeats), tt = tw + tu + tr;
-        const double bpp = 6.0 + rules_bytes_per_param(&cfg) + 6.0;  // widen: 2 in, 4 out; round: 4 in, 2 out
+        const double bpp = 6.0 + optim_update_bytes_per_param(&cfg) + 6.0;  // widen: 2 in, 4 out; round: 4 in, 2 out
         const double gbs = bpp * (double)n / tt / 1e9;
         printf("| %s | %.1f | %.1f | %.1f | %.1f | %.0f | %.1f | %.0f%% |\n", optim_precision_name(cfg.state), 1e3 * tw,
                1e3 * tu, 1e3 * tr, 1e3 * tt, bpp, gbs, floor(100.0 * gbs / probe_gbs));

@@ -109,6 +109,7 @@ REFUSED = [
     (["--optimizer", "muon", "--offload", "cpu"], "Newton-Schulz", True),
     (["--offload-delay", "1"], "--offload-delay 1", True),
     (["--offload", "stream", "--offload-delay", "1"], "--offload-delay 1", True),
+    (["--offload", "cpu", "--offload-delay", "1", "-pn", "2", "-z", "1", "--badam", "2"], "not with -z 1 and --badam", True),
 ]
 # Combinations the optimizer engine made possible (refused before it); gpu: a GPU trainer's flag is in it.
 ACCEPTED = [
@@ -269,6 +270,13 @@ def main():
           "--memory-report -z 1 -pn 4: optimizer state at 2.00 bytes/param per process: %s" % (m.group(0) if m else rr.stdout[-400:]))
     rr = run(binary, ["--dry-run", "1", "-e", SMALL, "-t", "16", "-pn", "2"])
     check(rr.returncode == 2 and "-pn" in rr.stderr, "-pn 2 in a single process fails naming -pn: %s" % rr.stderr.strip())
+    if "gpt2cu" in os.path.basename(binary):  # --offload's predicted step in the memory report
+        for mode, want in (("cpu", r"undelayed: step [\d.]+ ms.*\n.*--offload-delay 1: step [\d.]+ ms, [\d.]+ ms hidden"),
+                           ("stream", r"--offload stream: \d+ MiB of state and master weights up and down")):
+            rr = run(binary, ["--memory-report", "1", "-e", "d12", "-b", "4", "-t", "64", "--offload", mode,
+                              "--predict-host-threads", "8"])
+            check(rr.returncode == 0 and re.search(want, rr.stdout) is not None and "offloaded to pinned host memory" in rr.stdout,
+                  "--memory-report --offload %s: the host memory and the predicted step: %s" % (mode, rr.stdout[-600:]))
     if "gpt2cu" in os.path.basename(binary):  # 13B parameters: their state on the host fits no machine here
         rr = run(binary, ["--dry-run", "1", "-e", "L64C4096H32", "-t", "64", "-b", "1", "--offload", "cpu"])
         lines = rr.stderr.strip().splitlines()

@@ -8,7 +8,9 @@ Row "defaults": the trainer's default flags (sampling and val loss every 20 step
 (-e), the batch (-b 1 -t 16: the default d12 at T = 1024 is hours under the CPU harness) and the
 step count (-x) are given (and for the CPU trainer once more with its default B = 4, T = 64).
 Every other row is a mode whose default path no other test runs, for a few steps with sampling
-and val loss on: odd and minimal T, the lr schedules, -r 0 / -r 2 and --offload (GPU trainer only). Each run must exit 0 and print every step line with a finite loss,
+and val loss on: odd and minimal T, the lr schedules, -r 0 / -r 2, --offload stream / cpu (GPU trainer only) and
+--offload-delay 1 (the GPU trainer's with --offload cpu; the CPU trainer delays its own update).
+Each run must exit 0 and print every step line with a finite loss,
 the val loss lines, the generated text (non-empty when T > 1) and the summary line.
 When the CPU trainer and an fp32 GPU build are both given, their step and val losses must agree
 within 1e-4 relative in every row they both run (same descriptor, seed and batches; both fp32).
@@ -38,10 +40,16 @@ ROWS = [
     ("-r 0", FEW + ["-r", "0", "-t", "37"], 3, "gpu", None),
     ("-r 2", FEW + ["-r", "2", "-t", "37"], 3, "gpu", None),
     ("--offload stream", FEW + ["--offload", "stream", "--offload-chunk", "100000"], 3, "gpu", None),
+    ("--offload cpu", FEW + ["--offload", "cpu"], 3, "gpu", None),
+    # (both trainers: the GPU's with --offload cpu, GPU_ONLY_FLAGS; the CPU trainer delays its own update)
+    ("--offload-delay 1", FEW + ["--offload-delay", "1", "--offload-delay-warmup", "1", "-x", "5"], 5, None, None),
     ("-a 1 (overfit one batch)", FEW + ["-a", "1", "-x", "6", "-l", "1e-3"], 6, None, "loss falls"),
     ("-w 0 (no master weights)", FEW + ["-w", "0"], 3, "gpu", None),
     ("--attention matmul", FEW + ["--attention", "matmul", "-t", "37"], 3, "gpu", None),
 ]
+
+
+GPU_ONLY_FLAGS = {"--offload-delay 1": ["--offload", "cpu"]}  # row: what the GPU trainer adds to its flags
 
 
 def run(binary, args):
@@ -89,7 +97,7 @@ def main():
             if only is not None and only != ("gpu" if gpu else "cpu"):
                 continue
             tag = "%s %s" % (os.path.basename(binary), name)
-            r = run(binary, flags)
+            r = run(binary, flags + (GPU_ONLY_FLAGS.get(name, []) if gpu else []))
             seq_len = int(flags[len(flags) - 1 - flags[::-1].index("-t") + 1]) if "-t" in flags else 64
             results[(name, kind)] = check_run(tag, r, steps, seq_len, extra)
             print("%s: %s" % (tag, "ok" if r.returncode == 0 else "exit %d" % r.returncode))

@@ -465,6 +465,18 @@ static inline void update4_scales_commit(const OptimConfig* c, const OptimSlots*
     }
 }
 
+// The bytes per parameter one CPU step moves (the count of the banner: fp32 params and grads, k
+// state values each read and written, LAMB reading them twice; int8 ~1 B per value, 4bit 0.5 B,
+// their per-block scales left out; 4-bit v's scales pass reads g and the codes again).
+static inline double optim_update_bytes_per_param(const OptimConfig* c) {
+    const int k = optim_slots(c);
+    const double per = c->state == OPT_STATE_FP32 ? 4.0 : c->state == OPT_STATE_INT8 ? 1.0
+                     : c->state == OPT_STATE_4BIT ? 0.5 : 2.0;
+    double b = 12.0 + (c->kind == OPT_LAMB ? 3.0 : 2.0) * k * per;  // p read and written, g read
+    if (c->state == OPT_STATE_4BIT && k > 1) b += 4.0 + 0.5 * (k - 1);
+    return b;
+}
+
 // ----------------------------------------------------------------------------
 // the step
 

@@ -101,6 +101,7 @@ typedef struct {
     size_t opt_state_bytes;  // the optimizer engine's state block and the step's scratch (train_options_optim_sizes)
     size_t max_shard;        // ZeRO-1: the largest view's part (OptimSizes.max_shard)
     size_t zero_elems;       // ZeRO-1: the gradients' elements (OptimSizes.zero_elems; 0: the equal shards')
+    int update_delay;        // --offload-delay 1: the last step's gradients kept for the delayed update
 } CpuMemoryOptions;
 
 // ZeRO-1's gradient elements: every process's part of the largest view (given), or n's equal shards.
@@ -129,6 +130,7 @@ static inline MemoryReport memory_model_cpu(const GPT2Config* c, int B, int T, c
         if (!o->badam_block) { r.bytes[MEM_PARAMS] = padded * sizeof(float); }
         r.bytes[MEM_GRADS] = (padded + o->max_shard) * sizeof(float);
     }
+    if (o && o->update_delay) { r.bytes[MEM_GRADS] += n * sizeof(float); }
     r.bytes[MEM_ACTS] = sum_sizes(acts, CPU_NUM_ACTIVATIONS) * sizeof(float);
     r.bytes[MEM_SCRATCH] = sum_sizes(scratch, CPU_NUM_SCRATCH) * sizeof(float);
     return r;

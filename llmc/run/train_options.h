@@ -90,6 +90,11 @@ typedef struct {
     int offload_chunk;        // elements per streamed chunk
     int offload_delay;        // --offload cpu: 1 = the host update of step t overlaps step t + 1 (DPU)
     int offload_delay_warmup; // steps run undelayed before the delay starts
+    // --memory-report's prediction of an offloaded step (GPU trainer)
+    float predict_gpu_tflops;  // the forward and backward passes' achieved TFLOP/s
+    float predict_pcie_gbs;    // host<->device copies, GB/s each way
+    float predict_host_gbs;    // the host's memory bandwidth (0: measured by a probe now)
+    int predict_host_threads;  // the host update's threads (0: this run's)
     int attention;            // AttentionKind: the matmul-softmax path or cuDNN's flash attention
 } TrainOptions;
 
@@ -175,8 +180,12 @@ static const CliFlag train_flags[] = {
     {"w", "master-weights", CLI_SWITCH, OPT(master_weights), 0, 1, NULL, CLI_GPU, "keep fp32 master weights (bf16 build; the fp16 build always keeps them)"},
     {NULL, "offload", CLI_CHOICE, OPT(offload), 0, 0, offload_choices, CLI_GPU, "where the optimizer state (m, v, master weights) lives: off (the GPU), stream (pinned host memory, streamed through the GPU in chunks for the update) or cpu (host memory; gradients go down, the CPU updates, the parameters come up)"},
     {NULL, "offload-chunk", CLI_INT, OPT(offload_chunk), 1024, 1 << 30, NULL, CLI_GPU, "--offload stream: elements per chunk (two chunks of staging on the GPU)"},
-    {NULL, "offload-delay", CLI_SWITCH, OPT(offload_delay), 0, 1, NULL, CLI_GPU, "--offload cpu: 1 runs step t's host update under step t+1's forward and backward, which use the parameters one update behind (delayed parameter update)"},
-    {NULL, "offload-delay-warmup", CLI_INT, OPT(offload_delay_warmup), 0, 1e9, NULL, CLI_GPU, "--offload-delay 1: the first steps run undelayed"},
+    {NULL, "offload-delay", CLI_SWITCH, OPT(offload_delay), 0, 1, NULL, CLI_BOTH, "GPU trainer, --offload cpu: 1 runs step t's host update under step t+1's forward and backward, which use the parameters one update behind (delayed parameter update); CPU trainer: the same schedule, to measure its effect"},
+    {NULL, "offload-delay-warmup", CLI_INT, OPT(offload_delay_warmup), 0, 1e9, NULL, CLI_BOTH, "--offload-delay 1: the first steps run undelayed"},
+    {NULL, "predict-gpu-tflops", CLI_FLOAT, OPT(predict_gpu_tflops), 1, 1e5, NULL, CLI_GPU, "--memory-report with --offload: the GPU's achieved TFLOP/s in the forward and backward passes, for the predicted step time"},
+    {NULL, "predict-pcie-gbs", CLI_FLOAT, OPT(predict_pcie_gbs), 0.1, 1e4, NULL, CLI_GPU, "--memory-report with --offload: host<->device GB/s each way"},
+    {NULL, "predict-host-gbs", CLI_FLOAT, OPT(predict_host_gbs), 0, 1e5, NULL, CLI_GPU, "--memory-report with --offload cpu: the host's memory GB/s (0: measured now, AdamW's access pattern)"},
+    {NULL, "predict-host-threads", CLI_INT, OPT(predict_host_threads), 0, 4096, NULL, CLI_GPU, "--memory-report with --offload cpu: the host update's threads (0: this run's; its time is measured here and scaled)"},
     {NULL, "attention", CLI_CHOICE, OPT(attention), 0, 0, attention_choices, CLI_GPU, "attention: cudnn (flash attention, no T x T activations, deterministic backward; BF16 build only, its default), cudnn-fast (the same with cuDNN's atomic, non-deterministic backward: no T x T workspace) or matmul (scores, softmax, GEMMs; the FP32 build's)"},
 };
 #undef OPT
@@ -247,6 +256,10 @@ static inline void train_options_defaults(TrainOptions* o) {
     o->offload_chunk = 1 << 24;
     o->offload_delay = 0;
     o->offload_delay_warmup = 10;
+    o->predict_gpu_tflops = 400.0f;
+    o->predict_pcie_gbs = 25.0f;
+    o->predict_host_gbs = 0.0f;
+    o->predict_host_threads = 0;
     o->attention = ATTENTION_MATMUL;  // the BF16 GPU trainer defaults to cudnn (its trainer_defaults)
 }
 
