@@ -585,9 +585,11 @@ test-gpu-emu-model-fp32 test-gpu-emu-model-bf16: test-gpu-emu-model-%: $(BUILD)/
 		--adam-mini-state $(REF_DIR)/$(REF_DESC)_adam_mini_state.bin
 test-gpu-emu-model-bf16-matmul: $(BUILD)/test_gpt2cu_emu_bf16 $(REF_DIR)/$(REF_DESC)_state.bin
 	$(EMU_RUN) $(BUILD)/test_gpt2cu_emu_bf16 $(EMU_REF) --attention matmul --resume-check 0
-# PRECISION=FP16 (fp32 master weights, the reference checks under loss scaling 1024: test_gpt2.cu)
+# PRECISION=FP16 (fp32 master weights, the reference checks under loss scaling 1024: test_gpt2.cu);
+# then the offload modes alone (--offload cpu's host rounding to fp16 against the GPU kernels')
 test-gpu-emu-model-fp16: $(BUILD)/test_gpt2cu_emu_fp16 $(REF_DIR)/$(REF_DESC)_state.bin
 	$(EMU_RUN) $(BUILD)/test_gpt2cu_emu_fp16 $(EMU_REF) --resume-check 0
+	$(EMU_RUN) $(BUILD)/test_gpt2cu_emu_fp16 $(EMU_REF) --offload-only 1
 test-gpu-emu-mutants-fp32 test-gpu-emu-mutants-bf16: test-gpu-emu-mutants-%: $(BUILD)/test_gpt2cu_emu_% $(REF_MUTANTS_MADE)
 	$(EMU_RUN) $(REF_MUTANTS) --bin $(BUILD)/test_gpt2cu_emu_$*
 # (the optimizer modes in three parts, about 45 s of CPU each; 3: bf16/int8/4bit state of the others)

@@ -1247,34 +1247,17 @@ static double host_step_seconds_per_param(const TrainOptions* o, const GPT2Confi
     gpt2_config_from_descriptor(desc, &sc);
     ParamTable pt;
     param_table_build(&pt, &sc);
-    OptimConfig cfg = train_options_optimizer(o);
-    OptimEngine e;
-    optim_engine_init(&e, &cfg, &pt, NULL, 0.1f, 0, 1, 0);
-    const size_t n = pt.total;
-    e.memory = mallocCheck(e.bytes + 64);
-    e.work = NULL;
-    float* master = (float*)mallocCheck(n * sizeof(float));
-    float* g = (float*)mallocCheck(n * sizeof(float));
-    uint16_t* xfer = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
-    #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {  // first touch by the threads that use the pages
-        master[i] = 0.01f * (float)(i % 101);
-        g[i] = 0.0f;
-        xfer[i] = bf16_bits_round_nearest(0.001f * (float)(i % 37) - 0.018f);
-    }
-    memset(e.memory, 0, e.bytes);
-    optim_engine_set_view_cpu(&e, OPTIM_VIEW_MODEL);
-    e.st.params_at_offset = 1;
+    const OptimConfig cfg = train_options_optimizer(o);
+    OptimHostTimer h;
+    optim_host_timer_init(&h, &cfg, &pt);
     double t[3];
     for (int r = -1; r < 3; r++) {
-        const double t0 = wall_seconds();
-        if (FLOATX_IS_LOWP) { optim_host_widen_bf16(xfer, g, n); }  // (fp16: the same bytes)
-        optim_engine_step_cpu(&e, master, g, 1e-4f, r + 2, 1.0f);
-        if (FLOATX_IS_LOWP) { optim_host_round_bf16(&e.st, master, xfer, optim_step_args(&e.st.cfg, 1e-4f, r + 2).rng_key, 1); }
-        if (r >= 0) { t[r] = wall_seconds() - t0; }
+        double sec[3];
+        optim_host_timer_step(&h, r + 2, FLOATX_IS_LOWP, sec);  // (fp16: bf16's bytes and work)
+        if (r >= 0) { t[r] = sec[0] + sec[1] + sec[2]; }
     }
-    optim_engine_free_cpu(&e);
-    free(e.memory); free(master); free(g); free(xfer);
+    const size_t n = h.n;
+    optim_host_timer_free(&h);
     const double lo = t[0] < t[1] ? t[0] : t[1], hi = t[0] < t[1] ? t[1] : t[0];
     const double med = t[2] < lo ? lo : t[2] > hi ? hi : t[2];
     return med / (double)n;

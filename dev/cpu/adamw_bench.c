@@ -117,29 +117,13 @@ static void bench_host_step(const ParamTable* pt, int repeats, double t_probe, s
                    (double)need / 1e9, (double)avail / 1e9);
             continue;
         }
-        e.memory = mallocCheck(e.bytes);
-        float* master = (float*)mallocCheck(n * sizeof(float));
-        float* g = (float*)mallocCheck(n * sizeof(float));
-        uint16_t* xfer = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
-        #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < n; i++) {  // first touch by the threads that use the pages
-            master[i] = 0.01f * (float)(i % 101);
-            xfer[i] = bf16_bits_round_nearest(0.001f * (float)(i % 37) - 0.018f);
-        }
-        #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < e.bytes; i++) ((unsigned char*)e.memory)[i] = 0;
-        optim_engine_set_view_cpu(&e, OPTIM_VIEW_MODEL);
-        e.st.params_at_offset = 1;
+        OptimHostTimer h;
+        optim_host_timer_init(&h, &cfg, pt);
         double* t = (double*)mallocCheck(3 * (size_t)repeats * sizeof(double));
         for (int r = -1; r < repeats; r++) {
-            const double t0 = wall_seconds();
-            optim_host_widen_bf16(xfer, g, n);
-            const double t1 = wall_seconds();
-            optim_engine_step_cpu(&e, master, g, 1e-4f, r + 2, 1.0f);
-            const double t2 = wall_seconds();
-            optim_host_round_bf16(&e.st, master, xfer, optim_step_args(&e.st.cfg, 1e-4f, r + 2).rng_key, 1);
-            const double t3 = wall_seconds();
-            if (r >= 0) { t[r] = t1 - t0; t[repeats + r] = t2 - t1; t[2 * repeats + r] = t3 - t2; }
+            double sec[3];
+            optim_host_timer_step(&h, r + 2, 1, sec);
+            if (r >= 0) { t[r] = sec[0]; t[repeats + r] = sec[1]; t[2 * repeats + r] = sec[2]; }
         }
         const double tw = bench_median(t, repeats), tu = bench_median(t + repeats, repeats);
         const double tr = bench_median(t + 2 * repeats, repeats), tt = tw + tu + tr;
@@ -147,8 +131,9 @@ static void bench_host_step(const ParamTable* pt, int repeats, double t_probe, s
         const double gbs = bpp * (double)n / tt / 1e9;
         printf("| %s | %.1f | %.1f | %.1f | %.1f | %.0f | %.1f | %.0f%% |\n", optim_precision_name(cfg.state), 1e3 * tw,
                1e3 * tu, 1e3 * tr, 1e3 * tt, bpp, gbs, floor(100.0 * gbs / probe_gbs));
+        optim_host_timer_free(&h);
         optim_engine_free_cpu(&e);
-        free(e.memory); free(master); free(g); free(xfer); free(t);
+        free(t);
     }
 }
 

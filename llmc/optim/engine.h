@@ -34,6 +34,7 @@
 
 #include <stddef.h>
 #include <string.h>
+#include <time.h>
 #include "llmc/optim/badam.h"
 #include "llmc/optim/state.h"
 #include "llmc/optim/views.h"
@@ -378,18 +379,81 @@ static inline void optim_host_widen_bf16(const uint16_t* g16, float* g, size_t n
 }
 static inline void optim_host_round_bf16(const OptimState* st, const float* master, uint16_t* out,
                                          unsigned long long key, int stochastic) {
-    for (int s = 0; s < st->nseg; s++) {
+    #pragma omp parallel
+    for (int s = 0; s < st->nseg; s++) {  // (one team for all segments: they write apart, no barrier)
         const OptimSegment* sg = &st->segs[s];
         const float* p = master + sg->offset;
         uint16_t* o = out + sg->offset;
         if (!stochastic) {
-            #pragma omp parallel for simd schedule(static)
+            #pragma omp for simd schedule(static) nowait
             for (size_t k = 0; k < sg->count; k++) o[k] = bf16_bits_round_nearest(p[k]);
             continue;
         }
-        #pragma omp parallel for simd schedule(static)
+        #pragma omp for simd schedule(static) nowait
         for (size_t k = 0; k < sg->count; k++) o[k] = bf16_bits_round_stochastic(p[k], srng_bits(key, sg->param + k, 0));
     }
+}
+
+// The host step timed on its own (adamw_bench --host-step, and the GPU trainer's --memory-report
+// prediction of --offload cpu): an engine over table pt (the whole model, zeroed state), its master
+// weights, fp32 gradients and bf16 transfer buffer, first-touched by the threads that use them.
+typedef struct {
+    OptimEngine e;
+    size_t n;
+    float* master;   // (n)
+    float* g;        // (n)
+    uint16_t* xfer;  // (n) the bf16 gradients in, the parameters out
+} OptimHostTimer;
+
+static inline double optim_host_timer_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline void optim_host_timer_init(OptimHostTimer* h, const OptimConfig* cfg, const ParamTable* pt) {
+    optim_engine_init(&h->e, cfg, pt, NULL, 0.1f, 0, 1, 0);
+    const size_t n = h->n = pt->total;
+    h->e.memory = mallocCheck(h->e.bytes + 64);
+    h->e.work = NULL;  // (Muon's products are not a host step's)
+    h->master = (float*)mallocCheck(n * sizeof(float));
+    h->g = (float*)mallocCheck(n * sizeof(float));
+    h->xfer = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+    unsigned char* st = (unsigned char*)h->e.memory;
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        h->master[i] = 0.01f * (float)(i % 101);
+        h->g[i] = 0.0f;
+        h->xfer[i] = bf16_bits_round_nearest(0.001f * (float)(i % 37) - 0.018f);
+    }
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < h->e.bytes; i++) st[i] = 0;
+    optim_engine_set_view_cpu(&h->e, OPTIM_VIEW_MODEL);
+    h->e.st.params_at_offset = 1;
+}
+
+// One host step (step counts from 1): sec[0] the widening, sec[1] the update, sec[2] the rounding
+// (bf16: 0 and 0 for an fp32 build, which moves fp32 both ways).
+static inline void optim_host_timer_step(OptimHostTimer* h, int step, int bf16, double sec[3]) {
+    const double t0 = optim_host_timer_now();
+    if (bf16) optim_host_widen_bf16(h->xfer, h->g, h->n);
+    const double t1 = optim_host_timer_now();
+    optim_engine_step_cpu(&h->e, h->master, h->g, 1e-4f, step, 1.0f);
+    const double t2 = optim_host_timer_now();
+    if (bf16) optim_host_round_bf16(&h->e.st, h->master, h->xfer, optim_step_args(&h->e.st.cfg, 1e-4f, step).rng_key, 1);
+    const double t3 = optim_host_timer_now();
+    sec[0] = t1 - t0;
+    sec[1] = t2 - t1;
+    sec[2] = t3 - t2;
+}
+
+static inline void optim_engine_free_cpu(OptimEngine* e);
+static inline void optim_host_timer_free(OptimHostTimer* h) {
+    optim_engine_free_cpu(&h->e);
+    free(h->e.memory);
+    free(h->master);
+    free(h->g);
+    free(h->xfer);
 }
 
 static inline void optim_engine_free_cpu(OptimEngine* e) {

@@ -146,9 +146,10 @@ void optim_host_update(OptimHost* h, OptimEngine* e, bool stochastic) {
         const unsigned long long key = optim_step_args(&st->cfg, h->pending_lr, h->pending_step).rng_key;
         uint16_t* out = (uint16_t*)h->xfer;
         if constexpr (fp16) {
-            for (int s = 0; s < st->nseg; s++) {
+            #pragma omp parallel
+            for (int s = 0; s < st->nseg; s++) {  // (one team for all segments, as optim_host_round_bf16)
                 const OptimSegment* sg = &st->segs[s];
-                #pragma omp parallel for schedule(static)
+                #pragma omp for schedule(static) nowait
                 for (size_t k = 0; k < sg->count; k++) {
                     out[sg->offset + k] = optim_host_round_fp16(h->params[sg->offset + k], srng_bits(key, sg->param + k, 0),
                                                                 stochastic);
