@@ -855,7 +855,10 @@ static void gpt2_begin_step(GPT2* model, int step) {
         model->badam_fresh = model->badam_master_stale = 0;
     }
     // --offload-delay: the last step's gradients may still be going down
-    if (model->offload == OFFLOAD_CPU) { cudaCheck(cudaStreamWaitEvent(model->stream, model->host.down, 0)); }
+    if (model->offload == OFFLOAD_CPU) {
+        cudaCheck(cudaStreamWaitEvent(model->stream, model->host.down, 0));
+        model->host.early = 0;  // (a skipped update's early gradients are not this step's)
+    }
     gpt2_zero_grad(model);
 }
 
@@ -878,6 +881,19 @@ static void grads_reduce_layer(GPT2* model, int l) {
     nccl_group_end();
 }
 
+// --offload cpu, undelayed, one process, the whole model: the gradients of layer l (l = -1: the
+// tensors outside the layers) go down as soon as the step's last backward pass has made them, while
+// it computes the layers below (the update's download then sends only the clip scale).
+static void grads_down_layer(GPT2* model, int l) {
+    optim_host_after(&model->host, model->stream);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        const ParamTensor* t = &model->table.t[i];
+        if (t->per_layer != (l >= 0)) { continue; }
+        const size_t n = t->rows * t->cols;
+        optim_host_download_part(&model->host, (const floatX*)model->grads_memory, t->offset + (l >= 0 ? (size_t)l * n : 0), n);
+    }
+}
+
 // Backward pass after gpt2_forward_train(..., loss_scale), or after gpt2_forward with targets
 // (then the classifier runs here): adds the gradient of (mean loss * loss_scale) to the parameter
 // gradients (grad_slice: with BAdam, the active block's only; frozen weights get no weight-gradient matmul, and the pass stops below the lowest active layer). With -z 0 and
@@ -897,6 +913,9 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
     size_t ln_stride = model->recompute >= 2 ? 0 : BTC;
     size_t gelu_stride = model->recompute >= 1 ? 0 : 4 * BTC;
     int reduce = model->nccl && model->zero_stage == 0 && model->micro_step == model->accum - 1;
+    // (a pending delayed update still reads the transfer buffer: then all at once in gpt2_update)
+    int down = model->offload == OFFLOAD_CPU && !model->nccl && !model->use_badam && !model->host.pending &&
+               model->micro_step == model->accum - 1;
     if (reduce) {
         nccl_comm_maybe_hang(model->nccl, model->step + 1);
         watchdog_arm("the gradient all-reduce");  // disarmed after gpt2_grad_norm's sync
@@ -958,10 +977,12 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
         layernorm_backward(d->dresidual, grad_slice(model, P_LN1W, l), grad_slice(model, P_LN1B, l), ks, d->dbuf,
                            residual, w->ln1w + lC, ln1_mean, ln1_rstd, BT, C, s);
         if (reduce) { grads_reduce_layer(model, l); }  // layer l's gradients are complete
+        if (down) { grads_down_layer(model, l); }
     }
     unsigned rounding_seed = (unsigned)srng_bits(srng_step_key(model->seed, model->step + 1), (size_t)model->micro_step++, 4);
     floatX *dwte = grad_slice(model, P_WTE, 0), *dwpe = grad_slice(model, P_WPE, 0);
     if (dwte && dwpe) { encoder_backward(dwte, dwpe, ks, d->dresidual, a->inputs, model->inputs_cpu, B, T, C, rounding_seed, s); }
+    if (down) { grads_down_layer(model, -1); }
     if (reduce) {
         grads_reduce_layer(model, -1);
         cudaCheck(cudaEventRecord(model->nccl->reduced, model->nccl->stream));
@@ -1042,6 +1063,8 @@ static void gpt2_update(GPT2* model, float lr, int step) {
     const floatX* grads = model->grads_memory;  // ZeRO-1: the shard's; the segments keep the parameters' place
     if (model->zero_stage >= 1) { grads += model->opt.parts[model->nccl->rank]; }
     if (model->offload == OFFLOAD_CPU) {  // the gradients down; the update now, or under the next step
+        // (down layer by layer already, unless backward passes followed the one that sent them)
+        if (model->micro_step != model->accum) { model->host.early = 0; }
         optim_host_download(&model->host, &model->opt, grads, scale, lr, model->opt_step, s);
         if (host_update_delayed(model)) { return; }
         host_update_apply(model);
@@ -1319,11 +1342,17 @@ static void offload_predict(const GPT2Config* c, const TrainOptions* o, const Op
     if (host_s < floor_s) { host_s = floor_s; }                     // ...down to the memory bandwidth
     const double xfer_ms = 1e3 * n * (double)sizeof(floatX) / pcie, host_ms = 1e3 * host_s;
     const double side = 2.0 * xfer_ms + host_ms;
+    // undelayed on one process, the whole model: the gradients go down layer by layer during the
+    // backward pass (two thirds of the GPU's FLOPs), so only what outlasts it adds to the step
+    const int per_layer = gpu_procs(o) == 1 && o->badam == 0;
+    const double down_left = per_layer ? (xfer_ms > 2.0 * gpu_ms / 3.0 ? xfer_ms - 2.0 * gpu_ms / 3.0 : 0.0) : xfer_ms;
+    const double undelayed = down_left + host_ms + xfer_ms;
     printf("  --offload cpu: gradients down %.1f ms, host update %.1f ms, parameters up %.1f ms\n", xfer_ms, host_ms, xfer_ms);
     printf("    (host update: measured here at %.2f ns/param with %d thread%s, scaled to %d, at least %.0f B/param at %.1f GB/s%s)\n",
            1e9 * measured / n, threads, threads == 1 ? "" : "s", target, bpp, host_gbs,
            o->predict_host_gbs > 0 ? "" : " measured");
-    printf("    undelayed: step %.1f ms, %.1f ms exposed (+%.0f%%)\n", gpu_ms + side, side, 100.0 * side / gpu_ms);
+    printf("    undelayed: step %.1f ms, %.1f ms exposed (+%.0f%%)%s\n", gpu_ms + undelayed, undelayed,
+           100.0 * undelayed / gpu_ms, per_layer ? " (the gradients down during the backward pass)" : "");
     const double exposed = side > gpu_ms ? side - gpu_ms : 0.0;
     printf("    --offload-delay 1: step %.1f ms, %.1f ms hidden under the GPU step, %.1f ms exposed (+%.0f%%)\n",
            gpu_ms + exposed, side - exposed, exposed, 100.0 * exposed / gpu_ms);

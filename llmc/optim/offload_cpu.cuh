@@ -47,6 +47,7 @@ typedef struct {
     int pending;
     float pending_lr;
     int pending_step;
+    int early;              // this step's gradients already went down piece by piece (optim_host_download_part)
 } OptimHost;
 
 // Host bytes beside the engine's block: the master weights and fp32 gradients of the largest view,
@@ -97,7 +98,8 @@ void optim_host_download(OptimHost* h, const OptimEngine* e, const Tg* grads, co
     cudaCheck(cudaEventRecord(h->ready, stream));
     cudaCheck(cudaStreamWaitEvent(h->copy_stream, h->ready, 0));
     void* dst = sizeof(Tg) == 4 ? (void*)h->grads : h->xfer;
-    if (n > 0) { cudaCheck(cudaMemcpyAsync(dst, grads, n * sizeof(Tg), cudaMemcpyDeviceToHost, h->copy_stream)); }
+    if (n > 0 && !h->early) { cudaCheck(cudaMemcpyAsync(dst, grads, n * sizeof(Tg), cudaMemcpyDeviceToHost, h->copy_stream)); }
+    h->early = 0;
     if (d_clip_scale != NULL) {
         cudaCheck(cudaMemcpyAsync(h->scale, d_clip_scale, sizeof(float), cudaMemcpyDeviceToHost, h->copy_stream));
     } else {
@@ -107,6 +109,24 @@ void optim_host_download(OptimHost* h, const OptimEngine* e, const Tg* grads, co
     h->pending = 1;
     h->pending_lr = lr;
     h->pending_step = step;
+}
+
+// Gradients [offset, offset + n) of the view down now, on the copy stream once `stream` has made
+// them (during the backward pass, layer by layer: they cross PCIe while the layers below are
+// computed; the caller records `ready` on its stream once per layer, before that layer's pieces);
+// the step's optim_host_download then sends only the clip scale. The caller makes sure no host
+// update reads the transfer buffer meanwhile (none is pending) and that the pieces cover the view.
+template <typename Tg>
+void optim_host_download_part(OptimHost* h, const Tg* grads, size_t offset, size_t n) {
+    Tg* dst = (Tg*)(sizeof(Tg) == 4 ? (void*)h->grads : h->xfer);
+    cudaCheck(cudaMemcpyAsync(dst + offset, grads + offset, n * sizeof(Tg), cudaMemcpyDeviceToHost, h->copy_stream));
+    h->early = 1;
+}
+
+// The copy stream waits for what `stream` has queued so far (a layer's gradients).
+static inline void optim_host_after(OptimHost* h, cudaStream_t stream) {
+    cudaCheck(cudaEventRecord(h->ready, stream));
+    cudaCheck(cudaStreamWaitEvent(h->copy_stream, h->ready, 0));
 }
 
 // An fp16 parameter from fp32 x: the device's optim_round_param<__half, stochastic> (device.cuh)
