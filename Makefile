@@ -79,8 +79,8 @@ TEST_SAN_PHONY :=
 # jumping over it.
 CUDA_HOME ?= /usr/local/cuda
 CUDA_HARNESS_FLAGS := -x c++ -Idev/harness -I$(CUDA_HOME)/include -g1 -fno-strict-aliasing -Wno-unknown-pragmas \
-	-fstack-clash-protection -fopenmp -DLS_ENCODE
-CUDA_HARNESS_LIBS := -lboost_context $(LDLIBS_TOK)
+	-fstack-clash-protection -fopenmp -DLS_ENCODE -DLS_HOST_BLAS $(if $(BLAS_INC),-I$(BLAS_INC))
+CUDA_HARNESS_LIBS := -x none -lboost_context $(LDLIBS_TOK) $(LDLIBS_BLAS)
 
 include dev/data/rules.mk
 include dev/reference/rules.mk
@@ -325,9 +325,15 @@ ZLIB_LIB ?= -lz
 HAVE_TOK_DEV := $(if $(and $(wildcard /usr/include/pcre2.h),$(wildcard /usr/include/cjson/cJSON.h)),1)
 TOK_GPU_FLAGS := $(if $(HAVE_TOK_DEV),-DLS_ENCODE)
 TOK_GPU_LIBS := $(if $(HAVE_TOK_DEV),$(LDLIBS_TOK))
+# Muon under --offload cpu runs its Newton-Schulz products on the host through OpenBLAS: the GPU
+# builds link it where its header is here (-DLS_HOST_BLAS); a machine without it builds a trainer
+# that refuses that one combination with a line saying why
+HAVE_BLAS_DEV := $(if $(wildcard $(BLAS_INC)/cblas.h /usr/include/cblas.h),1)
+BLAS_GPU_FLAGS := $(if $(HAVE_BLAS_DEV),-DLS_HOST_BLAS $(if $(BLAS_INC),-I$(BLAS_INC)))
+BLAS_GPU_LIBS := $(if $(HAVE_BLAS_DEV),$(if $(filter -l%,$(LDLIBS_BLAS)),$(LDLIBS_BLAS),-L$(dir $(LDLIBS_BLAS)) -l:$(notdir $(LDLIBS_BLAS))))
 NVCC_TRAIN_FLAGS := -std=c++17 -O3 -lineinfo -Xptxas=--warn-on-spills -Xcompiler -Wall,-Wextra,-fopenmp -I. $(EXTRA_INC) $(PFLAGS) \
-	$(TOK_GPU_FLAGS)
-NVCC_LIBS := -lcublasLt -lcublas -lgomp $(ZLIB_LIB) $(TOK_GPU_LIBS)
+	$(TOK_GPU_FLAGS) $(BLAS_GPU_FLAGS)
+NVCC_LIBS := -lcublasLt -lcublas -lgomp $(ZLIB_LIB) $(TOK_GPU_LIBS) $(BLAS_GPU_LIBS)
 CUDA_TRAIN_DEPS := train_gpt2.cu $(LLMC_HEADERS) $(LLMC_CUDA_HEADERS)
 
 # Flash attention (--attention cudnn, the BF16 default): cuDNN's fused attention through the cuDNN
@@ -416,7 +422,7 @@ test-cudnn-load: $(BUILD)/test_cudnn_load $(CUDNN_LOAD_DIR)/libneeds_gone.so $(C
 # tokenizer state. The stamp's file changes only when they do (its recipe always runs, and rewrites
 # it only on a difference), so `make train_gpt2cu PRECISION=FP32` after a BF16 build rebuilds, and
 # a second `make train_gpt2cu` does nothing.
-gpu_config = $(PRECISION) $(GPU_ARCH) $(NCCL_STATE) $(if $(HAVE_TOK_DEV),encoder,decode-only)
+gpu_config = $(PRECISION) $(GPU_ARCH) $(NCCL_STATE) $(if $(HAVE_TOK_DEV),encoder,decode-only) $(if $(HAVE_BLAS_DEV),blas,no-blas)
 .PHONY: FORCE
 build/train_gpt2cu.config build/test_gpt2cu.config: FORCE
 	@mkdir -p $(@D)

@@ -204,6 +204,9 @@ static void check_resume(const char* model_path, const char* state_path, const T
 // Muon's 10 steps against gpt2_ref.py state --optimizer muon (the CPU test's check_muon): Newton-
 // Schulz in floatX through the batched GEMM (bf16 build: bf16 with fp32 accumulation) against the
 // reference's float64, with the build's step tolerance. Then a resume after 3 steps: bit-identical.
+// Then the same with --offload cpu, where Newton-Schulz runs in fp32 on the host (OpenBLAS): not the
+// device's bits, so against the float64 reference again, with the same tolerance (the host's
+// products are no less exact than the device's), and its resume.
 static void check_muon(const char* model_path, const char* state_path) {
     TrainOptions o;
     train_options_defaults(&o);
@@ -211,6 +214,14 @@ static void check_muon(const char* model_path, const char* state_path) {
     ref_check_muon(model_path, state_path, &TOL, &o);
     o.opt_state = OPT_STATE_BF16;  // (its stochastic rounding too)
     check_resume(model_path, state_path, &o, "muon, bf16 state,");
+    TrainOptions oc;
+    train_options_defaults(&oc);
+    trainer_defaults(&oc);
+    oc.offload = OFFLOAD_CPU;
+    printf("--offload cpu: ");
+    ref_check_muon(model_path, state_path, &TOL, &oc);
+    oc.opt_state = OPT_STATE_INT8;
+    check_resume(model_path, state_path, &oc, "muon, --offload cpu, int8 state,");
 }
 
 // Adam-mini's 10 steps against gpt2_ref.py state --optimizer adam-mini (the CPU test's
@@ -279,8 +290,8 @@ static void check_resume(const char* model_path, const char* state_path, const T
 // parameters, the whole state block), with the state on the host. stream: only two chunks of
 // staging on the device (chunks that do not divide the parameter count), for optimizers whose
 // chunks cut differently: elements (AdamW, Lion), int8 absmax blocks, LAMB's and 4-bit tensors
-// (Adam-mini's: the blocks' v too). cpu: the CPU's update of every rule but Muon, no state or
-// master weights on the device.
+// (Adam-mini's: the blocks' v too). cpu: the CPU's update of every rule but Muon (whose host
+// Newton-Schulz is fp32: check_muon), no state or master weights on the device.
 static void check_offload(const char* model_path, const char* state_path) {
     static const struct { OptimKind kind; OptimStatePrecision state; int sanitized, badam; } cases[] = {
         {OPT_ADAMW, OPT_STATE_FP32, 0, 0}, {OPT_ADAMW, OPT_STATE_INT8, 1, 0}, {OPT_LION, OPT_STATE_FP32, 0, 0},
@@ -300,7 +311,7 @@ static void check_offload(const char* model_path, const char* state_path) {
         const int mode = i % 2 ? OFFLOAD_CPU : OFFLOAD_STREAM;
         const size_t ci = i / 2;
         if (LS_SANITIZED && !cases[ci].sanitized) { continue; }  // (elements: int8's cut covers them)
-        if (mode == OFFLOAD_CPU && cases[ci].kind == OPT_MUON) { continue; }  // (refused: test_cli.py)
+        if (mode == OFFLOAD_CPU && cases[ci].kind == OPT_MUON) { continue; }  // (other bits: check_muon)
         if (mode == OFFLOAD_STREAM && cases[ci].badam) { continue; }  // (the matrix's badam+offload cells)
         TrainOptions o;
         train_options_defaults(&o);

@@ -35,6 +35,7 @@
 #include "llmc/run/trainer.h"
 #include "llmc/optim/badam.h"
 #include "llmc/run/blas_env.h"
+#include "llmc/run/blas_gemm.h"
 #include "llmc/optim/views.h"
 
 // ----------------------------------------------------------------------------
@@ -185,13 +186,6 @@ static void matmul_forward(float* out, const float* inp, const float* weight, co
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, weight, IC,
                 bias != NULL ? 1.0f : 0.0f, out, OC);
-}
-
-// Muon's Newton-Schulz products (llmc/optim/muon.h's OptimGemm): C = alpha op(A) op(B) + beta C.
-static void cpu_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float* A, int lda,
-                     const float* B, int ldb, float beta, float* C, int ldc) {
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha,
-                A, lda, B, ldb, beta, C, ldc);
 }
 
 // dinp (N,IC) = dout @ weight (overwritten); dweight (OC,IC) += dout^T @ inp; dbias (OC) += colsum.
@@ -495,7 +489,7 @@ static void gpt2_build(GPT2* model, const char* model_or_descriptor, uint64_t se
                       opts ? opts->weight_decay : 0.0f, model->comm ? model->comm->rank : 0, procs,
                       model->zero_stage >= 1 ? model->shard : 0);
     if (model->zero_stage >= 1) { optim_engine_set_reduce(&model->opt, comm_sum_hook, (void*)model->comm); }  // LAMB
-    optim_engine_set_gemm(&model->opt, cpu_gemm);  // Muon
+    optim_engine_set_gemm(&model->opt, blas_gemm);  // Muon
     size_t n_alloc = n, max_shard = optim_engine_max_shard(&model->opt);
     if (model->zero_stage >= 1) {  // gradients hold every process's part (BAdam: of the largest block);
         ng = optim_engine_zero_elems(&model->opt);  // without BAdam the parameters too (the all-gather is in place)

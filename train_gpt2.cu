@@ -62,6 +62,9 @@
 #include "llmc/optim/engine.cuh"
 #include "llmc/optim/offload.cuh"
 #include "llmc/optim/offload_cpu.cuh"
+#ifdef LS_HOST_BLAS
+#include "llmc/run/blas_gemm.h"  // Muon's Newton-Schulz on the host (--offload cpu)
+#endif
 #include <omp.h>
 #include "llmc/optim/srng.h"
 #include "llmc/dist/nccl_comm.cuh"
@@ -133,6 +136,8 @@ struct GPT2 {
     floatX* params_memory;    // (num_parameters) device
     ParameterTensorsX params;
     floatX* grads_memory;     // (state_elems) device: all parameters, or BAdam's active block (grad_slice)
+    floatX* gather_memory;    // -z 1 --badam with --offload-delay 1: the block's parameter all-gather (the
+                              // gradients hold the next step's when the delayed update runs), else NULL
     size_t state_elems;       // gradient elements: num_parameters, or BAdam's largest block
     // the optimizer engine (llmc/optim/engine.h, device side in llmc/optim/engine.cuh): every
     // optimizer and state precision in one device block; BAdam's block and the ZeRO-1 shard are views
@@ -247,7 +252,7 @@ static GpuMemoryOptions gpu_memory_options(const GPT2Config* c, int B, int T, in
     g.badam_block = badam_block;
     g.opt_state_bytes = opt_state_bytes;
     g.master_elems = master_elems;
-    g.stage_bytes = g.stage_elems = g.zero_elems = g.opt_work_bytes = 0;
+    g.stage_bytes = g.stage_elems = g.zero_elems = g.opt_work_bytes = g.host_work_bytes = g.gather_elems = 0;
     g.host_update = 0;
     g.flash_attention = flash;
     return g;
@@ -307,14 +312,12 @@ static void gpu_check_flags(const TrainOptions* o) {
     if (o->offload == OFFLOAD_CPU && FLOATX_IS_LOWP && !o->master_weights) {
         ls_fatal("flag -w 0: --offload cpu keeps fp32 master weights on the host (they cost no GPU memory there); drop -w 0");
     }
+#ifndef LS_HOST_BLAS
     if (o->offload == OFFLOAD_CPU && o->optimizer == OPT_MUON) {
-        ls_fatal("flag --offload cpu: Muon's Newton-Schulz iterations are matrix products for the GPU; use --offload stream "
-                 "with --optimizer muon");
+        ls_fatal("flag --offload cpu: Muon's Newton-Schulz products run on the host through OpenBLAS, and this build has "
+                 "none (no cblas.h when it was built: install libopenblas-dev and rebuild, or use --offload stream)");
     }
-    if (o->offload_delay && o->badam > 0 && gpu_procs(o) > 1 && o->zero_stage >= 1) {
-        ls_fatal("flag --offload-delay 1: not with -z 1 and --badam together (the block's parameter all-gather goes through "
-                 "the gradient buffer, which holds the next step's gradients when the delayed update runs)");
-    }
+#endif
     if (o->offload_delay && o->offload != OFFLOAD_CPU) {
         ls_fatal("flag --offload-delay 1: the delayed update is --offload cpu's (got --offload %s)", offload_choices[o->offload]);
     }
@@ -396,6 +399,19 @@ static void gpt2_setup_modes(GPT2* model, uint64_t seed, int B, int T, const Tra
     if (model->offload == OFFLOAD_STREAM) { optim_engine_offload_size(&model->opt, model->chunk, &model->stage_bytes, &model->stage_elems); }
     optim_engine_set_gemm_batched(&model->opt, matmul_gemm_batched, (int)sizeof(floatX));  // Muon
     model->work_bytes = optim_engine_device_work_bytes(&model->opt, (int)sizeof(floatX));
+#ifdef LS_HOST_BLAS
+    if (model->offload == OFFLOAD_CPU) {  // Muon's products on the host, its scratch there (OptimEngine.work_bytes)
+        optim_engine_set_gemm(&model->opt, blas_gemm);
+        model->work_bytes = 0;
+    }
+#endif
+}
+
+// Elements of the buffer a BAdam block's parameters are all-gathered through when the gradient
+// buffer is taken then (-z 1 --badam with --offload-delay 1: the gradients' size), else 0.
+static size_t gpt2_gather_elems(const GPT2* model) {
+    if (!(model->delay && model->zero_stage >= 1 && model->use_badam)) { return 0; }
+    return optim_engine_zero_elems(&model->opt) > 0 ? optim_engine_zero_elems(&model->opt) : model->state_elems;
 }
 
 // The memory options of this run at batch (B, T).
@@ -409,6 +425,8 @@ static GpuMemoryOptions gpt2_memory_options(const GPT2* model, int B, int T, int
     g.zero_elems = optim_engine_zero_elems(&model->opt);
     g.opt_work_bytes = model->work_bytes;
     g.host_update = model->offload == OFFLOAD_CPU;
+    g.host_work_bytes = g.host_update ? model->opt.work_bytes : 0;
+    g.gather_elems = gpt2_gather_elems(model);
     return g;
 }
 
@@ -458,6 +476,10 @@ static void gpt2_alloc_state(GPT2* model) {
     model->params_memory = (floatX*)cuda_malloc_counted(mc, MEM_PARAMS, gpu_tensor_bytes(n_pad, sizeof(floatX)));
     model->grads_memory = (floatX*)cuda_malloc_counted(mc, MEM_GRADS, gpu_tensor_bytes(ng, sizeof(floatX)));
     cudaCheck(cudaMemset(model->grads_memory, 0, ng * sizeof(floatX)));
+    model->gather_memory = NULL;
+    if (gpt2_gather_elems(model) > 0) {
+        model->gather_memory = (floatX*)cuda_malloc_counted(mc, MEM_PARAMS, gpu_tensor_bytes(gpt2_gather_elems(model), sizeof(floatX)));
+    }
     cudaCheck(cudaMemset(model->params_memory, 0, n_pad * sizeof(floatX)));  // the padding stays 0
     if (!model->offload) {  // the views are set up over the block at the first step (or a resume)
         e->memory = e->bytes > 0 ? cuda_malloc_counted(mc, MEM_OPT_STATE, gpu_tensor_bytes(e->bytes, 1)) : NULL;
@@ -476,6 +498,11 @@ static void gpt2_alloc_state(GPT2* model) {
         mc->host_pinned += optim_host_bytes(e->max_elems, (int)sizeof(floatX), &hm, &hg);
         mc->host[MEM_MASTER] = hm;
         mc->host[MEM_GRADS] = hg;
+        if (e->gemm != NULL && e->work_bytes > 0) {  // Muon's Newton-Schulz scratch, beside the state
+            cudaCheck(cudaMallocHost(&e->work, e->work_bytes));
+            mc->host_pinned += e->work_bytes;
+            mc->host[MEM_OPT_STATE] += e->work_bytes;
+        }
         return;
     }
     // stream: two chunks of device staging
@@ -582,6 +609,7 @@ static void gpt2_free(GPT2* model) {
         optim_host_free(&model->host);
         optim_engine_free_cpu(&model->opt);
         cudaCheck(cudaFreeHost(model->opt.memory));
+        if (model->opt.work) { cudaCheck(cudaFreeHost(model->opt.work)); }
         model->master_host = NULL;
     } else if (model->offload) {
         optim_offload_free(&model->offl);
@@ -605,6 +633,7 @@ static void gpt2_free(GPT2* model) {
     cudaCheck(cudaFree(model->acts_memory));
     if (model->master_memory) { cudaCheck(cudaFree(model->master_memory)); }
     cudaCheck(cudaFree(model->grads_memory));
+    if (model->gather_memory) { cudaCheck(cudaFree(model->gather_memory)); }
     cudaCheck(cudaFree(model->params_memory));
     encoder_backward_free();
     for (int k = 0; k < 2; k++) {
@@ -789,11 +818,13 @@ static void badam_master_from_params(GPT2* model) {
 
 // ZeRO-1, after each process updated its shard of the view: every process gets all of them. The
 // whole model: the parameters all-gathered in place. A BAdam block: its slices' parameters through
-// the compact gradient buffer (free after the update), all-gathered there and copied back.
+// the compact gradient buffer (free after the update; with --offload-delay 1 a buffer of its own),
+// all-gathered there and copied back.
 static void zero_gather_params(GPT2* model) {
     if (model->zero_stage < 1) { return; }
     cudaStream_t s = model->stream;
     const OptimEngine* e = &model->opt;
+    floatX* buf = model->gather_memory ? model->gather_memory : model->grads_memory;
     watchdog_arm("the parameter all-gather");
     if (e->view < 0) {
         nccl_allgather(model->nccl, model->params_memory, e->parts, s);
@@ -802,12 +833,12 @@ static void zero_gather_params(GPT2* model) {
     BadamSlice sl[BADAM_MAX_SLICES];
     int k = badam_block_slices(&model->badam, &model->table, e->view, sl);
     for (int i = 0; i < k; i++) {
-        cudaCheck(cudaMemcpyAsync(model->grads_memory + sl[i].compact, model->params_memory + sl[i].offset,
+        cudaCheck(cudaMemcpyAsync(buf + sl[i].compact, model->params_memory + sl[i].offset,
                                   sl[i].count * sizeof(floatX), cudaMemcpyDeviceToDevice, s));
     }
-    nccl_allgather(model->nccl, model->grads_memory, e->parts, s);
+    nccl_allgather(model->nccl, buf, e->parts, s);
     for (int i = 0; i < k; i++) {
-        cudaCheck(cudaMemcpyAsync(model->params_memory + sl[i].offset, model->grads_memory + sl[i].compact,
+        cudaCheck(cudaMemcpyAsync(model->params_memory + sl[i].offset, buf + sl[i].compact,
                                   sl[i].count * sizeof(floatX), cudaMemcpyDeviceToDevice, s));
     }
 }
@@ -881,16 +912,27 @@ static void grads_reduce_layer(GPT2* model, int l) {
     nccl_group_end();
 }
 
-// --offload cpu, undelayed, one process, the whole model: the gradients of layer l (l = -1: the
-// tensors outside the layers) go down as soon as the step's last backward pass has made them, while
-// it computes the layers below (the update's download then sends only the clip scale).
-static void grads_down_layer(GPT2* model, int l) {
-    optim_host_after(&model->host, model->stream);
+// --offload cpu, undelayed: the gradients of layer l (l = -1: the tensors outside the layers) go
+// down as soon as the step's last backward pass has made them (-z 0 over several processes: summed,
+// so once `after`, the all-reduce's stream, has them), while it computes the layers below; the
+// update's download then sends only the clip scale. BAdam: the block's slices in that layer, at
+// their compact places (the view's offsets).
+static void grads_down_layer(GPT2* model, int l, cudaStream_t after) {
+    optim_host_after(&model->host, after);
+    const floatX* grads = (const floatX*)model->grads_memory;
+    if (model->use_badam) {
+        for (int k = 0; k < model->num_slices; k++) {
+            const BadamSlice* sl = &model->slices[k];
+            if (model->table.t[sl->tensor].per_layer != (l >= 0) || (l >= 0 && sl->layer != l)) { continue; }
+            optim_host_download_part(&model->host, grads, sl->compact, sl->count);
+        }
+        return;
+    }
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         const ParamTensor* t = &model->table.t[i];
         if (t->per_layer != (l >= 0)) { continue; }
         const size_t n = t->rows * t->cols;
-        optim_host_download_part(&model->host, (const floatX*)model->grads_memory, t->offset + (l >= 0 ? (size_t)l * n : 0), n);
+        optim_host_download_part(&model->host, grads, t->offset + (l >= 0 ? (size_t)l * n : 0), n);
     }
 }
 
@@ -913,9 +955,11 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
     size_t ln_stride = model->recompute >= 2 ? 0 : BTC;
     size_t gelu_stride = model->recompute >= 1 ? 0 : 4 * BTC;
     int reduce = model->nccl && model->zero_stage == 0 && model->micro_step == model->accum - 1;
-    // (a pending delayed update still reads the transfer buffer: then all at once in gpt2_update)
-    int down = model->offload == OFFLOAD_CPU && !model->nccl && !model->use_badam && !model->host.pending &&
+    // (a pending delayed update still reads the transfer buffer, and ZeRO-1 reduce-scatters after
+    // the pass: then all at once in gpt2_update)
+    int down = model->offload == OFFLOAD_CPU && (!model->nccl || reduce) && !model->host.pending &&
                model->micro_step == model->accum - 1;
+    cudaStream_t down_after = reduce ? model->nccl->stream : s;
     if (reduce) {
         nccl_comm_maybe_hang(model->nccl, model->step + 1);
         watchdog_arm("the gradient all-reduce");  // disarmed after gpt2_grad_norm's sync
@@ -977,14 +1021,14 @@ static void gpt2_backward(GPT2* model, const int* inputs, const int* targets, in
         layernorm_backward(d->dresidual, grad_slice(model, P_LN1W, l), grad_slice(model, P_LN1B, l), ks, d->dbuf,
                            residual, w->ln1w + lC, ln1_mean, ln1_rstd, BT, C, s);
         if (reduce) { grads_reduce_layer(model, l); }  // layer l's gradients are complete
-        if (down) { grads_down_layer(model, l); }
+        if (down) { grads_down_layer(model, l, down_after); }
     }
     unsigned rounding_seed = (unsigned)srng_bits(srng_step_key(model->seed, model->step + 1), (size_t)model->micro_step++, 4);
     floatX *dwte = grad_slice(model, P_WTE, 0), *dwpe = grad_slice(model, P_WPE, 0);
     if (dwte && dwpe) { encoder_backward(dwte, dwpe, ks, d->dresidual, a->inputs, model->inputs_cpu, B, T, C, rounding_seed, s); }
-    if (down) { grads_down_layer(model, -1); }
+    if (reduce) { grads_reduce_layer(model, -1); }
+    if (down) { grads_down_layer(model, -1, down_after); }
     if (reduce) {
-        grads_reduce_layer(model, -1);
         cudaCheck(cudaEventRecord(model->nccl->reduced, model->nccl->stream));
         model->grads_reduced = 1;
     }
@@ -1259,11 +1303,20 @@ static LS_UNUSED void trainer_init(const TrainOptions* o) {
     cuda_check_device_arch(0);
 }
 
-// --memory-report with --offload cpu: seconds per parameter of the host step (the gradients
-// widened, the CPU update over the master weights, the parameters rounded: what optim_host_update
-// runs), measured now with this run's threads on a one-layer slice of the model (small vocabulary),
-// the median of 3 after a warm-up.
-static double host_step_seconds_per_param(const TrainOptions* o, const GPT2Config* c) {
+// A matrix multiply that does nothing: Muon's host step timed without its Newton-Schulz products.
+static void gemm_skip(int trans_a, int trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+                      int ldb, float beta, float* C, int ldc) {
+    (void)trans_a; (void)trans_b; (void)M; (void)N; (void)K; (void)alpha; (void)A; (void)lda; (void)B; (void)ldb;
+    (void)beta; (void)C; (void)ldc;
+}
+
+// --memory-report with --offload cpu: the host step (the gradients widened, the CPU update over the
+// master weights, the parameters rounded: what optim_host_update runs), measured now with this
+// run's threads on a one-layer slice of the model (small vocabulary), the median of 3 after a
+// warm-up: seconds per parameter. Muon's Newton-Schulz products are a far larger share of the
+// slice than of the model, so the step is timed without them and they apart, once (long enough):
+// seconds per FLOP (else 0).
+static void host_step_cost(const TrainOptions* o, const GPT2Config* c, double* sec_per_param, double* sec_per_flop) {
     char desc[96];
     snprintf(desc, sizeof(desc), "L1C%dH%dT%dV1024", c->channels, c->num_heads, c->max_seq_len);
     GPT2Config sc;
@@ -1272,18 +1325,38 @@ static double host_step_seconds_per_param(const TrainOptions* o, const GPT2Confi
     param_table_build(&pt, &sc);
     const OptimConfig cfg = train_options_optimizer(o);
     OptimHostTimer h;
-    optim_host_timer_init(&h, &cfg, &pt);
+    optim_host_timer_init(&h, &cfg, &pt, gemm_skip);
     double t[3];
     for (int r = -1; r < 3; r++) {
         double sec[3];
         optim_host_timer_step(&h, r + 2, FLOATX_IS_LOWP, sec);  // (fp16: bf16's bytes and work)
         if (r >= 0) { t[r] = sec[0] + sec[1] + sec[2]; }
     }
-    const size_t n = h.n;
-    optim_host_timer_free(&h);
     const double lo = t[0] < t[1] ? t[0] : t[1], hi = t[0] < t[1] ? t[1] : t[0];
-    const double med = t[2] < lo ? lo : t[2] > hi ? hi : t[2];
-    return med / (double)n;
+    *sec_per_param = (t[2] < lo ? lo : t[2] > hi ? hi : t[2]) / (double)h.n;
+    *sec_per_flop = 0.0;
+#ifdef LS_HOST_BLAS
+    if (cfg.kind == OPT_MUON) {  // the slice's Newton-Schulz products: its iterations, less their own
+        const OptimState* st = &h.e.st;  // elementwise passes (the step above timed those)
+        float* x = (float*)h.e.work;  // (its scratch: X, X', A and B')
+        double sec = 0.0, flops = 0.0;
+        for (int k = 0; k < st->nseg; k++) {
+            const OptimSegment* sg = &st->segs[k];
+            if (sg->mat_rows == 0) { continue; }
+            const size_t rows = muon_rows(sg, cfg.muon_qkv_joined), cols = sg->mat_cols, n = rows * cols;
+            const size_t kk = rows < cols ? rows : cols, KK = rows < cols ? cols : rows;
+            for (int pass = 0; pass < 2; pass++) {
+                for (size_t i = 0; i < n; i++) { x[i] = (0.001f * (float)(i % 37) - 0.018f) / sqrtf((float)kk); }
+                const double t0 = wall_seconds();
+                muon_newton_schulz(pass ? gemm_skip : blas_gemm, x, x + n, x + 2 * n, x + 2 * n + kk * kk, (int)kk, (int)KK);
+                sec += (pass ? -1.0 : 1.0) * (wall_seconds() - t0) * (double)(sg->count / n);
+            }
+            flops += muon_ns_flops(sg->count / n, rows, cols);
+        }
+        *sec_per_flop = (sec > 0.0 ? sec : 0.0) / flops;
+    }
+#endif
+    optim_host_timer_free(&h);
 }
 
 // The host's memory bandwidth with AdamW's access pattern (read 4 fp32 streams, write 3), GB/s:
@@ -1336,21 +1409,37 @@ static void offload_predict(const GPT2Config* c, const TrainOptions* o, const Op
     const double host_gbs = o->predict_host_gbs > 0 ? o->predict_host_gbs : host_probe_gbs();
     const OptimConfig cfg = train_options_optimizer(o);
     const double bpp = optim_update_bytes_per_param(&cfg) + (FLOATX_IS_LOWP ? 12.0 : 0.0);  // + widen 2+4, round 4+2
-    const double measured = host_step_seconds_per_param(o, c) * n;  // at `threads`
+    double per_param, per_flop;
+    host_step_cost(o, c, &per_param, &per_flop);
+    // at `threads`: the elementwise work by parameters, Muon's products by their FLOPs (the view's
+    // share of the model's)
+    ParamTable mt;
+    param_table_build(&mt, c);
+    const int nseg = optim_segments_count_layers(&mt);
+    OptimSegment* segs = (OptimSegment*)mallocCheck((size_t)nseg * sizeof(OptimSegment));
+    optim_segments_build_layers(&mt, 0.0f, segs);
+    const double ns_flops = per_flop > 0.0 ? muon_table_ns_flops(segs, nseg, cfg.muon_qkv_joined) * n / (double)mt.total : 0.0;
+    free(segs);
+    const double measured = per_param * n + per_flop * ns_flops;
     const double floor_s = bpp * n / (1e9 * host_gbs);
     double host_s = measured * (double)threads / (double)target;  // the compute scales with the threads...
     if (host_s < floor_s) { host_s = floor_s; }                     // ...down to the memory bandwidth
     const double xfer_ms = 1e3 * n * (double)sizeof(floatX) / pcie, host_ms = 1e3 * host_s;
     const double side = 2.0 * xfer_ms + host_ms;
-    // undelayed on one process, the whole model: the gradients go down layer by layer during the
-    // backward pass (two thirds of the GPU's FLOPs), so only what outlasts it adds to the step
-    const int per_layer = gpu_procs(o) == 1 && o->badam == 0;
+    // undelayed (but with ZeRO-1, which reduce-scatters after the pass): the gradients go down layer
+    // by layer during the backward pass (two thirds of the GPU's FLOPs), so only what outlasts it
+    // adds to the step
+    const int per_layer = !(gpu_procs(o) > 1 && gpu_zero_stage(o) >= 1);
     const double down_left = per_layer ? (xfer_ms > 2.0 * gpu_ms / 3.0 ? xfer_ms - 2.0 * gpu_ms / 3.0 : 0.0) : xfer_ms;
     const double undelayed = down_left + host_ms + xfer_ms;
     printf("  --offload cpu: gradients down %.1f ms, host update %.1f ms, parameters up %.1f ms\n", xfer_ms, host_ms, xfer_ms);
     printf("    (host update: measured here at %.2f ns/param with %d thread%s, scaled to %d, at least %.0f B/param at %.1f GB/s%s)\n",
            1e9 * measured / n, threads, threads == 1 ? "" : "s", target, bpp, host_gbs,
            o->predict_host_gbs > 0 ? "" : " measured");
+    if (ns_flops > 0.0) {
+        printf("    (of which Muon's Newton-Schulz: %.0f GFLOP at %.1f GFLOP/s measured here, %.1f ms)\n", ns_flops / 1e9,
+               1e-9 / per_flop, 1e3 * per_flop * ns_flops);
+    }
     printf("    undelayed: step %.1f ms, %.1f ms exposed (+%.0f%%)%s\n", gpu_ms + undelayed, undelayed,
            100.0 * undelayed / gpu_ms, per_layer ? " (the gradients down during the backward pass)" : "");
     const double exposed = side > gpu_ms ? side - gpu_ms : 0.0;
@@ -1369,8 +1458,12 @@ static LS_UNUSED void trainer_memory_report(const GPT2Config* c, const TrainOpti
     g.stage_bytes = z.stage_bytes;
     g.stage_elems = z.stage_elems;
     g.zero_elems = z.zero_elems;
-    g.opt_work_bytes = z.gpu_work_bytes[FLOATX_IS_LOWP ? 0 : 1];
     g.host_update = o->offload == OFFLOAD_CPU;
+    g.opt_work_bytes = g.host_update ? 0 : z.gpu_work_bytes[FLOATX_IS_LOWP ? 0 : 1];
+    g.host_work_bytes = g.host_update ? z.work_bytes : 0;
+    if (g.host_update && o->offload_delay && gpu_zero_stage(o) >= 1 && badam_block > 0) {  // (gpt2_gather_elems)
+        g.gather_elems = memory_zero_elems(z.zero_elems, badam_block, gpu_procs(o));
+    }
     MemoryReport predicted = memory_model_gpu(c, o->B, o->T, &g);
     printf("GPU memory (%s, recompute %d, master weights %s, attention %s", PRECISION_NAME, o->recompute,
            g.master_weights ? "on" : "off", attention_choices[o->attention]);

@@ -118,7 +118,7 @@ static void bench_host_step(const ParamTable* pt, int repeats, double t_probe, s
             continue;
         }
         OptimHostTimer h;
-        optim_host_timer_init(&h, &cfg, pt);
+        optim_host_timer_init(&h, &cfg, pt, NULL);  // (AdamW: no products)
         double* t = (double*)mallocCheck(3 * (size_t)repeats * sizeof(double));
         for (int r = -1; r < repeats; r++) {
             double sec[3];

@@ -9,7 +9,8 @@ Row "defaults": the trainer's default flags (sampling and val loss every 20 step
 step count (-x) are given (and for the CPU trainer once more with its default B = 4, T = 64).
 Every other row is a mode whose default path no other test runs, for a few steps with sampling
 and val loss on: odd and minimal T, the lr schedules, -r 0 / -r 2, --offload stream / cpu (GPU trainer only) and
---offload-delay 1 (the GPU trainer's with --offload cpu; the CPU trainer delays its own update).
+--offload-delay 1 (the GPU trainer's with --offload cpu; the CPU trainer delays its own update), and Muon
+(the GPU trainer's with --offload cpu: Newton-Schulz on the host, as the CPU trainer's).
 Each run must exit 0 and print every step line with a finite loss,
 the val loss lines, the generated text (non-empty when T > 1) and the summary line.
 When the CPU trainer and an fp32 GPU build are both given, their step and val losses must agree
@@ -43,13 +44,15 @@ ROWS = [
     ("--offload cpu", FEW + ["--offload", "cpu"], 3, "gpu", None),
     # (both trainers: the GPU's with --offload cpu, GPU_ONLY_FLAGS; the CPU trainer delays its own update)
     ("--offload-delay 1", FEW + ["--offload-delay", "1", "--offload-delay-warmup", "1", "-x", "5"], 5, None, None),
+    # (both trainers: the GPU's Newton-Schulz on the host, through OpenBLAS as the CPU trainer's)
+    ("--optimizer muon, host", FEW + ["--optimizer", "muon"], 3, None, None),
     ("-a 1 (overfit one batch)", FEW + ["-a", "1", "-x", "6", "-l", "1e-3"], 6, None, "loss falls"),
     ("-w 0 (no master weights)", FEW + ["-w", "0"], 3, "gpu", None),
     ("--attention matmul", FEW + ["--attention", "matmul", "-t", "37"], 3, "gpu", None),
 ]
 
 
-GPU_ONLY_FLAGS = {"--offload-delay 1": ["--offload", "cpu"]}  # row: what the GPU trainer adds to its flags
+GPU_ONLY_FLAGS = {"--offload-delay 1": ["--offload", "cpu"], "--optimizer muon, host": ["--offload", "cpu"]}  # row: what the GPU trainer adds to its flags
 
 
 def run(binary, args):

@@ -15,7 +15,10 @@ NCCL backend) fail with a message, a -d that the process count does not divide e
 -d, a rank that stops responding makes the other exit non-zero within --comm-timeout, and
 --profile counts the communication calls of -z 0 and -z 1, and over 3 processes -z 1's gradient norm,
 summed shard by shard, is -z 0's on a model whose shard boundaries fall inside weight matrices with
-gradients (test_mpi.py's check_shard_norm: the same model and tolerance). With the bf16 builds: -z 0 and -z 1
+gradients (test_mpi.py's check_shard_norm: the same model and tolerance), and -z 1 with BAdam and
+--offload cpu --offload-delay 1 (the block's all-gather in a buffer of its own) gives one process's
+losses within 1e-5, and so does -z 0 with --offload cpu (each layer's gradients down once summed).
+With the bf16 builds: -z 0 and -z 1
 within 1e-4 of one process, and Muon's -z 1 (whole matrices per process, unequal parts) gives
 exactly -z 0's losses.
 
@@ -150,6 +153,32 @@ def main():
         worst = max((abs(x - y) / abs(x) for x, y in zip(l1, l3)), default=1.0)
         check(rf3.returncode == 0 and len(l3) == 4 and worst <= 1e-5,
               "lion -np 2 -z 1: the losses of one process within 1e-5 (worst %.2e): %s vs %s (%s)" % (worst, l3, l1, tail(rf3)))
+        # --offload cpu --offload-delay 1 with -z 1 and BAdam: the delayed update of a block runs when
+        # the gradient buffer holds the next step's gradients, so its all-gather has a buffer of its
+        # own; the losses of one process (6 steps: 2 undelayed, block switches at 2 and 4)
+        dl = [x if x != "10" else "6" for x in base] + ["--badam", "2", "--offload", "cpu", "--offload-delay", "1",
+                                                      "--offload-delay-warmup", "2"]
+        rd1 = subprocess.run([one_bin] + dl, capture_output=True, text=True, timeout=300, env=ENV)
+        rd2 = mpirun(2, [mpi_bin] + dl + ["-z", "1"])
+        l1, l2 = step_losses(rd1.stdout), step_losses(rd2.stdout)
+        worst = max((abs(x - y) / abs(x) for x, y in zip(l1, l2)), default=1.0)
+        check(rd1.returncode == 0 and rd2.returncode == 0 and len(l1) == 6 and len(l2) == 6 and worst <= 1e-5,
+              "--offload-delay 1 --badam 2 -np 2 -z 1: the losses of one process within 1e-5 (worst %.2e): %s vs %s (%s %s)"
+              % (worst, l2, l1, tail(rd1), tail(rd2)))
+        print("--offload cpu --offload-delay 1 --badam 2 -np 2 -z 1: worst relative loss difference to one process %.2e over 6 steps"
+              % worst)
+        # --offload cpu with -z 0: each layer's gradients go down once its all-reduce has summed them
+        # (the copy stream waits for the communication stream); the losses of one process
+        hc = [x if x != "10" else "4" for x in base] + ["--offload", "cpu"]
+        rh1 = subprocess.run([one_bin] + hc, capture_output=True, text=True, timeout=300, env=ENV)
+        rh2 = mpirun(2, [mpi_bin] + hc + ["-z", "0"])
+        l1, l2 = step_losses(rh1.stdout), step_losses(rh2.stdout)
+        worst = max((abs(x - y) / abs(x) for x, y in zip(l1, l2)), default=1.0)
+        check(rh1.returncode == 0 and rh2.returncode == 0 and len(l1) == 4 and len(l2) == 4 and worst <= 1e-5,
+              "--offload cpu -np 2 -z 0: the losses of one process within 1e-5 (worst %.2e): %s vs %s (%s %s)"
+              % (worst, l2, l1, tail(rh1), tail(rh2)))
+        print("--offload cpu -np 2 -z 0: worst relative loss difference to one process %.2e over 4 steps (%s)"
+              % (worst, "bitwise equal" if l1 == l2 else "not bitwise"))
         rw = mpirun(1, [mpi_bin] + base + ["-z", "1", "-o", os.path.join(tmp, "resume1"), "-y", "1"])
         check(rw.returncode != 0 and "resume with the same count" in rw.stderr, "a 2-rank ZeRO-1 checkpoint is refused by 1 process: %s" % tail(rw))
         # without mpirun's help: the fs and tcp rendezvous (the shim checks every rank got rank 0's id)

@@ -55,7 +55,7 @@
 #include "llmc/optim/state.h"
 #include "llmc/optim/views.h"
 #include "dev/cpu/bench_util.h"
-#include <cblas.h>
+#include "llmc/run/blas_gemm.h"
 
 static int g_failed = 0;
 static int g_quiet = 0; // -q: failures and the summary only
@@ -1468,13 +1468,6 @@ static void run_usage(void) {
     exit(2);
 }
 
-// Muon's matrix multiply: OpenBLAS, as the CPU trainer's
-static void test_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float* A, int lda,
-                      const float* B, int ldb, float beta, float* C, int ldc) {
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha,
-                A, lda, B, ldb, beta, C, ldc);
-}
-
 // --ns ROWS COLS --in F --out F: Newton-Schulz of one matrix (dev/reference/optim_ref.py's properties)
 static int ns_main(int argc, char** argv) {
     if (argc != 8 || strcmp(argv[4], "--in") != 0 || strcmp(argv[6], "--out") != 0) run_usage();
@@ -1490,7 +1483,7 @@ static int ns_main(int argc, char** argv) {
     FILE* f = fopenCheck(argv[5], "rb");
     freadCheck(u, sizeof(float), n, f, argv[5]);
     fcloseCheck(f);
-    muon_orthogonalize(test_gemm, u, (size_t)rows, (size_t)cols, scratch);
+    muon_orthogonalize(blas_gemm, u, (size_t)rows, (size_t)cols, scratch);
     f = fopenCheck(argv[7], "wb");
     fwriteCheck(u, sizeof(float), n, f, argv[7]);
     fcloseCheck(f);
@@ -1595,7 +1588,7 @@ static int run_main(int argc, char** argv) {
     fcloseCheck(f);
     OptimState st;
     optim_state_init(&st, &c, segs, nseg, n, NULL);
-    st.gemm = test_gemm;
+    st.gemm = blas_gemm;
     f = fopenCheck(out, "wb");
     for (int t = 1; t <= steps; t++) {
         optim_step_cpu(&st, p, g + (size_t)(t - 1) * n, lr, t, 1.0f);

@@ -26,7 +26,7 @@ every cell it runs must give the CPU trainer's per-step losses within 1e-4 relat
 same seed, data and batches): the same cell, or for an offload cell the CPU trainer's cell without
 --offload (the CPU trainer's state always is in host memory). A host cell (the CPU's update of the
 GPU trainer's state) must also give the GPU's checkpoint of the same cell on the device, bit for bit
-(model and state hashes).
+(model and state hashes), but Muon's (Newton-Schulz in fp32 on the host, in floatX on the device).
 Resume: for a sample of cells (RESUME_CELLS) in each trainer, a 4-step run with checkpoints at steps
 2 and 4 resumed from step 2 (-y 1) prints exactly the losses of steps 3-4 and writes a bit-identical
 final model; a version-1 state file (AdamW m then v, written before the engine) made from an fp32
@@ -100,8 +100,6 @@ EXPECTED_REFUSED = [
      "the CPU trainer's state is in host memory already (--offload is a GPU trainer flag)", ["--offload"]),
     ("*", "*", "host", "cpu", "no meaning",
      "the CPU trainer's update runs on the host already (--offload is a GPU trainer flag)", ["--offload"]),
-    (("muon",), "*", "host", "gpu", "not yet",
-     "Muon's Newton-Schulz products stay on the GPU: --offload stream serves Muon", ["--offload"]),
     (("sgd-plain",), ("bf16", "int8", "fp16", "4bit"), "*", "*", "no meaning",
      "SGD without momentum has no state to store in bf16, int8, fp16 or 4bit", ["--opt-state", "--momentum"]),
     (("sgd", "sgd+nesterov", "lamb", "lion", "muon"), ("fp16",), "*", "*", "not yet",
@@ -121,7 +119,8 @@ RESUME_CELLS = [("adamw", "int8", "device"), ("lion", "fp32", "badam"), ("adamw"
                 ("lamb", "4bit", "z1+offload"), ("lamb", "4bit", "badam"), ("adam-mini", "fp32", "device"),
                 ("adam-mini", "int8", "z1"), ("adam-mini", "bf16", "z1+badam"), ("adam-mini", "4bit", "badam"),
                 ("muon", "4bit", "z1+offload"), ("muon", "4bit", "badam"), ("adamw", "int8", "z1+host"),
-                ("lamb", "bf16", "badam+host"), ("adam-mini", "4bit", "host"), ("lion", "fp32", "z1+host")]
+                ("lamb", "bf16", "badam+host"), ("adam-mini", "4bit", "host"), ("lion", "fp32", "z1+host"),
+                ("muon", "int8", "host"), ("muon", "bf16", "z1+host")]
 
 # Optimizer state bytes per parameter of the whole-model view (llmc/optim/state.h's banner): exact
 # up to each buffer's 64-byte alignment, or (None) at least the number (int8's per-block scales and
@@ -545,11 +544,12 @@ def main():
                 check(h is not None, "%s %s: its final checkpoint was written (-o, -n %d)" % (t, "/".join(c), STEPS))
                 if h is not None:
                     hashes["%s %s" % (t, "/".join(c))] = h
-        # the CPU's update of the GPU trainer's state: the device's bits
+        # the CPU's update of the GPU trainer's state: the device's bits (Muon's: not its Newton-Schulz,
+        # fp32 on the host, in floatX on the device; test_gpt2.cu holds it to the float64 reference)
         for key, h in sorted(hashes.items()):
             t, c = key.split(" ")
             o, s_, p = c.split("/")
-            if t == "gpu" and "host" in p.split("+"):
+            if t == "gpu" and "host" in p.split("+") and o != "muon":
                 dev = hashes.get("gpu %s/%s/%s" % (o, s_, on_device(p)))
                 check(dev is None or dev == h, "gpu %s: checkpoint bits equal the on-device cell %s's" % (c, on_device(p)))
         for t in trainers:

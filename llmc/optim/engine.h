@@ -396,7 +396,8 @@ static inline void optim_host_round_bf16(const OptimState* st, const float* mast
 
 // The host step timed on its own (adamw_bench --host-step, and the GPU trainer's --memory-report
 // prediction of --offload cpu): an engine over table pt (the whole model, zeroed state), its master
-// weights, fp32 gradients and bf16 transfer buffer, first-touched by the threads that use them.
+// weights, fp32 gradients and bf16 transfer buffer, first-touched by the threads that use them;
+// Muon's Newton-Schulz products through gemm (NULL for the other rules), in scratch of its own.
 typedef struct {
     OptimEngine e;
     size_t n;
@@ -411,11 +412,13 @@ static inline double optim_host_timer_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static inline void optim_host_timer_init(OptimHostTimer* h, const OptimConfig* cfg, const ParamTable* pt) {
+static inline void optim_host_timer_init(OptimHostTimer* h, const OptimConfig* cfg, const ParamTable* pt,
+                                         OptimGemm gemm) {
     optim_engine_init(&h->e, cfg, pt, NULL, 0.1f, 0, 1, 0);
     const size_t n = h->n = pt->total;
     h->e.memory = mallocCheck(h->e.bytes + 64);
-    h->e.work = NULL;  // (Muon's products are not a host step's)
+    h->e.work = h->e.work_bytes > 0 ? mallocCheck(h->e.work_bytes) : NULL;
+    optim_engine_set_gemm(&h->e, gemm);
     h->master = (float*)mallocCheck(n * sizeof(float));
     h->g = (float*)mallocCheck(n * sizeof(float));
     h->xfer = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
@@ -451,6 +454,7 @@ static inline void optim_engine_free_cpu(OptimEngine* e);
 static inline void optim_host_timer_free(OptimHostTimer* h) {
     optim_engine_free_cpu(&h->e);
     free(h->e.memory);
+    free(h->e.work);
     free(h->master);
     free(h->g);
     free(h->xfer);

@@ -205,15 +205,21 @@ static inline void muon_device_work(const OptimSegment* segs, int nseg, int qkv_
 }
 
 // Newton-Schulz on x (k x K, k <= K, row-major), in place; y (k x K), a and b (k x k) scratch.
+// (X and X' trade buffers each step; the result lands in x.)
 static inline void muon_newton_schulz(OptimGemm gemm, float* x, float* y, float* a, float* b, int k, int K) {
+    float *cur = x, *next = y;
     for (int it = 0; it < MUON_NS_STEPS; it++) {
-        gemm(0, 1, k, k, K, 1.0f, x, K, x, K, 0.0f, a, k);                   // A = X X^T
+        gemm(0, 1, k, k, K, 1.0f, cur, K, cur, K, 0.0f, a, k);               // A = X X^T
         memcpy(b, a, (size_t)k * k * sizeof(float));
         gemm(0, 0, k, k, k, MUON_NS_C, a, k, a, k, MUON_NS_B, b, k);         // B' = b A + c A A
-        for (size_t i = 0; i < (size_t)k * K; i++) y[i] = MUON_NS_A * x[i];
-        gemm(0, 0, k, K, k, 1.0f, b, k, x, K, 1.0f, y, K);                   // X' = a X + B' X
-        memcpy(x, y, (size_t)k * K * sizeof(float));
+        #pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < (size_t)k * K; i++) next[i] = MUON_NS_A * cur[i];
+        gemm(0, 0, k, K, k, 1.0f, b, k, cur, K, 1.0f, next, K);              // X' = a X + B' X
+        float* t = cur;
+        cur = next;
+        next = t;
     }
+    if (cur != x) memcpy(x, cur, (size_t)k * K * sizeof(float));
 }
 
 // One orthogonalized matrix: u (rows x cols, row-major) in, its Newton-Schulz output in the same
@@ -225,14 +231,17 @@ static inline void muon_orthogonalize(OptimGemm gemm, float* u, size_t rows, siz
     for (size_t i = 0; i < n; i++) ss += (double)u[i] * (double)u[i];
     const float inv = 1.0f / ((float)sqrt(ss) + MUON_NS_EPS);
     float *x = scratch, *y = scratch + n, *a = scratch + 2 * n, *b = a + k * k;
-    if (tall) {  // X = U^T / norm
-        for (size_t r = 0; r < rows; r++)
-            for (size_t c = 0; c < cols; c++) x[c * rows + r] = u[r * cols + c] * inv;
+    if (tall) {  // X = U^T / norm (a row of X per task: its writes stream)
+        #pragma omp parallel for schedule(static)
+        for (size_t c = 0; c < cols; c++)
+            for (size_t r = 0; r < rows; r++) x[c * rows + r] = u[r * cols + c] * inv;
     } else {
+        #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; i++) x[i] = u[i] * inv;
     }
     muon_newton_schulz(gemm, x, y, a, b, (int)k, (int)K);
     if (tall) {
+        #pragma omp parallel for schedule(static)
         for (size_t r = 0; r < rows; r++)
             for (size_t c = 0; c < cols; c++) u[r * cols + c] = x[c * rows + r];
     } else {

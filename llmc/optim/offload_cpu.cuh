@@ -3,8 +3,10 @@
  fp32 master weights and the optimizer state live in host memory in the CPU optimizer's layout and
  never cross PCIe; each step the gradients go down (2 B per parameter in the 16-bit builds) and the
  updated parameters come up (2 B), and the CPU update of llmc/optim/update.h runs on all cores in
- between. Any rule but Muon (whose Newton-Schulz products belong on the GPU), any state precision,
- any view (whole model, ZeRO-1 shard, BAdam block).
+ between. Any rule, any state precision, any view (whole model, ZeRO-1 shard, BAdam block). Muon's
+ Newton-Schulz products run through the engine's host matrix multiply (the trainer's: OpenBLAS's
+ sgemm, in fp32) in scratch of its own (OptimEngine.work, host memory), where the device's run in
+ the parameters' type: Muon's host update is the CPU optimizer's, not the device's bits.
 
    compute stream   forward, backward, norm --ready--|                          |--wait up--> next step
    copy stream                                  grads down --down--|   |-- params up --up--|
@@ -13,8 +15,9 @@
  The master weights are the view's, indexed as its state (OptimState.params_at_offset): the CPU
  update reads and writes them in place, then each is rounded to the parameters' type with the
  random bits the GPU kernels use (srng_bits of the global index, stream 0, the step's key), so the
- parameters that go up are bit for bit the on-device update's. The fp32 build has no master
- weights: the host copy of the view's parameters is the same buffer, and goes up as it is.
+ parameters that go up are bit for bit the on-device update's (Muon's: see above). The fp32 build
+ has no master weights: the host copy of the view's parameters is the same buffer, and goes up as
+ it is.
 
  One-step delayed parameter update (--offload-delay 1): the gradients of step t go down after its
  backward pass without waiting (optim_host_download), and the host update of step t runs while

@@ -241,6 +241,9 @@ typedef struct {
     size_t opt_work_bytes;  // the step's scratch beside the block (Muon's batched Newton-Schulz)
     int host_update;        // --offload cpu: the state and fp32 master weights on the host, updated
                             // there (llmc/optim/offload_cpu.cuh); the device holds none of either
+    size_t host_work_bytes; // --offload cpu: the step's scratch on the host (Muon's Newton-Schulz)
+    size_t gather_elems;    // -z 1 --badam --offload-delay 1: the block's parameter all-gather buffer
+                            // (floatX; the gradient buffer holds the next step's gradients then)
     int flash_attention;    // 0: --attention matmul; 1 cudnn, 2 cudnn-fast (no T x T activations, LSE stats)
 } GpuMemoryOptions;
 
@@ -257,6 +260,7 @@ static inline MemoryReport memory_model_gpu(const GPT2Config* c, int B, int T, c
         if (g->badam_block == 0) { n = ng; }
     }
     r.bytes[MEM_PARAMS] = gpu_tensor_bytes(n, g->floatx_bytes);
+    if (g->gather_elems > 0) r.bytes[MEM_PARAMS] += gpu_tensor_bytes(g->gather_elems, g->floatx_bytes);
     r.bytes[MEM_GRADS] = gpu_tensor_bytes(ng, g->floatx_bytes);
     r.bytes[MEM_OPT_STATE] = g->opt_state_bytes > 0 ? gpu_tensor_bytes(g->opt_state_bytes, 1) : 0;
     if (g->opt_work_bytes > 0) r.bytes[MEM_OPT_STATE] += gpu_tensor_bytes(g->opt_work_bytes, 1);
@@ -272,7 +276,7 @@ static inline MemoryReport memory_model_gpu(const GPT2Config* c, int B, int T, c
                            // builds) the transfer buffer of the gradients down and parameters up
         r.bytes[MEM_OPT_STATE] = 0;
         r.bytes[MEM_MASTER] = 0;
-        r.host[MEM_OPT_STATE] = g->opt_state_bytes;
+        r.host[MEM_OPT_STATE] = g->opt_state_bytes + g->host_work_bytes;
         r.host[MEM_MASTER] = g->master_elems * 4;
         r.host[MEM_GRADS] = g->master_elems * 4 + (g->floatx_bytes == 4 ? 0 : g->master_elems * g->floatx_bytes);
     }
