@@ -848,9 +848,9 @@ static void zero_gather_params(GPT2* model) {
 // (ZeRO-1: then all-gathered); the compute stream's later work sees them.
 static void host_update_apply(GPT2* model) {
     const double t0 = wall_seconds();
-    optim_host_update<floatX>(&model->host, &model->opt, true);
+    optim_host_update<floatX>(&model->host, &model->opt);
+    optim_host_upload(&model->host, &model->opt, model->params_memory, model->stream, true);  // (rounds, piece by piece)
     model->host_update_ms = 1000.0 * (wall_seconds() - t0);
-    optim_host_upload(&model->host, &model->opt, model->params_memory, model->stream);
     zero_gather_params(model);
 }
 

@@ -46,13 +46,16 @@ ROWS = [
     ("--offload-delay 1", FEW + ["--offload-delay", "1", "--offload-delay-warmup", "1", "-x", "5"], 5, None, None),
     # (both trainers: the GPU's Newton-Schulz on the host, through OpenBLAS as the CPU trainer's)
     ("--optimizer muon, host", FEW + ["--optimizer", "muon"], 3, None, None),
+    ("--optimizer muon --offload-delay 1", FEW + ["--optimizer", "muon", "--offload-delay", "1", "--offload-delay-warmup", "1",
+                                                  "-x", "5"], 5, None, None),
     ("-a 1 (overfit one batch)", FEW + ["-a", "1", "-x", "6", "-l", "1e-3"], 6, None, "loss falls"),
     ("-w 0 (no master weights)", FEW + ["-w", "0"], 3, "gpu", None),
     ("--attention matmul", FEW + ["--attention", "matmul", "-t", "37"], 3, "gpu", None),
 ]
 
 
-GPU_ONLY_FLAGS = {"--offload-delay 1": ["--offload", "cpu"], "--optimizer muon, host": ["--offload", "cpu"]}  # row: what the GPU trainer adds to its flags
+GPU_ONLY_FLAGS = {"--offload-delay 1": ["--offload", "cpu"], "--optimizer muon, host": ["--offload", "cpu"],
+                  "--optimizer muon --offload-delay 1": ["--offload", "cpu"]}  # row: what the GPU trainer adds to its flags
 
 
 def run(binary, args):

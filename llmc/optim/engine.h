@@ -371,16 +371,17 @@ static inline void optim_engine_step_cpu(OptimEngine* e, float* params, const fl
 }
 
 // --offload cpu's host step around the update (llmc/optim/offload_cpu.cuh), bf16 side: the
-// gradients widened to fp32, and the view's master weights (by offset) rounded to the bf16
-// parameters (by offset too) with the GPU kernels' bits: srng_bits of the global index, stream 0.
+// gradients widened to fp32, and the master weights of the view's segments [s0, s1) (by offset)
+// rounded to the bf16 parameters (by offset too) with the GPU kernels' bits: srng_bits of the
+// global index, stream 0.
 static inline void optim_host_widen_bf16(const uint16_t* g16, float* g, size_t n) {
     #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) g[i] = bf16_bits_to_float(g16[i]);
 }
-static inline void optim_host_round_bf16(const OptimState* st, const float* master, uint16_t* out,
+static inline void optim_host_round_bf16(const OptimState* st, int s0, int s1, const float* master, uint16_t* out,
                                          unsigned long long key, int stochastic) {
     #pragma omp parallel
-    for (int s = 0; s < st->nseg; s++) {  // (one team for all segments: they write apart, no barrier)
+    for (int s = s0; s < s1; s++) {  // (one team for all segments: they write apart, no barrier)
         const OptimSegment* sg = &st->segs[s];
         const float* p = master + sg->offset;
         uint16_t* o = out + sg->offset;
@@ -443,7 +444,7 @@ static inline void optim_host_timer_step(OptimHostTimer* h, int step, int bf16, 
     const double t1 = optim_host_timer_now();
     optim_engine_step_cpu(&h->e, h->master, h->g, 1e-4f, step, 1.0f);
     const double t2 = optim_host_timer_now();
-    if (bf16) optim_host_round_bf16(&h->e.st, h->master, h->xfer, optim_step_args(&h->e.st.cfg, 1e-4f, step).rng_key, 1);
+    if (bf16) optim_host_round_bf16(&h->e.st, 0, h->e.st.nseg, h->master, h->xfer, optim_step_args(&h->e.st.cfg, 1e-4f, step).rng_key, 1);
     const double t3 = optim_host_timer_now();
     sec[0] = t1 - t0;
     sec[1] = t2 - t1;

@@ -8,16 +8,17 @@
  sgemm, in fp32) in scratch of its own (OptimEngine.work, host memory), where the device's run in
  the parameters' type: Muon's host update is the CPU optimizer's, not the device's bits.
 
-   compute stream   forward, backward, norm --ready--|                          |--wait up--> next step
-   copy stream                                  grads down --down--|   |-- params up --up--|
-   host                                                   wait down, widen, update, round
+   compute stream   backward: layer by layer, norm --ready--|                           |--wait up--> next step
+   copy stream        each layer's grads down ... --down--|     |-up 1-|-up 2-| ... -up 8-|--up--|
+   host                                        wait down, widen, update, round 1, round 2, ...
 
  The master weights are the view's, indexed as its state (OptimState.params_at_offset): the CPU
  update reads and writes them in place, then each is rounded to the parameters' type with the
  random bits the GPU kernels use (srng_bits of the global index, stream 0, the step's key), so the
- parameters that go up are bit for bit the on-device update's (Muon's: see above). The fp32 build
- has no master weights: the host copy of the view's parameters is the same buffer, and goes up as
- it is.
+ parameters that go up are bit for bit the on-device update's (Muon's: see above); they are rounded
+ in pieces, each going up while the host rounds the next. The update itself starts once every
+ gradient is down: the clip scale needs the global norm. The fp32 build has no master weights: the
+ host copy of the view's parameters is the same buffer, and goes up as it is.
 
  One-step delayed parameter update (--offload-delay 1): the gradients of step t go down after its
  backward pass without waiting (optim_host_download), and the host update of step t runs while
@@ -51,6 +52,7 @@ typedef struct {
     float pending_lr;
     int pending_step;
     int early;              // this step's gradients already went down piece by piece (optim_host_download_part)
+    unsigned long long round_key;  // the last update's key of stochastic rounding (optim_host_upload's)
 } OptimHost;
 
 // Host bytes beside the engine's block: the master weights and fp32 gradients of the largest view,
@@ -147,16 +149,15 @@ static inline uint16_t optim_host_round_fp16(float x, unsigned bits, bool stocha
     return (float)(bits & 0xffffu) < frac * 65536.0f ? ar.x : tr.x;
 }
 
-// The pending update on the host: waits for the gradients, widens them, runs the engine's CPU step
-// over the master weights, and (16-bit builds) rounds them into the transfer buffer as the
-// parameters (the gradients have the parameters' type Tp).
+// The pending update on the host: waits for the gradients, widens them (the 16-bit builds: the
+// gradients have the parameters' type Tp) and runs the engine's CPU step over the master weights.
+// Their rounding to the parameters waits for optim_host_upload, which sends them piece by piece.
 template <typename Tp>
-void optim_host_update(OptimHost* h, OptimEngine* e, bool stochastic) {
+void optim_host_update(OptimHost* h, OptimEngine* e) {
     if (!h->pending) ls_fatal("optimizer: --offload cpu: no host update is pending");
     cudaCheck(cudaEventSynchronize(h->down));
     OptimState* st = &e->st;
-    constexpr bool fp16 = std::is_same<Tp, __half>::value;
-    if constexpr (fp16) {
+    if constexpr (std::is_same<Tp, __half>::value) {
         const __half* g16 = (const __half*)h->xfer;
         #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < st->n; i++) h->grads[i] = __half2float(g16[i]);
@@ -165,45 +166,57 @@ void optim_host_update(OptimHost* h, OptimEngine* e, bool stochastic) {
     }
     st->params_at_offset = 1;
     optim_engine_step_cpu(e, h->params, h->grads, h->pending_lr, h->pending_step, *h->scale);
-    if constexpr (sizeof(Tp) == 2) {
-        const unsigned long long key = optim_step_args(&st->cfg, h->pending_lr, h->pending_step).rng_key;
-        uint16_t* out = (uint16_t*)h->xfer;
-        if constexpr (fp16) {
-            #pragma omp parallel
-            for (int s = 0; s < st->nseg; s++) {  // (one team for all segments, as optim_host_round_bf16)
-                const OptimSegment* sg = &st->segs[s];
-                #pragma omp for schedule(static) nowait
-                for (size_t k = 0; k < sg->count; k++) {
-                    out[sg->offset + k] = optim_host_round_fp16(h->params[sg->offset + k], srng_bits(key, sg->param + k, 0),
-                                                                stochastic);
-                }
-            }
-        } else {
-            optim_host_round_bf16(st, h->params, out, key, stochastic);
-        }
-    }
+    h->round_key = optim_step_args(&st->cfg, h->pending_lr, h->pending_step).rng_key;
     h->pending = 0;
 }
 
+// Segments [s0, s1) of the view's master weights rounded to fp16 parameters in the transfer buffer
+// (one team for all segments, as optim_host_round_bf16).
+static inline void optim_host_round_fp16_segs(const OptimHost* h, const OptimState* st, int s0, int s1, bool stochastic) {
+    uint16_t* out = (uint16_t*)h->xfer;
+    #pragma omp parallel
+    for (int s = s0; s < s1; s++) {
+        const OptimSegment* sg = &st->segs[s];
+        #pragma omp for schedule(static) nowait
+        for (size_t k = 0; k < sg->count; k++) {
+            out[sg->offset + k] = optim_host_round_fp16(h->params[sg->offset + k], srng_bits(h->round_key, sg->param + k, 0),
+                                                        stochastic);
+        }
+    }
+}
+
 // The updated parameters of the view up to params (the whole model's, at the segments' global
-// places), once `after` (the compute stream's work that still reads the old ones) is done; then
-// the compute stream waits for them.
+// places), once the work `stream` has queued (which still reads the old ones) is done; then the
+// compute stream waits for them. The 16-bit builds round the master weights in
+// OPTIM_HOST_UP_PIECES pieces of whole segments, each going up while the host rounds the next.
+#define OPTIM_HOST_UP_PIECES 8
 template <typename Tp>
-void optim_host_upload(OptimHost* h, const OptimEngine* e, Tp* params, cudaStream_t stream) {
+void optim_host_upload(OptimHost* h, const OptimEngine* e, Tp* params, cudaStream_t stream, bool stochastic) {
     const OptimState* st = &e->st;
     const char* src = sizeof(Tp) == 4 ? (const char*)h->params : (const char*)h->xfer;
     cudaCheck(cudaEventRecord(h->ready, stream));
     cudaCheck(cudaStreamWaitEvent(h->copy_stream, h->ready, 0));
-    for (int s = 0; s < st->nseg;) {  // runs of segments adjacent in both buffers go as one copy
-        const OptimSegment* a = &st->segs[s];
-        size_t count = a->count;
-        int k = s + 1;
-        while (k < st->nseg && st->segs[k].offset == a->offset + count && st->segs[k].param == a->param + count) {
-            count += st->segs[k++].count;
+    const size_t piece = st->n / OPTIM_HOST_UP_PIECES + 1;
+    for (int s0 = 0; s0 < st->nseg;) {
+        int s1 = s0;
+        for (size_t got = 0; s1 < st->nseg && (s1 == s0 || got < piece); s1++) got += st->segs[s1].count;
+        if constexpr (std::is_same<Tp, __half>::value) {
+            optim_host_round_fp16_segs(h, st, s0, s1, stochastic);
+        } else if constexpr (sizeof(Tp) == 2) {
+            optim_host_round_bf16(st, s0, s1, h->params, (uint16_t*)h->xfer, h->round_key, stochastic);
         }
-        cudaCheck(cudaMemcpyAsync(params + a->param, src + a->offset * sizeof(Tp), count * sizeof(Tp),
-                                  cudaMemcpyHostToDevice, h->copy_stream));
-        s = k;
+        for (int s = s0; s < s1;) {  // runs of segments adjacent in both buffers go as one copy
+            const OptimSegment* a = &st->segs[s];
+            size_t count = a->count;
+            int k = s + 1;
+            while (k < s1 && st->segs[k].offset == a->offset + count && st->segs[k].param == a->param + count) {
+                count += st->segs[k++].count;
+            }
+            cudaCheck(cudaMemcpyAsync(params + a->param, src + a->offset * sizeof(Tp), count * sizeof(Tp),
+                                      cudaMemcpyHostToDevice, h->copy_stream));
+            s = k;
+        }
+        s0 = s1;
     }
     cudaCheck(cudaEventRecord(h->up, h->copy_stream));
     cudaCheck(cudaStreamWaitEvent(stream, h->up, 0));
