@@ -1315,8 +1315,10 @@ static void gemm_skip(int trans_a, int trans_b, int M, int N, int K, float alpha
 // run's threads on a one-layer slice of the model (small vocabulary), the median of 3 after a
 // warm-up: seconds per parameter. Muon's Newton-Schulz products are a far larger share of the
 // slice than of the model, so the step is timed without them and they apart, once (long enough):
-// seconds per FLOP (else 0).
-static void host_step_cost(const TrainOptions* o, const GPT2Config* c, double* sec_per_param, double* sec_per_flop) {
+// seconds per FLOP (else 0). round_share: the rounding's share of the timed step (what the upload's
+// pieces overlap).
+static void host_step_cost(const TrainOptions* o, const GPT2Config* c, double* sec_per_param, double* sec_per_flop,
+                           double* round_share) {
     char desc[96];
     snprintf(desc, sizeof(desc), "L1C%dH%dT%dV1024", c->channels, c->num_heads, c->max_seq_len);
     GPT2Config sc;
@@ -1326,14 +1328,18 @@ static void host_step_cost(const TrainOptions* o, const GPT2Config* c, double* s
     const OptimConfig cfg = train_options_optimizer(o);
     OptimHostTimer h;
     optim_host_timer_init(&h, &cfg, &pt, gemm_skip);
-    double t[3];
+    double t[3], rounding = 0.0;
     for (int r = -1; r < 3; r++) {
         double sec[3];
         optim_host_timer_step(&h, r + 2, FLOATX_IS_LOWP, sec);  // (fp16: bf16's bytes and work)
-        if (r >= 0) { t[r] = sec[0] + sec[1] + sec[2]; }
+        if (r >= 0) {
+            t[r] = sec[0] + sec[1] + sec[2];
+            rounding += sec[2];
+        }
     }
     const double lo = t[0] < t[1] ? t[0] : t[1], hi = t[0] < t[1] ? t[1] : t[0];
     *sec_per_param = (t[2] < lo ? lo : t[2] > hi ? hi : t[2]) / (double)h.n;
+    *round_share = FLOATX_IS_LOWP ? rounding / (t[0] + t[1] + t[2]) : 0.0;  // (fp32: the master weights go up as they are)
     *sec_per_flop = 0.0;
 #ifdef LS_HOST_BLAS
     if (cfg.kind == OPT_MUON) {  // the slice's Newton-Schulz products: its iterations, less their own
@@ -1386,10 +1392,11 @@ static double host_probe_gbs(void) {
 
 // --memory-report with --offload: the step time predicted from the GPU's achieved FLOP/s, PCIe's
 // bandwidth and the host's (measured, or the flags), showing what the GPU step hides and what it
-// does not. cpu: the gradients go down after the backward pass, the host update runs, the
-// parameters come up; undelayed all of it adds to the step, with --offload-delay 1 it runs under
-// the next step's forward and backward and only what exceeds them shows. stream: the state and
-// master weights cross PCIe both ways (the update's kernels hide under the copies).
+// does not. cpu: the gradients go down during or after the backward pass, the host update runs, the
+// parameters come up (piece by piece under the rounding); undelayed what outlasts the pass adds to
+// the step, with --offload-delay 1 it runs under the next step's forward and backward and only what
+// exceeds them shows. stream: the state and master weights cross PCIe both ways (the update's
+// kernels hide under the copies).
 static void offload_predict(const GPT2Config* c, const TrainOptions* o, const OptimSizes* z, int accum) {
     const double n = (double)z->max_elems;  // the view's elements (ZeRO-1: this process's part)
     const double tokens = (double)o->B * o->T * accum;
@@ -1409,8 +1416,8 @@ static void offload_predict(const GPT2Config* c, const TrainOptions* o, const Op
     const double host_gbs = o->predict_host_gbs > 0 ? o->predict_host_gbs : host_probe_gbs();
     const OptimConfig cfg = train_options_optimizer(o);
     const double bpp = optim_update_bytes_per_param(&cfg) + (FLOATX_IS_LOWP ? 12.0 : 0.0);  // + widen 2+4, round 4+2
-    double per_param, per_flop;
-    host_step_cost(o, c, &per_param, &per_flop);
+    double per_param, per_flop, round_share;
+    host_step_cost(o, c, &per_param, &per_flop, &round_share);
     // at `threads`: the elementwise work by parameters, Muon's products by their FLOPs (the view's
     // share of the model's)
     ParamTable mt;
@@ -1425,14 +1432,23 @@ static void offload_predict(const GPT2Config* c, const TrainOptions* o, const Op
     double host_s = measured * (double)threads / (double)target;  // the compute scales with the threads...
     if (host_s < floor_s) { host_s = floor_s; }                     // ...down to the memory bandwidth
     const double xfer_ms = 1e3 * n * (double)sizeof(floatX) / pcie, host_ms = 1e3 * host_s;
-    const double side = 2.0 * xfer_ms + host_ms;
+    // the parameters go up in OPTIM_HOST_UP_PIECES pieces, each while the host rounds the next: a
+    // two-stage pipeline, P pieces of round_ms / P then xfer_ms / P each
+    const double round_ms = host_ms * round_share * per_param * n / measured, update_ms = host_ms - round_ms;
+    const double P = OPTIM_HOST_UP_PIECES, slow = round_ms > xfer_ms ? round_ms : xfer_ms;
+    const double up_ms = (round_ms + xfer_ms + (P - 1.0) * slow) / P;  // the rounding and the copies, after the update
+    const double side = xfer_ms + update_ms + up_ms;
     // undelayed (but with ZeRO-1, which reduce-scatters after the pass): the gradients go down layer
     // by layer during the backward pass (two thirds of the GPU's FLOPs), so only what outlasts it
     // adds to the step
     const int per_layer = !(gpu_procs(o) > 1 && gpu_zero_stage(o) >= 1);
     const double down_left = per_layer ? (xfer_ms > 2.0 * gpu_ms / 3.0 ? xfer_ms - 2.0 * gpu_ms / 3.0 : 0.0) : xfer_ms;
-    const double undelayed = down_left + host_ms + xfer_ms;
+    const double undelayed = down_left + update_ms + up_ms;
     printf("  --offload cpu: gradients down %.1f ms, host update %.1f ms, parameters up %.1f ms\n", xfer_ms, host_ms, xfer_ms);
+    if (round_ms > 0.0) {
+        printf("    (the update's rounding to %s, %.1f ms, and the parameters' copies in %d pieces: %.1f ms after the update)\n",
+               PRECISION_NAME, round_ms, OPTIM_HOST_UP_PIECES, up_ms);
+    }
     printf("    (host update: measured here at %.2f ns/param with %d thread%s, scaled to %d, at least %.0f B/param at %.1f GB/s%s)\n",
            1e9 * measured / n, threads, threads == 1 ? "" : "s", target, bpp, host_gbs,
            o->predict_host_gbs > 0 ? "" : " measured");
