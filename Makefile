@@ -556,6 +556,12 @@ $(EMU_TEST) $(BUILD)/test_gpt2cu_emu_fp16: $(BUILD)/test_gpt2cu_emu_%: test_gpt2
 	@mkdir -p $(@D)
 	@echo "  CXX   $@ (CPU harness)"
 	$(Q)$(CXX) $(CXXFLAGS) $(CUDA_HARNESS_FLAGS) $(PFLAGS_$*) $< -o $@ $(CUDA_HARNESS_LIBS) -lz
+# the fp32 harness trainer as built where OpenBLAS's header is missing (test-gpu-emu-no-blas)
+$(BUILD)/train_gpt2cu_emu_noblas_fp32: $(CUDA_TRAIN_DEPS) $(HARNESS_HEADERS)
+	@mkdir -p $(@D)
+	@echo "  CXX   $@ (CPU harness, no OpenBLAS)"
+	$(Q)$(CXX) $(CXXFLAGS) $(filter-out -DLS_HOST_BLAS,$(CUDA_HARNESS_FLAGS)) $(PFLAGS_fp32) $< -o $@ \
+		-x none -lboost_context $(LDLIBS_TOK) -lz
 train_gpt2cu_emu: $(BUILD)/train_gpt2cu_emu_$(PREC_LC)
 test_gpt2cu_emu: $(BUILD)/test_gpt2cu_emu_$(PREC_LC)
 
@@ -581,7 +587,7 @@ EMU_REF := --model $(REF_DIR)/$(REF_DESC)_model.bin --state $(REF_DIR)/$(REF_DES
 EMU_RUN := OMP_NUM_THREADS=1
 GPU_EMU_TESTS := $(addprefix test-gpu-emu-,model-fp32 model-bf16 model-bf16-matmul model-fp16 mutants-fp32 mutants-bf16 \
 	compare-1 compare-2 compare-3 compare-fp16 cli-fp32 cli-bf16 cli-fp16 sweep-fp32 sweep-bf16 modes cross-resume first-run \
-	guards-fp32 guards-bf16 guards-fp16 train-loop optim-matrix cudnn-graphs) gpu-compile-check-all
+	guards-fp32 guards-bf16 guards-fp16 train-loop optim-matrix cudnn-graphs no-blas) gpu-compile-check-all
 .PHONY: test-gpu-emu $(GPU_EMU_TESTS)
 test-gpu-emu: $(GPU_EMU_TESTS)
 $(filter test-gpu-emu-%,$(GPU_EMU_TESTS)): $(EMU_TRAIN)
@@ -618,6 +624,9 @@ test-gpu-emu-cli-fp32 test-gpu-emu-cli-bf16 test-gpu-emu-cli-fp16: test-gpu-emu-
 	$(EMU_RUN) $(PYTHON) dev/test/test_cli.py --bin $(BUILD)/train_gpt2cu_emu_$*
 test-gpu-emu-sweep-fp32 test-gpu-emu-sweep-bf16: test-gpu-emu-sweep-%: $(BUILD)/test_gpt2cu_emu_%
 	$(EMU_RUN) $(BUILD)/test_gpt2cu_emu_$* --sweep 1
+# without OpenBLAS: Muon with --offload cpu refused in one line, the rest equal to the BLAS build
+test-gpu-emu-no-blas: $(BUILD)/train_gpt2cu_emu_noblas_fp32 data
+	$(PYTHON) dev/test/test_no_blas.py --bin $(BUILD)/train_gpt2cu_emu_noblas_fp32 --blas-bin $(BUILD)/train_gpt2cu_emu_fp32
 test-gpu-emu-modes: $(BUILD)/train_gpt2 data
 	$(PYTHON) dev/test/test_modes.py --bin $(BUILD)/train_gpt2 --bin $(BUILD)/train_gpt2cu_emu_fp32 \
 		--bin $(BUILD)/train_gpt2cu_emu_bf16
