@@ -69,6 +69,18 @@ def bytes_per_param(out, row):
     return float(m.group(1)) if m else -1.0
 
 
+def vs_one_process(name, one_bin, mpi_bin, flags, steps, zero):
+    """flags in one process and in 2 ranks at -z zero: their losses within 1e-5; (worst, bitwise)."""
+    r1 = subprocess.run([one_bin] + flags, capture_output=True, text=True, timeout=300, env=ENV)
+    r2 = mpirun(2, [mpi_bin] + flags + ["-z", zero])
+    l1, l2 = step_losses(r1.stdout), step_losses(r2.stdout)
+    worst = max((abs(x - y) / abs(x) for x, y in zip(l1, l2)), default=1.0)
+    check(r1.returncode == 0 and r2.returncode == 0 and len(l1) == steps and len(l2) == steps and worst <= 1e-5,
+          "%s -np 2 -z %s: the losses of one process within 1e-5 (worst %.2e): %s vs %s (%s %s)"
+          % (name, zero, worst, l2, l1, tail(r1), tail(r2)))
+    return worst, l1 == l2
+
+
 def tail(r):
     return (r.stderr.strip() or r.stdout.strip())[-400:]
 
@@ -158,27 +170,15 @@ def main():
         # own; the losses of one process (6 steps: 2 undelayed, block switches at 2 and 4)
         dl = [x if x != "10" else "6" for x in base] + ["--badam", "2", "--offload", "cpu", "--offload-delay", "1",
                                                       "--offload-delay-warmup", "2"]
-        rd1 = subprocess.run([one_bin] + dl, capture_output=True, text=True, timeout=300, env=ENV)
-        rd2 = mpirun(2, [mpi_bin] + dl + ["-z", "1"])
-        l1, l2 = step_losses(rd1.stdout), step_losses(rd2.stdout)
-        worst = max((abs(x - y) / abs(x) for x, y in zip(l1, l2)), default=1.0)
-        check(rd1.returncode == 0 and rd2.returncode == 0 and len(l1) == 6 and len(l2) == 6 and worst <= 1e-5,
-              "--offload-delay 1 --badam 2 -np 2 -z 1: the losses of one process within 1e-5 (worst %.2e): %s vs %s (%s %s)"
-              % (worst, l2, l1, tail(rd1), tail(rd2)))
+        worst, _ = vs_one_process("--offload-delay 1 --badam 2", one_bin, mpi_bin, dl, 6, "1")
         print("--offload cpu --offload-delay 1 --badam 2 -np 2 -z 1: worst relative loss difference to one process %.2e over 6 steps"
               % worst)
         # --offload cpu with -z 0: each layer's gradients go down once its all-reduce has summed them
         # (the copy stream waits for the communication stream); the losses of one process
         hc = [x if x != "10" else "4" for x in base] + ["--offload", "cpu"]
-        rh1 = subprocess.run([one_bin] + hc, capture_output=True, text=True, timeout=300, env=ENV)
-        rh2 = mpirun(2, [mpi_bin] + hc + ["-z", "0"])
-        l1, l2 = step_losses(rh1.stdout), step_losses(rh2.stdout)
-        worst = max((abs(x - y) / abs(x) for x, y in zip(l1, l2)), default=1.0)
-        check(rh1.returncode == 0 and rh2.returncode == 0 and len(l1) == 4 and len(l2) == 4 and worst <= 1e-5,
-              "--offload cpu -np 2 -z 0: the losses of one process within 1e-5 (worst %.2e): %s vs %s (%s %s)"
-              % (worst, l2, l1, tail(rh1), tail(rh2)))
+        worst, bitwise = vs_one_process("--offload cpu", one_bin, mpi_bin, hc, 4, "0")
         print("--offload cpu -np 2 -z 0: worst relative loss difference to one process %.2e over 4 steps (%s)"
-              % (worst, "bitwise equal" if l1 == l2 else "not bitwise"))
+              % (worst, "bitwise equal" if bitwise else "not bitwise"))
         rw = mpirun(1, [mpi_bin] + base + ["-z", "1", "-o", os.path.join(tmp, "resume1"), "-y", "1"])
         check(rw.returncode != 0 and "resume with the same count" in rw.stderr, "a 2-rank ZeRO-1 checkpoint is refused by 1 process: %s" % tail(rw))
         # without mpirun's help: the fs and tcp rendezvous (the shim checks every rank got rank 0's id)
