@@ -28,7 +28,8 @@
 
  Copies: async host->device copies from pageable memory read the source when issued (the driver
  stages pageable memory before returning); from pinned memory (cudaMallocHost) when they run, so
- the host must not change it before then. Async device->host copies write when they run, pinned or
+ the host must not change it before then: the harness hashes the source at both times and stops,
+ naming the copy, when they differ. Async device->host copies write when they run, pinned or
  pageable (CUDA only promises the data after a synchronization). Synchronous cudaMemcpy is
  legacy-stream work and returns when it is done, except device->device (async to the host, as in
  CUDA); cudaMemset is legacy-stream work that does not wait.
@@ -319,15 +320,41 @@ inline cudaMemcpyKind copy_direction(void* dst, const void* src, size_t n, cudaM
              : (s ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
 }
 
+// FNV-1a over 8-byte words (the tail bytewise): a pinned source's contents, cheaply.
+inline uint64_t bytes_hash(const void* p, size_t n) {
+    const unsigned char* b = (const unsigned char*)p;
+    uint64_t h = 1469598103934665603ull;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+        h = (h ^ w) * 1099511628211ull;
+    }
+    for (; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
 // A copy as stream work (the range checks were done). Pageable sources of host->device copies are
-// staged now; everything else is read and written when the copy runs.
+// staged now; everything else is read and written when the copy runs. A pinned source is hashed
+// when issued and again when the copy runs: the host changing it in between races with the copy
+// engine on a GPU (which may read it at any time until the host knows the copy done).
 inline Dep issue_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t stream,
                       const char* what) {
     kind = copy_direction(dst, src, n, kind);
-    if (kind == cudaMemcpyHostToDevice && !is_pinned_range(src, n) && !config().streams_sync) {
-        auto staged = std::make_shared<std::vector<unsigned char>>((const unsigned char*)src,
-                                                                   (const unsigned char*)src + n);
-        return stream_task(stream, what, [dst, staged, n] { memcpy(dst, staged->data(), n); }, false, nullptr, n);
+    if (kind == cudaMemcpyHostToDevice && !config().streams_sync) {
+        if (!is_pinned_range(src, n)) {
+            auto staged = std::make_shared<std::vector<unsigned char>>((const unsigned char*)src,
+                                                                       (const unsigned char*)src + n);
+            return stream_task(stream, what, [dst, staged, n] { memcpy(dst, staged->data(), n); }, false, nullptr, n);
+        }
+        const uint64_t issued = bytes_hash(src, n);
+        return stream_task(stream, what, [dst, src, n, issued, what] {
+            if (bytes_hash(src, n) != issued) {
+                die("%s: the host changed its pinned source (%p, %zu bytes) after issuing the copy and before "
+                    "it ran (a race with the copy engine on a GPU: wait for the copy first)", what, src, n);
+            }
+            memcpy(dst, src, n);
+        });
     }
     return stream_task(stream, what, [dst, src, n] { memcpy(dst, src, n); });
 }

@@ -381,7 +381,7 @@ static inline void optim_host_widen_bf16(const uint16_t* g16, float* g, size_t n
 static inline void optim_host_round_bf16(const OptimState* st, int s0, int s1, const float* master, uint16_t* out,
                                          unsigned long long key, int stochastic) {
     #pragma omp parallel
-    for (int s = s0; s < s1; s++) {  // (one team for all segments: they write apart, no barrier)
+    for (int s = s0; s < s1; s++) {  // (one team for the segments: they write apart, no barrier)
         const OptimSegment* sg = &st->segs[s];
         const float* p = master + sg->offset;
         uint16_t* o = out + sg->offset;

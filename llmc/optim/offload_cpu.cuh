@@ -199,7 +199,7 @@ void optim_host_upload(OptimHost* h, const OptimEngine* e, Tp* params, cudaStrea
     const size_t piece = st->n / OPTIM_HOST_UP_PIECES + 1;
     for (int s0 = 0; s0 < st->nseg;) {
         int s1 = s0;
-        for (size_t got = 0; s1 < st->nseg && (s1 == s0 || got < piece); s1++) got += st->segs[s1].count;
+        for (size_t got = 0; s1 < st->nseg && got < piece; s1++) got += st->segs[s1].count;  // (at least one)
         if constexpr (std::is_same<Tp, __half>::value) {
             optim_host_round_fp16_segs(h, st, s0, s1, stochastic);
         } else if constexpr (sizeof(Tp) == 2) {
