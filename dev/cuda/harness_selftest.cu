@@ -765,15 +765,16 @@ static void test_missing_sync_caught() {
     int bad = 0;
     for (int i = 0; i < n; i++) bad += out.h[i] != 5 + i;
     EXPECT(bad == 0, "%d wrong values after cudaStreamSynchronize", bad);
-    // a pageable source is staged when the copy is issued; a pinned one is read when it runs
+    // a pageable source is staged when the copy is issued (the host may change it at once); a pinned
+    // one is read when it runs (changing it before then: the child pinned-changed)
     std::vector<int> pageable(n, 1);
     for (int i = 0; i < n; i++) out.h[i] = 2;
     cudaCheck(cudaMemcpyAsync(y.d, pageable.data(), n * sizeof(int), cudaMemcpyHostToDevice, s));
     cudaCheck(cudaMemcpyAsync(y.d + n / 2, out.h, n / 2 * sizeof(int), cudaMemcpyHostToDevice, s));
     pageable[0] = 3;
-    out.h[0] = 4;
     std::vector<int> got = y.get();
-    EXPECT(got[0] == 1 && got[n / 2] == 4 && got[n / 2 + 1] == 2, "staging: %d %d %d", got[0], got[n / 2], got[n / 2 + 1]);
+    EXPECT(got[0] == 1 && got[n / 2] == 2 && got[n / 2 + 1] == 2, "staging: %d %d %d", got[0], got[n / 2], got[n / 2 + 1]);
+    out.h[0] = 4;  // (after the synchronization: the copy is done)
     cudaCheck(cudaStreamDestroy(s));
 }
 
@@ -893,6 +894,15 @@ static void child(const char* name) {
     else if (strcmp(name, "oob-write") == 0) launch(k_oob_write, 1, 96, 0, 0, f.d, 64);
     else if (strcmp(name, "smem-oob") == 0) launch(k_smem_oob, 1, 32, 32 * sizeof(float), 0, f.d);
     else if (strcmp(name, "stack-overflow") == 0) launch(k_stack_hog, 1, 1, 0, 0, f.d, 1 << 18);
+    else if (strcmp(name, "pinned-changed") == 0) {  // the host writes a pinned source before its copy ran
+        cudaStream_t s;
+        cudaCheck(cudaStreamCreate(&s));
+        PinnedInts src(64);
+        for (int k = 0; k < 64; k++) src.h[k] = k;
+        cudaCheck(cudaMemcpyAsync(i.d, src.h, 64 * sizeof(int), cudaMemcpyHostToDevice, s));
+        src.h[7] = -1;
+        cudaCheck(cudaStreamSynchronize(s));
+    }
     else if (strcmp(name, "ok") == 0) launch(k_noop, 1, 32, 0, 0, i.d);
     else ls_fatal("unknown child test '%s'", name);
     cudaCheck(cudaDeviceSynchronize());
@@ -918,6 +928,7 @@ static const DeathTest kDeathTests[] = {
     {"oob-write", "", true, {"AddressSanitizer", "heap-buffer-overflow", "k_oob_write", "thread (64,0,0)"}},
     {"smem-oob", "", true, {"AddressSanitizer", "heap-buffer-overflow", "k_smem_oob"}},
     {"stack-overflow", "", false, {"", "", ""}},
+    {"pinned-changed", "", false, {"harness: cudaMemcpyAsync: the host changed its pinned source", "256 bytes", "race"}},
     {"lt-epilogue", "", false, {"harness: cuBLASLt: cublasLtMatmulDescSetAttribute", "CUBLASLT_MATMUL_DESC_EPILOGUE = 2 (RELU", ""}},
     {"lt-attribute", "", false, {"harness: cuBLASLt: cublasLtMatmulDescSetAttribute", "CUBLASLT_MATMUL_DESC_FILL_MODE (6)", ""}},
     {"lt-misaligned", "", false, {"harness: cuBLASLt: cublasLtMatmul: A = ", "aligned to 4 bytes",
